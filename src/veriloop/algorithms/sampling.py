@@ -1,0 +1,45 @@
+"""Likelihoods under the sampling transforms (temperature, top-k, top-p).
+
+The behaviour distribution that actually produced a token is not the raw softmax:
+
+    logits / temperature  ->  keep the top_k largest  ->  keep the smallest set of
+    most likely tokens whose probability reaches top_p  ->  renormalise
+
+(the order transformers' ``generate`` applies them).  ``sampling_logprobs`` returns the
+log-probs of that distribution, ``-inf`` outside its support.  The seeds' example:
+``p = [0.6, 0.3, 0.1]``, temperature 2, top-p 0.8 gives ``[0.5858, 0.4142, 0]``.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def sampling_logprobs(
+    logits: torch.Tensor, temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0
+) -> torch.Tensor:
+    """Log-probs ``[..., V]`` of the behaviour distribution defined by the transforms."""
+    if temperature <= 0:
+        raise ValueError(f"temperature must be > 0 for a sampling distribution, got {temperature}")
+    if not 0.0 < top_p <= 1.0:
+        raise ValueError(f"top_p must be in (0, 1], got {top_p}")
+    if top_k < 0:
+        raise ValueError(f"top_k must be >= 0 (0 = off), got {top_k}")
+    scores = logits / temperature
+    if 0 < top_k < scores.shape[-1]:
+        kth = torch.topk(scores, top_k, dim=-1).values[..., -1:]
+        scores = scores.masked_fill(scores < kth, float("-inf"))
+    if top_p < 1.0:
+        sorted_scores, order = torch.sort(scores, dim=-1, descending=True)
+        probs = torch.softmax(sorted_scores, dim=-1)
+        mass_before = torch.cumsum(probs, dim=-1) - probs  # mass of strictly more likely tokens
+        drop_sorted = mass_before >= top_p  # the most likely token always stays
+        drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
+        scores = scores.masked_fill(drop, float("-inf"))
+    return torch.log_softmax(scores, dim=-1)
+
+
+def entropy_from_logprobs(logprobs: torch.Tensor) -> torch.Tensor:
+    """Entropy ``-sum p log p`` over the last dim (nats), ``0 log 0 = 0``."""
+    p = logprobs.exp()
+    return -torch.where(p > 0, p * logprobs, torch.zeros_like(p)).sum(dim=-1)

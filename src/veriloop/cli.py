@@ -1,0 +1,126 @@
+"""``veriloop <command>``: parse options, call the packages, report errors plainly.
+
+Every command takes ``--config FILE.yaml`` and one ``--section.field VALUE`` flag per
+option (``veriloop <command> --help`` lists them with defaults).  Flags override the file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from veriloop.training.config import ConfigError, add_arguments, config_from_args, to_dict
+
+EXIT_USAGE = 2
+
+
+def _parser() -> argparse.ArgumentParser:
+    from veriloop.training.demo import DemoConfig, demo_defaults
+    from veriloop.training.run_config import EvalRunConfig, SFTConfig, TrainConfig
+
+    parser = argparse.ArgumentParser(prog="veriloop", description=__doc__.split("\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def command(name, cls, help_text, defaults=None):
+        p = sub.add_parser(name, help=help_text, description=help_text,
+                           formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+        p.add_argument("--config", metavar="FILE.yaml", help="YAML file of options (flags override it)")
+        p.add_argument("--quiet", action="store_true", help="no progress bars")
+        add_arguments(p, cls, defaults)
+        return p
+
+    command("sft", SFTConfig, "supervised fine-tuning on the task's teacher traces (makes the base)")
+    p = command("train", TrainConfig, "GRPO from a policy checkpoint; writes a resumable run directory")
+    p.add_argument("--resume", metavar="RUN_DIR", help="continue the run in RUN_DIR from its latest checkpoint")
+    command("eval", EvalRunConfig, "held-out evaluation: greedy/sampled accuracy, pass@k, format, process, wrong steps")
+    command("demo", DemoConfig, "evaluate the shipped base, train it with GRPO, evaluate again, print the table",
+            demo_defaults())
+    p = sub.add_parser("report", help="write plots/ and report.html for a run directory")
+    p.add_argument("run_dir")
+    sub.add_parser("verifiers", help="list the registered verifiers")
+    return parser
+
+
+def _run(args: argparse.Namespace) -> int:
+    progress = not getattr(args, "quiet", False)
+    if args.command == "sft":
+        from veriloop.training.run_config import SFTConfig
+        from veriloop.training.sft import run_sft
+
+        row = run_sft(config_from_args(SFTConfig, args), progress=progress)
+        print(json.dumps(row, indent=2))
+    elif args.command == "train":
+        from veriloop.training.trainer import GRPOTrainer
+        from veriloop.training.run_config import TrainConfig
+        from veriloop.report.report import write_report
+
+        if args.resume:
+            cfg = _resume_config(args)
+            trainer = GRPOTrainer(cfg, resume=True, progress=progress)
+        else:
+            cfg = config_from_args(TrainConfig, args)
+            trainer = GRPOTrainer(cfg, progress=progress)
+        trainer.train()
+        write_report(cfg.run_dir)
+        print(f"run directory: {cfg.run_dir} (report.html, metrics.jsonl, final/)")
+    elif args.command == "eval":
+        from veriloop.evaluation.run import run_eval
+        from veriloop.training.run_config import EvalRunConfig
+
+        run_eval(config_from_args(EvalRunConfig, args))
+    elif args.command == "demo":
+        from veriloop.training.demo import DemoConfig, demo_defaults, run_demo
+
+        run_demo(config_from_args(DemoConfig, args, base=to_dict(demo_defaults())), progress=progress)
+    elif args.command == "report":
+        from veriloop.report.report import write_report
+
+        print(write_report(args.run_dir))
+    elif args.command == "verifiers":
+        from veriloop import verifiers
+
+        for name in verifiers.names():
+            print(name)
+    return 0
+
+
+def _resume_config(args: argparse.Namespace):
+    """The run's own config.yaml, with any flags given on top (e.g. more --steps)."""
+    from pathlib import Path
+
+    from veriloop.training.config import build_config, load_yaml, overrides_from_args
+    from veriloop.training.run_config import TrainConfig
+
+    saved = Path(args.resume) / "config.yaml"
+    data = load_yaml(saved)
+    overrides = overrides_from_args(args)
+    overrides["run_dir"] = args.resume
+    return build_config(TrainConfig, data, overrides, source=str(saved))
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # our own bars show progress; theirs would interleave
+    from veriloop.models.loading import PolicyLoadError
+    from veriloop.tasks.jsonl import DatasetError
+    from veriloop.verifiers.base import VerifierError
+
+    try:
+        return _run(args)
+    except (ConfigError, PolicyLoadError, DatasetError, VerifierError, FileNotFoundError, KeyError) as e:
+        message = e.args[0] if isinstance(e, KeyError) and e.args else e
+        print(f"veriloop {args.command}: error: {message}", file=sys.stderr)
+        return EXIT_USAGE
+    except ValueError as e:
+        print(f"veriloop {args.command}: error: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print(f"veriloop {args.command}: interrupted; checkpoints written so far are kept", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

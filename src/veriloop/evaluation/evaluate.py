@@ -1,0 +1,156 @@
+"""Held-out evaluation: greedy and sampled accuracy, pass@k, format, process, wrong steps.
+
+Definitions (all fractions of held-out problems unless said otherwise):
+
+* ``greedy_accuracy``: the greedy completion passes the outcome verifier.
+* ``sampled_accuracy``: mean outcome over ``n_samples`` samples per problem.
+* ``pass@k``: unbiased estimator from the ``n_samples`` samples (k <= n_samples).
+* ``format_rate`` / ``process_rate``: the greedy completion passes the format / process
+  verifier.
+* ``wrong_steps_rate``: *right answer, wrong steps*: the greedy completion passes the
+  outcome verifier and fails the process verifier.
+* ``by_tag``: the greedy accuracy and wrong-steps rate of each problem class.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+
+import torch
+
+from veriloop.algorithms.pass_at_k import pass_at_k
+from veriloop.models.loading import Policy
+from veriloop.rollout.sampler import SamplingParams, generate
+from veriloop.tasks.base import Problem
+from veriloop.verifiers import get as get_verifier
+
+
+@dataclass
+class EvalConfig:
+    """What ``veriloop eval`` measures."""
+
+    n_samples: int = field(default=8, metadata={"help": "samples per problem for sampled accuracy and pass@k"})
+    temperature: float = field(default=0.7, metadata={"help": "temperature of the sampled evaluation"})
+    max_new_tokens: int = field(default=64, metadata={"help": "completion length limit"})
+    batch_size: int = field(default=256, metadata={"help": "prompts per generation batch"})
+    seed: int = field(default=0, metadata={"help": "seed of the sampled evaluation"})
+    max_problems: int = field(default=0, metadata={"help": "evaluate only the first N held-out problems; 0 = all"})
+
+    def __post_init__(self):
+        if self.n_samples < 0:
+            raise ValueError(f"eval.n_samples must be >= 0, got {self.n_samples}")
+        if self.temperature <= 0 and self.n_samples > 0:
+            raise ValueError("eval.temperature must be > 0 for sampled evaluation")
+
+
+@dataclass
+class EvalResult:
+    num_problems: int
+    greedy_accuracy: float
+    format_rate: float
+    process_rate: float | None
+    wrong_steps_rate: float | None
+    sampled_accuracy: float | None
+    pass_at: dict[str, float]
+    by_tag: dict[str, dict[str, float]]
+    mean_completion_tokens: float
+    examples: list[dict]
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def _complete(policy: Policy, problems: list[Problem], params: SamplingParams, n: int, batch: int, seed: int):
+    tok = policy.tokenizer
+    gen = torch.Generator().manual_seed(seed)
+    texts, lengths = [], []
+    per_batch = max(1, batch // max(n, 1))
+    for i in range(0, len(problems), per_batch):
+        chunk = problems[i : i + per_batch]
+        ids = [tok(p.prompt).input_ids for p in chunk]
+        out = generate(policy.model, ids, params, eos_id=policy.eos_id, pad_id=policy.pad_id, generator=gen, n=n)
+        for c in out.completion_ids:
+            texts.append(tok.decode(c, skip_special_tokens=True))
+            lengths.append(len(c))
+    return texts, lengths
+
+
+def evaluate(
+    policy: Policy,
+    problems: list[Problem],
+    verifiers: dict[str, str],
+    cfg: EvalConfig | None = None,
+    ks: tuple[int, ...] = (1, 8),
+) -> EvalResult:
+    """Evaluate ``policy`` on ``problems`` with ``verifiers`` {"outcome": name, "format": name, "process": name}."""
+    cfg = cfg or EvalConfig()
+    if cfg.max_problems:
+        problems = problems[: cfg.max_problems]
+    if "outcome" not in verifiers:
+        raise ValueError("evaluation needs an 'outcome' verifier")
+    vs = {role: get_verifier(name) for role, name in verifiers.items() if name}
+    greedy = SamplingParams(temperature=0.0, max_new_tokens=cfg.max_new_tokens)
+    texts, lengths = _complete(policy, problems, greedy, 1, cfg.batch_size, cfg.seed)
+    refs = [p.reference for p in problems]
+    verdicts = {role: v.verify_batch(texts, refs) for role, v in vs.items()}
+    outcome = [v.score >= 1.0 for v in verdicts["outcome"]]
+    fmt = [v.score >= 1.0 for v in verdicts["format"]] if "format" in vs else None
+    proc = [v.score >= 1.0 for v in verdicts["process"]] if "process" in vs else None
+    wrong_steps = [o and not p for o, p in zip(outcome, proc)] if proc else None
+    n = len(problems)
+
+    def mean(xs):
+        return sum(xs) / len(xs) if xs else float("nan")
+
+    by_tag: dict[str, dict[str, float]] = {}
+    for tag in sorted({t for p in problems for t in p.tags}):
+        idx = [i for i, p in enumerate(problems) if tag in p.tags]
+        row = {"count": len(idx), "greedy_accuracy": mean([outcome[i] for i in idx])}
+        if wrong_steps:
+            row["wrong_steps_rate"] = mean([wrong_steps[i] for i in idx])
+        by_tag[tag] = row
+
+    sampled_acc, pass_at = None, {}
+    if cfg.n_samples > 0:
+        params = SamplingParams(temperature=cfg.temperature, max_new_tokens=cfg.max_new_tokens)
+        s_texts, _ = _complete(policy, problems, params, cfg.n_samples, cfg.batch_size, cfg.seed + 1)
+        s_refs = [r for r in refs for _ in range(cfg.n_samples)]
+        s_ok = [v.score >= 1.0 for v in vs["outcome"].verify_batch(s_texts, s_refs)]
+        correct = [sum(s_ok[i * cfg.n_samples : (i + 1) * cfg.n_samples]) for i in range(n)]
+        sampled_acc = sum(correct) / (n * cfg.n_samples)
+        for k in ks:
+            if k <= cfg.n_samples:
+                pass_at[str(k)] = mean([pass_at_k(cfg.n_samples, c, k) for c in correct])
+        for tag, row in by_tag.items():
+            idx = [i for i, p in enumerate(problems) if tag in p.tags]
+            for k in ks:
+                if k <= cfg.n_samples:
+                    row[f"pass@{k}"] = mean([pass_at_k(cfg.n_samples, correct[i], k) for i in idx])
+
+    examples = [
+        {
+            "prompt": p.prompt,
+            "completion": t,
+            "outcome": float(o),
+            "process": float(proc[i]) if proc else None,
+            "details": verdicts["process" if proc else "outcome"][i].details,
+        }
+        for i, (p, t, o) in enumerate(zip(problems[:20], texts[:20], outcome[:20]))
+    ]
+    result = EvalResult(
+        num_problems=n,
+        greedy_accuracy=mean(outcome),
+        format_rate=mean(fmt) if fmt else float("nan"),
+        process_rate=mean(proc) if proc else None,
+        wrong_steps_rate=mean(wrong_steps) if wrong_steps else None,
+        sampled_accuracy=sampled_acc,
+        pass_at=pass_at,
+        by_tag=by_tag,
+        mean_completion_tokens=mean(lengths),
+        examples=examples,
+    )
+    for name in ("greedy_accuracy",):
+        if math.isnan(getattr(result, name)):
+            raise ValueError("evaluation on an empty problem set")
+    return result

@@ -1,0 +1,52 @@
+"""``veriloop eval``: evaluate a policy (and the task's teacher) on the held-out set."""
+
+from __future__ import annotations
+
+import json
+
+import torch
+
+from veriloop.evaluation.evaluate import EvalResult, evaluate
+from veriloop.evaluation.teacher import evaluate_teacher
+from veriloop.io import atomic_write_json
+from veriloop.models.loading import load_policy
+from veriloop.training.run_config import EvalRunConfig
+
+
+def format_result(name: str, r: EvalResult) -> str:
+    lines = [f"{name}: {r.num_problems} held-out problems"]
+    lines.append(f"  greedy accuracy      {r.greedy_accuracy:.3f}")
+    if r.sampled_accuracy is not None:
+        lines.append(f"  sampled accuracy     {r.sampled_accuracy:.3f}")
+    for k, v in r.pass_at.items():
+        lines.append(f"  pass@{k:<15} {v:.3f}")
+    lines.append(f"  format rate          {r.format_rate:.3f}")
+    if r.process_rate is not None:
+        lines.append(f"  process-correct rate {r.process_rate:.3f}")
+        lines.append(f"  right answer, wrong steps {r.wrong_steps_rate:.3f}")
+    for tag, row in r.by_tag.items():
+        extra = ", ".join(f"{k} {v:.3f}" for k, v in row.items() if k != "count")
+        lines.append(f"  [{tag}] n={row['count']}: {extra}")
+    return "\n".join(lines)
+
+
+def run_eval(cfg: EvalRunConfig) -> dict:
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    task = cfg.task.build()
+    problems = task.heldout()
+    if cfg.eval.max_problems:
+        problems = problems[: cfg.eval.max_problems]
+    verifiers = cfg.task.eval_verifiers()
+    policy = load_policy(cfg.policy)
+    result = evaluate(policy, problems, verifiers, cfg.eval)
+    print(format_result(cfg.policy, result))
+    teacher = evaluate_teacher(task, problems, verifiers)
+    if teacher:
+        print("teacher: " + ", ".join(f"{k} {v:.3f}" for k, v in teacher.items()))
+    out = {"policy": cfg.policy, "result": result.as_dict(), "teacher": teacher}
+    if cfg.out:
+        atomic_write_json(cfg.out, out)
+    else:
+        print(json.dumps({k: v for k, v in result.as_dict().items() if k != "examples"}, indent=2))
+    return out

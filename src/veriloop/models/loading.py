@@ -1,0 +1,84 @@
+"""Load any local causal LM + tokenizer, with checks that fail early and say why.
+
+``path`` is a directory written by ``save_pretrained`` (config.json, weights,
+tokenizer files) or one of the built-in names:
+
+* ``builtin:base``: the SFT'd base shipped in ``veriloop/assets/base`` (made by ``veriloop sft``);
+* ``builtin:init``: a freshly initialised tiny Llama with the character tokenizer.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerBase
+
+from veriloop.models.tiny import build_char_tokenizer, build_tiny_model
+
+BUILTIN_BASE = Path(__file__).resolve().parent.parent / "assets" / "base"
+
+
+class PolicyLoadError(ValueError):
+    """The model directory or its tokenizer cannot be used as a policy."""
+
+
+@dataclass
+class Policy:
+    model: torch.nn.Module
+    tokenizer: PreTrainedTokenizerBase
+    source: str  # what was asked for (path or builtin name)
+
+    @property
+    def eos_id(self) -> int:
+        return self.tokenizer.eos_token_id
+
+    @property
+    def pad_id(self) -> int:
+        return self.tokenizer.pad_token_id
+
+
+def resolve_path(path: str) -> str:
+    if path == "builtin:base":
+        return str(BUILTIN_BASE)
+    return path
+
+
+def load_policy(path: str, seed: int = 0) -> Policy:
+    """Load model + tokenizer from ``path`` in float32 on CPU, checking they fit together."""
+    if path == "builtin:init":
+        tok = build_char_tokenizer()
+        return Policy(build_tiny_model(tok, seed=seed), tok, path)
+    real = resolve_path(path)
+    if not os.path.isdir(real):
+        hint = " (the shipped base is missing: run `veriloop sft --out src/veriloop/assets/base`)" if path == "builtin:base" else ""
+        raise PolicyLoadError(f"policy path {real!r} is not a directory{hint}")
+    if not os.path.isfile(os.path.join(real, "config.json")):
+        raise PolicyLoadError(f"policy path {real!r} has no config.json (expected a save_pretrained directory)")
+    try:
+        tok = AutoTokenizer.from_pretrained(real, local_files_only=True)
+    except (OSError, ValueError) as e:
+        raise PolicyLoadError(f"cannot load a tokenizer from {real!r}: {e}") from None
+    try:
+        model = AutoModelForCausalLM.from_pretrained(real, local_files_only=True, dtype=torch.float32)
+    except (OSError, ValueError) as e:
+        raise PolicyLoadError(f"cannot load a causal LM from {real!r}: {e}") from None
+    check_compatible(model, tok, real)
+    model.eval()
+    return Policy(model, tok, path)
+
+
+def check_compatible(model: torch.nn.Module, tok: PreTrainedTokenizerBase, where: str) -> None:
+    vocab = model.get_input_embeddings().num_embeddings
+    if len(tok) > vocab:
+        raise PolicyLoadError(
+            f"tokenizer/model mismatch in {where!r}: the tokenizer has {len(tok)} tokens "
+            f"but the model's embedding has only {vocab} rows"
+        )
+    if tok.eos_token_id is None:
+        raise PolicyLoadError(f"tokenizer in {where!r} has no eos_token; completions could never end")
+    if tok.pad_token_id is None:
+        # Any id works as padding because padded positions are masked; reuse EOS.
+        tok.pad_token = tok.eos_token

@@ -1,0 +1,93 @@
+"""The rollout record: one completion with everything needed to trust and reuse it.
+
+Nothing trains on a completion whose provenance is unknown: a record holds the token
+ids, the behaviour log-probs of the distribution that actually sampled them, the
+sampling settings and seed, the policy version, why it stopped, and the verdict with
+the verifier's version.  ``RecordStore`` writes one gzipped JSONL file per step.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from veriloop.io import atomic_write_jsonl, read_jsonl
+
+FINISH_REASONS = ("eos", "length", "error")
+
+
+@dataclass
+class Record:
+    problem_id: str
+    group_id: str  # completions of one prompt in one step share it
+    prompt: str
+    reference: str
+    prompt_ids: list[int]
+    completion_ids: list[int]  # EOS included when finish_reason == "eos"
+    completion: str  # decoded text, special tokens removed
+    behavior_logprobs: list[float]  # per completion token, nats, under `sampling`
+    sampling: dict  # temperature, top_k, top_p, max_new_tokens, seed
+    policy_version: int
+    finish_reason: str
+    reward: float | None = None
+    reward_components: dict[str, float] = field(default_factory=dict)
+    verifier: str = ""  # name@version
+    verdict_details: str = ""
+    created_at: float = 0.0  # unix time of sampling
+    verified_at: float = 0.0
+
+    def __post_init__(self):
+        if self.finish_reason not in FINISH_REASONS:
+            raise ValueError(f"finish_reason must be one of {FINISH_REASONS}, got {self.finish_reason!r}")
+        if len(self.behavior_logprobs) != len(self.completion_ids):
+            raise ValueError(
+                f"record {self.group_id}/{self.problem_id}: {len(self.behavior_logprobs)} behaviour log-probs "
+                f"for {len(self.completion_ids)} completion tokens"
+            )
+
+    @property
+    def truncated(self) -> bool:
+        return self.finish_reason == "length"
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, row: dict) -> "Record":
+        return cls(**row)
+
+
+def check_reward(record: Record) -> None:
+    """A reward must be a finite number before anything trains on it."""
+    if record.reward is None or not isinstance(record.reward, (int, float)) or not math.isfinite(record.reward):
+        raise ValueError(
+            f"non-finite reward {record.reward!r} from verifier {record.verifier!r} for problem "
+            f"{record.problem_id!r} (completion {record.completion!r}); refusing to train on it"
+        )
+
+
+class RecordStore:
+    """``rollouts/step-000001.jsonl.gz``: the records of one step, written atomically."""
+
+    def __init__(self, root: str | Path):
+        self.root = Path(root)
+
+    def path(self, step: int) -> Path:
+        return self.root / f"step-{step:06d}.jsonl.gz"
+
+    def write(self, step: int, records: list[Record]) -> Path:
+        p = self.path(step)
+        atomic_write_jsonl(p, (r.to_json() for r in records), compress=True)
+        return p
+
+    def read(self, step: int) -> list[Record]:
+        return [Record.from_json(r) for r in read_jsonl(self.path(step))]
+
+    def steps(self) -> list[int]:
+        return sorted(int(p.name[5:11]) for p in self.root.glob("step-*.jsonl.gz"))
+
+    def remove_after(self, step: int) -> None:
+        for s in self.steps():
+            if s > step:
+                self.path(s).unlink()

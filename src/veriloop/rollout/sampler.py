@@ -1,0 +1,153 @@
+"""Batched, KV-cached sampling that records the behaviour log-probs.
+
+``generate`` speaks token ids.  It
+
+* prefills each distinct prompt once and copies its KV cache to the ``n`` samples of
+  its group (a GRPO group shares its prompt);
+* samples from ``sampling_logprobs`` (temperature -> top-k -> top-p), so the log-prob it
+  records for each token is the one of the distribution that actually drew it;
+* drops finished rows from the batch (and from the cache) as soon as they emit EOS,
+  so a batch costs what its live rows cost, not its longest row times its size;
+* draws every random number from the ``torch.Generator`` it is given.
+
+``temperature == 0`` is greedy decoding; its behaviour distribution is a point mass,
+so the recorded log-probs are 0.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+import torch
+from transformers import DynamicCache
+
+from veriloop.algorithms.sampling import sampling_logprobs
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """How completions are drawn (recorded with every completion)."""
+
+    temperature: float = field(default=1.0, metadata={"help": "softmax temperature; 0 = greedy"})
+    top_k: int = field(default=0, metadata={"help": "keep the k most likely tokens; 0 = off"})
+    top_p: float = field(default=1.0, metadata={"help": "nucleus: smallest set reaching this mass; 1 = off"})
+    max_new_tokens: int = field(default=64, metadata={"help": "completion length limit, in tokens"})
+
+    def __post_init__(self):
+        if self.temperature < 0:
+            raise ValueError(f"sampling.temperature must be >= 0, got {self.temperature}")
+        if not 0.0 < self.top_p <= 1.0:
+            raise ValueError(f"sampling.top_p must be in (0, 1], got {self.top_p}")
+        if self.top_k < 0:
+            raise ValueError(f"sampling.top_k must be >= 0, got {self.top_k}")
+        if self.max_new_tokens < 1:
+            raise ValueError(f"sampling.max_new_tokens must be >= 1, got {self.max_new_tokens}")
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass
+class Generation:
+    """Completions in the order of the expanded batch: prompt 0 sample 0..n-1, prompt 1, ..."""
+
+    completion_ids: list[list[int]]  # EOS included when finish_reason == "eos"
+    logprobs: list[list[float]]  # behaviour log-prob of each completion token (nats)
+    finish_reasons: list[str]  # "eos" | "length"
+
+    @property
+    def num_tokens(self) -> int:
+        return sum(len(c) for c in self.completion_ids)
+
+
+def _left_pad(prompts: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    width = max(len(p) for p in prompts)
+    ids = torch.full((len(prompts), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(prompts), width), dtype=torch.long)
+    for i, p in enumerate(prompts):
+        ids[i, width - len(p) :] = torch.tensor(p, dtype=torch.long)
+        mask[i, width - len(p) :] = 1
+    return ids, mask
+
+
+def _draw(logprobs: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+    """Inverse-CDF sampling from rows of log-probs; never returns a token of probability 0."""
+    cdf = torch.cumsum(logprobs.exp(), dim=-1)
+    u = torch.rand(cdf.shape[0], 1, generator=generator, dtype=cdf.dtype) * cdf[:, -1:]
+    return torch.searchsorted(cdf, u, right=True).squeeze(1).clamp_(max=cdf.shape[1] - 1)
+
+
+@torch.no_grad()
+def generate(
+    model: torch.nn.Module,
+    prompts: list[list[int]],
+    params: SamplingParams,
+    *,
+    eos_id: int,
+    pad_id: int,
+    generator: torch.Generator | None = None,
+    n: int = 1,
+) -> Generation:
+    """Sample ``n`` completions for each prompt (token ids in, token ids out)."""
+    if not prompts or any(len(p) == 0 for p in prompts):
+        raise ValueError("generate needs a non-empty list of non-empty prompts")
+    if params.temperature > 0 and generator is None:
+        raise ValueError("sampling with temperature > 0 needs a torch.Generator (determinism)")
+    was_training = model.training
+    model.eval()
+    ids, mask = _left_pad(prompts, pad_id)
+    positions = (mask.cumsum(dim=1) - 1).clamp(min=0)
+    cache = DynamicCache()
+    out = model(input_ids=ids, attention_mask=mask, position_ids=positions, cache=cache, use_cache=True, logits_to_keep=1)
+    logits = out.logits[:, -1].float()
+    if n > 1:  # share the prefill across the group
+        cache.batch_repeat_interleave(n)
+        logits = logits.repeat_interleave(n, dim=0)
+        mask = mask.repeat_interleave(n, dim=0)
+        positions = positions.repeat_interleave(n, dim=0)
+    total = logits.shape[0]
+    rows = torch.arange(total)  # row i of the live batch is sample rows[i]
+    next_pos = positions[:, -1] + 1
+    completions: list[list[int]] = [[] for _ in range(total)]
+    logps: list[list[float]] = [[] for _ in range(total)]
+    finish = ["length"] * total
+    greedy = params.temperature == 0
+    for step in range(params.max_new_tokens):
+        if greedy:
+            tokens = logits.argmax(dim=-1)
+            token_lp = torch.zeros(tokens.shape[0])
+        else:
+            lp = sampling_logprobs(logits, params.temperature, params.top_k, params.top_p)
+            tokens = _draw(lp, generator)
+            token_lp = lp.gather(1, tokens[:, None]).squeeze(1)
+        tok_list, lp_list, row_list = tokens.tolist(), token_lp.tolist(), rows.tolist()
+        for r, t, l in zip(row_list, tok_list, lp_list):
+            completions[r].append(t)
+            logps[r].append(l)
+        done = tokens == eos_id
+        if step == params.max_new_tokens - 1:
+            for r, d in zip(row_list, done.tolist()):
+                if d:
+                    finish[r] = "eos"
+            break
+        if done.any():
+            for r, d in zip(row_list, done.tolist()):
+                if d:
+                    finish[r] = "eos"
+            keep = (~done).nonzero().squeeze(1)
+            if keep.numel() == 0:
+                break
+            cache.batch_select_indices(keep)
+            tokens, mask, next_pos, rows = tokens[keep], mask[keep], next_pos[keep], rows[keep]
+        mask = torch.cat([mask, torch.ones((mask.shape[0], 1), dtype=mask.dtype)], dim=1)
+        out = model(
+            input_ids=tokens[:, None],
+            attention_mask=mask,
+            position_ids=next_pos[:, None],
+            cache=cache,
+            use_cache=True,
+        )
+        logits = out.logits[:, -1].float()
+        next_pos = next_pos + 1
+    model.train(was_training)
+    return Generation(completions, logps, finish)

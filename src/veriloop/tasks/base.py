@@ -1,0 +1,57 @@
+"""Problems and the task registry.
+
+A task owns where problems come from (prompts and reference answers), nothing about
+rewards or models.  Tasks are chosen by name from the config: ``get_task(name, **options)``.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+from typing import Callable, Protocol
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One prompt with the reference its verifier needs.
+
+    ``tags`` name the classes a problem belongs to (for per-class evaluation);
+    ``id`` is stable across runs so records can be traced back to their problem.
+    """
+
+    id: str
+    prompt: str
+    reference: str
+    tags: tuple[str, ...] = field(default_factory=tuple)
+
+
+class Task(Protocol):
+    name: str
+    default_verifier: str
+
+    def train_batch(self, n: int, rng: random.Random) -> list[Problem]:
+        """``n`` training problems drawn with ``rng`` (never from the held-out split)."""
+
+    def heldout(self) -> list[Problem]:
+        """The fixed held-out evaluation set."""
+
+
+_TASKS: dict[str, Callable[..., Task]] = {}
+
+
+def register_task(name: str):
+    def wrap(factory):
+        _TASKS[name] = factory
+        return factory
+
+    return wrap
+
+
+def get_task(name: str, **options) -> Task:
+    if name not in _TASKS:
+        raise KeyError(f"unknown task {name!r}; known tasks: {sorted(_TASKS)}")
+    return _TASKS[name](**options)
+
+
+def task_names() -> list[str]:
+    return sorted(_TASKS)

@@ -1,0 +1,74 @@
+"""A task read from JSONL files: one ``{"prompt": ..., "reference": ...}`` object per line.
+
+Optional fields: ``id`` (default: file name and line) and ``tags`` (list of strings).
+Train problems come from ``data``; held-out problems from ``heldout_data`` (required
+for evaluation).  A malformed row stops loading with the file, line and field named.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+from veriloop.tasks.base import Problem, register_task
+
+
+class DatasetError(ValueError):
+    """A dataset file or row that cannot be used."""
+
+
+def load_problems(path: str) -> list[Problem]:
+    p = Path(path)
+    if not p.is_file():
+        raise DatasetError(f"dataset file {path!r} does not exist")
+    out = []
+    with p.open(encoding="utf-8") as fh:
+        for lineno, line in enumerate(fh, start=1):
+            if not line.strip():
+                continue
+            where = f"{path}:{lineno}"
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise DatasetError(f"{where}: not valid JSON ({e.msg})") from None
+            if not isinstance(row, dict):
+                raise DatasetError(f"{where}: expected a JSON object, got {type(row).__name__}")
+            for key in ("prompt", "reference"):
+                if key not in row:
+                    raise DatasetError(f"{where}: missing field {key!r}")
+                if not isinstance(row[key], str) or not row[key]:
+                    raise DatasetError(f"{where}: field {key!r} must be a non-empty string, got {row[key]!r}")
+            tags = row.get("tags", [])
+            if not isinstance(tags, list) or not all(isinstance(t, str) for t in tags):
+                raise DatasetError(f"{where}: field 'tags' must be a list of strings, got {tags!r}")
+            out.append(Problem(str(row.get("id", f"{p.name}:{lineno}")), row["prompt"], row["reference"], tuple(tags)))
+    if not out:
+        raise DatasetError(f"dataset file {path!r} has no rows")
+    return out
+
+
+class JsonlTask:
+    name = "jsonl"
+
+    def __init__(self, data: str, heldout_data: str = "", verifier: str = "arithmetic-outcome"):
+        if not data and not heldout_data:
+            raise DatasetError("task jsonl needs task.data (train rows) and/or task.heldout_data (eval rows)")
+        self.train = load_problems(data) if data else []
+        self._heldout = load_problems(heldout_data) if heldout_data else []
+        self.default_verifier = verifier
+
+    def train_batch(self, n: int, rng: random.Random) -> list[Problem]:
+        if not self.train:
+            raise DatasetError("task jsonl has no train rows (set task.data)")
+        return [self.train[rng.randrange(len(self.train))] for _ in range(n)]
+
+    def heldout(self) -> list[Problem]:
+        if not self._heldout:
+            raise DatasetError("task jsonl has no held-out rows (set task.heldout_data)")
+        return self._heldout
+
+
+@register_task("jsonl")
+def _jsonl(data: str = "", heldout_data: str = "", verifier: str = "arithmetic-outcome", **_):
+    return JsonlTask(data, heldout_data, verifier)

@@ -1,0 +1,72 @@
+"""Typed batches of (prompt, completion) token sequences and the policy forward pass.
+
+Layout: each row is ``prompt_ids + completion_ids`` right-padded to ``L``; completion
+tensors are ``[N, Tc]`` (Tc = longest completion), aligned with the records'
+``completion_ids`` and ``behavior_logprobs``.  ``logit_index[i, t]`` is the position whose
+logits predict completion token ``t`` of row ``i`` (``len(prompt_i) - 1 + t``).
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+
+
+class PolicyBatch(NamedTuple):
+    input_ids: torch.Tensor  # [N, L] int64, prompt + completion, right-padded
+    attention_mask: torch.Tensor  # [N, L] int64
+    logit_index: torch.Tensor  # [N, Tc] int64
+    completion_ids: torch.Tensor  # [N, Tc] int64 (0 where masked)
+    completion_mask: torch.Tensor  # [N, Tc] float32, 1 on real completion tokens
+
+    @property
+    def num_tokens(self) -> int:
+        return int(self.completion_mask.sum())
+
+
+def build_policy_batch(prompts: list[list[int]], completions: list[list[int]], pad_id: int) -> PolicyBatch:
+    if len(prompts) != len(completions) or not prompts:
+        raise ValueError("build_policy_batch needs equally many (>0) prompts and completions")
+    N = len(prompts)
+    L = max(len(p) + len(c) for p, c in zip(prompts, completions))
+    Tc = max(1, max(len(c) for c in completions))
+    input_ids = torch.full((N, L), pad_id, dtype=torch.long)
+    attention = torch.zeros((N, L), dtype=torch.long)
+    index = torch.zeros((N, Tc), dtype=torch.long)
+    comp = torch.zeros((N, Tc), dtype=torch.long)
+    cmask = torch.zeros((N, Tc), dtype=torch.float32)
+    for i, (p, c) in enumerate(zip(prompts, completions)):
+        if not p:
+            raise ValueError(f"row {i}: empty prompt (a completion needs a context to be scored)")
+        seq = list(p) + list(c)
+        input_ids[i, : len(seq)] = torch.tensor(seq, dtype=torch.long)
+        attention[i, : len(seq)] = 1
+        n = len(c)
+        index[i, :n] = torch.arange(len(p) - 1, len(p) - 1 + n)
+        index[i, n:] = len(p) - 1  # any valid position; masked
+        comp[i, :n] = torch.tensor(c, dtype=torch.long)
+        cmask[i, :n] = 1.0
+    return PolicyBatch(input_ids, attention, index, comp, cmask)
+
+
+def completion_logits(model: torch.nn.Module, batch: PolicyBatch) -> torch.Tensor:
+    """``[N, Tc, V]`` float32 logits that predict each completion token."""
+    out = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask, use_cache=False)
+    logits = out.logits
+    idx = batch.logit_index[:, :, None].expand(-1, -1, logits.shape[-1])
+    return torch.gather(logits, 1, idx).float()
+
+
+def select(batch: PolicyBatch, rows: torch.Tensor) -> PolicyBatch:
+    """The sub-batch of ``rows``, trimmed to its own longest sequence and completion."""
+    sub = PolicyBatch(*(t[rows] for t in batch))
+    L = int(sub.attention_mask.sum(dim=1).max())
+    Tc = max(1, int(sub.completion_mask.sum(dim=1).max()))
+    return PolicyBatch(
+        sub.input_ids[:, :L],
+        sub.attention_mask[:, :L],
+        sub.logit_index[:, :Tc],
+        sub.completion_ids[:, :Tc],
+        sub.completion_mask[:, :Tc],
+    )

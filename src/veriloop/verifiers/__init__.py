@@ -1,0 +1,27 @@
+"""Verifiers: (completion, reference) -> Verdict(score, components, version, details).
+
+``get(name, **options)`` builds one by name; ``names()`` lists them.
+"""
+
+from veriloop.verifiers import arithmetic as _arithmetic  # noqa: F401  (registers the arithmetic verifiers)
+from veriloop.verifiers.base import (
+    Verdict,
+    Verifier,
+    VerifierError,
+    from_reward_function,
+    get,
+    names,
+    register,
+)
+from veriloop.verifiers.composite import WeightedVerifier
+
+__all__ = [
+    "Verdict",
+    "Verifier",
+    "VerifierError",
+    "WeightedVerifier",
+    "from_reward_function",
+    "get",
+    "names",
+    "register",
+]

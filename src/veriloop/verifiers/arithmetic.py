@@ -1,0 +1,149 @@
+"""Verifiers of the arithmetic task: outcome, format, process, and their composite.
+
+The reference is the problem's expression (``(2+3)*4``), evaluated exactly; a reference
+that does not parse or is not an integer raises ``VerifierError`` (an error, not a 0).
+
+* ``arithmetic-outcome``: 1 iff the completion has exactly one ``answer=`` segment, it
+  is the last segment, it is exactly ``answer=<integer>`` (no trailing text, no ``or``,
+  no leading zeros) and the integer equals the reference's value.  Steps are not read.
+* ``arithmetic-format``: 1 iff the whole completion is ``(a op b=c;)*answer=N``.
+* ``arithmetic-process``: 1 iff format and outcome pass, every equation is true, every
+  step is one operation of the expression applied to numbers of the problem or results
+  of earlier steps (any order that respects the tree; ``+``/``*`` operands may be
+  swapped), every operation is computed once, and the last result is the answer.
+* ``arithmetic``: 0.8 outcome + 0.2 format (the seeds' R = 0.8 O + 0.2 F).
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+from veriloop.tasks.arithmetic import ANSWER_RE, Step, TraceFormatError, parse_trace
+from veriloop.tasks.expressions import ExpressionError, Node, internal_nodes, parse_expression
+from veriloop.verifiers.base import Verdict, Verifier, VerifierError, register
+from veriloop.verifiers.composite import WeightedVerifier
+
+
+@lru_cache(maxsize=65536)
+def reference_tree(reference: str) -> Node:
+    try:
+        node = parse_expression(reference)
+    except ExpressionError as e:
+        raise VerifierError(f"reference {reference!r} is not a valid expression: {e}") from None
+    if node.value.denominator != 1:
+        raise VerifierError(f"reference {reference!r} has the non-integer value {node.value}")
+    return node
+
+
+def check_outcome(completion: str, value: int) -> tuple[bool, str]:
+    text = completion.strip()
+    segments = text.split(";")
+    n_answers = sum(1 for s in segments if s.startswith("answer"))
+    if n_answers == 0:
+        return False, "no 'answer=' segment"
+    if n_answers > 1:
+        return False, f"{n_answers} answer segments; exactly one is allowed"
+    m = ANSWER_RE.fullmatch(segments[-1])
+    if m is None:
+        return False, f"final segment {segments[-1]!r} is not exactly 'answer=<integer>'"
+    got = int(m.group(1))
+    if got != value:
+        return False, f"answer {got} != {value}"
+    return True, ""
+
+
+def _matches(step: Step, node: Node) -> bool:
+    a, b = node.left.value, node.right.value
+    if step.op != node.op:
+        return False
+    if (step.a, step.b) == (a, b):
+        return True
+    return node.op in "+*" and (step.b, step.a) == (a, b)
+
+
+def check_process(steps: list[Step], answer: int, root: Node) -> tuple[bool, str]:
+    """Do the written steps compute ``root``, each true, each from available numbers?"""
+    for i, s in enumerate(steps, start=1):
+        if not s.is_true():
+            return False, f"step {i} '{s.text()}' is false"
+    ops = internal_nodes(root)
+    if not ops:
+        return (not steps and answer == root.value), "a bare number needs no steps"
+    furthest = [0]
+
+    def search(i: int, done: frozenset) -> bool:
+        furthest[0] = max(furthest[0], i)
+        if i == len(steps):
+            return len(done) == len(ops)
+        for n in ops:
+            if id(n) in done:
+                continue
+            ready = all(c.is_leaf or id(c) in done for c in (n.left, n.right))
+            if ready and _matches(steps[i], n):
+                if n is root and i != len(steps) - 1:
+                    continue  # the whole expression must be the last step
+                if search(i + 1, done | {id(n)}):
+                    return True
+        return False
+
+    if not search(0, frozenset()):
+        if len(steps) < len(ops):
+            return False, f"{len(steps)} steps for an expression of {len(ops)} operations"
+        i = min(furthest[0], len(steps) - 1)
+        return False, f"step {i + 1} '{steps[i].text()}' is not an operation of the problem on available numbers"
+    if steps[-1].c != answer:
+        return False, f"last result {steps[-1].c} is not the answer {answer}"
+    return True, ""
+
+
+class ArithmeticOutcome(Verifier):
+    name, version = "arithmetic-outcome", "1"
+
+    def verify(self, completion: str, reference: str) -> Verdict:
+        ok, why = check_outcome(completion, int(reference_tree(reference).value))
+        return self._verdict(float(ok), {"outcome": float(ok)}, why)
+
+
+class ArithmeticFormat(Verifier):
+    name, version = "arithmetic-format", "1"
+
+    def verify(self, completion: str, reference: str) -> Verdict:
+        reference_tree(reference)  # an invalid reference is an error for every verifier
+        try:
+            parse_trace(completion.strip())
+        except TraceFormatError as e:
+            return self._verdict(0.0, {"format": 0.0}, str(e))
+        return self._verdict(1.0, {"format": 1.0})
+
+
+class ArithmeticProcess(Verifier):
+    name, version = "arithmetic-process", "1"
+
+    def verify(self, completion: str, reference: str) -> Verdict:
+        root = reference_tree(reference)
+        text = completion.strip()
+        outcome, why = check_outcome(text, int(root.value))
+        try:
+            steps, answer = parse_trace(text)
+        except TraceFormatError as e:
+            comps = {"format": 0.0, "outcome": float(outcome), "process": 0.0}
+            return self._verdict(0.0, comps, str(e))
+        true_frac = sum(s.is_true() for s in steps) / len(steps) if steps else 1.0
+        ok, reason = check_process(steps, answer, root)
+        process = ok and outcome
+        if ok and not outcome:
+            reason = why
+        comps = {"format": 1.0, "outcome": float(outcome), "steps_true": true_frac, "process": float(process)}
+        return self._verdict(float(process), comps, reason)
+
+
+register("arithmetic-outcome")(ArithmeticOutcome)
+register("arithmetic-format")(ArithmeticFormat)
+register("arithmetic-process")(ArithmeticProcess)
+
+
+@register("arithmetic")
+def _arithmetic_composite(outcome_weight: float = 0.8, format_weight: float = 0.2) -> Verifier:
+    v = WeightedVerifier({"arithmetic-outcome": outcome_weight, "arithmetic-format": format_weight})
+    v.name = "arithmetic"
+    return v

@@ -1,0 +1,115 @@
+"""Verdicts, the verifier interface and the registry.
+
+A verifier is pure and deterministic: ``verify(completion, reference) -> Verdict``,
+same input, same verdict, no randomness, no printing.  What it rejects and why is in
+``Verdict.details``; every partial check is kept in ``Verdict.components``.
+
+``get(name, **options)`` builds a registered verifier.  A plain reward function with the
+common signature ``fn(prompts, completions, **columns) -> list[float]`` can be wrapped
+with ``from_reward_function``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Callable
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The result of one check.
+
+    score: the reward, in [0, 1] for the built-in verifiers.
+    components: every partial check by name (e.g. ``{"outcome": 1.0, "format": 1.0}``).
+    version: ``name@version`` of the verifier that produced it.
+    details: a short human reason (what failed, where).
+    """
+
+    score: float
+    components: dict[str, float] = field(default_factory=dict)
+    version: str = ""
+    details: str = ""
+
+
+class VerifierError(ValueError):
+    """The verifier cannot judge: e.g. the reference itself is invalid (an error, not a reward)."""
+
+
+class Verifier:
+    """Base class: subclasses set ``name`` / ``version`` and implement ``verify``."""
+
+    name: str = "verifier"
+    version: str = "0"
+
+    @property
+    def tag(self) -> str:
+        return f"{self.name}@{self.version}"
+
+    def verify(self, completion: str, reference: str) -> Verdict:  # pragma: no cover - interface
+        raise NotImplementedError
+
+    def verify_batch(self, completions: list[str], references: list[str]) -> list[Verdict]:
+        return [self.verify(c, r) for c, r in zip(completions, references, strict=True)]
+
+    def _verdict(self, score: float, components: dict[str, float], details: str = "") -> Verdict:
+        return Verdict(float(score), dict(components), self.tag, details)
+
+
+_VERIFIERS: dict[str, Callable[..., Verifier]] = {}
+
+
+def register(name: str):
+    """Decorator: ``@register("my-verifier")`` on a class or factory taking keyword options."""
+
+    def wrap(factory):
+        _VERIFIERS[name] = factory
+        return factory
+
+    return wrap
+
+
+def get(name: str, **options) -> Verifier:
+    """Build the verifier registered as ``name`` with ``options``."""
+    if name not in _VERIFIERS:
+        raise KeyError(f"unknown verifier {name!r}; known verifiers: {sorted(_VERIFIERS)}")
+    try:
+        return _VERIFIERS[name](**options)
+    except TypeError as e:
+        raise ValueError(f"bad options for verifier {name!r}: {e}") from None
+
+
+def names() -> list[str]:
+    return sorted(_VERIFIERS)
+
+
+class FunctionVerifier(Verifier):
+    """Wraps ``fn(prompts, completions, **columns) -> list[float]`` as a verifier.
+
+    The reference is passed as the ``reference`` column; the prompt is not known to
+    ``verify`` and is passed as an empty string.
+    """
+
+    def __init__(self, fn: Callable[..., list[float]], name: str | None = None, version: str = "1"):
+        self.fn = fn
+        self.name = name or getattr(fn, "__name__", "function")
+        self.version = version
+
+    def verify(self, completion: str, reference: str) -> Verdict:
+        return self.verify_batch([completion], [reference])[0]
+
+    def verify_batch(self, completions: list[str], references: list[str]) -> list[Verdict]:
+        scores = self.fn([""] * len(completions), list(completions), reference=list(references))
+        if len(scores) != len(completions):
+            raise VerifierError(f"reward function {self.name!r} returned {len(scores)} scores for {len(completions)} completions")
+        out = []
+        for s in scores:
+            s = float(s)
+            if not math.isfinite(s):
+                raise VerifierError(f"reward function {self.name!r} returned a non-finite score {s}")
+            out.append(self._verdict(s, {self.name: s}))
+        return out
+
+
+def from_reward_function(fn: Callable[..., list[float]], name: str | None = None, version: str = "1") -> Verifier:
+    return FunctionVerifier(fn, name, version)

@@ -1,0 +1,126 @@
+"""The sampler: greedy equals transformers' generate, behaviour log-probs are the learner's, records."""
+
+import math
+
+import pytest
+import torch
+
+from veriloop.algorithms import sampling_logprobs
+from veriloop.models.tiny import TinyModelConfig, build_char_tokenizer, build_tiny_model
+from veriloop.rollout.records import Record, RecordStore, check_reward
+from veriloop.rollout.sampler import SamplingParams, generate
+from veriloop.training.batch import build_policy_batch, completion_logits
+
+TOK = build_char_tokenizer()
+MODEL = build_tiny_model(TOK, TinyModelConfig(hidden_size=64, intermediate_size=128, num_layers=2, num_heads=2), seed=3)
+PROMPTS = [TOK(p).input_ids for p in ["(2+3)*4?", "17*23?", "24/(3+5)?", "1?"]]
+
+
+def run(params, n=1, seed=0, prompts=PROMPTS):
+    g = torch.Generator().manual_seed(seed)
+    return generate(MODEL, prompts, params, eos_id=TOK.eos_token_id, pad_id=TOK.pad_token_id, generator=g, n=n)
+
+
+def test_greedy_matches_transformers_generate():
+    ours = run(SamplingParams(temperature=0, max_new_tokens=12))
+    for p, c in zip(PROMPTS, ours.completion_ids):
+        ids = torch.tensor([p])
+        ref = MODEL.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False, max_new_tokens=12,
+                             pad_token_id=TOK.pad_token_id, eos_token_id=TOK.eos_token_id)
+        assert ref[0, len(p):].tolist()[: len(c)] == c
+    assert all(lp == 0.0 for row in ours.logprobs for lp in row)  # a point mass
+
+
+@pytest.mark.parametrize("params", [
+    SamplingParams(temperature=1.0, max_new_tokens=10),
+    SamplingParams(temperature=0.7, top_k=5, max_new_tokens=10),
+    SamplingParams(temperature=2.0, top_p=0.8, max_new_tokens=10),
+])
+def test_behaviour_logprobs_are_the_learners_under_the_same_transforms(params):
+    out = run(params, n=3)
+    prompts = [p for p in PROMPTS for _ in range(3)]
+    batch = build_policy_batch(prompts, out.completion_ids, TOK.pad_token_id)
+    with torch.no_grad():
+        lp = sampling_logprobs(completion_logits(MODEL, batch), params.temperature, params.top_k, params.top_p)
+    token_lp = lp.gather(-1, batch.completion_ids[..., None]).squeeze(-1)
+    for i, row in enumerate(out.logprobs):
+        assert all(math.isfinite(x) for x in row)  # never a token outside the behaviour support
+        assert torch.allclose(token_lp[i, : len(row)], torch.tensor(row), atol=2e-5)
+
+
+def test_group_layout_and_determinism():
+    a = run(SamplingParams(temperature=1.0, max_new_tokens=8), n=4, seed=1)
+    b = run(SamplingParams(temperature=1.0, max_new_tokens=8), n=4, seed=1)
+    c = run(SamplingParams(temperature=1.0, max_new_tokens=8), n=4, seed=2)
+    assert a.completion_ids == b.completion_ids and a.logprobs == b.logprobs
+    assert a.completion_ids != c.completion_ids
+    assert len(a.completion_ids) == 4 * len(PROMPTS)
+    greedy = run(SamplingParams(temperature=0, max_new_tokens=8), n=3)
+    for i in range(len(PROMPTS)):  # rows i*n .. i*n+n-1 belong to prompt i
+        assert greedy.completion_ids[3 * i] == greedy.completion_ids[3 * i + 1] == greedy.completion_ids[3 * i + 2]
+
+
+def test_padding_does_not_change_results():
+    batch = run(SamplingParams(temperature=0, max_new_tokens=10))
+    alone = [run(SamplingParams(temperature=0, max_new_tokens=10), prompts=[p]).completion_ids[0] for p in PROMPTS]
+    assert batch.completion_ids == alone
+
+
+def test_first_token_frequencies_follow_the_recorded_distribution():
+    # 4000 draws of the first token of one prompt: empirical frequencies vs recorded probabilities.
+    params = SamplingParams(temperature=1.0, top_k=4, max_new_tokens=1)
+    out = run(params, n=4000, prompts=[PROMPTS[0]])
+    counts: dict[int, int] = {}
+    probs: dict[int, float] = {}
+    for ids, lps in zip(out.completion_ids, out.logprobs):
+        counts[ids[0]] = counts.get(ids[0], 0) + 1
+        probs[ids[0]] = math.exp(lps[0])
+    assert len(counts) <= 4
+    for tok, c in counts.items():
+        p = probs[tok]
+        assert abs(c / 4000 - p) < 4 * math.sqrt(p * (1 - p) / 4000) + 1e-3
+
+
+def test_length_limit_and_finish_reasons():
+    out = run(SamplingParams(temperature=1.0, max_new_tokens=5), n=2)
+    for ids, reason in zip(out.completion_ids, out.finish_reasons):
+        assert len(ids) <= 5
+        assert reason == ("eos" if ids[-1] == TOK.eos_token_id else "length")
+        assert reason == "eos" or len(ids) == 5
+
+
+def test_rejects_bad_input():
+    with pytest.raises(ValueError, match="Generator"):
+        generate(MODEL, PROMPTS, SamplingParams(temperature=1.0), eos_id=2, pad_id=0)
+    with pytest.raises(ValueError, match="non-empty"):
+        run(SamplingParams(temperature=0), prompts=[[]])
+    with pytest.raises(ValueError, match="top_p"):
+        SamplingParams(top_p=0.0)
+
+
+def make_record(**kw):
+    base = dict(problem_id="p", group_id="1-0", prompt="1?", reference="1", prompt_ids=[1, 5], completion_ids=[7, 2],
+                completion="x", behavior_logprobs=[-0.1, -0.2], sampling={"temperature": 1.0}, policy_version=0,
+                finish_reason="eos", reward=1.0)
+    base.update(kw)
+    return Record(**base)
+
+
+def test_record_store_round_trip(tmp_path):
+    store = RecordStore(tmp_path)
+    records = [make_record(), make_record(problem_id="q", finish_reason="length")]
+    store.write(3, records)
+    assert store.read(3) == records and store.steps() == [3]
+    store.write(5, records)
+    store.remove_after(3)
+    assert store.steps() == [3]
+
+
+def test_record_validation():
+    with pytest.raises(ValueError, match="behaviour log-probs"):
+        make_record(behavior_logprobs=[-0.1])
+    with pytest.raises(ValueError, match="finish_reason"):
+        make_record(finish_reason="stop")
+    for bad in (float("nan"), float("inf"), None):
+        with pytest.raises(ValueError, match="non-finite reward"):
+            check_reward(make_record(reward=bad))
