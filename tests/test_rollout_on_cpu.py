@@ -124,3 +124,11 @@ def test_record_validation():
     for bad in (float("nan"), float("inf"), None):
         with pytest.raises(ValueError, match="non-finite reward"):
             check_reward(make_record(reward=bad))
+
+
+def test_completion_text_keeps_special_tokens_visible():
+    from veriloop.rollout.sampler import completion_text
+
+    ids = TOK("answer=2", add_special_tokens=False).input_ids + [TOK.unk_token_id] + TOK("0", add_special_tokens=False).input_ids
+    assert completion_text(TOK, ids + [TOK.eos_token_id], "eos") == "answer=2<unk>0"  # not "answer=20"
+    assert completion_text(TOK, ids, "length") == "answer=2<unk>0"

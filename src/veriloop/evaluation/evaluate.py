@@ -21,7 +21,7 @@ import torch
 
 from veriloop.algorithms.pass_at_k import pass_at_k
 from veriloop.models.loading import Policy
-from veriloop.rollout.sampler import SamplingParams, generate
+from veriloop.rollout.sampler import SamplingParams, completion_text, generate
 from veriloop.tasks.base import Problem
 from veriloop.verifiers import get as get_verifier
 
@@ -70,8 +70,8 @@ def _complete(policy: Policy, problems: list[Problem], params: SamplingParams, n
         chunk = problems[i : i + per_batch]
         ids = [tok(p.prompt).input_ids for p in chunk]
         out = generate(policy.model, ids, params, eos_id=policy.eos_id, pad_id=policy.pad_id, generator=gen, n=n)
-        for c in out.completion_ids:
-            texts.append(tok.decode(c, skip_special_tokens=True))
+        for c, finish in zip(out.completion_ids, out.finish_reasons):
+            texts.append(completion_text(tok, c, finish))
             lengths.append(len(c))
     return texts, lengths
 

@@ -22,6 +22,7 @@ import torch
 from transformers import DynamicCache
 
 from veriloop.algorithms.sampling import sampling_logprobs
+from veriloop.rollout import static_decode
 
 
 @dataclass(frozen=True)
@@ -60,6 +61,16 @@ class Generation:
         return sum(len(c) for c in self.completion_ids)
 
 
+def completion_text(tokenizer, ids: list[int], finish_reason: str) -> str:
+    """Text of a completion without its final EOS.
+
+    Other special tokens stay visible (``<pad>``, ``<unk>``...): dropping them silently
+    would let ``answer=2<unk>0`` read as ``answer=20`` to a verifier.
+    """
+    body = ids[:-1] if finish_reason == "eos" else ids
+    return tokenizer.decode(body, skip_special_tokens=False)
+
+
 def _left_pad(prompts: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
     width = max(len(p) for p in prompts)
     ids = torch.full((len(prompts), width), pad_id, dtype=torch.long)
@@ -77,6 +88,23 @@ def _draw(logprobs: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
     return torch.searchsorted(cdf, u, right=True).squeeze(1).clamp_(max=cdf.shape[1] - 1)
 
 
+class _HFDecoder:
+    """Decode steps through the model's own forward and transformers' DynamicCache."""
+
+    def __init__(self, model, cache, mask):
+        self.model, self.cache, self.mask = model, cache, mask
+
+    def select(self, rows: torch.Tensor) -> None:
+        self.cache.batch_select_indices(rows)
+        self.mask = self.mask[rows]
+
+    def step(self, tokens: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        self.mask = torch.cat([self.mask, torch.ones((self.mask.shape[0], 1), dtype=self.mask.dtype)], dim=1)
+        out = self.model(input_ids=tokens[:, None], attention_mask=self.mask, position_ids=positions[:, None],
+                         cache=self.cache, use_cache=True)
+        return out.logits[:, -1].float()
+
+
 @torch.no_grad()
 def generate(
     model: torch.nn.Module,
@@ -87,12 +115,19 @@ def generate(
     pad_id: int,
     generator: torch.Generator | None = None,
     n: int = 1,
+    engine: str = "auto",
 ) -> Generation:
-    """Sample ``n`` completions for each prompt (token ids in, token ids out)."""
+    """Sample ``n`` completions for each prompt (token ids in, token ids out).
+
+    ``engine``: ``"static"`` (preallocated cache, Llama-family models), ``"hf"`` (the
+    model's own forward with transformers' cache) or ``"auto"`` (static where supported).
+    """
     if not prompts or any(len(p) == 0 for p in prompts):
         raise ValueError("generate needs a non-empty list of non-empty prompts")
     if params.temperature > 0 and generator is None:
         raise ValueError("sampling with temperature > 0 needs a torch.Generator (determinism)")
+    if engine not in ("auto", "static", "hf"):
+        raise ValueError(f"engine must be auto, static or hf, got {engine!r}")
     was_training = model.training
     model.eval()
     ids, mask = _left_pad(prompts, pad_id)
@@ -105,9 +140,20 @@ def generate(
         logits = logits.repeat_interleave(n, dim=0)
         mask = mask.repeat_interleave(n, dim=0)
         positions = positions.repeat_interleave(n, dim=0)
+    total, width = logits.shape[0], mask.shape[1]
+    use_static = engine == "static" or (engine == "auto" and static_decode.supports(model, width + params.max_new_tokens))
+    if use_static:
+        decoder = static_decode.StaticDecoder(model, total, width + params.max_new_tokens, cache, mask)
+    else:
+        decoder = _HFDecoder(model, cache, mask)
+    result = _sample_loop(decoder, logits, positions[:, -1] + 1, params, eos_id, generator)
+    model.train(was_training)
+    return result
+
+
+def _sample_loop(decoder, logits, next_pos, params: SamplingParams, eos_id: int, generator) -> Generation:
     total = logits.shape[0]
     rows = torch.arange(total)  # row i of the live batch is sample rows[i]
-    next_pos = positions[:, -1] + 1
     completions: list[list[int]] = [[] for _ in range(total)]
     logps: list[list[float]] = [[] for _ in range(total)]
     finish = ["length"] * total
@@ -120,34 +166,20 @@ def generate(
             lp = sampling_logprobs(logits, params.temperature, params.top_k, params.top_p)
             tokens = _draw(lp, generator)
             token_lp = lp.gather(1, tokens[:, None]).squeeze(1)
-        tok_list, lp_list, row_list = tokens.tolist(), token_lp.tolist(), rows.tolist()
-        for r, t, l in zip(row_list, tok_list, lp_list):
+        row_list, done = rows.tolist(), tokens == eos_id
+        for r, t, lpv, d in zip(row_list, tokens.tolist(), token_lp.tolist(), done.tolist()):
             completions[r].append(t)
-            logps[r].append(l)
-        done = tokens == eos_id
+            logps[r].append(lpv)
+            if d:
+                finish[r] = "eos"
         if step == params.max_new_tokens - 1:
-            for r, d in zip(row_list, done.tolist()):
-                if d:
-                    finish[r] = "eos"
             break
         if done.any():
-            for r, d in zip(row_list, done.tolist()):
-                if d:
-                    finish[r] = "eos"
             keep = (~done).nonzero().squeeze(1)
             if keep.numel() == 0:
                 break
-            cache.batch_select_indices(keep)
-            tokens, mask, next_pos, rows = tokens[keep], mask[keep], next_pos[keep], rows[keep]
-        mask = torch.cat([mask, torch.ones((mask.shape[0], 1), dtype=mask.dtype)], dim=1)
-        out = model(
-            input_ids=tokens[:, None],
-            attention_mask=mask,
-            position_ids=next_pos[:, None],
-            cache=cache,
-            use_cache=True,
-        )
-        logits = out.logits[:, -1].float()
+            decoder.select(keep)
+            tokens, next_pos, rows = tokens[keep], next_pos[keep], rows[keep]
+        logits = decoder.step(tokens, next_pos)
         next_pos = next_pos + 1
-    model.train(was_training)
     return Generation(completions, logps, finish)

@@ -3,8 +3,11 @@
 1. evaluate the shipped base (greedy, sampled, pass@k, process, wrong steps) and the
    teacher it was fine-tuned on;
 2. train it with GRPO (outcome reward by default);
-3. optionally train a second run from the same base with the process reward;
-4. evaluate again, print a before/after table, write ``summary.json`` and ``report.html``.
+3. train a second run from the same base with the process reward (the seeds' lesson:
+   does the reward see the steps?);
+4. continue SFT on the teacher's traces from the same base for the same wall time as
+   the GRPO run (the control: is it the extra compute or the reward that helps?);
+5. evaluate each, print a before/after table, write ``summary.json``.
 """
 
 from __future__ import annotations
@@ -22,7 +25,8 @@ from veriloop.io import atomic_write_json, atomic_write_yaml
 from veriloop.models.loading import load_policy
 from veriloop.report.report import write_report
 from veriloop.training.config import to_dict
-from veriloop.training.run_config import TrainConfig
+from veriloop.training.run_config import OptimConfig, SFTConfig, TrainConfig
+from veriloop.training.sft import run_sft
 from veriloop.training.trainer import GRPOTrainer
 
 
@@ -32,9 +36,13 @@ class DemoConfig:
 
     run_dir: str = field(default="runs/demo", metadata={"help": "demo directory (a new one is numbered if it exists)"})
     process_run: bool = field(
-        default=False, metadata={"help": "also train from the same base with the arithmetic-process reward"}
+        default=True, metadata={"help": "also train from the same base with the process reward"}
     )
     process_verifier: str = field(default="arithmetic-process", metadata={"help": "reward of the process run"})
+    sft_control: bool = field(
+        default=True, metadata={"help": "also continue SFT from the base for the GRPO run's wall time"}
+    )
+    sft_lr: float = field(default=2e-4, metadata={"help": "learning rate of the continued-SFT control"})
     threads: int = field(default=0, metadata={"help": "torch CPU threads; 0 = torch's default"})
     train: TrainConfig = field(default_factory=TrainConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
@@ -88,6 +96,14 @@ def _train(cfg: TrainConfig, run_dir: Path, verifier: str, progress: bool) -> tu
     return run_dir / "final", time.time() - t0
 
 
+def _continue_sft(cfg: DemoConfig, run_dir: Path, seconds: float, progress: bool) -> Path:
+    sft = SFTConfig(policy=cfg.train.policy, run_dir=str(run_dir), seed=cfg.train.seed, steps=10**7,
+                    max_minutes=seconds / 60, eval_every=0, task=cfg.train.task,
+                    optim=OptimConfig(lr=cfg.sft_lr, weight_decay=0.01))
+    run_sft(sft, progress=progress)
+    return run_dir / "model"
+
+
 def run_demo(cfg: DemoConfig, progress: bool = True) -> dict:
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
@@ -108,7 +124,13 @@ def run_demo(cfg: DemoConfig, progress: bool = True) -> dict:
     final = evaluate(load_policy(str(final_dir)), problems, verifiers, cfg.eval)
     columns["grpo"] = _row(final)
     results["grpo"] = final.as_dict()
-    process = None
+    process = control = None
+    if cfg.sft_control:
+        print(f"continuing SFT from the same base for {train_s / 60:.1f} minutes (the control) ...")
+        control_dir = _continue_sft(cfg, out / "sft-control", train_s, progress)
+        control = evaluate(load_policy(str(control_dir)), problems, verifiers, cfg.eval)
+        columns["sft-control"] = _row(control)
+        results["sft-control"] = control.as_dict()
     if cfg.process_run:
         print(f"training from the same base with the {cfg.process_verifier} reward ...")
         process_dir, _ = _train(cfg.train, out / "grpo-process", cfg.process_verifier, progress)
@@ -134,6 +156,9 @@ def run_demo(cfg: DemoConfig, progress: bool = True) -> dict:
     if process is not None:
         summary.update(process_final_accuracy=process.greedy_accuracy,
                        process_final_wrong_steps_rate=process.wrong_steps_rate)
+    if control is not None:
+        summary.update(sft_control_accuracy=control.greedy_accuracy,
+                       sft_control_wrong_steps_rate=control.wrong_steps_rate)
     atomic_write_json(out / "summary.json", summary)
     atomic_write_json(out / "eval.json", {"teacher": teacher, **results})
     (out / "table.txt").write_text(table + "\n")

@@ -61,7 +61,9 @@ def run_sft(cfg: SFTConfig, progress: bool = True) -> dict:
     eval_cfg = EvalConfig(n_samples=0)
     metrics: list[dict] = []
     start = time.time()
-    bar = tqdm(range(cfg.steps), desc="sft", unit="step", disable=not progress, dynamic_ncols=True)
+    # With a time budget the step count is only a cap: show rate and elapsed time, not a fake ETA.
+    bar = tqdm(range(cfg.steps), desc="sft", unit="step", disable=not progress, dynamic_ncols=True,
+               total=None if cfg.max_minutes else cfg.steps)
     row: dict = {}
     for step in bar:
         lr = lr_at(step, cfg.steps, cfg.optim)
@@ -87,6 +89,8 @@ def run_sft(cfg: SFTConfig, progress: bool = True) -> dict:
                 row["heldout_wrong_steps_rate"] = result.wrong_steps_rate
             bar.write(f"step {step + 1}: loss {float(loss.detach()):.4f}, held-out greedy accuracy {result.greedy_accuracy:.3f}")
         metrics.append(row)
+        if len(metrics) % 100 == 0:
+            atomic_write_jsonl(run_dir / "metrics.jsonl", metrics)
         bar.set_postfix(loss=f"{float(loss.detach()):.4f}", lr=f"{lr:.2e}")
         if last:
             break

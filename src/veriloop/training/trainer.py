@@ -38,7 +38,7 @@ from veriloop.algorithms import (
 from veriloop.io import atomic_write_json, atomic_write_yaml
 from veriloop.models.loading import Policy, load_policy
 from veriloop.rollout.records import Record, RecordStore, check_reward
-from veriloop.rollout.sampler import generate
+from veriloop.rollout.sampler import completion_text, generate
 from veriloop.training.batch import PolicyBatch, build_policy_batch, completion_logits, select
 from veriloop.training.checkpoint import (
     RunState,
@@ -153,7 +153,7 @@ class GRPOTrainer:
             records.append(Record(
                 problem_id=problems[b].id, group_id=f"{step}-{b}", prompt=problems[b].prompt,
                 reference=problems[b].reference, prompt_ids=prompt_ids[b], completion_ids=ids,
-                completion=tok.decode(ids, skip_special_tokens=True), behavior_logprobs=lps,
+                completion=completion_text(tok, ids, finish), behavior_logprobs=lps,
                 sampling=sampling, policy_version=self.state.policy_version, finish_reason=finish,
                 created_at=created))
         return records
@@ -171,17 +171,15 @@ class GRPOTrainer:
         g = self.cfg.grpo
         keep = torch.ones(len(records), dtype=torch.bool)
         if g.skip_zero_variance_groups:
-            keep = ~flat_groups.repeat_interleave(g.group_size)
+            keep &= ~flat_groups.repeat_interleave(g.group_size)
+        if g.mask_truncated:  # a cut-off completion has no verdict on its ending: leave it out
+            keep &= torch.tensor([not r.truncated for r in records])
         rows = keep.nonzero().squeeze(1)
         if rows.numel() == 0:
             return {"skipped": True}
         chosen = [records[i] for i in rows.tolist()]
         batch = build_policy_batch([r.prompt_ids for r in chosen], [r.completion_ids for r in chosen], self.policy.pad_id)
-        mask = batch.completion_mask.clone()
-        if g.mask_truncated:
-            mask *= torch.tensor([0.0 if r.truncated else 1.0 for r in chosen])[:, None]
-        batch = batch._replace(completion_mask=mask)
-        behavior = torch.zeros_like(mask)
+        behavior = torch.zeros_like(batch.completion_mask)
         for i, r in enumerate(chosen):
             behavior[i, : len(r.behavior_logprobs)] = torch.tensor(r.behavior_logprobs)
         ref = self.reference_logprobs(batch) if self.reference is not None else None

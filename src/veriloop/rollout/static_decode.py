@@ -1,0 +1,118 @@
+"""One-token decode steps for Llama-family models with a preallocated KV cache.
+
+transformers' decode step rebuilds a 4-D attention mask and concatenates the growing
+cache every step; for a small model on a CPU that bookkeeping costs as much as the
+maths.  This decoder keeps the cache in one preallocated tensor per layer, writes each
+new key/value into its column, fuses the q/k/v and gate/up projections into one matmul
+each, and attends with a plain masked softmax.  It reads the model's own weights and
+modules (norms, rotary embedding, activation), so it decodes exactly the model
+transformers loaded; ``tests/test_static_decode_on_cpu.py`` checks its logits against
+the model's own forward pass.
+
+Supported: ``model_type`` in llama, qwen2, qwen3, mistral without a sliding window.
+Anything else falls back to the transformers forward in ``sampler.generate``.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+SUPPORTED_MODEL_TYPES = ("llama", "qwen2", "qwen3", "mistral")
+
+
+def supports(model: torch.nn.Module, max_len: int) -> bool:
+    cfg = getattr(model, "config", None)
+    if cfg is None or getattr(cfg, "model_type", None) not in SUPPORTED_MODEL_TYPES:
+        return False
+    window = getattr(cfg, "sliding_window", None)
+    if window is not None and getattr(cfg, "use_sliding_window", True) and window < max_len:
+        return False
+    inner = getattr(model, "model", None)
+    return inner is not None and hasattr(inner, "rotary_emb") and hasattr(model, "lm_head")
+
+
+def _rotate_half(x: torch.Tensor) -> torch.Tensor:
+    half = x.shape[-1] // 2
+    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+
+
+class StaticDecoder:
+    """Decode state for ``batch`` rows with room for ``max_len`` positions."""
+
+    def __init__(self, model: torch.nn.Module, batch: int, max_len: int, prefill_cache, prefill_mask: torch.Tensor):
+        cfg = model.config
+        self.model, self.inner = model, model.model
+        self.heads = cfg.num_attention_heads
+        self.kv_heads = getattr(cfg, "num_key_value_heads", None) or self.heads
+        self.head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // self.heads
+        self.scaling = self.head_dim**-0.5
+        self.layers = list(self.inner.layers)
+        self.fused = [self._fuse(layer) for layer in self.layers]
+        dtype = self.inner.embed_tokens.weight.dtype
+        P = prefill_mask.shape[1]
+        shape = (batch, self.kv_heads, max_len, self.head_dim)
+        self.keys = [torch.zeros(shape, dtype=dtype) for _ in self.layers]
+        self.values = [torch.zeros(shape, dtype=dtype) for _ in self.layers]
+        for i, layer_cache in enumerate(prefill_cache.layers):
+            self.keys[i][:, :, :P] = layer_cache.keys
+            self.values[i][:, :, :P] = layer_cache.values
+        self.valid = torch.zeros((batch, max_len), dtype=torch.bool)
+        self.valid[:, :P] = prefill_mask.bool()
+        self.column = P  # where the next token's key/value go
+
+    @staticmethod
+    def _fuse(layer) -> tuple:
+        attn, mlp = layer.self_attn, layer.mlp
+        w_qkv = torch.cat([attn.q_proj.weight, attn.k_proj.weight, attn.v_proj.weight])
+        b_qkv = None
+        if attn.q_proj.bias is not None:
+            b_qkv = torch.cat([attn.q_proj.bias, attn.k_proj.bias, attn.v_proj.bias])
+        w_gu = torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight])
+        return w_qkv, b_qkv, w_gu
+
+    def select(self, rows: torch.Tensor) -> None:
+        """Keep only ``rows`` of the batch (finished rows leave)."""
+        self.keys = [k.index_select(0, rows) for k in self.keys]
+        self.values = [v.index_select(0, rows) for v in self.values]
+        self.valid = self.valid.index_select(0, rows)
+
+    @torch.no_grad()
+    def step(self, tokens: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        """Logits ``[B, V]`` after appending ``tokens[B]`` at rotary positions ``positions[B]``."""
+        B, col = tokens.shape[0], self.column
+        h = self.inner.embed_tokens(tokens)[:, None, :]  # [B, 1, C]
+        cos, sin = self.inner.rotary_emb(h, positions[:, None])  # [B, 1, D]
+        cos, sin = cos[:, None], sin[:, None]  # [B, 1, 1, D]
+        self.valid[:, col] = True
+        bias = torch.zeros(self.valid[:, : col + 1].shape, dtype=h.dtype).masked_fill_(~self.valid[:, : col + 1], float("-inf"))
+        bias = bias[:, None, None, :]  # [B, 1, 1, L]
+        groups = self.heads // self.kv_heads
+        q_size, kv_size = self.heads * self.head_dim, self.kv_heads * self.head_dim
+        for i, layer in enumerate(self.layers):
+            w_qkv, b_qkv, w_gu = self.fused[i]
+            attn = layer.self_attn
+            x = layer.input_layernorm(h)
+            qkv = F.linear(x, w_qkv, b_qkv)  # [B, 1, q + 2 kv]
+            q = qkv[..., :q_size].view(B, 1, self.heads, self.head_dim)
+            k = qkv[..., q_size : q_size + kv_size].view(B, 1, self.kv_heads, self.head_dim)
+            v = qkv[..., q_size + kv_size :].view(B, self.kv_heads, self.head_dim)
+            if hasattr(attn, "q_norm"):  # qwen3 normalises each head before the rotation
+                q, k = attn.q_norm(q), attn.k_norm(k)
+            q = q.transpose(1, 2)  # [B, H, 1, D]
+            k = k.transpose(1, 2)  # [B, Hkv, 1, D]
+            q = q * cos + _rotate_half(q) * sin
+            k = k * cos + _rotate_half(k) * sin
+            self.keys[i][:, :, col] = k[:, :, 0]
+            self.values[i][:, :, col] = v
+            keys = self.keys[i][:, :, : col + 1]  # [B, Hkv, L, D]
+            values = self.values[i][:, :, : col + 1]
+            qg = q.reshape(B, self.kv_heads, groups, self.head_dim)  # heads grouped by their shared kv head
+            scores = torch.matmul(qg, keys.transpose(-1, -2)) * self.scaling + bias  # [B, Hkv, g, L]
+            out = torch.matmul(torch.softmax(scores, dim=-1), values)  # [B, Hkv, g, D]
+            h = h + attn.o_proj(out.reshape(B, 1, q_size))
+            x = layer.post_attention_layernorm(h)
+            gate, up = F.linear(x, w_gu).chunk(2, dim=-1)
+            h = h + layer.mlp.down_proj(layer.mlp.act_fn(gate) * up)
+        self.column += 1
+        return self.model.lm_head(self.inner.norm(h))[:, 0].float()
