@@ -54,7 +54,7 @@ class Record:
         return asdict(self)
 
     @classmethod
-    def from_json(cls, row: dict) -> "Record":
+    def from_json(cls, row: dict) -> Record:
         return cls(**row)
 
 

@@ -100,8 +100,13 @@ class _HFDecoder:
 
     def step(self, tokens: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         self.mask = torch.cat([self.mask, torch.ones((self.mask.shape[0], 1), dtype=self.mask.dtype)], dim=1)
-        out = self.model(input_ids=tokens[:, None], attention_mask=self.mask, position_ids=positions[:, None],
-                         cache=self.cache, use_cache=True)
+        out = self.model(
+            input_ids=tokens[:, None],
+            attention_mask=self.mask,
+            position_ids=positions[:, None],
+            cache=self.cache,
+            use_cache=True,
+        )
         return out.logits[:, -1].float()
 
 
@@ -133,7 +138,9 @@ def generate(
     ids, mask = _left_pad(prompts, pad_id)
     positions = (mask.cumsum(dim=1) - 1).clamp(min=0)
     cache = DynamicCache()
-    out = model(input_ids=ids, attention_mask=mask, position_ids=positions, cache=cache, use_cache=True, logits_to_keep=1)
+    out = model(
+        input_ids=ids, attention_mask=mask, position_ids=positions, cache=cache, use_cache=True, logits_to_keep=1
+    )
     logits = out.logits[:, -1].float()
     if n > 1:  # share the prefill across the group
         cache.batch_repeat_interleave(n)
@@ -141,7 +148,9 @@ def generate(
         mask = mask.repeat_interleave(n, dim=0)
         positions = positions.repeat_interleave(n, dim=0)
     total, width = logits.shape[0], mask.shape[1]
-    use_static = engine == "static" or (engine == "auto" and static_decode.supports(model, width + params.max_new_tokens))
+    use_static = engine == "static" or (
+        engine == "auto" and static_decode.supports(model, width + params.max_new_tokens)
+    )
     if use_static:
         decoder = static_decode.StaticDecoder(model, total, width + params.max_new_tokens, cache, mask)
     else:
@@ -151,9 +160,15 @@ def generate(
     return result
 
 
+# Finished rows leave the batch once they are this share of it: compacting the cache
+# every time one row ends would copy it more often than the dead rows cost to carry.
+COMPACT_SHARE = 0.125
+
+
 def _sample_loop(decoder, logits, next_pos, params: SamplingParams, eos_id: int, generator) -> Generation:
     total = logits.shape[0]
     rows = torch.arange(total)  # row i of the live batch is sample rows[i]
+    alive = torch.ones(total, dtype=torch.bool)  # rows of the live batch still generating
     completions: list[list[int]] = [[] for _ in range(total)]
     logps: list[list[float]] = [[] for _ in range(total)]
     finish = ["length"] * total
@@ -166,20 +181,20 @@ def _sample_loop(decoder, logits, next_pos, params: SamplingParams, eos_id: int,
             lp = sampling_logprobs(logits, params.temperature, params.top_k, params.top_p)
             tokens = _draw(lp, generator)
             token_lp = lp.gather(1, tokens[:, None]).squeeze(1)
-        row_list, done = rows.tolist(), tokens == eos_id
-        for r, t, lpv, d in zip(row_list, tokens.tolist(), token_lp.tolist(), done.tolist()):
-            completions[r].append(t)
-            logps[r].append(lpv)
-            if d:
-                finish[r] = "eos"
-        if step == params.max_new_tokens - 1:
+        done = (tokens == eos_id) & alive
+        for r, t, lpv, a, d in zip(rows.tolist(), tokens.tolist(), token_lp.tolist(), alive.tolist(), done.tolist()):
+            if a:
+                completions[r].append(t)
+                logps[r].append(lpv)
+                if d:
+                    finish[r] = "eos"
+        alive &= ~done
+        if step == params.max_new_tokens - 1 or not alive.any():
             break
-        if done.any():
-            keep = (~done).nonzero().squeeze(1)
-            if keep.numel() == 0:
-                break
+        if (~alive).sum() >= max(1, COMPACT_SHARE * alive.numel()):
+            keep = alive.nonzero().squeeze(1)
             decoder.select(keep)
-            tokens, next_pos, rows = tokens[keep], next_pos[keep], rows[keep]
+            tokens, next_pos, rows, alive = tokens[keep], next_pos[keep], rows[keep], alive[keep]
         logits = decoder.step(tokens, next_pos)
         next_pos = next_pos + 1
     return Generation(completions, logps, finish)

@@ -32,6 +32,11 @@ def supports(model: torch.nn.Module, max_len: int) -> bool:
     return inner is not None and hasattr(inner, "rotary_emb") and hasattr(model, "lm_head")
 
 
+def _rms_norm(norm: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """The model's RMSNorm as one fused op (same formula: w * x / sqrt(mean(x^2) + eps))."""
+    return F.rms_norm(x, norm.weight.shape, norm.weight, norm.variance_epsilon)
+
+
 def _rotate_half(x: torch.Tensor) -> torch.Tensor:
     half = x.shape[-1] // 2
     return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
@@ -57,8 +62,10 @@ class StaticDecoder:
         for i, layer_cache in enumerate(prefill_cache.layers):
             self.keys[i][:, :, :P] = layer_cache.keys
             self.values[i][:, :, :P] = layer_cache.values
-        self.valid = torch.zeros((batch, max_len), dtype=torch.bool)
-        self.valid[:, :P] = prefill_mask.bool()
+        # Additive attention bias [B, 1, 1, L]: 0 where a key may be attended, -inf elsewhere
+        # (left padding, and columns not written yet).
+        self.bias = torch.full((batch, 1, 1, max_len), float("-inf"), dtype=dtype)
+        self.bias[:, 0, 0, :P].masked_fill_(prefill_mask.bool(), 0.0)
         self.column = P  # where the next token's key/value go
 
     @staticmethod
@@ -72,10 +79,17 @@ class StaticDecoder:
         return w_qkv, b_qkv, w_gu
 
     def select(self, rows: torch.Tensor) -> None:
-        """Keep only ``rows`` of the batch (finished rows leave)."""
-        self.keys = [k.index_select(0, rows) for k in self.keys]
-        self.values = [v.index_select(0, rows) for v in self.values]
-        self.valid = self.valid.index_select(0, rows)
+        """Keep only ``rows`` of the batch (finished rows leave); copies only the filled columns."""
+        filled = self.column
+
+        def compact(buf: torch.Tensor) -> torch.Tensor:
+            out = torch.empty((rows.shape[0], *buf.shape[1:]), dtype=buf.dtype)
+            out[:, :, :filled] = buf[rows, :, :filled]
+            return out
+
+        self.keys = [compact(k) for k in self.keys]
+        self.values = [compact(v) for v in self.values]
+        self.bias = self.bias.index_select(0, rows)
 
     @torch.no_grad()
     def step(self, tokens: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
@@ -84,21 +98,20 @@ class StaticDecoder:
         h = self.inner.embed_tokens(tokens)[:, None, :]  # [B, 1, C]
         cos, sin = self.inner.rotary_emb(h, positions[:, None])  # [B, 1, D]
         cos, sin = cos[:, None], sin[:, None]  # [B, 1, 1, D]
-        self.valid[:, col] = True
-        bias = torch.zeros(self.valid[:, : col + 1].shape, dtype=h.dtype).masked_fill_(~self.valid[:, : col + 1], float("-inf"))
-        bias = bias[:, None, None, :]  # [B, 1, 1, L]
+        self.bias[:, :, :, col] = 0.0
+        bias = self.bias[:, :, :, : col + 1]  # [B, 1, 1, L]
         groups = self.heads // self.kv_heads
         q_size, kv_size = self.heads * self.head_dim, self.kv_heads * self.head_dim
         for i, layer in enumerate(self.layers):
             w_qkv, b_qkv, w_gu = self.fused[i]
             attn = layer.self_attn
-            x = layer.input_layernorm(h)
+            x = _rms_norm(layer.input_layernorm, h)
             qkv = F.linear(x, w_qkv, b_qkv)  # [B, 1, q + 2 kv]
             q = qkv[..., :q_size].view(B, 1, self.heads, self.head_dim)
             k = qkv[..., q_size : q_size + kv_size].view(B, 1, self.kv_heads, self.head_dim)
             v = qkv[..., q_size + kv_size :].view(B, self.kv_heads, self.head_dim)
             if hasattr(attn, "q_norm"):  # qwen3 normalises each head before the rotation
-                q, k = attn.q_norm(q), attn.k_norm(k)
+                q, k = _rms_norm(attn.q_norm, q), _rms_norm(attn.k_norm, k)
             q = q.transpose(1, 2)  # [B, H, 1, D]
             k = k.transpose(1, 2)  # [B, Hkv, 1, D]
             q = q * cos + _rotate_half(q) * sin
@@ -111,8 +124,8 @@ class StaticDecoder:
             scores = torch.matmul(qg, keys.transpose(-1, -2)) * self.scaling + bias  # [B, Hkv, g, L]
             out = torch.matmul(torch.softmax(scores, dim=-1), values)  # [B, Hkv, g, D]
             h = h + attn.o_proj(out.reshape(B, 1, q_size))
-            x = layer.post_attention_layernorm(h)
+            x = _rms_norm(layer.post_attention_layernorm, h)
             gate, up = F.linear(x, w_gu).chunk(2, dim=-1)
             h = h + layer.mlp.down_proj(layer.mlp.act_fn(gate) * up)
         self.column += 1
-        return self.model.lm_head(self.inner.norm(h))[:, 0].float()
+        return self.model.lm_head(_rms_norm(self.inner.norm, h))[:, 0].float()
