@@ -29,7 +29,7 @@ bench: setup
 
 # Remake the shipped base checkpoint (src/veriloop/assets/base) with the default SFT settings.
 base: setup
-	$(BIN)/veriloop sft --run_dir runs/sft-base --export src/veriloop/assets/base
+	$(BIN)/veriloop sft --config configs/sft-base.yaml
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache

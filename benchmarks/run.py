@@ -43,8 +43,15 @@ def sampler_worker(args) -> dict:
     eos, pad = policy.eos_id, policy.pad_id
 
     def ours(seed):
-        out = generate(policy.model, prompts, params, eos_id=eos, pad_id=pad,
-                       generator=torch.Generator().manual_seed(seed), n=args.group)
+        out = generate(
+            policy.model,
+            prompts,
+            params,
+            eos_id=eos,
+            pad_id=pad,
+            generator=torch.Generator().manual_seed(seed),
+            n=args.group,
+        )
         return out.num_tokens
 
     def hf(seed):
@@ -55,9 +62,17 @@ def sampler_worker(args) -> dict:
         mask = (torch.arange(width)[None, :] >= (width - torch.tensor([len(p) for p in prompts]))[:, None]).long()
         mask = mask.repeat_interleave(args.group, 0)
         with torch.no_grad():
-            out = policy.model.generate(ids, attention_mask=mask, do_sample=True, temperature=args.temperature,
-                                        top_k=0, top_p=1.0, max_new_tokens=args.max_new_tokens,
-                                        eos_token_id=eos, pad_token_id=pad)
+            out = policy.model.generate(
+                ids,
+                attention_mask=mask,
+                do_sample=True,
+                temperature=args.temperature,
+                top_k=0,
+                top_p=1.0,
+                max_new_tokens=args.max_new_tokens,
+                eos_token_id=eos,
+                pad_token_id=pad,
+            )
         new = out[:, width:]
         tokens = 0
         for row in new.tolist():  # count up to and including EOS, as ours does
@@ -81,16 +96,32 @@ def grpo_worker(args) -> dict:
     from veriloop.training.trainer import GRPOTrainer
 
     with tempfile.TemporaryDirectory() as tmp:
-        cfg = build_config(TrainConfig, {}, {"policy": args.policy, "run_dir": tmp, "steps": args.steps + 1,
-                                             "checkpoint_every": 10**6, "save_rollouts": "false",
-                                             "grpo.prompts_per_step": args.prompts, "grpo.group_size": args.group,
-                                             "grpo.skip_zero_variance_groups": args.skip_flat})
+        cfg = build_config(
+            TrainConfig,
+            {},
+            {
+                "policy": args.policy,
+                "run_dir": tmp,
+                "steps": args.steps + 1,
+                "checkpoint_every": 10**6,
+                "save_rollouts": "false",
+                "grpo.prompts_per_step": args.prompts,
+                "grpo.group_size": args.group,
+                "grpo.skip_zero_variance_groups": args.skip_flat,
+            },
+        )
         trainer = GRPOTrainer(cfg, progress=False)
         rows = [trainer.train_step(s) for s in range(1, args.steps + 2)][1:]
     mean = lambda k: statistics.mean(r[k] for r in rows)  # noqa: E731
-    return {"generate_s": mean("time_generate_s"), "verify_s": mean("time_verify_s"), "update_s": mean("time_update_s"),
-            "step_s": mean("time_step_s"), "update_sequences": mean("update_sequences"),
-            "tokens_per_s": mean("tokens_per_s"), "peak_rss_mb": _peak_rss_mb()}
+    return {
+        "generate_s": mean("time_generate_s"),
+        "verify_s": mean("time_verify_s"),
+        "update_s": mean("time_update_s"),
+        "step_s": mean("time_step_s"),
+        "update_sequences": mean("update_sequences"),
+        "tokens_per_s": mean("tokens_per_s"),
+        "peak_rss_mb": _peak_rss_mb(),
+    }
 
 
 def _spawn(argv: list[str]) -> dict:
@@ -121,19 +152,32 @@ def main() -> None:
 
     import torch
 
-    common = ["--policy", args.policy, "--prompts", str(args.prompts), "--group", str(args.group),
-              "--temperature", str(args.temperature), "--max-new-tokens", str(args.max_new_tokens),
-              "--repeats", str(args.repeats)]
+    common = [
+        "--policy",
+        args.policy,
+        "--prompts",
+        str(args.prompts),
+        "--group",
+        str(args.group),
+        "--temperature",
+        str(args.temperature),
+        "--max-new-tokens",
+        str(args.max_new_tokens),
+        "--repeats",
+        str(args.repeats),
+    ]
     ours = _spawn(common + ["--worker", "sampler", "--engine", "ours"])
     hf = _spawn(common + ["--worker", "sampler", "--engine", "hf"])
     grpo = _spawn(common + ["--worker", "grpo", "--steps", str(args.steps), "--skip-flat", args.skip_flat])
-    print(f"# policy {args.policy}; {args.prompts} prompts x {args.group} samples, temperature {args.temperature}, "
-          f"max_new_tokens {args.max_new_tokens}; torch {torch.__version__}, {torch.get_num_threads()} threads")
+    print(
+        f"# policy {args.policy}; {args.prompts} prompts x {args.group} samples, temperature {args.temperature}, "
+        f"max_new_tokens {args.max_new_tokens}; torch {torch.__version__}, {torch.get_num_threads()} threads"
+    )
     print("\n| rollout engine | tokens/s | peak RSS (MB) |\n|---|---:|---:|")
     print(f"| veriloop sampler | {ours['tokens_per_s']:.0f} | {ours['peak_rss_mb']:.0f} |")
     print(f"| transformers generate() | {hf['tokens_per_s']:.0f} | {hf['peak_rss_mb']:.0f} |")
     print(f"| speed-up | {ours['tokens_per_s'] / hf['tokens_per_s']:.2f}x | |")
-    print("\n| GRPO step (mean of %d) | seconds |\n|---|---:|" % args.steps)
+    print(f"\n| GRPO step (mean of {args.steps}) | seconds |\n|---|---:|")
     for k in ("generate_s", "verify_s", "update_s", "step_s"):
         print(f"| {k[:-2]} | {grpo[k]:.3f} |")
     print(f"| sequences in the update | {grpo['update_sequences']:.0f} |")

@@ -190,7 +190,9 @@ def test_k3_single_token():
     k3 = kl_estimate(t([math.log(0.6)]), t([math.log(0.5)]), "k3")
     assert k3.item() == pytest.approx(0.0156549, abs=1e-6)
     assert kl_estimate(t([math.log(0.6)]), t([math.log(0.5)]), "k1").item() == pytest.approx(0.182322, abs=1e-6)
-    assert kl_estimate(t([math.log(0.6)]), t([math.log(0.5)]), "k2").item() == pytest.approx(0.5 * 0.182322**2, abs=1e-7)
+    assert kl_estimate(t([math.log(0.6)]), t([math.log(0.5)]), "k2").item() == pytest.approx(
+        0.5 * 0.182322**2, abs=1e-7
+    )
 
 
 def test_exact_kl_two_actions_and_asymmetry():
@@ -266,8 +268,7 @@ def test_values_under_the_mask_do_not_matter(rows, mode):
     assert torch.allclose(aggregate_loss(values, mask, mode), aggregate_loss(noisy, mask, mode))
 
 
-@given(masks, st.sampled_from(["seq-mean-token-mean", "token-mean", "seq-mean-token-sum-norm"]),
-       st.integers(1, 4))
+@given(masks, st.sampled_from(["seq-mean-token-mean", "token-mean", "seq-mean-token-sum-norm"]), st.integers(1, 4))
 @settings(max_examples=60, deadline=None)
 def test_micro_batches_sum_to_the_full_batch(rows, mode, parts):
     mask = t(rows)

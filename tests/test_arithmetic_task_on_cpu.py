@@ -62,7 +62,9 @@ def test_splits_never_share_a_problem_and_are_deterministic():
     assert len(heldout) == 300
     train = {p.reference for p in task.train_batch(5000, random.Random(0))}
     assert not heldout & train
-    assert [p.id for p in ArithmeticTask(ArithmeticConfig(heldout_size=300)).heldout()] == [p.id for p in task.heldout()]
+    assert [p.id for p in ArithmeticTask(ArithmeticConfig(heldout_size=300)).heldout()] == [
+        p.id for p in task.heldout()
+    ]
     assert task.train_batch(20, random.Random(7)) == task.train_batch(20, random.Random(7))
 
 
@@ -74,8 +76,16 @@ def test_difficulty_knobs():
         assert set(p.reference) <= set("0123456789+*()")
 
 
-@pytest.mark.parametrize("bad", [dict(digits=0), dict(min_ops=3, max_ops=2), dict(op_weights="+:1,%:2"),
-                                 dict(op_weights="+:x"), dict(heldout_share=1.5)])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        dict(digits=0),
+        dict(min_ops=3, max_ops=2),
+        dict(op_weights="+:1,%:2"),
+        dict(op_weights="+:x"),
+        dict(heldout_share=1.5),
+    ],
+)
 def test_bad_config_names_the_field(bad):
     with pytest.raises(ValueError, match="arithmetic"):
         ArithmeticConfig(**bad)
@@ -129,12 +139,16 @@ def test_teacher_rates_follow_the_config():
     by_class: dict[tuple, list] = {}
     for p in problems:
         trace = task.teacher_completion(p, rng)
-        by_class.setdefault(p.tags, []).append((OUT.verify(trace, p.reference).score, PROC.verify(trace, p.reference).score))
+        by_class.setdefault(p.tags, []).append(
+            (OUT.verify(trace, p.reference).score, PROC.verify(trace, p.reference).score)
+        )
     rate = lambda rows, f: sum(f(o, q) for o, q in rows) / len(rows)  # noqa: E731
     assert rate(by_class[("clean",)], lambda o, q: q) == 1.0
     assert rate(by_class[("sub-inner",)], lambda o, q: o) == 1.0  # always the right answer ...
     assert 0.42 < rate(by_class[("sub-inner",)], lambda o, q: o and not q) < 0.58  # ... half the time by wrong steps
-    assert 0.42 < rate(by_class[("mul",)], lambda o, q: o) < 0.62  # wrong about half the time (fewer where it can't slip)
+    assert (
+        0.42 < rate(by_class[("mul",)], lambda o, q: o) < 0.62
+    )  # wrong about half the time (fewer where it can't slip)
 
 
 def test_trace_parser():

@@ -14,7 +14,9 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def test_options_doc_is_current():
-    out = subprocess.run([sys.executable, str(ROOT / "scripts" / "gen_options.py"), "--check"], capture_output=True, text=True)
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "gen_options.py"), "--check"], capture_output=True, text=True
+    )
     assert out.returncode == 0, out.stderr
 
 
@@ -32,3 +34,11 @@ def test_readme_commands_exist():
     readme = (ROOT / "README.md").read_text()
     assert "make demo" in readme and "make test" in readme
     assert "make test" in (ROOT / ".ci" / "run").read_text()
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "configs").glob("*.yaml")), ids=lambda p: p.name)
+def test_example_configs_load(path):
+    from veriloop.training.config import build_config, load_yaml
+
+    cls = SFTConfig if path.name.startswith("sft") else TrainConfig
+    build_config(cls, load_yaml(path), source=str(path))

@@ -31,11 +31,23 @@ def test_default_model_size():
 
 
 def test_sft_learns_and_saves_a_loadable_model(tmp_path):
-    cfg = build_config(SFTConfig, {}, {
-        "run_dir": str(tmp_path / "run"), "export": str(tmp_path / "export"), "steps": 60, "batch_size": 32,
-        "eval_every": 0, "model.hidden_size": 64, "model.intermediate_size": 128, "model.num_layers": 2,
-        "model.num_heads": 2, "optim.warmup_steps": 10, "task.arithmetic.heldout_size": 10,
-    })
+    cfg = build_config(
+        SFTConfig,
+        {},
+        {
+            "run_dir": str(tmp_path / "run"),
+            "export": str(tmp_path / "export"),
+            "steps": 60,
+            "batch_size": 32,
+            "eval_every": 0,
+            "model.hidden_size": 64,
+            "model.intermediate_size": 128,
+            "model.num_layers": 2,
+            "model.num_heads": 2,
+            "optim.warmup_steps": 10,
+            "task.arithmetic.heldout_size": 10,
+        },
+    )
     run_sft(cfg, progress=False)
     losses = [json.loads(line)["loss"] for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert len(losses) == 60
@@ -53,9 +65,15 @@ def test_shipped_base_is_small_and_loadable():
     assert size <= 10 * 1024 * 1024
     policy = load_policy("builtin:base")
     ids = torch.tensor([policy.tokenizer("(2+3)*4?").input_ids])
-    out = policy.model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False, max_new_tokens=40,
-                                pad_token_id=policy.pad_id, eos_token_id=policy.eos_id)
-    text = policy.tokenizer.decode(out[0, ids.shape[1]:], skip_special_tokens=True)
+    out = policy.model.generate(
+        ids,
+        attention_mask=torch.ones_like(ids),
+        do_sample=False,
+        max_new_tokens=40,
+        pad_token_id=policy.pad_id,
+        eos_token_id=policy.eos_id,
+    )
+    text = policy.tokenizer.decode(out[0, ids.shape[1] :], skip_special_tokens=True)
     assert text.startswith("2+3=5;") and "answer=" in text
     prov = json.loads((BUILTIN_BASE / "veriloop_sft.json").read_text())
     assert prov["made_by"] == "veriloop sft"

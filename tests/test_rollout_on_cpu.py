@@ -25,17 +25,26 @@ def test_greedy_matches_transformers_generate():
     ours = run(SamplingParams(temperature=0, max_new_tokens=12))
     for p, c in zip(PROMPTS, ours.completion_ids):
         ids = torch.tensor([p])
-        ref = MODEL.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False, max_new_tokens=12,
-                             pad_token_id=TOK.pad_token_id, eos_token_id=TOK.eos_token_id)
-        assert ref[0, len(p):].tolist()[: len(c)] == c
+        ref = MODEL.generate(
+            ids,
+            attention_mask=torch.ones_like(ids),
+            do_sample=False,
+            max_new_tokens=12,
+            pad_token_id=TOK.pad_token_id,
+            eos_token_id=TOK.eos_token_id,
+        )
+        assert ref[0, len(p) :].tolist()[: len(c)] == c
     assert all(lp == 0.0 for row in ours.logprobs for lp in row)  # a point mass
 
 
-@pytest.mark.parametrize("params", [
-    SamplingParams(temperature=1.0, max_new_tokens=10),
-    SamplingParams(temperature=0.7, top_k=5, max_new_tokens=10),
-    SamplingParams(temperature=2.0, top_p=0.8, max_new_tokens=10),
-])
+@pytest.mark.parametrize(
+    "params",
+    [
+        SamplingParams(temperature=1.0, max_new_tokens=10),
+        SamplingParams(temperature=0.7, top_k=5, max_new_tokens=10),
+        SamplingParams(temperature=2.0, top_p=0.8, max_new_tokens=10),
+    ],
+)
 def test_behaviour_logprobs_are_the_learners_under_the_same_transforms(params):
     out = run(params, n=3)
     prompts = [p for p in PROMPTS for _ in range(3)]
@@ -99,9 +108,20 @@ def test_rejects_bad_input():
 
 
 def make_record(**kw):
-    base = dict(problem_id="p", group_id="1-0", prompt="1?", reference="1", prompt_ids=[1, 5], completion_ids=[7, 2],
-                completion="x", behavior_logprobs=[-0.1, -0.2], sampling={"temperature": 1.0}, policy_version=0,
-                finish_reason="eos", reward=1.0)
+    base = dict(
+        problem_id="p",
+        group_id="1-0",
+        prompt="1?",
+        reference="1",
+        prompt_ids=[1, 5],
+        completion_ids=[7, 2],
+        completion="x",
+        behavior_logprobs=[-0.1, -0.2],
+        sampling={"temperature": 1.0},
+        policy_version=0,
+        finish_reason="eos",
+        reward=1.0,
+    )
     base.update(kw)
     return Record(**base)
 
@@ -129,6 +149,10 @@ def test_record_validation():
 def test_completion_text_keeps_special_tokens_visible():
     from veriloop.rollout.sampler import completion_text
 
-    ids = TOK("answer=2", add_special_tokens=False).input_ids + [TOK.unk_token_id] + TOK("0", add_special_tokens=False).input_ids
+    ids = (
+        TOK("answer=2", add_special_tokens=False).input_ids
+        + [TOK.unk_token_id]
+        + TOK("0", add_special_tokens=False).input_ids
+    )
     assert completion_text(TOK, ids + [TOK.eos_token_id], "eos") == "answer=2<unk>0"  # not "answer=20"
     assert completion_text(TOK, ids, "length") == "answer=2<unk>0"

@@ -17,8 +17,15 @@ ARCHS = {
 
 def tiny(model_type, **extra):
     cfg = AutoConfig.for_model(
-        model_type, vocab_size=50, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128, **{**ARCHS[model_type], **extra},
+        model_type,
+        vocab_size=50,
+        hidden_size=64,
+        intermediate_size=96,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=128,
+        **{**ARCHS[model_type], **extra},
     )
     torch.manual_seed(0)
     return AutoModelForCausalLM.from_config(cfg).eval()
@@ -32,8 +39,12 @@ def test_engines_agree_token_for_token(model_type):
     model = tiny(model_type)
     assert static_decode.supports(model, 64)
     params = SamplingParams(temperature=1.0, max_new_tokens=20)
-    runs = {e: generate(model, PROMPTS, params, eos_id=3, pad_id=0, generator=torch.Generator().manual_seed(5), n=3,
-                        engine=e) for e in ("hf", "static")}
+    runs = {
+        e: generate(
+            model, PROMPTS, params, eos_id=3, pad_id=0, generator=torch.Generator().manual_seed(5), n=3, engine=e
+        )
+        for e in ("hf", "static")
+    }
     assert runs["hf"].completion_ids == runs["static"].completion_ids
     for a, b in zip(runs["hf"].logprobs, runs["static"].logprobs):
         assert torch.allclose(torch.tensor(a), torch.tensor(b), atol=1e-4)

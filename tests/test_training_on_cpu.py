@@ -39,7 +39,9 @@ class NaNReward(verifiers.Verifier):
 def tiny_policy(tmp_path_factory):
     path = tmp_path_factory.mktemp("policy")
     tok = build_char_tokenizer()
-    model = build_tiny_model(tok, TinyModelConfig(hidden_size=64, intermediate_size=128, num_layers=2, num_heads=2), seed=1)
+    model = build_tiny_model(
+        tok, TinyModelConfig(hidden_size=64, intermediate_size=128, num_layers=2, num_heads=2), seed=1
+    )
     model.save_pretrained(path)
     tok.save_pretrained(path)
     return str(path)
@@ -47,9 +49,18 @@ def tiny_policy(tmp_path_factory):
 
 def config(policy, run_dir, **over):
     base = {
-        "policy": policy, "run_dir": str(run_dir), "steps": 4, "checkpoint_every": 2, "verifier": "test-digit-share",
-        "grpo.prompts_per_step": 4, "grpo.group_size": 4, "grpo.micro_batch_size": 6, "grpo.kl_beta": 0.05,
-        "sampling.max_new_tokens": 12, "optim.lr": 1e-3, "task.arithmetic.heldout_size": 10,
+        "policy": policy,
+        "run_dir": str(run_dir),
+        "steps": 4,
+        "checkpoint_every": 2,
+        "verifier": "test-digit-share",
+        "grpo.prompts_per_step": 4,
+        "grpo.group_size": 4,
+        "grpo.micro_batch_size": 6,
+        "grpo.kl_beta": 0.05,
+        "sampling.max_new_tokens": 12,
+        "optim.lr": 1e-3,
+        "task.arithmetic.heldout_size": 10,
     }
     base.update(over)
     return build_config(TrainConfig, {}, base)
@@ -87,10 +98,29 @@ def test_resume_reproduces_the_uninterrupted_run(tiny_policy, tmp_path):
 def test_run_directory_contents(tiny_policy, tmp_path):
     GRPOTrainer(config(tiny_policy, tmp_path, steps=2), progress=False).train()
     rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
-    required = {"reward_mean", "reward_std", "accuracy", "zero_variance_fraction", "advantage_mean", "advantage_std",
-                "completion_len_mean", "completion_len_max", "truncation_rate", "kl", "clip_frac_low", "clip_frac_high",
-                "ratio_min", "ratio_max", "entropy", "grad_norm", "tokens_per_s", "time_generate_s", "time_verify_s",
-                "time_update_s", "reward_digits"}
+    required = {
+        "reward_mean",
+        "reward_std",
+        "accuracy",
+        "zero_variance_fraction",
+        "advantage_mean",
+        "advantage_std",
+        "completion_len_mean",
+        "completion_len_max",
+        "truncation_rate",
+        "kl",
+        "clip_frac_low",
+        "clip_frac_high",
+        "ratio_min",
+        "ratio_max",
+        "entropy",
+        "grad_norm",
+        "tokens_per_s",
+        "time_generate_s",
+        "time_verify_s",
+        "time_update_s",
+        "reward_digits",
+    }
     assert required <= set(rows[0])
     records = RecordStore(tmp_path / "rollouts").read(1)
     assert len(records) == 16
@@ -99,7 +129,7 @@ def test_run_directory_contents(tiny_policy, tmp_path):
     assert r.verifier == "test-digit-share@1" and r.finish_reason in ("eos", "length")
     assert records[-1].group_id == "1-3"
     assert RecordStore(tmp_path / "rollouts").read(2)[0].policy_version > 0
-    saved = (tmp_path / "checkpoints" / "step-000002")
+    saved = tmp_path / "checkpoints" / "step-000002"
     assert {p.name for p in saved.iterdir()} == {"model", "optimizer.pt", "rng.pt", "trainer_state.json"}
     assert (saved / "model" / "model.safetensors").is_file() and (tmp_path / "config.yaml").is_file()
 
@@ -149,13 +179,27 @@ def test_cli_reports_bad_input_without_a_traceback(tiny_policy, tmp_path, capsys
     code, err = run_cli(["train", "--config", str(bad_yaml), "--run_dir", str(tmp_path / "r1")], capsys)
     assert code == 2 and "bad.yaml" in err and "grpo.kl_betta" in err and "kl_beta" in err
 
-    code, err = run_cli(["train", "--policy", tiny_policy, "--grpo.group_size", "1", "--run_dir", str(tmp_path / "r2")], capsys)
+    code, err = run_cli(
+        ["train", "--policy", tiny_policy, "--grpo.group_size", "1", "--run_dir", str(tmp_path / "r2")], capsys
+    )
     assert code == 2 and "group_size" in err
 
     data = tmp_path / "problems.jsonl"
     data.write_text('{"prompt": "1+1?", "reference": "1+1"}\n{"prompt": "2+2?"}\n')
-    code, err = run_cli(["train", "--policy", tiny_policy, "--task.name", "jsonl", "--task.data", str(data),
-                         "--run_dir", str(tmp_path / "r3")], capsys)
+    code, err = run_cli(
+        [
+            "train",
+            "--policy",
+            tiny_policy,
+            "--task.name",
+            "jsonl",
+            "--task.data",
+            str(data),
+            "--run_dir",
+            str(tmp_path / "r3"),
+        ],
+        capsys,
+    )
     assert code == 2 and "problems.jsonl:2" in err and "'reference'" in err
 
     code, err = run_cli(["train", "--policy", str(tmp_path / "missing"), "--run_dir", str(tmp_path / "r4")], capsys)

@@ -9,7 +9,11 @@ OUT, FMT, PROC = (verifiers.get(n) for n in ("arithmetic-outcome", "arithmetic-f
 
 
 def scores(completion, reference):
-    return OUT.verify(completion, reference).score, FMT.verify(completion, reference).score, PROC.verify(completion, reference).score
+    return (
+        OUT.verify(completion, reference).score,
+        FMT.verify(completion, reference).score,
+        PROC.verify(completion, reference).score,
+    )
 
 
 # The seeds' four candidates for (2+3)*4, written in our format (answer= instead of 答案=).
@@ -138,7 +142,9 @@ def test_verdicts_are_deterministic_and_versioned():
 
 
 def test_registry_errors_and_listing():
-    assert {"arithmetic", "arithmetic-outcome", "arithmetic-format", "arithmetic-process", "weighted"} <= set(verifiers.names())
+    assert {"arithmetic", "arithmetic-outcome", "arithmetic-format", "arithmetic-process", "weighted"} <= set(
+        verifiers.names()
+    )
     with pytest.raises(KeyError, match="unknown verifier"):
         verifiers.get("no-such-verifier")
     with pytest.raises(ValueError, match="bad options"):

@@ -23,8 +23,9 @@ def _parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     def command(name, cls, help_text, defaults=None):
-        p = sub.add_parser(name, help=help_text, description=help_text,
-                           formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+        p = sub.add_parser(
+            name, help=help_text, description=help_text, formatter_class=argparse.ArgumentDefaultsHelpFormatter
+        )
         p.add_argument("--config", metavar="FILE.yaml", help="YAML file of options (flags override it)")
         p.add_argument("--quiet", action="store_true", help="no progress bars")
         add_arguments(p, cls, defaults)
@@ -34,8 +35,12 @@ def _parser() -> argparse.ArgumentParser:
     p = command("train", TrainConfig, "GRPO from a policy checkpoint; writes a resumable run directory")
     p.add_argument("--resume", metavar="RUN_DIR", help="continue the run in RUN_DIR from its latest checkpoint")
     command("eval", EvalRunConfig, "held-out evaluation: greedy/sampled accuracy, pass@k, format, process, wrong steps")
-    command("demo", DemoConfig, "evaluate the shipped base, train it with GRPO, evaluate again, print the table",
-            demo_defaults())
+    command(
+        "demo",
+        DemoConfig,
+        "evaluate the shipped base, train it with GRPO, evaluate again, print the table",
+        demo_defaults(),
+    )
     p = sub.add_parser("report", help="write plots/ and report.html for a run directory")
     p.add_argument("run_dir")
     sub.add_parser("verifiers", help="list the registered verifiers")
@@ -51,9 +56,9 @@ def _run(args: argparse.Namespace) -> int:
         row = run_sft(config_from_args(SFTConfig, args), progress=progress)
         print(json.dumps(row, indent=2))
     elif args.command == "train":
-        from veriloop.training.trainer import GRPOTrainer
-        from veriloop.training.run_config import TrainConfig
         from veriloop.report.report import write_report
+        from veriloop.training.run_config import TrainConfig
+        from veriloop.training.trainer import GRPOTrainer
 
         if args.resume:
             cfg = _resume_config(args)

@@ -31,7 +31,7 @@ class EvalConfig:
     """What ``veriloop eval`` measures."""
 
     n_samples: int = field(default=8, metadata={"help": "samples per problem for sampled accuracy and pass@k"})
-    temperature: float = field(default=0.7, metadata={"help": "temperature of the sampled evaluation"})
+    temperature: float = field(default=1.0, metadata={"help": "temperature of the sampled evaluation"})
     max_new_tokens: int = field(default=64, metadata={"help": "completion length limit"})
     batch_size: int = field(default=256, metadata={"help": "prompts per generation batch"})
     seed: int = field(default=0, metadata={"help": "seed of the sampled evaluation"})

@@ -9,6 +9,7 @@ tokenizer files) or one of the built-in names:
 
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,6 +17,7 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerBase
 
+from veriloop.io import atomic_write_json
 from veriloop.models.tiny import build_char_tokenizer, build_tiny_model
 
 BUILTIN_BASE = Path(__file__).resolve().parent.parent / "assets" / "base"
@@ -53,7 +55,11 @@ def load_policy(path: str, seed: int = 0) -> Policy:
         return Policy(build_tiny_model(tok, seed=seed), tok, path)
     real = resolve_path(path)
     if not os.path.isdir(real):
-        hint = " (the shipped base is missing: run `veriloop sft --out src/veriloop/assets/base`)" if path == "builtin:base" else ""
+        hint = (
+            " (the shipped base is missing: remake it with `make base`)"
+            if path == "builtin:base"
+            else ""
+        )
         raise PolicyLoadError(f"policy path {real!r} is not a directory{hint}")
     if not os.path.isfile(os.path.join(real, "config.json")):
         raise PolicyLoadError(f"policy path {real!r} has no config.json (expected a save_pretrained directory)")
@@ -68,6 +74,24 @@ def load_policy(path: str, seed: int = 0) -> Policy:
     check_compatible(model, tok, real)
     model.eval()
     return Policy(model, tok, path)
+
+
+def save_policy(model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase, path: str | Path) -> None:
+    """``save_pretrained`` both, readable by transformers 4.x and 5.x alike.
+
+    transformers 5 names fast tokenizers ``TokenizersBackend`` in tokenizer_config.json;
+    ``PreTrainedTokenizerFast`` means the same to 5.x and is the name 4.x (and the TRL or
+    vLLM builds pinned to it) knows.
+    """
+    path = Path(path)
+    path.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    config_file = path / "tokenizer_config.json"
+    config = json.loads(config_file.read_text())
+    if config.get("tokenizer_class") == "TokenizersBackend":
+        config["tokenizer_class"] = "PreTrainedTokenizerFast"
+        atomic_write_json(config_file, config)
 
 
 def check_compatible(model: torch.nn.Module, tok: PreTrainedTokenizerBase, where: str) -> None:

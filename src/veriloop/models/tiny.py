@@ -19,15 +19,13 @@ SPECIAL_TOKENS = ["<pad>", "<bos>", "<eos>", "<unk>"]
 CHARACTERS = [c for c in string.printable if c not in "\t\r\x0b\x0c"]
 
 
-def build_char_tokenizer() -> PreTrainedTokenizerFast:
+def build_char_tokenizer(max_length: int = 256) -> PreTrainedTokenizerFast:
     """One token per character; ``<bos>`` prepended; unknown characters map to ``<unk>``."""
     vocab = {t: i for i, t in enumerate(SPECIAL_TOKENS + CHARACTERS)}
     tok = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
     tok.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")
     tok.decoder = decoders.Fuse()
-    tok.post_processor = processors.TemplateProcessing(
-        single="<bos> $A", special_tokens=[("<bos>", vocab["<bos>"])]
-    )
+    tok.post_processor = processors.TemplateProcessing(single="<bos> $A", special_tokens=[("<bos>", vocab["<bos>"])])
     return PreTrainedTokenizerFast(
         tokenizer_object=tok,
         bos_token="<bos>",
@@ -35,6 +33,7 @@ def build_char_tokenizer() -> PreTrainedTokenizerFast:
         pad_token="<pad>",
         unk_token="<unk>",
         padding_side="left",
+        model_max_length=max_length,
     )
 
 

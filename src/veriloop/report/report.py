@@ -84,13 +84,24 @@ def write_report(run_dir: str | Path) -> Path:
                 f"<td>{r.reward:.2f}</td><td>{html.escape(r.verdict_details)}</td></tr>"
                 for r in records
             )
-            parts.append(f"<h2>Records of step {steps[-1]} (first 16)</h2>"
-                         f"<table><tr><th>prompt</th><th>completion</th><th>reward</th><th>why</th></tr>{body}</table>")
+            parts.append(
+                f"<h2>Records of step {steps[-1]} (first 16)</h2>"
+                f"<table><tr><th>prompt</th><th>completion</th><th>reward</th><th>why</th></tr>{body}</table>"
+            )
+    runs = sorted(p.parent.name for p in run_dir.glob("*/report.html"))
+    if runs:
+        parts.append("<h2>Runs</h2><ul>" + "".join(f'<li><a href="{n}/report.html">{n}</a></li>' for n in runs) + "</ul>")
+    table = run_dir / "table.txt"
+    if table.is_file():
+        parts.append(f"<h2>Held-out table</h2><pre>{html.escape(table.read_text())}</pre>")
     config = run_dir / "config.yaml"
     if config.is_file():
         parts.append(f"<h2>Config</h2><pre>{html.escape(config.read_text())}</pre>")
-    style = "body{font-family:sans-serif;max-width:1000px;margin:auto}td,th{padding:2px 8px;border-bottom:1px solid #ddd}"
-    page = f"<!doctype html><html><head><meta charset='utf-8'><style>{style}</style></head><body>{''.join(parts)}</body></html>"
+    style = (
+        "body{font-family:sans-serif;max-width:1000px;margin:auto}td,th{padding:2px 8px;border-bottom:1px solid #ddd}"
+    )
+    head = f"<head><meta charset='utf-8'><style>{style}</style></head>"
+    page = f"<!doctype html><html>{head}<body>{''.join(parts)}</body></html>"
     path = run_dir / "report.html"
     atomic_write_text(path, page)
     return path

@@ -93,9 +93,7 @@ def parse_trace(text: str) -> tuple[list[Step], int]:
 
 def canonical_trace(node: Node) -> str:
     """The correct trace: each operation once, post-order, then the answer."""
-    steps = [
-        Step(int(n.left.value), n.op, int(n.right.value), int(n.value)).text() for n in internal_nodes(node)
-    ]
+    steps = [Step(int(n.left.value), n.op, int(n.right.value), int(n.value)).text() for n in internal_nodes(node)]
     return ";".join(steps + [f"answer={format_int(node.value)}"])
 
 
@@ -127,7 +125,8 @@ class ArithmeticConfig:
             raise ValueError(f"arithmetic.digits must be in [1, 4], got {self.digits}")
         if not 1 <= self.min_ops <= self.max_ops <= 6:
             raise ValueError(
-                f"arithmetic.min_ops/max_ops must satisfy 1 <= min_ops <= max_ops <= 6, got {self.min_ops}, {self.max_ops}"
+                "arithmetic.min_ops/max_ops must satisfy 1 <= min_ops <= max_ops <= 6, "
+                f"got {self.min_ops}, {self.max_ops}"
             )
         if self.max_factor < 2:
             raise ValueError(f"arithmetic.max_factor must be >= 2, got {self.max_factor}")
@@ -182,7 +181,7 @@ class TeacherConfig:
                 raise ValueError(f"teacher.{name} must be in [0, 1], got {v}")
 
     @classmethod
-    def perfect(cls) -> "TeacherConfig":
+    def perfect(cls) -> TeacherConfig:
         return cls(multiplication_slip=0.0, subtraction_slip=0.0, wrong_step_rate=0.0)
 
 
@@ -248,7 +247,9 @@ class ArithmeticGenerator:
             if left is None or right is None:
                 continue
             if right.is_leaf:
-                choices = self._leaf_choices(op, int(left.value), leaf_is_right=True) if left.value.denominator == 1 else []
+                choices = (
+                    self._leaf_choices(op, int(left.value), leaf_is_right=True) if left.value.denominator == 1 else []
+                )
                 if not choices:
                     continue
                 right = leaf(rng.choice(choices))

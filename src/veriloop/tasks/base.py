@@ -7,8 +7,9 @@ rewards or models.  Tasks are chosen by name from the config: ``get_task(name, *
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable, Protocol
+from typing import Protocol
 
 
 @dataclass(frozen=True)

@@ -30,8 +30,8 @@ class Node:
 
     op: str | None
     value: Fraction
-    left: "Node | None" = None
-    right: "Node | None" = None
+    left: Node | None = None
+    right: Node | None = None
 
     @property
     def is_leaf(self) -> bool:

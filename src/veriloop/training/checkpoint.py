@@ -18,7 +18,7 @@ from pathlib import Path
 import torch
 
 from veriloop.io import atomic_write_json
-from veriloop.models.loading import Policy
+from veriloop.models.loading import Policy, save_policy
 
 
 @dataclass
@@ -44,14 +44,14 @@ def find_latest_checkpoint(run_dir: Path) -> Path | None:
     return found[-1] if found else None
 
 
-def save_checkpoint(run_dir: Path, state: RunState, policy: Policy, optimizer: torch.optim.Optimizer, keep: int) -> Path:
+def save_checkpoint(
+    run_dir: Path, state: RunState, policy: Policy, optimizer: torch.optim.Optimizer, keep: int
+) -> Path:
     final = checkpoint_dir(run_dir, state.step)
     tmp = final.with_name(f".{final.name}.tmp")
     if tmp.exists():
         shutil.rmtree(tmp)
-    (tmp / "model").mkdir(parents=True)
-    policy.model.save_pretrained(tmp / "model")
-    policy.tokenizer.save_pretrained(tmp / "model")
+    save_policy(policy.model, policy.tokenizer, tmp / "model")
     torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
     torch.save({"torch": torch.get_rng_state(), "python": random.getstate()}, tmp / "rng.pt")
     atomic_write_json(tmp / "trainer_state.json", asdict(state))

@@ -111,8 +111,13 @@ def _build(cls, data: dict, prefix: str):
 
 def _shallow(obj) -> dict:
     """Field values of a dataclass instance, nested dataclasses as dicts."""
-    return {f.name: (_shallow(getattr(obj, f.name)) if dataclasses.is_dataclass(getattr(obj, f.name))
-                     else getattr(obj, f.name)) for f in dataclasses.fields(obj) if f.init}
+    return {
+        f.name: (
+            _shallow(getattr(obj, f.name)) if dataclasses.is_dataclass(getattr(obj, f.name)) else getattr(obj, f.name)
+        )
+        for f in dataclasses.fields(obj)
+        if f.init
+    }
 
 
 def _set_dotted(tree: dict, key: str, value: Any) -> None:
@@ -196,7 +201,7 @@ def add_arguments(parser: argparse.ArgumentParser, cls, defaults=None) -> None:
             dest=f"opt::{key}",
             default=None,
             metavar=kind.upper(),
-            help=f"{help_text} (default: {value!r})",
+            help=f"{help_text} (default: {value!r})".replace("%", "%%"),  # argparse formats help with %
         )
 
 

@@ -35,9 +35,7 @@ class DemoConfig:
     """``veriloop demo``: base -> GRPO -> evaluation, with optional process-reward run."""
 
     run_dir: str = field(default="runs/demo", metadata={"help": "demo directory (a new one is numbered if it exists)"})
-    process_run: bool = field(
-        default=True, metadata={"help": "also train from the same base with the process reward"}
-    )
+    process_run: bool = field(default=True, metadata={"help": "also train from the same base with the process reward"})
     process_verifier: str = field(default="arithmetic-process", metadata={"help": "reward of the process run"})
     sft_control: bool = field(
         default=True, metadata={"help": "also continue SFT from the base for the GRPO run's wall time"}
@@ -80,8 +78,11 @@ def _print_table(columns: dict[str, dict], teacher: dict) -> str:
     lines = [f"{'held-out':<22}" + "".join(f"{n:>16}" for n in names) + f"{'teacher':>12}"]
     for k in keys:
         cells = "".join(f"{'' if columns[n].get(k) is None else format(columns[n][k], '.3f'):>16}" for n in names)
-        t = {"greedy_accuracy": teacher.get("accuracy"), "process_rate": teacher.get("process_rate"),
-             "wrong_steps_rate": teacher.get("wrong_steps_rate")}.get(k)
+        t = {
+            "greedy_accuracy": teacher.get("accuracy"),
+            "process_rate": teacher.get("process_rate"),
+            "wrong_steps_rate": teacher.get("wrong_steps_rate"),
+        }.get(k)
         lines.append(f"{k:<22}{cells}{'' if t is None else format(t, '.3f'):>12}")
     table = "\n".join(lines)
     print(table)
@@ -97,9 +98,16 @@ def _train(cfg: TrainConfig, run_dir: Path, verifier: str, progress: bool) -> tu
 
 
 def _continue_sft(cfg: DemoConfig, run_dir: Path, seconds: float, progress: bool) -> Path:
-    sft = SFTConfig(policy=cfg.train.policy, run_dir=str(run_dir), seed=cfg.train.seed, steps=10**7,
-                    max_minutes=seconds / 60, eval_every=0, task=cfg.train.task,
-                    optim=OptimConfig(lr=cfg.sft_lr, weight_decay=0.01))
+    sft = SFTConfig(
+        policy=cfg.train.policy,
+        run_dir=str(run_dir),
+        seed=cfg.train.seed,
+        steps=10**7,
+        max_minutes=seconds / 60,
+        eval_every=0,
+        task=cfg.train.task,
+        optim=OptimConfig(lr=cfg.sft_lr, weight_decay=0.01),
+    )
     run_sft(sft, progress=progress)
     return run_dir / "model"
 
@@ -154,13 +162,16 @@ def run_demo(cfg: DemoConfig, progress: bool = True) -> dict:
         "heldout_problems": len(problems),
     }
     if process is not None:
-        summary.update(process_final_accuracy=process.greedy_accuracy,
-                       process_final_wrong_steps_rate=process.wrong_steps_rate)
+        summary.update(
+            process_final_accuracy=process.greedy_accuracy, process_final_wrong_steps_rate=process.wrong_steps_rate
+        )
     if control is not None:
-        summary.update(sft_control_accuracy=control.greedy_accuracy,
-                       sft_control_wrong_steps_rate=control.wrong_steps_rate)
+        summary.update(
+            sft_control_accuracy=control.greedy_accuracy, sft_control_wrong_steps_rate=control.wrong_steps_rate
+        )
     atomic_write_json(out / "summary.json", summary)
     atomic_write_json(out / "eval.json", {"teacher": teacher, **results})
     (out / "table.txt").write_text(table + "\n")
-    print(f"\nsummary: {out / 'summary.json'}; GRPO run: {out / 'grpo'} (report.html, metrics.jsonl)")
+    write_report(out)
+    print(f"\nsummary: {out / 'summary.json'}; report: {out / 'report.html'}")
     return summary

@@ -36,11 +36,17 @@ class MetricsLog:
 
 def _stats(prefix: str, x: torch.Tensor) -> dict:
     x = x.float()
-    return {f"{prefix}_mean": float(x.mean()), f"{prefix}_std": float(x.std(unbiased=False)),
-            f"{prefix}_min": float(x.min()), f"{prefix}_max": float(x.max())}
+    return {
+        f"{prefix}_mean": float(x.mean()),
+        f"{prefix}_std": float(x.std(unbiased=False)),
+        f"{prefix}_min": float(x.min()),
+        f"{prefix}_max": float(x.max()),
+    }
 
 
-def step_metrics(step, records: list[Record], rewards, advantages, flat_groups, update: dict, lr: float, times: dict) -> dict:
+def step_metrics(
+    step, records: list[Record], rewards, advantages, flat_groups, update: dict, lr: float, times: dict
+) -> dict:
     lengths = torch.tensor([len(r.completion_ids) for r in records], dtype=torch.float32)
     components: dict[str, list[float]] = {}
     for r in records:

@@ -33,8 +33,9 @@ class TaskConfig:
         if self.name == "arithmetic":
             return get_task("arithmetic", arithmetic=self.arithmetic, teacher=self.teacher)
         if self.name == "jsonl":
-            return get_task("jsonl", data=self.data, heldout_data=self.heldout_data,
-                            verifier=self.verifier or "arithmetic-outcome")
+            return get_task(
+                "jsonl", data=self.data, heldout_data=self.heldout_data, verifier=self.verifier or "arithmetic-outcome"
+            )
         return get_task(self.name)
 
     def eval_verifiers(self) -> dict[str, str]:
@@ -74,12 +75,14 @@ class GRPOConfig:
     group_size: int = field(default=8, metadata={"help": "G: completions per prompt (>= 2)"})
     inner_updates: int = field(default=2, metadata={"help": "mu: passes of the clipped surrogate over each batch"})
     mini_batches: int = field(default=1, metadata={"help": "optimizer steps per pass (the batch split into this many)"})
-    micro_batch_size: int = field(default=128, metadata={"help": "sequences per forward/backward (gradient accumulation)"})
+    micro_batch_size: int = field(
+        default=128, metadata={"help": "sequences per forward/backward (gradient accumulation)"}
+    )
     adv_std: str = field(default="population", metadata={"help": "group std: population | sample | none"})
     adv_eps: float = field(default=1e-6, metadata={"help": "added to the group std (not the clip width)"})
     clip_eps_low: float = field(default=0.2, metadata={"help": "ratio clip below 1 - clip_eps_low"})
     clip_eps_high: float = field(default=0.2, metadata={"help": "ratio clip above 1 + clip_eps_high"})
-    kl_beta: float = field(default=0.02, metadata={"help": "weight of the KL to the reference; 0 = no reference pass"})
+    kl_beta: float = field(default=0.1, metadata={"help": "weight of the KL to the reference; 0 = no reference pass"})
     kl_estimator: str = field(default="k3", metadata={"help": "KL estimator: k1 | k2 | k3"})
     loss_agg: str = field(
         default="seq-mean-token-mean",
@@ -88,7 +91,9 @@ class GRPOConfig:
     skip_zero_variance_groups: bool = field(
         default=True, metadata={"help": "leave groups with all-equal rewards out of the update (they carry only KL)"}
     )
-    mask_truncated: bool = field(default=False, metadata={"help": "leave completions cut at max_new_tokens out of the loss"})
+    mask_truncated: bool = field(
+        default=False, metadata={"help": "leave completions cut at max_new_tokens out of the loss"}
+    )
 
     def __post_init__(self):
         if self.group_size < 2:
@@ -117,7 +122,7 @@ class TrainConfig:
     reference: str = field(default="", metadata={"help": "KL reference model; empty = the starting policy"})
     run_dir: str = field(default="runs/grpo", metadata={"help": "where config, metrics, records, checkpoints go"})
     seed: int = field(default=0, metadata={"help": "run seed: every random draw derives from it"})
-    steps: int = field(default=120, metadata={"help": "GRPO steps (one batch of B x G rollouts each)"})
+    steps: int = field(default=200, metadata={"help": "GRPO steps (one batch of B x G rollouts each)"})
     max_minutes: float = field(default=0.0, metadata={"help": "stop after this much wall time; 0 = no limit"})
     verifier: str = field(default="arithmetic", metadata={"help": "reward verifier (see `veriloop verifiers`)"})
     checkpoint_every: int = field(default=20, metadata={"help": "save a resumable checkpoint every N steps"})
@@ -142,7 +147,9 @@ class TrainConfig:
 class SFTConfig:
     """``veriloop sft``: supervised fine-tuning on the task's teacher traces."""
 
-    policy: str = field(default="builtin:init", metadata={"help": "starting model: builtin:init, builtin:base or a directory"})
+    policy: str = field(
+        default="builtin:init", metadata={"help": "starting model: builtin:init, builtin:base or a directory"}
+    )
     run_dir: str = field(default="runs/sft", metadata={"help": "where metrics and the final model go"})
     export: str = field(default="", metadata={"help": "also save the final model here (e.g. src/veriloop/assets/base)"})
     seed: int = field(default=0, metadata={"help": "seed of data order and initialisation"})

@@ -16,11 +16,11 @@ import torch.nn.functional as F
 from tqdm import tqdm
 
 from veriloop.evaluation.evaluate import EvalConfig, evaluate
-from veriloop.models.loading import Policy, load_policy
+from veriloop.io import atomic_write_json, atomic_write_jsonl, atomic_write_yaml
+from veriloop.models.loading import Policy, load_policy, save_policy
 from veriloop.models.tiny import build_char_tokenizer, build_tiny_model
 from veriloop.training.batch import build_policy_batch, completion_logits
 from veriloop.training.config import to_dict
-from veriloop.io import atomic_write_json, atomic_write_jsonl, atomic_write_yaml
 from veriloop.training.optim import build_optimizer, clip_grad_norm, lr_at, set_lr
 from veriloop.training.run_config import SFTConfig
 
@@ -36,7 +36,7 @@ def sft_loss(model: torch.nn.Module, prompts: list[list[int]], completions: list
 
 def _initial_policy(cfg: SFTConfig) -> Policy:
     if cfg.policy == "builtin:init":
-        tok = build_char_tokenizer()
+        tok = build_char_tokenizer(cfg.model.max_positions)
         return Policy(build_tiny_model(tok, cfg.model, seed=cfg.seed), tok, "builtin:init")
     return load_policy(cfg.policy)
 
@@ -62,24 +62,38 @@ def run_sft(cfg: SFTConfig, progress: bool = True) -> dict:
     metrics: list[dict] = []
     start = time.time()
     # With a time budget the step count is only a cap: show rate and elapsed time, not a fake ETA.
-    bar = tqdm(range(cfg.steps), desc="sft", unit="step", disable=not progress, dynamic_ncols=True,
-               total=None if cfg.max_minutes else cfg.steps)
+    bar = tqdm(
+        range(cfg.steps),
+        desc="sft",
+        unit="step",
+        disable=not progress,
+        dynamic_ncols=True,
+        total=None if cfg.max_minutes else cfg.steps,
+    )
     row: dict = {}
     for step in bar:
         lr = lr_at(step, cfg.steps, cfg.optim)
         set_lr(optimizer, lr)
         problems = task.train_batch(cfg.batch_size, rng)
         prompts = [tok(p.prompt).input_ids for p in problems]
-        completions = [tok(task.teacher_completion(p, rng), add_special_tokens=False).input_ids + [tok.eos_token_id]
-                       for p in problems]
+        completions = [
+            tok(task.teacher_completion(p, rng), add_special_tokens=False).input_ids + [tok.eos_token_id]
+            for p in problems
+        ]
         loss, tokens = sft_loss(model, prompts, completions, tok.pad_token_id)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         grad_norm = clip_grad_norm(model, cfg.optim.grad_clip)
         optimizer.step()
         elapsed = time.time() - start
-        row = {"step": step + 1, "loss": float(loss.detach()), "lr": lr, "grad_norm": grad_norm, "tokens": tokens,
-               "elapsed_s": round(elapsed, 2)}
+        row = {
+            "step": step + 1,
+            "loss": float(loss.detach()),
+            "lr": lr,
+            "grad_norm": grad_norm,
+            "tokens": tokens,
+            "elapsed_s": round(elapsed, 2),
+        }
         last = step + 1 == cfg.steps or (cfg.max_minutes and elapsed > cfg.max_minutes * 60)
         if cfg.eval_every and ((step + 1) % cfg.eval_every == 0 or last) and heldout:
             result = evaluate(Policy(model, tok, "training"), heldout, cfg.task.eval_verifiers(), eval_cfg)
@@ -87,7 +101,10 @@ def run_sft(cfg: SFTConfig, progress: bool = True) -> dict:
             row["heldout_greedy_accuracy"] = result.greedy_accuracy
             if result.wrong_steps_rate is not None:
                 row["heldout_wrong_steps_rate"] = result.wrong_steps_rate
-            bar.write(f"step {step + 1}: loss {float(loss.detach()):.4f}, held-out greedy accuracy {result.greedy_accuracy:.3f}")
+            bar.write(
+                f"step {step + 1}: loss {float(loss.detach()):.4f}, "
+                f"held-out greedy accuracy {result.greedy_accuracy:.3f}"
+            )
         metrics.append(row)
         if len(metrics) % 100 == 0:
             atomic_write_jsonl(run_dir / "metrics.jsonl", metrics)
@@ -106,8 +123,6 @@ def run_sft(cfg: SFTConfig, progress: bool = True) -> dict:
     }
     targets = [run_dir / "model"] + ([Path(cfg.export)] if cfg.export else [])
     for target in targets:
-        target.mkdir(parents=True, exist_ok=True)
-        model.save_pretrained(target)
-        tok.save_pretrained(target)
+        save_policy(model, tok, target)
         atomic_write_json(target / "veriloop_sft.json", provenance)
     return row

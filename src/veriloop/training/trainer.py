@@ -36,7 +36,7 @@ from veriloop.algorithms import (
     zero_variance_groups,
 )
 from veriloop.io import atomic_write_json, atomic_write_yaml
-from veriloop.models.loading import Policy, load_policy
+from veriloop.models.loading import load_policy, save_policy
 from veriloop.rollout.records import Record, RecordStore, check_reward
 from veriloop.rollout.sampler import completion_text, generate
 from veriloop.training.batch import PolicyBatch, build_policy_batch, completion_logits, select
@@ -93,8 +93,15 @@ class GRPOTrainer:
     def train(self) -> dict:
         cfg = self.cfg
         start_step = self.state.step + 1
-        bar = tqdm(range(start_step, cfg.steps + 1), desc="grpo", unit="step", initial=start_step - 1,
-                   total=cfg.steps, disable=not self.progress, dynamic_ncols=True)
+        bar = tqdm(
+            range(start_step, cfg.steps + 1),
+            desc="grpo",
+            unit="step",
+            initial=start_step - 1,
+            total=cfg.steps,
+            disable=not self.progress,
+            dynamic_ncols=True,
+        )
         started = time.time()
         for step in bar:
             row = self.train_step(step)
@@ -114,13 +121,17 @@ class GRPOTrainer:
         lr = lr_at(self.state.policy_version, self.total_optimizer_steps(), cfg.optim)
         set_lr(self.optimizer, lr)
         # 1. Task: B prompts for this step.
-        problems = self.task.train_batch(cfg.grpo.prompts_per_step, random.Random(derive_seed(cfg.seed, step, "prompts")))
+        problems = self.task.train_batch(
+            cfg.grpo.prompts_per_step, random.Random(derive_seed(cfg.seed, step, "prompts"))
+        )
         # 2. Rollout: G completions per prompt from the behaviour policy, as records.
         records = self.rollout(problems, step)
         t_gen = time.time()
         # 3. Verifiers: one verdict, one reward per record.
         self.score(records)
-        rewards = torch.tensor([r.reward for r in records], dtype=torch.float32).view(len(problems), cfg.grpo.group_size)
+        rewards = torch.tensor([r.reward for r in records], dtype=torch.float32).view(
+            len(problems), cfg.grpo.group_size
+        )
         t_ver = time.time()
         # 4. Algorithm: group-relative advantages.
         advantages = group_advantages(rewards, std=cfg.grpo.adv_std, eps=cfg.grpo.adv_eps)
@@ -129,8 +140,16 @@ class GRPOTrainer:
         update = self.update(records, advantages.view(-1), flat)
         t_upd = time.time()
         self.store_records(step, records)
-        row = step_metrics(step, records, rewards, advantages, flat, update, lr,
-                           times={"generate": t_gen - t0, "verify": t_ver - t_gen, "update": t_upd - t_ver})
+        row = step_metrics(
+            step,
+            records,
+            rewards,
+            advantages,
+            flat,
+            update,
+            lr,
+            times={"generate": t_gen - t0, "verify": t_ver - t_gen, "update": t_upd - t_ver},
+        )
         row["policy_version"] = self.state.policy_version
         self.state.step = step
         self.metrics.append(row)
@@ -144,18 +163,35 @@ class GRPOTrainer:
         seed = derive_seed(cfg.seed, step, "sampling")
         prompt_ids = [tok(p.prompt).input_ids for p in problems]
         created = time.time()
-        gen = generate(self.policy.model, prompt_ids, cfg.sampling, eos_id=self.policy.eos_id,
-                       pad_id=self.policy.pad_id, generator=torch.Generator().manual_seed(seed), n=G)
+        gen = generate(
+            self.policy.model,
+            prompt_ids,
+            cfg.sampling,
+            eos_id=self.policy.eos_id,
+            pad_id=self.policy.pad_id,
+            generator=torch.Generator().manual_seed(seed),
+            n=G,
+        )
         sampling = {**cfg.sampling.as_dict(), "seed": seed}
         records = []
         for i, (ids, lps, finish) in enumerate(zip(gen.completion_ids, gen.logprobs, gen.finish_reasons)):
             b = i // G
-            records.append(Record(
-                problem_id=problems[b].id, group_id=f"{step}-{b}", prompt=problems[b].prompt,
-                reference=problems[b].reference, prompt_ids=prompt_ids[b], completion_ids=ids,
-                completion=completion_text(tok, ids, finish), behavior_logprobs=lps,
-                sampling=sampling, policy_version=self.state.policy_version, finish_reason=finish,
-                created_at=created))
+            records.append(
+                Record(
+                    problem_id=problems[b].id,
+                    group_id=f"{step}-{b}",
+                    prompt=problems[b].prompt,
+                    reference=problems[b].reference,
+                    prompt_ids=prompt_ids[b],
+                    completion_ids=ids,
+                    completion=completion_text(tok, ids, finish),
+                    behavior_logprobs=lps,
+                    sampling=sampling,
+                    policy_version=self.state.policy_version,
+                    finish_reason=finish,
+                    created_at=created,
+                )
+            )
         return records
 
     def score(self, records: list[Record]) -> None:
@@ -178,7 +214,9 @@ class GRPOTrainer:
         if rows.numel() == 0:
             return {"skipped": True}
         chosen = [records[i] for i in rows.tolist()]
-        batch = build_policy_batch([r.prompt_ids for r in chosen], [r.completion_ids for r in chosen], self.policy.pad_id)
+        batch = build_policy_batch(
+            [r.prompt_ids for r in chosen], [r.completion_ids for r in chosen], self.policy.pad_id
+        )
         behavior = torch.zeros_like(batch.completion_mask)
         for i, r in enumerate(chosen):
             behavior[i, : len(r.behavior_logprobs)] = torch.tensor(r.behavior_logprobs)
@@ -211,7 +249,11 @@ class GRPOTrainer:
                     T = sub.completion_ids.shape[1]
                     logits = completion_logits(model, sub)
                     full = torch.log_softmax(logits / s.temperature, dim=-1)  # [n, T, V]
-                    dist = full if (s.top_k == 0 and s.top_p == 1.0) else sampling_logprobs(logits, s.temperature, s.top_k, s.top_p)
+                    dist = (
+                        full
+                        if (s.top_k == 0 and s.top_p == 1.0)
+                        else sampling_logprobs(logits, s.temperature, s.top_k, s.top_p)
+                    )
                     lp = dist.gather(-1, sub.completion_ids[..., None]).squeeze(-1)  # [n, T]
                     ratio = torch.exp(lp - behavior[rows, :T])
                     objective = clipped_surrogate(ratio, adv[rows], g.clip_eps_low, g.clip_eps_high)
@@ -223,8 +265,17 @@ class GRPOTrainer:
                     loss = -aggregate_loss(objective, sub.completion_mask, g.loss_agg, max_len=s.max_new_tokens)
                     loss = loss * aggregation_weight(sub.completion_mask, mb_mask, g.loss_agg)
                     loss.backward()
-                    stats.add(update_pass, sub.completion_mask, lp.detach(), behavior[rows, :T], ratio.detach(),
-                              adv[rows], kl, full.detach(), g)
+                    stats.add(
+                        update_pass,
+                        sub.completion_mask,
+                        lp.detach(),
+                        behavior[rows, :T],
+                        ratio.detach(),
+                        adv[rows],
+                        kl,
+                        full.detach(),
+                        g,
+                    )
                 stats.grad_norms.append(clip_grad_norm(model, self.cfg.optim.grad_clip))
                 self.optimizer.step()
                 self.state.policy_version += 1
@@ -258,10 +309,10 @@ class GRPOTrainer:
 
     def save_final(self) -> None:
         final = self.run_dir / "final"
-        final.mkdir(parents=True, exist_ok=True)
-        self.policy.model.save_pretrained(final)
-        self.policy.tokenizer.save_pretrained(final)
-        atomic_write_json(final / "veriloop_train.json", {"step": self.state.step, "policy_version": self.state.policy_version})
+        save_policy(self.policy.model, self.policy.tokenizer, final)
+        atomic_write_json(
+            final / "veriloop_train.json", {"step": self.state.step, "policy_version": self.state.policy_version}
+        )
 
 
 class _UpdateStats:
@@ -294,6 +345,10 @@ class _UpdateStats:
 
     def summary(self, num_sequences: int) -> dict:
         out = {k: self.sums[k] / max(self.counts[k], 1.0) for k in self.sums}
-        out.update(ratio_min=self.ratio_min, ratio_max=self.ratio_max, update_sequences=num_sequences,
-                   grad_norm=sum(self.grad_norms) / max(len(self.grad_norms), 1))
+        out.update(
+            ratio_min=self.ratio_min,
+            ratio_max=self.ratio_max,
+            update_sequences=num_sequences,
+            grad_norm=sum(self.grad_norms) / max(len(self.grad_norms), 1),
+        )
         return out

@@ -12,8 +12,8 @@ with ``from_reward_function``.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 
 @dataclass(frozen=True)
@@ -101,7 +101,9 @@ class FunctionVerifier(Verifier):
     def verify_batch(self, completions: list[str], references: list[str]) -> list[Verdict]:
         scores = self.fn([""] * len(completions), list(completions), reference=list(references))
         if len(scores) != len(completions):
-            raise VerifierError(f"reward function {self.name!r} returned {len(scores)} scores for {len(completions)} completions")
+            raise VerifierError(
+                f"reward function {self.name!r} returned {len(scores)} scores for {len(completions)} completions"
+            )
         out = []
         for s in scores:
             s = float(s)
