@@ -17,10 +17,19 @@ pytestmark = pytest.mark.slow
 
 
 def test_grpo_raises_reward_and_heldout_accuracy(tmp_path):
-    cfg = build_config(TrainConfig, {}, {
-        "run_dir": str(tmp_path), "steps": 16, "seed": 0, "checkpoint_every": 100,
-        "grpo.prompts_per_step": 16, "grpo.group_size": 8, "task.arithmetic.heldout_size": 160,
-    })
+    cfg = build_config(
+        TrainConfig,
+        {},
+        {
+            "run_dir": str(tmp_path),
+            "steps": 16,
+            "seed": 0,
+            "checkpoint_every": 100,
+            "grpo.prompts_per_step": 16,
+            "grpo.group_size": 8,
+            "task.arithmetic.heldout_size": 160,
+        },
+    )
     trainer = GRPOTrainer(cfg, progress=False)
     task, verifiers = cfg.task.build(), cfg.task.eval_verifiers()
     problems = task.heldout()
