@@ -46,13 +46,17 @@ def run(name: str, overrides: dict, steps: int) -> dict:
         GRPOTrainer(cfg, progress=False).train()
         seconds = time.time() - t0
         task = cfg.task.build()
-        result = evaluate(load_policy(f"{tmp}/final"), task.heldout(), cfg.task.eval_verifiers(), EvalConfig(n_samples=0))
+        policy = load_policy(f"{tmp}/final")
+        result = evaluate(policy, task.heldout(), cfg.task.eval_verifiers(), EvalConfig(n_samples=0))
     return {"variant": name, "greedy_accuracy": result.greedy_accuracy,
             "wrong_steps_rate": result.wrong_steps_rate, "mul_accuracy": result.by_tag["mul"]["greedy_accuracy"],
             "clean_accuracy": result.by_tag["clean"]["greedy_accuracy"], "train_seconds": seconds}  # fmt: skip
 
 
 def main() -> None:
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--steps", type=int, default=200)
     p.add_argument("--only", nargs="*", default=None, help="variant names to run (default: all)")

@@ -130,6 +130,9 @@ def _spawn(argv: list[str]) -> dict:
 
 
 def main() -> None:
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--policy", default="builtin:base")
     p.add_argument("--prompts", type=int, default=32)

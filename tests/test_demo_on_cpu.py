@@ -24,6 +24,8 @@ def test_demo_small_budget(tmp_path, capsys):
         assert (run_dir / sub / "report.html").is_file() and (run_dir / sub / "metrics.jsonl").is_file()
     assert (run_dir / "sft-control" / "model" / "model.safetensors").is_file()
     # A second demo never overwrites the first.
-    assert cli.main(["demo", "--quiet", "--run_dir", str(run_dir), "--train.steps", "1", "--process_run", "false",
-                     "--sft_control", "false", "--train.task.arithmetic.heldout_size", "8", "--eval.n_samples", "0"]) == 0
+    again = ["demo", "--quiet", "--run_dir", str(run_dir), "--train.steps", "1", "--process_run", "false",
+             "--sft_control", "false", "--train.task.arithmetic.heldout_size", "8",
+             "--eval.n_samples", "0"]  # fmt: skip
+    assert cli.main(again) == 0
     assert (tmp_path / "demo-2" / "summary.json").is_file()

@@ -14,7 +14,6 @@ from pathlib import Path
 
 import yaml
 
-
 _UMASK = os.umask(0)
 os.umask(_UMASK)
 

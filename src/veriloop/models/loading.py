@@ -55,11 +55,7 @@ def load_policy(path: str, seed: int = 0) -> Policy:
         return Policy(build_tiny_model(tok, seed=seed), tok, path)
     real = resolve_path(path)
     if not os.path.isdir(real):
-        hint = (
-            " (the shipped base is missing: remake it with `make base`)"
-            if path == "builtin:base"
-            else ""
-        )
+        hint = " (the shipped base is missing: remake it with `make base`)" if path == "builtin:base" else ""
         raise PolicyLoadError(f"policy path {real!r} is not a directory{hint}")
     if not os.path.isfile(os.path.join(real, "config.json")):
         raise PolicyLoadError(f"policy path {real!r} has no config.json (expected a save_pretrained directory)")

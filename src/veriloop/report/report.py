@@ -90,7 +90,8 @@ def write_report(run_dir: str | Path) -> Path:
             )
     runs = sorted(p.parent.name for p in run_dir.glob("*/report.html"))
     if runs:
-        parts.append("<h2>Runs</h2><ul>" + "".join(f'<li><a href="{n}/report.html">{n}</a></li>' for n in runs) + "</ul>")
+        links = "".join(f'<li><a href="{n}/report.html">{n}</a></li>' for n in runs)
+        parts.append(f"<h2>Runs</h2><ul>{links}</ul>")
     table = run_dir / "table.txt"
     if table.is_file():
         parts.append(f"<h2>Held-out table</h2><pre>{html.escape(table.read_text())}</pre>")

@@ -166,14 +166,14 @@ COMPACT_SHARE = 0.125
 
 
 def _sample_loop(decoder, logits, next_pos, params: SamplingParams, eos_id: int, generator) -> Generation:
-    total = logits.shape[0]
+    total, steps = logits.shape[0], params.max_new_tokens
     rows = torch.arange(total)  # row i of the live batch is sample rows[i]
     alive = torch.ones(total, dtype=torch.bool)  # rows of the live batch still generating
-    completions: list[list[int]] = [[] for _ in range(total)]
-    logps: list[list[float]] = [[] for _ in range(total)]
-    finish = ["length"] * total
+    out_tokens = torch.full((total, steps), -1, dtype=torch.long)  # [N, T]; -1 after the end
+    out_lp = torch.zeros((total, steps))
+    ended_by_eos = torch.zeros(total, dtype=torch.bool)
     greedy = params.temperature == 0
-    for step in range(params.max_new_tokens):
+    for step in range(steps):
         if greedy:
             tokens = logits.argmax(dim=-1)
             token_lp = torch.zeros(tokens.shape[0])
@@ -181,15 +181,13 @@ def _sample_loop(decoder, logits, next_pos, params: SamplingParams, eos_id: int,
             lp = sampling_logprobs(logits, params.temperature, params.top_k, params.top_p)
             tokens = _draw(lp, generator)
             token_lp = lp.gather(1, tokens[:, None]).squeeze(1)
+        live_rows = rows[alive]
+        out_tokens[live_rows, step] = tokens[alive]
+        out_lp[live_rows, step] = token_lp[alive]
         done = (tokens == eos_id) & alive
-        for r, t, lpv, a, d in zip(rows.tolist(), tokens.tolist(), token_lp.tolist(), alive.tolist(), done.tolist()):
-            if a:
-                completions[r].append(t)
-                logps[r].append(lpv)
-                if d:
-                    finish[r] = "eos"
+        ended_by_eos[rows[done]] = True
         alive &= ~done
-        if step == params.max_new_tokens - 1 or not alive.any():
+        if step == steps - 1 or not alive.any():
             break
         if (~alive).sum() >= max(1, COMPACT_SHARE * alive.numel()):
             keep = alive.nonzero().squeeze(1)
@@ -197,4 +195,9 @@ def _sample_loop(decoder, logits, next_pos, params: SamplingParams, eos_id: int,
             tokens, next_pos, rows, alive = tokens[keep], next_pos[keep], rows[keep], alive[keep]
         logits = decoder.step(tokens, next_pos)
         next_pos = next_pos + 1
+    lengths = (out_tokens >= 0).sum(dim=1).tolist()
+    token_rows, lp_rows = out_tokens.tolist(), out_lp.tolist()
+    completions = [row[:n] for row, n in zip(token_rows, lengths)]
+    logps = [row[:n] for row, n in zip(lp_rows, lengths)]
+    finish = ["eos" if e else "length" for e in ended_by_eos.tolist()]
     return Generation(completions, logps, finish)

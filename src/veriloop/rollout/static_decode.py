@@ -9,7 +9,8 @@ modules (norms, rotary embedding, activation), so it decodes exactly the model
 transformers loaded; ``tests/test_static_decode_on_cpu.py`` checks its logits against
 the model's own forward pass.
 
-Supported: ``model_type`` in llama, qwen2, qwen3, mistral without a sliding window.
+Supported: ``model_type`` in llama, qwen2, qwen3, mistral without a sliding window or a
+length-dependent rotary scaling.
 Anything else falls back to the transformers forward in ``sampler.generate``.
 """
 
@@ -28,6 +29,9 @@ def supports(model: torch.nn.Module, max_len: int) -> bool:
     window = getattr(cfg, "sliding_window", None)
     if window is not None and getattr(cfg, "use_sliding_window", True) and window < max_len:
         return False
+    scaling = getattr(cfg, "rope_scaling", None) or {}
+    if scaling.get("rope_type", scaling.get("type")) in ("dynamic", "longrope"):
+        return False  # rotary tables that depend on the sequence length seen so far
     inner = getattr(model, "model", None)
     return inner is not None and hasattr(inner, "rotary_emb") and hasattr(model, "lm_head")
 
@@ -67,6 +71,9 @@ class StaticDecoder:
         self.bias = torch.full((batch, 1, 1, max_len), float("-inf"), dtype=dtype)
         self.bias[:, 0, 0, :P].masked_fill_(prefill_mask.bool(), 0.0)
         self.column = P  # where the next token's key/value go
+        # cos/sin of every rotary position, computed once by the model's own rotary module.
+        positions = torch.arange(max_len)[None, :]
+        self.cos_table, self.sin_table = (t[0] for t in self.inner.rotary_emb(self.keys[0], positions))
 
     @staticmethod
     def _fuse(layer) -> tuple:
@@ -96,8 +103,8 @@ class StaticDecoder:
         """Logits ``[B, V]`` after appending ``tokens[B]`` at rotary positions ``positions[B]``."""
         B, col = tokens.shape[0], self.column
         h = self.inner.embed_tokens(tokens)[:, None, :]  # [B, 1, C]
-        cos, sin = self.inner.rotary_emb(h, positions[:, None])  # [B, 1, D]
-        cos, sin = cos[:, None], sin[:, None]  # [B, 1, 1, D]
+        cos = self.cos_table[positions][:, None, None, :]  # [B, 1, 1, D]
+        sin = self.sin_table[positions][:, None, None, :]
         self.bias[:, :, :, col] = 0.0
         bias = self.bias[:, :, :, : col + 1]  # [B, 1, 1, L]
         groups = self.heads // self.kv_heads
