@@ -30,10 +30,13 @@ def sampling_logprobs(
         kth = torch.topk(scores, top_k, dim=-1).values[..., -1:]
         scores = scores.masked_fill(scores < kth, float("-inf"))
     if top_p < 1.0:
-        sorted_scores, order = torch.sort(scores, dim=-1, descending=True)
-        probs = torch.softmax(sorted_scores, dim=-1)
-        mass_before = torch.cumsum(probs, dim=-1) - probs  # mass of strictly more likely tokens
-        drop_sorted = mass_before >= top_p  # the most likely token always stays
+        # Keep a token iff the mass of the tokens more likely than it is below top_p.  Summed
+        # from the least likely end (as transformers does), so tiny tail probabilities are not
+        # lost to rounding: drop where the mass of tokens at most as likely is <= 1 - top_p.
+        sorted_scores, order = torch.sort(scores, dim=-1, descending=False)
+        tail_mass = torch.cumsum(torch.softmax(sorted_scores, dim=-1), dim=-1)
+        drop_sorted = tail_mass <= 1.0 - top_p
+        drop_sorted[..., -1] = False  # the most likely token always stays
         drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
         scores = scores.masked_fill(drop, float("-inf"))
     return torch.log_softmax(scores, dim=-1)
