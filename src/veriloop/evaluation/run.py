@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import json
-
 import torch
 
 from veriloop.evaluation.evaluate import EvalResult, evaluate
@@ -47,6 +45,5 @@ def run_eval(cfg: EvalRunConfig) -> dict:
     out = {"policy": cfg.policy, "result": result.as_dict(), "teacher": teacher}
     if cfg.out:
         atomic_write_json(cfg.out, out)
-    else:
-        print(json.dumps({k: v for k, v in result.as_dict().items() if k != "examples"}, indent=2))
+        print(f"written to {cfg.out}")
     return out

@@ -10,6 +10,8 @@ Read ``GRPOTrainer.train_step`` top to bottom for the loop; the maths is called 
   models (a top-p cut could give the reference probability 0); with ``kl_beta == 0`` the
   reference model is never loaded or run;
 * no forward pass recomputes what a record already holds (the behaviour log-probs);
+* dropout is off in the learner, so the first pass's ratio is 1 up to float error
+  (reported as ``logprob_mismatch``);
 * every random draw of step s comes from generators seeded by (run seed, s), so a
   resumed run reproduces the uninterrupted one exactly on CPU.
 """
@@ -236,7 +238,7 @@ class GRPOTrainer:
     def learner_passes(self, batch, behavior, adv, ref) -> dict:
         g, s = self.cfg.grpo, self.cfg.sampling
         model, N = self.policy.model, batch.input_ids.shape[0]
-        model.train()
+        model.eval()  # dropout off (as TRL's disable_dropout): the ratio must start at exactly 1
         stats = _UpdateStats()
         order_gen = torch.Generator().manual_seed(derive_seed(self.cfg.seed, self.state.step + 1, "minibatches"))
         for update_pass in range(g.inner_updates):
@@ -279,7 +281,6 @@ class GRPOTrainer:
                 stats.grad_norms.append(clip_grad_norm(model, self.cfg.optim.grad_clip))
                 self.optimizer.step()
                 self.state.policy_version += 1
-        model.eval()
         return stats.summary(N)
 
     # ------------------------------------------------------------------ helpers
@@ -337,7 +338,7 @@ class _UpdateStats:
         self._acc("clip_frac_high", high * n, n)
         self.ratio_min = min(self.ratio_min, float(ratio[valid].min()))
         self.ratio_max = max(self.ratio_max, float(ratio[valid].max()))
-        if update_pass == 0:  # quantities of the policy that sampled the batch
+        if update_pass == 0:  # first pass: the policy that sampled the batch (exactly so when mini_batches == 1)
             self._acc("logprob_mismatch", float((lp - behavior).abs()[valid].sum()), n)
             self._acc("entropy", float(entropy_from_logprobs(full)[valid].sum()), n)
             if kl is not None:
