@@ -63,15 +63,10 @@ def run_sft(cfg: SFTConfig, progress: bool = True) -> dict:
     start = time.time()
     # With a time budget the step count is only a cap: show rate and elapsed time, not a fake ETA.
     bar = tqdm(
-        range(cfg.steps),
-        desc="sft",
-        unit="step",
-        disable=not progress,
-        dynamic_ncols=True,
-        total=None if cfg.max_minutes else cfg.steps,
+        desc="sft", unit="step", disable=not progress, dynamic_ncols=True, total=None if cfg.max_minutes else cfg.steps
     )
     row: dict = {}
-    for step in bar:
+    for step in range(cfg.steps):
         lr = lr_at(step, cfg.steps, cfg.optim)
         set_lr(optimizer, lr)
         problems = task.train_batch(cfg.batch_size, rng)
@@ -109,6 +104,7 @@ def run_sft(cfg: SFTConfig, progress: bool = True) -> dict:
         if len(metrics) % 100 == 0:
             atomic_write_jsonl(run_dir / "metrics.jsonl", metrics)
         bar.set_postfix(loss=f"{float(loss.detach()):.4f}", lr=f"{lr:.2e}")
+        bar.update(1)
         if last:
             break
     bar.close()
