@@ -18,23 +18,23 @@ from veriloop.evaluation.evaluate import EvalConfig, evaluate
 from veriloop.models.loading import load_policy
 from veriloop.training.config import build_config
 from veriloop.training.run_config import TrainConfig
-from veriloop.training.trainer import GRPOTrainer
+from veriloop.training.trainer import Trainer
 
 VARIANTS = {
     "default (outcome reward)": {},
     "process reward": {"verifier": "arithmetic-process"},
-    "kl_beta 0.02": {"grpo.kl_beta": 0.02},
-    "kl_beta 0 (no reference)": {"grpo.kl_beta": 0.0},
+    "kl_beta 0.02": {"kl.beta": 0.02},
+    "kl_beta 0 (no reference)": {"kl.beta": 0.0},
     "temperature 1.0": {"sampling.temperature": 1.0},
-    "keep zero-variance groups": {"grpo.skip_zero_variance_groups": False},
-    "sample std": {"grpo.adv_std": "sample"},
-    "token-mean aggregation": {"grpo.loss_agg": "token-mean"},
+    "keep zero-variance groups": {"update.skip_zero_advantage": False},
+    "sample std": {"advantage.std": "sample"},
+    "token-mean aggregation": {"loss.aggregation": "token-mean"},
     "plain: lr 1e-4, T 1.0, no clip, no KL": {
         "optim.lr": 1e-4,
         "sampling.temperature": 1.0,
-        "grpo.clip_eps_low": 1e6,
-        "grpo.clip_eps_high": 1e6,
-        "grpo.kl_beta": 0.0,
+        "loss.clip_eps_low": 1e6,
+        "loss.clip_eps_high": 1e6,
+        "kl.beta": 0.0,
     },
 }
 
@@ -43,7 +43,7 @@ def run(name: str, overrides: dict, steps: int) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         cfg = build_config(TrainConfig, {}, {"run_dir": tmp, "steps": steps, "save_rollouts": False, **overrides})
         t0 = time.time()
-        GRPOTrainer(cfg, progress=False).train()
+        Trainer(cfg, progress=False).train()
         seconds = time.time() - t0
         task = cfg.task.build()
         policy = load_policy(f"{tmp}/final")

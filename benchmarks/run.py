@@ -93,7 +93,7 @@ def grpo_worker(args) -> dict:
     """Mean seconds per GRPO step by stage, after one warm-up step."""
     from veriloop.training.config import build_config
     from veriloop.training.run_config import TrainConfig
-    from veriloop.training.trainer import GRPOTrainer
+    from veriloop.training.trainer import Trainer
 
     with tempfile.TemporaryDirectory() as tmp:
         cfg = build_config(
@@ -105,12 +105,12 @@ def grpo_worker(args) -> dict:
                 "steps": args.steps + 1,
                 "checkpoint_every": 10**6,
                 "save_rollouts": "false",
-                "grpo.prompts_per_step": args.prompts,
-                "grpo.group_size": args.group,
-                "grpo.skip_zero_variance_groups": args.skip_flat,
+                "rollout.prompts_per_step": args.prompts,
+                "rollout.group_size": args.group,
+                "update.skip_zero_advantage": args.skip_flat,
             },
         )
-        trainer = GRPOTrainer(cfg, progress=False)
+        trainer = Trainer(cfg, progress=False)
         rows = [trainer.train_step(s) for s in range(1, args.steps + 2)][1:]
     mean = lambda k: statistics.mean(r[k] for r in rows)  # noqa: E731
     return {

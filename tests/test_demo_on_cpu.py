@@ -8,8 +8,8 @@ from veriloop import cli
 def test_demo_small_budget(tmp_path, capsys):
     run_dir = tmp_path / "demo"
     code = cli.main([
-        "demo", "--quiet", "--run_dir", str(run_dir), "--train.steps", "2", "--train.grpo.prompts_per_step", "4",
-        "--train.grpo.group_size", "4", "--train.task.arithmetic.heldout_size", "24", "--eval.n_samples", "8",
+        "demo", "--quiet", "--run_dir", str(run_dir), "--train.steps", "2", "--train.rollout.prompts_per_step", "4",
+        "--train.rollout.group_size", "4", "--train.task.arithmetic.heldout_size", "24", "--eval.n_samples", "8",
     ])  # fmt: skip
     assert code == 0
     out = capsys.readouterr().out

@@ -13,17 +13,17 @@ from veriloop.evaluation.evaluate import EvalConfig, evaluate
 from veriloop.models.loading import load_policy
 from veriloop.training.config import build_config
 from veriloop.training.run_config import TrainConfig
-from veriloop.training.trainer import GRPOTrainer
+from veriloop.training.trainer import Trainer
 
 pytestmark = pytest.mark.slow
 
-SETTINGS = {"steps": 40, "seed": 0, "checkpoint_every": 100, "grpo.prompts_per_step": 16, "grpo.group_size": 8,
+SETTINGS = {"steps": 40, "seed": 0, "checkpoint_every": 100, "rollout.prompts_per_step": 16, "rollout.group_size": 8,
             "task.arithmetic.heldout_size": 200}  # fmt: skip
 
 
 def train_and_evaluate(run_dir, verifier):
     cfg = build_config(TrainConfig, {}, {**SETTINGS, "run_dir": str(run_dir), "verifier": verifier})
-    trainer = GRPOTrainer(cfg, progress=False)
+    trainer = Trainer(cfg, progress=False)
     problems, verifiers = cfg.task.build().heldout(), cfg.task.eval_verifiers()
     before = evaluate(trainer.policy, problems, verifiers, EvalConfig(n_samples=0))
     trainer.train()

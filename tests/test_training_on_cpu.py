@@ -13,7 +13,7 @@ from veriloop.rollout.records import RecordStore
 from veriloop.training.config import ConfigError, build_config
 from veriloop.training.metrics import TIMING_KEYS
 from veriloop.training.run_config import TrainConfig
-from veriloop.training.trainer import GRPOTrainer
+from veriloop.training.trainer import Trainer
 
 
 @verifiers.register("test-digit-share")
@@ -54,10 +54,10 @@ def config(policy, run_dir, **over):
         "steps": 4,
         "checkpoint_every": 2,
         "verifier": "test-digit-share",
-        "grpo.prompts_per_step": 4,
-        "grpo.group_size": 4,
-        "grpo.micro_batch_size": 6,
-        "grpo.kl_beta": 0.05,
+        "rollout.prompts_per_step": 4,
+        "rollout.group_size": 4,
+        "update.micro_batch_size": 6,
+        "kl.beta": 0.05,
         "sampling.max_new_tokens": 12,
         "optim.lr": 1e-3,
         "task.arithmetic.heldout_size": 10,
@@ -75,14 +75,14 @@ def final_weights(run_dir):
 
 
 def test_resume_reproduces_the_uninterrupted_run(tiny_policy, tmp_path):
-    straight = GRPOTrainer(config(tiny_policy, tmp_path / "a"), progress=False)
+    straight = Trainer(config(tiny_policy, tmp_path / "a"), progress=False)
     straight.train()
     assert straight.metrics.rows[-1]["kl"] > 0  # the policy moved: the test is not trivially equal
 
     # Interrupted: 3 steps done, but the crash came before step 3's checkpoint was written.
-    GRPOTrainer(config(tiny_policy, tmp_path / "b", steps=3), progress=False).train()
+    Trainer(config(tiny_policy, tmp_path / "b", steps=3), progress=False).train()
     shutil.rmtree(tmp_path / "b" / "checkpoints" / "step-000003")
-    resumed = GRPOTrainer(config(tiny_policy, tmp_path / "b", steps=4), resume=True, progress=False)
+    resumed = Trainer(config(tiny_policy, tmp_path / "b", steps=4), resume=True, progress=False)
     assert resumed.state.step == 2 and len(resumed.metrics.rows) == 2  # step 3 is redone
     resumed.train()
 
@@ -96,7 +96,7 @@ def test_resume_reproduces_the_uninterrupted_run(tiny_policy, tmp_path):
 
 
 def test_run_directory_contents(tiny_policy, tmp_path):
-    GRPOTrainer(config(tiny_policy, tmp_path, steps=2), progress=False).train()
+    Trainer(config(tiny_policy, tmp_path, steps=2), progress=False).train()
     rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     required = {
         "reward_mean",
@@ -127,7 +127,7 @@ def test_run_directory_contents(tiny_policy, tmp_path):
     r = records[0]
     assert r.sampling["temperature"] == 0.7 and "seed" in r.sampling and r.policy_version == 0
     assert r.verifier == "test-digit-share@1" and r.finish_reason in ("eos", "length")
-    assert records[-1].group_id == "1-3"
+    assert records[-1].group_id == "1-0-3"  # step 1, sampling round 0, prompt 3
     assert RecordStore(tmp_path / "rollouts").read(2)[0].policy_version > 0
     saved = tmp_path / "checkpoints" / "step-000002"
     assert {p.name for p in saved.iterdir()} == {"model", "optimizer.pt", "rng.pt", "trainer_state.json"}
@@ -135,21 +135,21 @@ def test_run_directory_contents(tiny_policy, tmp_path):
 
 
 def test_zero_kl_weight_loads_no_reference(tiny_policy, tmp_path):
-    trainer = GRPOTrainer(config(tiny_policy, tmp_path, steps=1, **{"grpo.kl_beta": 0.0}), progress=False)
+    trainer = Trainer(config(tiny_policy, tmp_path, steps=1, **{"kl.beta": 0.0}), progress=False)
     assert trainer.reference is None
     trainer.train()
     assert trainer.metrics.rows[0]["kl"] == 0.0
 
 
 def test_refuses_to_overwrite_a_run(tiny_policy, tmp_path):
-    GRPOTrainer(config(tiny_policy, tmp_path, steps=1), progress=False).train()
+    Trainer(config(tiny_policy, tmp_path, steps=1), progress=False).train()
     with pytest.raises(ValueError, match="already holds a run"):
-        GRPOTrainer(config(tiny_policy, tmp_path, steps=1), progress=False)
+        Trainer(config(tiny_policy, tmp_path, steps=1), progress=False)
 
 
 def test_non_finite_reward_stops_and_keeps_what_was_written(tiny_policy, tmp_path):
-    GRPOTrainer(config(tiny_policy, tmp_path, steps=2), progress=False).train()
-    trainer = GRPOTrainer(config(tiny_policy, tmp_path, steps=3, verifier="test-nan"), resume=True, progress=False)
+    Trainer(config(tiny_policy, tmp_path, steps=2), progress=False).train()
+    trainer = Trainer(config(tiny_policy, tmp_path, steps=3, verifier="test-nan"), resume=True, progress=False)
     with pytest.raises(ValueError, match="non-finite reward"):
         trainer.train()
     assert (tmp_path / "checkpoints" / "step-000002" / "trainer_state.json").is_file()
@@ -157,14 +157,14 @@ def test_non_finite_reward_stops_and_keeps_what_was_written(tiny_policy, tmp_pat
 
 
 def test_config_errors_name_the_key():
-    with pytest.raises(ConfigError, match="grpo.klbeta.*kl_beta"):
-        build_config(TrainConfig, {"grpo": {"klbeta": 0.1}})
-    with pytest.raises(ConfigError, match="group_size must be >= 2"):
-        build_config(TrainConfig, {}, {"grpo.group_size": "1"})
-    with pytest.raises(ConfigError, match="grpo.inner_updates: expected an integer"):
-        build_config(TrainConfig, {}, {"grpo.inner_updates": "two"})
-    with pytest.raises(ConfigError, match="loss_agg"):
-        build_config(TrainConfig, {}, {"grpo.loss_agg": "mean"})
+    with pytest.raises(ConfigError, match="kl.betta.*beta"):
+        build_config(TrainConfig, {"kl": {"betta": 0.1}})
+    with pytest.raises(ConfigError, match="group_size must be >= 2 for estimator grpo"):
+        build_config(TrainConfig, {}, {"rollout.group_size": "1"})
+    with pytest.raises(ConfigError, match="update.inner_updates: expected an integer"):
+        build_config(TrainConfig, {}, {"update.inner_updates": "two"})
+    with pytest.raises(ConfigError, match="loss.aggregation"):
+        build_config(TrainConfig, {}, {"loss.aggregation": "mean"})
 
 
 def run_cli(args, capsys):
@@ -175,12 +175,12 @@ def run_cli(args, capsys):
 
 def test_cli_reports_bad_input_without_a_traceback(tiny_policy, tmp_path, capsys):
     bad_yaml = tmp_path / "bad.yaml"
-    bad_yaml.write_text("grpo:\n  kl_betta: 0.1\n")
+    bad_yaml.write_text("kl:\n  betta: 0.1\n")
     code, err = run_cli(["train", "--config", str(bad_yaml), "--run_dir", str(tmp_path / "r1")], capsys)
-    assert code == 2 and "bad.yaml" in err and "grpo.kl_betta" in err and "kl_beta" in err
+    assert code == 2 and "bad.yaml" in err and "kl.betta" in err and "'beta'" in err
 
     code, err = run_cli(
-        ["train", "--policy", tiny_policy, "--grpo.group_size", "1", "--run_dir", str(tmp_path / "r2")], capsys
+        ["train", "--policy", tiny_policy, "--rollout.group_size", "1", "--run_dir", str(tmp_path / "r2")], capsys
     )
     assert code == 2 and "group_size" in err
 

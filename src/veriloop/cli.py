@@ -32,7 +32,7 @@ def _parser() -> argparse.ArgumentParser:
         return p
 
     command("sft", SFTConfig, "supervised fine-tuning on the task's teacher traces (makes the base)")
-    p = command("train", TrainConfig, "GRPO from a policy checkpoint; writes a resumable run directory")
+    p = command("train", TrainConfig, "train a policy with any recipe (--algo, default grpo); resumable run directory")
     p.add_argument("--resume", metavar="RUN_DIR", help="continue the run in RUN_DIR from its latest checkpoint")
     command("eval", EvalRunConfig, "held-out evaluation: greedy/sampled accuracy, pass@k, format, process, wrong steps")
     command(
@@ -44,6 +44,7 @@ def _parser() -> argparse.ArgumentParser:
     p = sub.add_parser("report", help="write plots/ and report.html for a run directory")
     p.add_argument("run_dir")
     sub.add_parser("verifiers", help="list the registered verifiers")
+    sub.add_parser("algos", help="list the training recipes (--algo NAME) and what each sets")
     return parser
 
 
@@ -58,14 +59,14 @@ def _run(args: argparse.Namespace) -> int:
     elif args.command == "train":
         from veriloop.report.report import write_report
         from veriloop.training.run_config import TrainConfig
-        from veriloop.training.trainer import GRPOTrainer
+        from veriloop.training.trainer import Trainer
 
         if args.resume:
             cfg = _resume_config(args)
-            trainer = GRPOTrainer(cfg, resume=True, progress=progress)
+            trainer = Trainer(cfg, resume=True, progress=progress)
         else:
             cfg = config_from_args(TrainConfig, args)
-            trainer = GRPOTrainer(cfg, progress=progress)
+            trainer = Trainer(cfg, progress=progress)
         trainer.train()
         write_report(cfg.run_dir)
         print(f"run directory: {cfg.run_dir} (report.html, metrics.jsonl, final/)")
@@ -87,6 +88,12 @@ def _run(args: argparse.Namespace) -> int:
 
         for name in verifiers.names():
             print(name)
+    elif args.command == "algos":
+        from veriloop.training.recipes import RECIPES
+
+        for name, recipe in RECIPES.items():
+            sets = ", ".join(f"{k}={v}" for k, v in recipe.overrides.items()) or "(the defaults)"
+            print(f"{name:<11} {recipe.description}\n{'':<11} sets: {sets}")
     return 0
 
 

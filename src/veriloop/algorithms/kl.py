@@ -8,14 +8,20 @@ The tokens were sampled from the current (or behaviour) policy ``q``; with
     k3 = exp(log_r) - 1 - log_r    unbiased and always >= 0 (GRPO's choice)
 
 ``kl_exact`` sums ``q (log q - log p)`` over a whole distribution, for when the support
-is small enough to enumerate (and to test the estimators against).
+is small enough to enumerate (and to test the estimators against).  In the trainer the
+estimator ``"exact"`` sums it over the whole vocabulary at every visited position (the
+next-token distributions are enumerable even when sequences are not).
+
+Placement is the trainer's choice: as a loss term (GRPO) or subtracted from the reward
+(PPO-RLHF), with a fixed or an adaptive weight (``FixedKLController`` /
+``AdaptiveKLController``).
 """
 
 from __future__ import annotations
 
 import torch
 
-KL_ESTIMATORS = ("k1", "k2", "k3")
+KL_ESTIMATORS = ("k1", "k2", "k3", "exact")
 
 
 def kl_estimate(logprobs: torch.Tensor, ref_logprobs: torch.Tensor, estimator: str = "k3") -> torch.Tensor:
@@ -27,6 +33,8 @@ def kl_estimate(logprobs: torch.Tensor, ref_logprobs: torch.Tensor, estimator: s
         return 0.5 * log_r**2
     if estimator == "k3":
         return torch.expm1(log_r) - log_r
+    if estimator == "exact":
+        raise ValueError("the exact KL needs whole distributions: use kl_exact(logp, ref_logp)")
     raise ValueError(f"unknown KL estimator {estimator!r}; choose one of {KL_ESTIMATORS}")
 
 
@@ -35,3 +43,32 @@ def kl_exact(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
     p = logp.exp()
     terms = torch.where(p > 0, p * (logp - ref_logp), torch.zeros_like(p))
     return terms.sum(dim=-1)
+
+
+class FixedKLController:
+    """A constant KL weight (the usual choice when the KL is a loss term)."""
+
+    def __init__(self, beta: float):
+        if beta < 0:
+            raise ValueError(f"kl beta must be >= 0, got {beta}")
+        self.beta = beta
+
+    def update(self, observed_kl: float, n_steps: int) -> float:
+        return self.beta
+
+
+class AdaptiveKLController:
+    """Ziegler et al. (2019): steer the KL towards ``target`` over ``horizon`` samples.
+
+    ``e = clip(KL / target - 1, -0.2, 0.2)``;  ``beta <- beta * (1 + e * n / horizon)``.
+    """
+
+    def __init__(self, beta: float, target: float, horizon: int):
+        if beta <= 0 or target <= 0 or horizon <= 0:
+            raise ValueError("adaptive KL needs beta, target and horizon > 0")
+        self.beta, self.target, self.horizon = beta, target, horizon
+
+    def update(self, observed_kl: float, n_steps: int) -> float:
+        error = max(-0.2, min(0.2, observed_kl / self.target - 1.0))
+        self.beta *= 1.0 + error * n_steps / self.horizon
+        return self.beta

@@ -9,6 +9,7 @@ tokenizer files) or one of the built-in names:
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 from dataclasses import dataclass
@@ -18,7 +19,9 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerBase
 
 from veriloop.io import atomic_write_json
+from veriloop.models.batch import PolicyBatch, completion_logits
 from veriloop.models.tiny import build_char_tokenizer, build_tiny_model
+from veriloop.rollout.sampler import Generation, completion_text, generate
 
 BUILTIN_BASE = Path(__file__).resolve().parent.parent / "assets" / "base"
 
@@ -29,6 +32,13 @@ class PolicyLoadError(ValueError):
 
 @dataclass
 class Policy:
+    """A causal LM and its tokenizer, seen by the trainer through five operations.
+
+    ``encode_prompt`` / ``sample`` / ``completion_text`` produce records;
+    ``completion_logits`` is the learner's forward pass; ``save`` writes a loadable directory.
+    ``CandidatePolicy`` (exact mode) implements the same five over a fixed list of answers.
+    """
+
     model: torch.nn.Module
     tokenizer: PreTrainedTokenizerBase
     source: str  # what was asked for (path or builtin name)
@@ -41,6 +51,29 @@ class Policy:
     def pad_id(self) -> int:
         return self.tokenizer.pad_token_id
 
+    def encode_prompt(self, text: str) -> list[int]:
+        return self.tokenizer(text).input_ids
+
+    def sample(self, prompt_ids: list[list[int]], params, *, generator: torch.Generator, n: int) -> Generation:
+        return generate(
+            self.model, prompt_ids, params, eos_id=self.eos_id, pad_id=self.pad_id, generator=generator, n=n
+        )
+
+    def completion_text(self, ids: list[int], finish_reason: str) -> str:
+        return completion_text(self.tokenizer, ids, finish_reason)
+
+    def completion_logits(self, batch: PolicyBatch) -> torch.Tensor:
+        return completion_logits(self.model, batch)
+
+    def save(self, path: str | Path) -> None:
+        save_policy(self.model, self.tokenizer, path)
+
+    def frozen_copy(self) -> Policy:
+        """An independent copy with gradients off (a reference or a behaviour snapshot)."""
+        model = copy.deepcopy(self.model).eval()
+        model.requires_grad_(False)
+        return Policy(model, self.tokenizer, self.source)
+
 
 def resolve_path(path: str) -> str:
     if path == "builtin:base":
@@ -48,8 +81,11 @@ def resolve_path(path: str) -> str:
     return path
 
 
-def load_policy(path: str, seed: int = 0) -> Policy:
-    """Load model + tokenizer from ``path`` in float32 on CPU, checking they fit together."""
+def load_policy(path: str, seed: int = 0):
+    """Load model + tokenizer from ``path`` in float32 on CPU, checking they fit together.
+
+    A directory written by ``CandidatePolicy.save`` loads as a ``CandidatePolicy``.
+    """
     if path == "builtin:init":
         tok = build_char_tokenizer()
         return Policy(build_tiny_model(tok, seed=seed), tok, path)
@@ -57,6 +93,10 @@ def load_policy(path: str, seed: int = 0) -> Policy:
     if not os.path.isdir(real):
         hint = " (the shipped base is missing: remake it with `make base`)" if path == "builtin:base" else ""
         raise PolicyLoadError(f"policy path {real!r} is not a directory{hint}")
+    if os.path.isfile(os.path.join(real, "candidates.json")):
+        from veriloop.models.candidates import CandidatePolicy
+
+        return CandidatePolicy.load(real)
     if not os.path.isfile(os.path.join(real, "config.json")):
         raise PolicyLoadError(f"policy path {real!r} has no config.json (expected a save_pretrained directory)")
     try:

@@ -4,6 +4,9 @@ Nothing trains on a completion whose provenance is unknown: a record holds the t
 ids, the behaviour log-probs of the distribution that actually sampled them, the
 sampling settings and seed, the policy version, why it stopped, and the verdict with
 the verifier's version.  ``RecordStore`` writes one gzipped JSONL file per step.
+Traces no model sampled (a task's own teacher traces for SFT) have
+``behavior_logprobs = None``; those and samples of a frozen policy (initial or teacher)
+have ``policy_version = -1``, and ``sampling["source"]`` says where they came from.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ class Record:
     prompt_ids: list[int]
     completion_ids: list[int]  # EOS included when finish_reason == "eos"
     completion: str  # decoded text, special tokens removed
-    behavior_logprobs: list[float]  # per completion token, nats, under `sampling`
+    behavior_logprobs: list[float] | None  # per completion token, nats, under `sampling`; None: not sampled
     sampling: dict  # temperature, top_k, top_p, max_new_tokens, seed
     policy_version: int
     finish_reason: str
@@ -40,7 +43,7 @@ class Record:
     def __post_init__(self):
         if self.finish_reason not in FINISH_REASONS:
             raise ValueError(f"finish_reason must be one of {FINISH_REASONS}, got {self.finish_reason!r}")
-        if len(self.behavior_logprobs) != len(self.completion_ids):
+        if self.behavior_logprobs is not None and len(self.behavior_logprobs) != len(self.completion_ids):
             raise ValueError(
                 f"record {self.group_id}/{self.problem_id}: {len(self.behavior_logprobs)} behaviour log-probs "
                 f"for {len(self.completion_ids)} completion tokens"
@@ -83,6 +86,14 @@ class RecordStore:
 
     def read(self, step: int) -> list[Record]:
         return [Record.from_json(r) for r in read_jsonl(self.path(step))]
+
+    def write_batches(self, batches: list[list[Record]]) -> None:
+        """Several batches in order (e.g. the ones sampled ahead), one file each."""
+        for i, records in enumerate(batches, start=1):
+            self.write(i, records)
+
+    def read_batches(self) -> list[list[Record]]:
+        return [self.read(s) for s in self.steps()]
 
     def steps(self) -> list[int]:
         return sorted(int(p.name[5:11]) for p in self.root.glob("step-*.jsonl.gz"))

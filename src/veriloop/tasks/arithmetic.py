@@ -51,6 +51,12 @@ from veriloop.tasks.expressions import (
 NUMBER = r"-?(?:0|[1-9][0-9]*)"
 STEP_RE = re.compile(rf"({NUMBER})([-+*/])({NUMBER})=({NUMBER})")
 ANSWER_RE = re.compile(rf"answer=({NUMBER})")
+DEFAULT_ANSWER_PREFIX = "answer"
+
+
+def answer_regex(prefix: str = DEFAULT_ANSWER_PREFIX) -> re.Pattern:
+    """``<prefix>=<integer>``; the seeds write the prefix as 答案."""
+    return ANSWER_RE if prefix == DEFAULT_ANSWER_PREFIX else re.compile(rf"{re.escape(prefix)}=({NUMBER})")
 
 
 @dataclass(frozen=True)
@@ -76,7 +82,7 @@ class TraceFormatError(ValueError):
     """A completion that does not follow ``(a op b=c;)* answer=N``."""
 
 
-def parse_trace(text: str) -> tuple[list[Step], int]:
+def parse_trace(text: str, answer_prefix: str = DEFAULT_ANSWER_PREFIX) -> tuple[list[Step], int]:
     """Parse a strict trace into its steps and final answer, or raise TraceFormatError."""
     segments = text.split(";")
     steps = []
@@ -85,9 +91,9 @@ def parse_trace(text: str) -> tuple[list[Step], int]:
         if m is None:
             raise TraceFormatError(f"segment {i} {seg!r} is not an equation 'a op b=c'")
         steps.append(Step(int(m.group(1)), m.group(2), int(m.group(3)), int(m.group(4))))
-    m = ANSWER_RE.fullmatch(segments[-1])
+    m = answer_regex(answer_prefix).fullmatch(segments[-1])
     if m is None:
-        raise TraceFormatError(f"last segment {segments[-1]!r} is not 'answer=<integer>'")
+        raise TraceFormatError(f"last segment {segments[-1]!r} is not '{answer_prefix}=<integer>'")
     return steps, int(m.group(1))
 
 

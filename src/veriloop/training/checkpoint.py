@@ -1,8 +1,9 @@
 """Resumable checkpoints: ``checkpoints/step-N/`` written whole or not at all.
 
 Each holds ``model/`` (``save_pretrained``: safetensors weights, config, tokenizer),
-``optimizer.pt`` (AdamW state), ``rng.pt`` (torch and Python RNG states) and
-``trainer_state.json``.  The directory is built under a temporary name and renamed
+``optimizer.pt``, ``rng.pt`` (torch and Python RNG states) and ``trainer_state.json``; and,
+where the run has them, ``critic.pt``, ``reference/`` (after an iterative-RL reset) and
+``pending/`` (batches sampled ahead with ``rollout.lag``).  The directory is built under a temporary name and renamed
 into place, so a crash mid-write leaves the previous checkpoint as the latest.
 """
 
@@ -18,13 +19,15 @@ from pathlib import Path
 import torch
 
 from veriloop.io import atomic_write_json
-from veriloop.models.loading import Policy, save_policy
+from veriloop.rollout.records import RecordStore
 
 
 @dataclass
 class RunState:
     step: int = 0  # last completed step
     policy_version: int = 0  # optimizer steps applied since the starting policy
+    kl_beta: float = 0.0  # the KL weight now (an adaptive controller moves it)
+    reference_step: int = 0  # step at which the reference was last reset to the policy (0 = never)
 
 
 def checkpoint_dir(run_dir: Path, step: int) -> Path:
@@ -44,16 +47,23 @@ def find_latest_checkpoint(run_dir: Path) -> Path | None:
     return found[-1] if found else None
 
 
-def save_checkpoint(
-    run_dir: Path, state: RunState, policy: Policy, optimizer: torch.optim.Optimizer, keep: int
-) -> Path:
+def save_checkpoint(run_dir: Path, state: RunState, policy, optimizer: torch.optim.Optimizer, keep: int, *,
+                    critic=None, reference=None, pending: list | None = None) -> Path:  # fmt: skip
+    """Policy, optimizer, RNG, trainer state; the critic, a reset reference and batches in flight if any."""
     final = checkpoint_dir(run_dir, state.step)
     tmp = final.with_name(f".{final.name}.tmp")
     if tmp.exists():
         shutil.rmtree(tmp)
-    save_policy(policy.model, policy.tokenizer, tmp / "model")
+    tmp.mkdir(parents=True)
+    policy.save(tmp / "model")
     torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
     torch.save({"torch": torch.get_rng_state(), "python": random.getstate()}, tmp / "rng.pt")
+    if critic is not None:
+        torch.save(critic.state_dict(), tmp / "critic.pt")
+    if reference is not None:
+        reference.save(tmp / "reference")
+    if pending:
+        RecordStore(tmp / "pending").write_batches(pending)
     atomic_write_json(tmp / "trainer_state.json", asdict(state))
     if final.exists():
         shutil.rmtree(final)
@@ -63,10 +73,19 @@ def save_checkpoint(
     return final
 
 
-def load_checkpoint(path: Path, optimizer: torch.optim.Optimizer) -> RunState:
+def load_checkpoint(path: Path, optimizer: torch.optim.Optimizer, critic=None, reference=None,
+                    pending=None) -> RunState:  # fmt: skip
     state = RunState(**json.loads((path / "trainer_state.json").read_text()))
     optimizer.load_state_dict(torch.load(path / "optimizer.pt", weights_only=True))
     rng = torch.load(path / "rng.pt", weights_only=False)
     torch.set_rng_state(rng["torch"])
     random.setstate(rng["python"])
+    if critic is not None:
+        critic.load_state_dict(torch.load(path / "critic.pt", weights_only=False))
+    if reference is not None and (path / "reference").is_dir():
+        from veriloop.models.loading import load_policy
+
+        reference.model.load_state_dict(load_policy(str(path / "reference")).model.state_dict())
+    if pending is not None and (path / "pending").is_dir():
+        pending.extend(RecordStore(path / "pending").read_batches())
     return state

@@ -87,6 +87,12 @@ def _build(cls, data: dict, prefix: str):
     for key in data:
         if key not in names:
             raise _unknown(prefix + key, names)
+    defaults_for = getattr(cls, "config_defaults", None)
+    if defaults_for is not None:  # e.g. TrainConfig: the chosen recipe's defaults sit under the given keys
+        tree: dict = {}
+        for key, value in defaults_for(data).items():
+            _set_dotted(tree, key, value)
+        data = _merge(tree, data)
     kwargs = {}
     for f in dataclasses.fields(cls):
         if not f.init or f.name not in data:
@@ -154,7 +160,7 @@ def load_yaml(path: str | Path) -> dict:
 
 
 def build_config(cls, yaml_data: dict | None = None, overrides: dict[str, Any] | None = None, source: str = ""):
-    """``cls`` defaults, then ``yaml_data``, then dotted ``overrides`` ({"grpo.kl_beta": "0.02"})."""
+    """``cls`` defaults, then ``yaml_data``, then dotted ``overrides`` ({"kl.beta": "0.02"})."""
     data = dict(yaml_data or {})
     for key, value in (overrides or {}).items():
         _set_dotted(data, key, value)

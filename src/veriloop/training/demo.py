@@ -27,7 +27,7 @@ from veriloop.report.report import write_report
 from veriloop.training.config import to_dict
 from veriloop.training.run_config import OptimConfig, SFTConfig, TrainConfig
 from veriloop.training.sft import run_sft
-from veriloop.training.trainer import GRPOTrainer
+from veriloop.training.trainer import Trainer
 
 
 @dataclass
@@ -92,7 +92,7 @@ def _print_table(columns: dict[str, dict], teacher: dict) -> str:
 def _train(cfg: TrainConfig, run_dir: Path, verifier: str, progress: bool) -> tuple[Path, float]:
     run_cfg = dataclasses.replace(cfg, run_dir=str(run_dir), verifier=verifier)
     t0 = time.time()
-    GRPOTrainer(run_cfg, progress=progress).train()
+    Trainer(run_cfg, progress=progress).train()
     write_report(run_dir)
     return run_dir / "final", time.time() - t0
 

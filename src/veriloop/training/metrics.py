@@ -7,6 +7,7 @@ from pathlib import Path
 
 import torch
 
+from veriloop.algorithms import zero_variance_groups
 from veriloop.io import atomic_write_text
 from veriloop.rollout.records import Record
 
@@ -36,51 +37,47 @@ class MetricsLog:
 
 def _stats(prefix: str, x: torch.Tensor) -> dict:
     x = x.float()
-    return {
-        f"{prefix}_mean": float(x.mean()),
-        f"{prefix}_std": float(x.std(unbiased=False)),
-        f"{prefix}_min": float(x.min()),
-        f"{prefix}_max": float(x.max()),
-    }
+    if x.numel() == 0:
+        return {}
+    return {f"{prefix}_mean": float(x.mean()), f"{prefix}_std": float(x.std(unbiased=False)),
+            f"{prefix}_min": float(x.min()), f"{prefix}_max": float(x.max())}  # fmt: skip
 
 
-def step_metrics(
-    step, records: list[Record], rewards, advantages, flat_groups, update: dict, lr: float, times: dict
-) -> dict:
+def step_metrics(step, records: list[Record], rewards, advantages, mask, update: dict, lr: float, times: dict) -> dict:
+    """The metrics row of one step; ``records`` are the ones the update learned from."""
+    total_time = sum(times.values())
+    row = {"step": step, "lr": lr, "time_generate_s": times.get("generate", 0.0),
+           "time_verify_s": times.get("verify", 0.0), "time_update_s": times.get("update", 0.0),
+           "time_step_s": total_time}  # fmt: skip
+    if not records:
+        return {**row, "reward_mean": 0.0, "accuracy": 0.0, **update}
     lengths = torch.tensor([len(r.completion_ids) for r in records], dtype=torch.float32)
     components: dict[str, list[float]] = {}
     for r in records:
         for k, v in r.reward_components.items():
             components.setdefault(k, []).append(v)
-    total_time = sum(times.values())
     tokens = float(lengths.sum())
-    row = {
-        "step": step,
+    row.update({
         "reward_mean": float(rewards.mean()),
         "reward_std": float(rewards.std(unbiased=False)),
         **{f"reward_{k}": sum(v) / len(v) for k, v in sorted(components.items())},
         "accuracy": sum(r.reward_components.get("outcome", float(r.reward >= 1.0)) for r in records) / len(records),
-        "zero_variance_fraction": float(flat_groups.float().mean()),
-        **_stats("advantage", advantages),
+        "zero_variance_fraction": float(zero_variance_groups(rewards).float().mean()),
+        **_stats("advantage", advantages[mask.bool()]),
         "completion_len_mean": float(lengths.mean()),
         "completion_len_max": float(lengths.max()),
         "truncation_rate": sum(r.truncated for r in records) / len(records),
-        "kl": update.get("kl", 0.0),
-        "clip_frac_low": update.get("clip_frac_low", 0.0),
-        "clip_frac_high": update.get("clip_frac_high", 0.0),
-        "ratio_min": update.get("ratio_min", 1.0),
-        "ratio_max": update.get("ratio_max", 1.0),
-        "entropy": update.get("entropy"),
-        "logprob_mismatch": update.get("logprob_mismatch", 0.0),
-        "grad_norm": update.get("grad_norm", 0.0),
-        "update_sequences": update.get("update_sequences", 0),
-        "lr": lr,
+        "kl": update.pop("kl", 0.0),
+        "clip_frac_low": update.pop("clip_frac_low", 0.0),
+        "clip_frac_high": update.pop("clip_frac_high", 0.0),
+        "ratio_min": update.pop("ratio_min", 1.0),
+        "ratio_max": update.pop("ratio_max", 1.0),
+        "entropy": update.pop("entropy", None),
+        "logprob_mismatch": update.pop("logprob_mismatch", 0.0),
+        "grad_norm": update.pop("grad_norm", 0.0),
         "tokens": tokens,
         "tokens_per_s": tokens / max(total_time, 1e-9),
-        "gen_tokens_per_s": tokens / max(times["generate"], 1e-9),
-        "time_generate_s": times["generate"],
-        "time_verify_s": times["verify"],
-        "time_update_s": times["update"],
-        "time_step_s": total_time,
-    }
+        "gen_tokens_per_s": tokens / max(times.get("generate", 0.0), 1e-9),
+    })  # fmt: skip
+    row.update(update)  # estimator- and loss-specific extras (value_loss, dpo_accuracy, tis_weight, ...)
     return row

@@ -16,6 +16,7 @@ from veriloop.models.tiny import TinyModelConfig
 from veriloop.rollout.sampler import SamplingParams
 from veriloop.tasks import get_task
 from veriloop.tasks.arithmetic import ArithmeticConfig, TeacherConfig
+from veriloop.training.recipes import recipe_overrides
 
 
 @dataclass
@@ -47,18 +48,22 @@ class TaskConfig:
 
 @dataclass
 class OptimConfig:
-    """AdamW with linear warm-up, then constant or cosine decay."""
+    """The optimizer (AdamW or SGD) with linear warm-up, then constant or cosine decay."""
 
+    name: str = field(default="adamw", metadata={"help": "adamw | sgd"})
     lr: float = field(default=5e-5, metadata={"help": "peak learning rate"})
-    weight_decay: float = field(default=0.0, metadata={"help": "AdamW decoupled weight decay"})
+    weight_decay: float = field(default=0.0, metadata={"help": "decoupled weight decay (matrices only)"})
     beta1: float = field(default=0.9, metadata={"help": "AdamW beta1"})
     beta2: float = field(default=0.999, metadata={"help": "AdamW beta2"})
     adam_eps: float = field(default=1e-8, metadata={"help": "AdamW epsilon"})
+    momentum: float = field(default=0.0, metadata={"help": "SGD momentum"})
     grad_clip: float = field(default=1.0, metadata={"help": "clip the global grad norm to this; 0 = off"})
     warmup_steps: int = field(default=0, metadata={"help": "optimizer steps of linear warm-up"})
     schedule: str = field(default="constant", metadata={"help": "after warm-up: constant | cosine (to 10%)"})
 
     def __post_init__(self):
+        if self.name not in ("adamw", "sgd"):
+            raise ValueError(f"optim.name must be adamw or sgd, got {self.name!r}")
         if self.lr <= 0:
             raise ValueError(f"optim.lr must be > 0, got {self.lr}")
         if self.schedule not in ("constant", "cosine"):
@@ -67,62 +72,181 @@ class OptimConfig:
             raise ValueError(f"optim.grad_clip must be >= 0, got {self.grad_clip}")
 
 
+ESTIMATORS = ("grpo", "dr_grpo", "rloo", "reinforce", "gae", "none")
+POLICY_LOSSES = ("clip", "dual-clip", "gspo", "pg", "likelihood", "dpo")
+DATA_SOURCES = ("policy", "initial", "teacher", "task-teacher")
+
+
 @dataclass
-class GRPOConfig:
-    """The GRPO update: groups, advantages, clipped surrogate, KL, aggregation."""
+class RolloutConfig:
+    """Where the completions of a step come from, and how many."""
 
     prompts_per_step: int = field(default=32, metadata={"help": "B: prompts per step"})
-    group_size: int = field(default=8, metadata={"help": "G: completions per prompt (>= 2)"})
-    inner_updates: int = field(default=2, metadata={"help": "mu: passes of the clipped surrogate over each batch"})
+    group_size: int = field(default=8, metadata={"help": "G: completions per prompt"})
+    source: str = field(
+        default="policy",
+        metadata={"help": "policy (current, online) | initial (frozen start, offline) | teacher (rollout.teacher "
+                  "model) | task-teacher (the task's own traces, no sampling)"},
+    )  # fmt: skip
+    teacher: str = field(default="", metadata={"help": "teacher model directory for source=teacher"})
+    dynamic_sampling: bool = field(
+        default=False, metadata={"help": "drop groups with all-equal rewards and sample more prompts (DAPO)"}
+    )
+    max_resample_rounds: int = field(default=3, metadata={"help": "extra sampling rounds per step (dynamic sampling)"})
+    lag: int = field(default=0, metadata={"help": "train on records sampled this many steps earlier (off-policy)"})
+    max_staleness: int = field(
+        default=0, metadata={"help": "drop records more than this many policy versions old; 0 = no limit"}
+    )
+    overlong_buffer: int = field(
+        default=0, metadata={"help": "DAPO overlong shaping: length penalty over the last N tokens; 0 = off"}
+    )
+
+    def __post_init__(self):
+        for name in ("prompts_per_step", "group_size"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"rollout.{name} must be >= 1, got {getattr(self, name)}")
+        if self.source not in DATA_SOURCES:
+            raise ValueError(f"rollout.source must be one of {DATA_SOURCES}, got {self.source!r}")
+        if self.source == "teacher" and not self.teacher:
+            raise ValueError("rollout.source=teacher needs rollout.teacher (a model directory)")
+        if self.lag < 0 or self.max_staleness < 0 or self.max_resample_rounds < 0 or self.overlong_buffer < 0:
+            raise ValueError("rollout.lag, max_staleness, max_resample_rounds and overlong_buffer must be >= 0")
+
+
+@dataclass
+class AdvantageConfig:
+    """How rewards become advantages (the gradient coefficient of each token)."""
+
+    estimator: str = field(default="grpo", metadata={"help": "grpo | dr_grpo | rloo | reinforce | gae | none"})
+    std: str = field(default="population", metadata={"help": "grpo group std: population | sample | none"})
+    eps: float = field(default=1e-6, metadata={"help": "added to the group std (adv_eps; not the clip width)"})
+    baseline: str = field(default="none", metadata={"help": "reinforce baseline: none | batch | constant"})
+    baseline_value: float = field(default=0.0, metadata={"help": "reinforce constant baseline b (baseline=constant)"})
+    gamma: float = field(default=1.0, metadata={"help": "gae discount"})
+    lam: float = field(default=0.95, metadata={"help": "gae lambda"})
+    accept_threshold: float = field(
+        default=1.0, metadata={"help": "estimator none (SFT/RFT): coefficient 1 where reward >= this, else 0"}
+    )
+
+    def __post_init__(self):
+        if self.estimator not in ESTIMATORS:
+            raise ValueError(f"advantage.estimator must be one of {ESTIMATORS}, got {self.estimator!r}")
+        if self.std not in STD_MODES:
+            raise ValueError(f"advantage.std must be one of {STD_MODES}, got {self.std!r}")
+        if self.baseline not in ("none", "batch", "constant"):
+            raise ValueError(f"advantage.baseline must be none, batch or constant, got {self.baseline!r}")
+        if self.eps < 0 or not 0 <= self.gamma <= 1 or not 0 <= self.lam <= 1:
+            raise ValueError("advantage.eps must be >= 0 and gamma, lam in [0, 1]")
+
+
+@dataclass
+class LossConfig:
+    """The policy objective and how per-token values become one loss."""
+
+    policy_loss: str = field(default="clip", metadata={"help": "clip | dual-clip | gspo | pg | likelihood | dpo"})
+    clip_eps_low: float = field(default=0.2, metadata={"help": "ratio clip below 1 - clip_eps_low"})
+    clip_eps_high: float = field(default=0.2, metadata={"help": "ratio clip above 1 + clip_eps_high"})
+    clip_ratio_c: float = field(default=3.0, metadata={"help": "dual-clip bound c (> 1) for negative advantages"})
+    aggregation: str = field(
+        default="seq-mean-token-mean", metadata={"help": "seq-mean-token-mean | token-mean | seq-mean-token-sum-norm"}
+    )
+    entropy_coef: float = field(default=0.0, metadata={"help": "entropy bonus weight (added to the objective)"})
+    dpo_beta: float = field(default=0.1, metadata={"help": "DPO beta"})
+    tis_cap: float = field(
+        default=0.0,
+        metadata={"help": "truncated importance sampling: recompute old log-probs, weight by min(ratio, cap); 0 = off"},
+    )
+
+    def __post_init__(self):
+        if self.policy_loss not in POLICY_LOSSES:
+            raise ValueError(f"loss.policy_loss must be one of {POLICY_LOSSES}, got {self.policy_loss!r}")
+        if self.aggregation not in AGGREGATION_MODES:
+            raise ValueError(f"loss.aggregation must be one of {AGGREGATION_MODES}, got {self.aggregation!r}")
+        if self.clip_eps_low < 0 or self.clip_eps_high < 0:
+            raise ValueError("loss.clip_eps_low and clip_eps_high must be >= 0")
+        if self.clip_ratio_c <= 1:
+            raise ValueError(f"loss.clip_ratio_c must be > 1, got {self.clip_ratio_c}")
+        if self.dpo_beta <= 0 or self.tis_cap < 0:
+            raise ValueError("loss.dpo_beta must be > 0 and loss.tis_cap >= 0")
+
+
+@dataclass
+class KLConfig:
+    """KL to a frozen reference: estimator, weight, placement, control, refresh."""
+
+    beta: float = field(default=0.1, metadata={"help": "KL weight; 0 = no reference model and no reference pass"})
+    estimator: str = field(default="k3", metadata={"help": "k1 | k2 | k3 | exact (sum over the vocabulary)"})
+    placement: str = field(default="loss", metadata={"help": "loss (GRPO) | reward (PPO-RLHF: subtracted per token)"})
+    controller: str = field(default="fixed", metadata={"help": "fixed | adaptive (Ziegler et al.; placement=reward)"})
+    target: float = field(default=6.0, metadata={"help": "adaptive controller: target KL per completion (nats)"})
+    horizon: int = field(default=10000, metadata={"help": "adaptive controller: horizon in completions"})
+    reset_every: int = field(
+        default=0, metadata={"help": "iterative RL: set the reference to the current policy every N steps; 0 = never"}
+    )
+
+    def __post_init__(self):
+        if self.beta < 0:
+            raise ValueError(f"kl.beta must be >= 0, got {self.beta}")
+        if self.estimator not in KL_ESTIMATORS:
+            raise ValueError(f"kl.estimator must be one of {KL_ESTIMATORS}, got {self.estimator!r}")
+        if self.placement not in ("loss", "reward"):
+            raise ValueError(f"kl.placement must be loss or reward, got {self.placement!r}")
+        if self.controller not in ("fixed", "adaptive"):
+            raise ValueError(f"kl.controller must be fixed or adaptive, got {self.controller!r}")
+        if self.placement == "reward" and self.estimator == "exact":
+            raise ValueError("kl.placement=reward needs a per-token estimator (k1, k2 or k3), not exact")
+        if self.reset_every < 0:
+            raise ValueError(f"kl.reset_every must be >= 0, got {self.reset_every}")
+
+
+@dataclass
+class UpdateConfig:
+    """How many optimizer steps one batch feeds, and in what pieces."""
+
+    inner_updates: int = field(default=2, metadata={"help": "mu: passes over each batch"})
     mini_batches: int = field(default=1, metadata={"help": "optimizer steps per pass (the batch split into this many)"})
     micro_batch_size: int = field(
         default=128, metadata={"help": "sequences per forward/backward (gradient accumulation)"}
     )
-    adv_std: str = field(default="population", metadata={"help": "group std: population | sample | none"})
-    adv_eps: float = field(default=1e-6, metadata={"help": "added to the group std (not the clip width)"})
-    clip_eps_low: float = field(default=0.2, metadata={"help": "ratio clip below 1 - clip_eps_low"})
-    clip_eps_high: float = field(default=0.2, metadata={"help": "ratio clip above 1 + clip_eps_high"})
-    kl_beta: float = field(default=0.1, metadata={"help": "weight of the KL to the reference; 0 = no reference pass"})
-    kl_estimator: str = field(default="k3", metadata={"help": "KL estimator: k1 | k2 | k3"})
-    loss_agg: str = field(
-        default="seq-mean-token-mean",
-        metadata={"help": "seq-mean-token-mean | token-mean | seq-mean-token-sum-norm"},
-    )
-    skip_zero_variance_groups: bool = field(
-        default=True, metadata={"help": "leave groups with all-equal rewards out of the update (they carry only KL)"}
+    skip_zero_advantage: bool = field(
+        default=True,
+        metadata={"help": "leave completions whose advantage is 0 everywhere out of the update (they carry only KL)"},
     )
     mask_truncated: bool = field(
         default=False, metadata={"help": "leave completions cut at max_new_tokens out of the loss"}
     )
 
     def __post_init__(self):
-        if self.group_size < 2:
-            raise ValueError(
-                f"grpo.group_size must be >= 2, got {self.group_size}: a group of one completion "
-                "has advantage 0 (nothing to compare it with)"
-            )
-        for name in ("prompts_per_step", "inner_updates", "mini_batches", "micro_batch_size"):
+        for name in ("inner_updates", "mini_batches", "micro_batch_size"):
             if getattr(self, name) < 1:
-                raise ValueError(f"grpo.{name} must be >= 1, got {getattr(self, name)}")
-        if self.adv_std not in STD_MODES:
-            raise ValueError(f"grpo.adv_std must be one of {STD_MODES}, got {self.adv_std!r}")
-        if self.kl_estimator not in KL_ESTIMATORS:
-            raise ValueError(f"grpo.kl_estimator must be one of {KL_ESTIMATORS}, got {self.kl_estimator!r}")
-        if self.loss_agg not in AGGREGATION_MODES:
-            raise ValueError(f"grpo.loss_agg must be one of {AGGREGATION_MODES}, got {self.loss_agg!r}")
-        if self.kl_beta < 0 or self.adv_eps < 0:
-            raise ValueError("grpo.kl_beta and grpo.adv_eps must be >= 0")
+                raise ValueError(f"update.{name} must be >= 1, got {getattr(self, name)}")
+
+
+@dataclass
+class CriticConfig:
+    """The value model of estimator gae (PPO proper): the policy's backbone plus a scalar head."""
+
+    lr: float = field(default=1e-4, metadata={"help": "critic learning rate (AdamW)"})
+    value_clip: float = field(
+        default=0.2, metadata={"help": "clip value updates to +-this around the old values; 0 = off"}
+    )
+    warmup_steps: int = field(default=0, metadata={"help": "steps that train only the critic"})
+
+    def __post_init__(self):
+        if self.lr <= 0 or self.value_clip < 0 or self.warmup_steps < 0:
+            raise ValueError("critic.lr must be > 0, value_clip and warmup_steps >= 0")
 
 
 @dataclass
 class TrainConfig:
-    """``veriloop train``: GRPO from a policy checkpoint."""
+    """``veriloop train``: one loop for SFT, RFT, DPO, REINFORCE, RLOO, PPO, GRPO and variants."""
 
+    algo: str = field(default="grpo", metadata={"help": "recipe whose defaults apply (see `veriloop algos`)"})
     policy: str = field(default="builtin:base", metadata={"help": "model directory or builtin:base"})
-    reference: str = field(default="", metadata={"help": "KL reference model; empty = the starting policy"})
+    reference: str = field(default="", metadata={"help": "KL/DPO reference model; empty = the starting policy"})
     run_dir: str = field(default="runs/grpo", metadata={"help": "where config, metrics, records, checkpoints go"})
     seed: int = field(default=0, metadata={"help": "run seed: every random draw derives from it"})
-    steps: int = field(default=200, metadata={"help": "GRPO steps (one batch of B x G rollouts each)"})
+    steps: int = field(default=200, metadata={"help": "training steps (one batch of B x G completions each)"})
     max_minutes: float = field(default=0.0, metadata={"help": "stop after this much wall time; 0 = no limit"})
     verifier: str = field(default="arithmetic", metadata={"help": "reward verifier (see `veriloop verifiers`)"})
     checkpoint_every: int = field(default=20, metadata={"help": "save a resumable checkpoint every N steps"})
@@ -131,16 +255,47 @@ class TrainConfig:
     threads: int = field(default=0, metadata={"help": "torch CPU threads; 0 = torch's default"})
     task: TaskConfig = field(default_factory=TaskConfig)
     sampling: SamplingParams = field(default_factory=lambda: SamplingParams(temperature=0.7, max_new_tokens=64))
-    grpo: GRPOConfig = field(default_factory=GRPOConfig)
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    advantage: AdvantageConfig = field(default_factory=AdvantageConfig)
+    loss: LossConfig = field(default_factory=LossConfig)
+    kl: KLConfig = field(default_factory=KLConfig)
+    update: UpdateConfig = field(default_factory=UpdateConfig)
+    critic: CriticConfig = field(default_factory=CriticConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)
+
+    @staticmethod
+    def config_defaults(data: dict) -> dict:
+        """The recipe named by ``algo`` supplies defaults under the user's own keys."""
+        try:
+            return recipe_overrides(str(data.get("algo", "grpo")))
+        except KeyError as e:
+            raise ValueError(e.args[0]) from None
 
     def __post_init__(self):
         if self.steps < 1:
             raise ValueError(f"steps must be >= 1, got {self.steps}")
-        if self.sampling.temperature <= 0:
-            raise ValueError("sampling.temperature must be > 0 for GRPO (greedy groups have no variance)")
         if self.checkpoint_every < 1 or self.keep_checkpoints < 1:
             raise ValueError("checkpoint_every and keep_checkpoints must be >= 1")
+        if self.loss.policy_loss == "gspo" and self.advantage.estimator == "gae":
+            raise ValueError("loss.policy_loss=gspo needs one advantage per completion, not gae's per-token ones")
+        est, G = self.advantage.estimator, self.rollout.group_size
+        if est in ("grpo", "dr_grpo", "rloo") and G < 2:
+            raise ValueError(
+                f"rollout.group_size must be >= 2 for estimator {est}, got {G}: a group of one completion "
+                "has nothing to be compared with (its advantage is 0)"
+            )
+        if self.loss.policy_loss == "dpo" and G < 2:
+            raise ValueError("loss.policy_loss=dpo needs rollout.group_size >= 2 to form accepted/rejected pairs")
+        if self.rollout.source != "task-teacher" and self.sampling.temperature <= 0 and G > 1:
+            raise ValueError("sampling.temperature must be > 0 when sampling groups (greedy groups have no variance)")
+        if self.loss.policy_loss in ("likelihood", "dpo") and est not in ("none",):
+            raise ValueError(
+                f"loss.policy_loss={self.loss.policy_loss} takes no advantages: set advantage.estimator none"
+            )
+        if self.loss.policy_loss not in ("likelihood", "dpo") and est == "none":
+            raise ValueError(f"loss.policy_loss={self.loss.policy_loss} needs an advantage estimator, not none")
+        if self.rollout.source == "task-teacher" and self.loss.policy_loss != "likelihood":
+            raise ValueError("rollout.source=task-teacher has no behaviour log-probs: use loss.policy_loss likelihood")
 
 
 @dataclass

@@ -17,9 +17,9 @@ from tqdm import tqdm
 
 from veriloop.evaluation.evaluate import EvalConfig, evaluate
 from veriloop.io import atomic_write_json, atomic_write_jsonl, atomic_write_yaml
+from veriloop.models.batch import build_policy_batch, completion_logits
 from veriloop.models.loading import Policy, load_policy, save_policy
 from veriloop.models.tiny import build_char_tokenizer, build_tiny_model
-from veriloop.training.batch import build_policy_batch, completion_logits
 from veriloop.training.config import to_dict
 from veriloop.training.optim import build_optimizer, clip_grad_norm, lr_at, set_lr
 from veriloop.training.run_config import SFTConfig

@@ -1,19 +1,15 @@
-"""The GRPO trainer: Task -> rollout -> verifiers -> algorithm -> learner, once per step.
+"""One trainer for every method: Task -> rollout -> verifiers -> learning signal -> learner.
 
-Read ``GRPOTrainer.train_step`` top to bottom for the loop; the maths is called from
-``veriloop.algorithms``.  Conventions (see the README for why):
+Read ``Trainer.train_step`` top to bottom for the loop.  What differs between SFT, RFT, DPO,
+REINFORCE, RLOO, PPO and GRPO is configuration (``training/recipes.py``): the data source,
+the reward, and the coefficient of each token's log-prob gradient.  Conventions:
 
-* the ratio's denominator is the record's behaviour log-prob, never "the previous
-  checkpoint"; the numerator is the current policy's log-prob under the same sampling
-  transforms (temperature, top-k, top-p);
-* the KL to the frozen reference uses the temperature-scaled full distributions of both
-  models (a top-p cut could give the reference probability 0); with ``kl_beta == 0`` the
+* the ratio's denominator is the record's behaviour log-prob (the distribution that sampled
+  it, possibly several policy versions ago), never "the previous checkpoint";
+* no forward pass recomputes what a record holds; with ``kl.beta == 0`` (and no DPO) the
   reference model is never loaded or run;
-* no forward pass recomputes what a record already holds (the behaviour log-probs);
-* dropout is off in the learner, so the first pass's ratio is 1 up to float error
-  (reported as ``logprob_mismatch``);
-* every random draw of step s comes from generators seeded by (run seed, s), so a
-  resumed run reproduces the uninterrupted one exactly on CPU.
+* every random draw of step s comes from generators seeded by (run seed, s), so a resumed
+  run reproduces the uninterrupted one exactly on CPU.
 """
 
 from __future__ import annotations
@@ -21,27 +17,17 @@ from __future__ import annotations
 import hashlib
 import random
 import time
+from collections import deque
 from pathlib import Path
 
 import torch
 from tqdm import tqdm
 
-from veriloop.algorithms import (
-    aggregate_loss,
-    aggregation_weight,
-    clip_fractions,
-    clipped_surrogate,
-    entropy_from_logprobs,
-    group_advantages,
-    kl_estimate,
-    sampling_logprobs,
-    zero_variance_groups,
-)
+from veriloop.algorithms import AdaptiveKLController, FixedKLController, overlong_penalty
 from veriloop.io import atomic_write_json, atomic_write_yaml
-from veriloop.models.loading import load_policy, save_policy
+from veriloop.models.batch import PolicyBatch, select
+from veriloop.models.loading import load_policy
 from veriloop.rollout.records import Record, RecordStore, check_reward
-from veriloop.rollout.sampler import completion_text, generate
-from veriloop.training.batch import PolicyBatch, build_policy_batch, completion_logits, select
 from veriloop.training.checkpoint import (
     RunState,
     find_latest_checkpoint,
@@ -50,9 +36,21 @@ from veriloop.training.checkpoint import (
     save_checkpoint,
 )
 from veriloop.training.config import to_dict
+from veriloop.training.critic import Critic
+from veriloop.training.learner import Learner
 from veriloop.training.metrics import MetricsLog, step_metrics
-from veriloop.training.optim import build_optimizer, clip_grad_norm, lr_at, set_lr
+from veriloop.training.optim import build_optimizer, lr_at, set_lr
 from veriloop.training.run_config import TrainConfig
+from veriloop.training.signals import (
+    ESTIMATORS,
+    EstimatorInput,
+    LearningBatch,
+    dpo_pairs,
+    kept_share,
+    kl_penalty,
+    records_batch,
+    terminal_rewards,
+)
 from veriloop.verifiers import get as get_verifier
 
 
@@ -62,52 +60,52 @@ def derive_seed(seed: int, step: int, purpose: str) -> int:
     return int.from_bytes(digest[:8], "little") >> 1
 
 
-class GRPOTrainer:
-    def __init__(self, cfg: TrainConfig, resume: bool = False, progress: bool = True):
-        self.cfg = cfg
-        self.progress = progress
+class Trainer:
+    """``policy``, ``task`` and ``verifier`` may be given as objects (exact mode, notebooks)."""
+
+    def __init__(self, cfg: TrainConfig, resume: bool = False, progress: bool = True, *, policy=None, task=None,
+                 verifier=None):  # fmt: skip
+        self.cfg, self.progress = cfg, progress
         if cfg.threads:
             torch.set_num_threads(cfg.threads)
         self.run_dir = Path(cfg.run_dir)
         if not resume:
             self._start_run_dir()
-        self.task = cfg.task.build()
-        self.verifier = get_verifier(cfg.verifier)
+        self.task = task or cfg.task.build()
+        self.verifier = verifier or get_verifier(cfg.verifier)
         self.store = RecordStore(self.run_dir / "rollouts")
         self.metrics = MetricsLog(self.run_dir / "metrics.jsonl")
-        self.state = RunState()
+        self.state = RunState(kl_beta=cfg.kl.beta)
         checkpoint = find_latest_checkpoint(self.run_dir) if resume else None
         if resume and checkpoint is None:
             raise FileNotFoundError(f"nothing to resume in {str(self.run_dir)!r}: no complete checkpoint")
-        self.policy = load_policy(str(checkpoint / "model") if checkpoint else cfg.policy)
-        self.reference = None
-        if cfg.grpo.kl_beta > 0:  # no reference model, and no reference pass, when the KL weight is 0
-            self.reference = load_policy(cfg.reference or cfg.policy).model.eval()
-            self.reference.requires_grad_(False)
+        start = policy if policy is not None else load_policy(cfg.policy)
+        self.policy = load_policy(str(checkpoint / "model")) if checkpoint else start
+        self.reference = self._reference(start)
+        self.source = self._source_policy(start)
+        self.critic = Critic(self.policy, cfg) if cfg.advantage.estimator == "gae" else None
         self.optimizer = build_optimizer(self.policy.model, cfg.optim)
+        self.learner = Learner(self.policy, self.optimizer, cfg, on_step=self._count_version)
+        adaptive = cfg.kl.controller == "adaptive" and cfg.kl.beta > 0
+        self.kl_control = (AdaptiveKLController(cfg.kl.beta, cfg.kl.target, cfg.kl.horizon) if adaptive
+                           else FixedKLController(cfg.kl.beta))  # fmt: skip
+        self.pending: deque[list[Record]] = deque()  # batches sampled ahead (rollout.lag)
         if checkpoint:
-            self.state = load_checkpoint(checkpoint, self.optimizer)
+            self.state = load_checkpoint(checkpoint, self.optimizer, self.critic, self.reference, self.pending)
+            self.kl_control.beta = self.state.kl_beta
             self.metrics.truncate(self.state.step)
             self.store.remove_after(self.state.step)
 
     # ------------------------------------------------------------------ the loop
 
     def train(self) -> dict:
-        cfg = self.cfg
-        start_step = self.state.step + 1
-        bar = tqdm(
-            range(start_step, cfg.steps + 1),
-            desc="grpo",
-            unit="step",
-            initial=start_step - 1,
-            total=cfg.steps,
-            disable=not self.progress,
-            dynamic_ncols=True,
-        )
+        cfg, start = self.cfg, self.state.step + 1
+        bar = tqdm(range(start, cfg.steps + 1), desc=cfg.algo, unit="step", initial=start - 1, total=cfg.steps,
+                   disable=not self.progress, dynamic_ncols=True)  # fmt: skip
         started = time.time()
         for step in bar:
             row = self.train_step(step)
-            bar.set_postfix(reward=f"{row['reward_mean']:.3f}", acc=f"{row['accuracy']:.3f}", kl=f"{row['kl']:.4f}")
+            bar.set_postfix(reward=f"{row['reward_mean']:.3f}", acc=f"{row['accuracy']:.3f}")
             out_of_time = cfg.max_minutes and (time.time() - started) > cfg.max_minutes * 60
             if step % cfg.checkpoint_every == 0 or step == cfg.steps or out_of_time:
                 self.checkpoint()
@@ -119,171 +117,241 @@ class GRPOTrainer:
         return self.metrics.rows[-1] if self.metrics.rows else {}
 
     def train_step(self, step: int) -> dict:
-        cfg, t0 = self.cfg, time.time()
+        cfg, times = self.cfg, {"generate": 0.0, "verify": 0.0}
         lr = lr_at(self.state.policy_version, self.total_optimizer_steps(), cfg.optim)
         set_lr(self.optimizer, lr)
-        # 1. Task: B prompts for this step.
-        problems = self.task.train_batch(
-            cfg.grpo.prompts_per_step, random.Random(derive_seed(cfg.seed, step, "prompts"))
-        )
-        # 2. Rollout: G completions per prompt from the behaviour policy, as records.
-        records = self.rollout(problems, step)
-        t_gen = time.time()
-        # 3. Verifiers: one verdict, one reward per record.
-        self.score(records)
-        rewards = torch.tensor([r.reward for r in records], dtype=torch.float32).view(
-            len(problems), cfg.grpo.group_size
-        )
-        t_ver = time.time()
-        # 4. Algorithm: group-relative advantages.
-        advantages = group_advantages(rewards, std=cfg.grpo.adv_std, eps=cfg.grpo.adv_eps)
-        flat = zero_variance_groups(rewards)
-        # 5. Learner: mu passes of the clipped surrogate with KL to the reference.
-        update = self.update(records, advantages.view(-1), flat)
-        t_upd = time.time()
-        self.store_records(step, records)
-        row = step_metrics(
-            step,
-            records,
-            rewards,
-            advantages,
-            flat,
-            update,
-            lr,
-            times={"generate": t_gen - t0, "verify": t_ver - t_gen, "update": t_upd - t_ver},
-        )
-        row["policy_version"] = self.state.policy_version
+        # 1-3. Task, rollout, verifiers: scored records for this step's update.
+        records, collected = self.collect(step, times)
+        t0 = time.time()
+        # 4. Learning signal: the gradient coefficient of every token (advantages, 0/1, pairs).
+        signal, rewards, advantages, mask = self.learning_signal(records) if records else (None, None, None, None)
+        # 5. Learner: passes of the policy objective (and of the critic).
+        gen = torch.Generator().manual_seed(derive_seed(cfg.seed, step, "minibatches"))
+        update = self.learner.update(signal, self.kl_control.beta, gen) if signal is not None else {}
+        if signal is not None and self.critic is not None:
+            update.update(self.critic.update(signal.batch, signal.returns, signal.old_values, gen))
+        times["update"] = time.time() - t0
+        self.after_update(step, update)
+        self.store_records(step, collected)
+        row = step_metrics(step, records, rewards, advantages, mask, update, lr, times)
+        row.update(policy_version=self.state.policy_version, kl_beta=self.kl_control.beta,
+                   sampled_records=len(collected), update_records=signal.size if signal is not None else 0)  # fmt: skip
         self.state.step = step
         self.metrics.append(row)
         return row
 
-    # ------------------------------------------------------------------ stages
+    # ------------------------------------------------------------------ 1-3: data
 
-    def rollout(self, problems, step: int) -> list[Record]:
-        cfg, tok = self.cfg, self.policy.tokenizer
-        G = cfg.grpo.group_size
-        seed = derive_seed(cfg.seed, step, "sampling")
-        prompt_ids = [tok(p.prompt).input_ids for p in problems]
+    def collect(self, step: int, times: dict) -> tuple[list[Record], list[Record]]:
+        """(records to learn from this step, records sampled this step)."""
+        r = self.cfg.rollout
+        sampled = self.sample_round(step, 0, r.prompts_per_step, times)
+        if r.dynamic_sampling:
+            sampled = self.fill_with_variance(step, sampled, times)
+        if r.lag == 0:
+            return self.fresh_enough(sampled), sampled
+        self.pending.append(sampled)
+        if len(self.pending) <= r.lag:
+            return [], sampled  # warming up: the first batches are still in flight
+        return self.fresh_enough(self.pending.popleft()), sampled
+
+    def sample_round(self, step: int, round_: int, n_prompts: int, times: dict) -> list[Record]:
+        t0 = time.time()
+        rng = random.Random(derive_seed(self.cfg.seed, step, f"prompts/{round_}"))
+        problems = self.task.train_batch(n_prompts, rng)
+        if self.cfg.rollout.source == "task-teacher":
+            records = self.teacher_records(problems, step, round_, rng)
+        else:
+            records = self.rollout(problems, step, round_)
+        t1 = time.time()
+        self.score(records)
+        times["generate"] += t1 - t0
+        times["verify"] += time.time() - t1
+        return records
+
+    def rollout(self, problems, step: int, round_: int) -> list[Record]:
+        """G completions per prompt from the source policy, each a record with its provenance."""
+        cfg, policy, G = self.cfg, self.source, self.cfg.rollout.group_size
+        seed = derive_seed(cfg.seed, step, f"sampling/{round_}")
+        prompt_ids = [policy.encode_prompt(p.prompt) for p in problems]
         created = time.time()
-        gen = generate(
-            self.policy.model,
-            prompt_ids,
-            cfg.sampling,
-            eos_id=self.policy.eos_id,
-            pad_id=self.policy.pad_id,
-            generator=torch.Generator().manual_seed(seed),
-            n=G,
-        )
-        sampling = {**cfg.sampling.as_dict(), "seed": seed}
+        gen = policy.sample(prompt_ids, cfg.sampling, generator=torch.Generator().manual_seed(seed), n=G)
+        sampling = {**cfg.sampling.as_dict(), "seed": seed, "source": cfg.rollout.source}
+        version = self.state.policy_version if cfg.rollout.source == "policy" else -1
         records = []
         for i, (ids, lps, finish) in enumerate(zip(gen.completion_ids, gen.logprobs, gen.finish_reasons)):
-            b = i // G
-            records.append(
-                Record(
-                    problem_id=problems[b].id,
-                    group_id=f"{step}-{b}",
-                    prompt=problems[b].prompt,
-                    reference=problems[b].reference,
-                    prompt_ids=prompt_ids[b],
-                    completion_ids=ids,
-                    completion=completion_text(tok, ids, finish),
-                    behavior_logprobs=lps,
-                    sampling=sampling,
-                    policy_version=self.state.policy_version,
-                    finish_reason=finish,
-                    created_at=created,
-                )
-            )
+            p = problems[i // G]
+            records.append(Record(
+                problem_id=p.id, group_id=f"{step}-{round_}-{i // G}", prompt=p.prompt, reference=p.reference,
+                prompt_ids=prompt_ids[i // G], completion_ids=ids, completion=policy.completion_text(ids, finish),
+                behavior_logprobs=lps, sampling=sampling, policy_version=version, finish_reason=finish,
+                created_at=created))  # fmt: skip
+        return records
+
+    def teacher_records(self, problems, step: int, round_: int, rng: random.Random) -> list[Record]:
+        """The task's own traces (SFT data): no model sampled them, so no behaviour log-probs."""
+        tok, G, records = self.policy.tokenizer, self.cfg.rollout.group_size, []
+        for b, p in enumerate(problems):
+            for _ in range(G):
+                text = self.task.teacher_completion(p, rng)
+                ids = tok(text, add_special_tokens=False).input_ids + [self.policy.eos_id]
+                records.append(Record(
+                    problem_id=p.id, group_id=f"{step}-{round_}-{b}", prompt=p.prompt, reference=p.reference,
+                    prompt_ids=self.policy.encode_prompt(p.prompt), completion_ids=ids, completion=text,
+                    behavior_logprobs=None, sampling={"source": "task-teacher"}, policy_version=-1,
+                    finish_reason="eos", created_at=time.time()))  # fmt: skip
         return records
 
     def score(self, records: list[Record]) -> None:
         verdicts = self.verifier.verify_batch([r.completion for r in records], [r.reference for r in records])
-        now = time.time()
-        for r, v in zip(records, verdicts):
-            r.reward, r.reward_components, r.verifier = v.score, v.components, v.version
+        now, buffer = time.time(), self.cfg.rollout.overlong_buffer
+        penalties = [0.0] * len(records)
+        if buffer:
+            lengths = torch.tensor([len(r.completion_ids) for r in records])
+            penalties = overlong_penalty(lengths, self.cfg.sampling.max_new_tokens, buffer).tolist()
+        for r, v, pen in zip(records, verdicts, penalties):
+            r.reward, r.reward_components, r.verifier = v.score + pen, dict(v.components), v.version
+            if buffer:
+                r.reward_components["overlong"] = pen
             r.verdict_details, r.verified_at = v.details, now
             check_reward(r)
 
-    def update(self, records: list[Record], advantages: torch.Tensor, flat_groups: torch.Tensor) -> dict:
-        """mu passes over the batch; returns statistics for the metrics row."""
-        g = self.cfg.grpo
-        keep = torch.ones(len(records), dtype=torch.bool)
-        if g.skip_zero_variance_groups:
-            keep &= ~flat_groups.repeat_interleave(g.group_size)
-        if g.mask_truncated:  # a cut-off completion has no verdict on its ending: leave it out
-            keep &= torch.tensor([not r.truncated for r in records])
-        rows = keep.nonzero().squeeze(1)
+    def fill_with_variance(self, step: int, records: list[Record], times: dict) -> list[Record]:
+        """Dynamic sampling (DAPO): keep groups whose rewards differ, sample more prompts to fill B."""
+        r, G = self.cfg.rollout, self.cfg.rollout.group_size
+        kept = self._varied_groups(records)
+        self._dyn = {
+            "groups_sampled": len(records) // G,
+            "zero_variance_fraction_before": 1 - len(kept) / (len(records) // G),
+        }
+        for round_ in range(1, r.max_resample_rounds + 1):
+            if len(kept) >= r.prompts_per_step:
+                break
+            more = self.sample_round(step, round_, r.prompts_per_step, times)
+            self._dyn["groups_sampled"] += len(more) // G
+            kept += self._varied_groups(more)
+        return [rec for group in kept[: r.prompts_per_step] for rec in group]
+
+    def _varied_groups(self, records: list[Record]) -> list[list[Record]]:
+        G = self.cfg.rollout.group_size
+        groups = [records[i : i + G] for i in range(0, len(records), G)]
+        return [g for g in groups if len({rec.reward for rec in g}) > 1]
+
+    def fresh_enough(self, records: list[Record]) -> list[Record]:
+        """Drop whole groups sampled more than ``max_staleness`` policy versions ago."""
+        limit, G = self.cfg.rollout.max_staleness, self.cfg.rollout.group_size
+        if not limit or self.cfg.rollout.source != "policy":
+            return records
+        oldest_allowed = self.state.policy_version - limit
+        groups = [records[i : i + G] for i in range(0, len(records), G)]
+        kept = [g for g in groups if g[0].policy_version >= oldest_allowed]
+        self._stale = len(groups) - len(kept)
+        return [rec for g in kept for rec in g]
+
+    # ------------------------------------------------------------------ 4: learning signal
+
+    def learning_signal(self, records: list[Record]):
+        """(LearningBatch or None, rewards [B, G], advantages [N, T], completion mask [N, T])."""
+        cfg, G = self.cfg, self.cfg.rollout.group_size
+        rewards = torch.tensor([r.reward for r in records], dtype=torch.float64).view(-1, G)
+        batch, behavior = records_batch(records, self.policy.pad_id)
+        mask = batch.completion_mask
+        shaped, token_rewards, ref_all = rewards, None, None
+        beta = self.kl_control.beta
+        if beta > 0 and cfg.kl.placement == "reward":  # KL in the reward: per token for gae, summed otherwise
+            ref_all = self.reference_logprobs(batch, full=False)
+            penalty = kl_penalty(behavior, ref_all, mask, cfg.kl.estimator)
+            self._kl_reward = float(penalty.sum(dim=1).mean())
+            shaped = rewards - beta * penalty.sum(dim=1).view(-1, G)
+            token_rewards = terminal_rewards(rewards, mask) - beta * penalty
+        values = self.critic.values(batch) if self.critic is not None else None
+        if cfg.advantage.estimator == "gae" and token_rewards is None:
+            token_rewards = terminal_rewards(rewards, mask)
+        advantages = ESTIMATORS[cfg.advantage.estimator](EstimatorInput(shaped, mask, token_rewards, values), cfg)
+        rows, pairs = self.select_rows(records, rewards, advantages)
         if rows.numel() == 0:
-            return {"skipped": True}
-        chosen = [records[i] for i in rows.tolist()]
-        batch = build_policy_batch(
-            [r.prompt_ids for r in chosen], [r.completion_ids for r in chosen], self.policy.pad_id
-        )
-        behavior = torch.zeros_like(batch.completion_mask)
-        for i, r in enumerate(chosen):
-            behavior[i, : len(r.behavior_logprobs)] = torch.tensor(r.behavior_logprobs)
-        ref = self.reference_logprobs(batch) if self.reference is not None else None
-        return self.learner_passes(batch, behavior, advantages[rows][:, None], ref)
+            return None, rewards, advantages, mask
+        sub = select(batch, rows)
+        T = sub.completion_ids.shape[1]
+        ref = None
+        if ref_all is not None and cfg.kl.placement == "loss":
+            ref = ref_all[rows, :T]
+        elif (beta > 0 and cfg.kl.placement == "loss") or cfg.loss.policy_loss == "dpo":
+            ref = self.reference_logprobs(sub, full=cfg.kl.estimator == "exact" and cfg.loss.policy_loss != "dpo")
+        returns = (advantages + values.double())[rows, :T] if values is not None else None
+        share = 1.0 if pairs is not None else kept_share(mask, rows, cfg.loss.aggregation)
+        lb = LearningBatch(
+            records=[records[i] for i in rows.tolist()], batch=sub,
+            behavior=behavior[rows, :T] if behavior is not None else None, advantages=advantages[rows, :T],
+            ref_logprobs=ref, returns=returns, old_values=values[rows, :T] if values is not None else None,
+            pairs=pairs, kept_share=share)  # fmt: skip
+        return lb, rewards, advantages, mask
+
+    def select_rows(self, records, rewards, advantages) -> tuple[torch.Tensor, torch.Tensor | None]:
+        cfg = self.cfg
+        if cfg.loss.policy_loss == "dpo":
+            flat_pairs = dpo_pairs(rewards, cfg.advantage.accept_threshold)
+            members = sorted({i for p in flat_pairs for i in p})
+            where = {row: k for k, row in enumerate(members)}
+            pairs = torch.tensor([[where[a], where[b]] for a, b in flat_pairs], dtype=torch.long).view(-1, 2)
+            return torch.tensor(members, dtype=torch.long), pairs
+        keep = torch.ones(len(records), dtype=torch.bool)
+        if cfg.update.skip_zero_advantage:
+            keep &= (advantages != 0).any(dim=1)
+        if cfg.update.mask_truncated:  # a cut-off completion has no verdict on its ending: leave it out
+            keep &= torch.tensor([not r.truncated for r in records])
+        return keep.nonzero().squeeze(1), None
 
     @torch.no_grad()
-    def reference_logprobs(self, batch: PolicyBatch) -> torch.Tensor:
-        out = torch.zeros_like(batch.completion_mask)
-        for rows in self.micro_batches(torch.arange(batch.input_ids.shape[0])):
+    def reference_logprobs(self, batch: PolicyBatch, full: bool) -> torch.Tensor:
+        """Reference log-probs of the completion tokens ``[N, T]`` (or whole distributions ``[N, T, V]``)."""
+        temperature = 1.0 if self.cfg.loss.policy_loss == "dpo" else (self.cfg.sampling.temperature or 1.0)
+        out = None
+        for rows in torch.arange(batch.input_ids.shape[0]).split(self.cfg.update.micro_batch_size):
             sub = select(batch, rows)
-            logits = completion_logits(self.reference, sub)
-            lp = torch.log_softmax(logits / self.cfg.sampling.temperature, dim=-1)
-            out[rows, : sub.completion_ids.shape[1]] = lp.gather(-1, sub.completion_ids[..., None]).squeeze(-1)
+            lp = torch.log_softmax(self.reference.completion_logits(sub) / temperature, dim=-1)
+            if not full:
+                lp = lp.gather(-1, sub.completion_ids[..., None]).squeeze(-1)
+            if out is None:
+                shape = (batch.input_ids.shape[0], batch.completion_ids.shape[1], *lp.shape[2:])
+                out = torch.zeros(shape, dtype=lp.dtype)
+            out[rows, : lp.shape[1]] = lp
         return out
 
-    def learner_passes(self, batch, behavior, adv, ref) -> dict:
-        g, s = self.cfg.grpo, self.cfg.sampling
-        model, N = self.policy.model, batch.input_ids.shape[0]
-        model.eval()  # dropout off (as TRL's disable_dropout): the ratio must start at exactly 1
-        stats = _UpdateStats()
-        order_gen = torch.Generator().manual_seed(derive_seed(self.cfg.seed, self.state.step + 1, "minibatches"))
-        for update_pass in range(g.inner_updates):
-            order = torch.randperm(N, generator=order_gen) if g.mini_batches > 1 else torch.arange(N)
-            for mb in order.chunk(g.mini_batches):
-                self.optimizer.zero_grad(set_to_none=True)
-                mb_mask = batch.completion_mask[mb]
-                for rows in self.micro_batches(mb):
-                    sub = select(batch, rows)
-                    T = sub.completion_ids.shape[1]
-                    logits = completion_logits(model, sub)
-                    full = torch.log_softmax(logits / s.temperature, dim=-1)  # [n, T, V]
-                    dist = (
-                        full
-                        if (s.top_k == 0 and s.top_p == 1.0)
-                        else sampling_logprobs(logits, s.temperature, s.top_k, s.top_p)
-                    )
-                    lp = dist.gather(-1, sub.completion_ids[..., None]).squeeze(-1)  # [n, T]
-                    ratio = torch.exp(lp - behavior[rows, :T])
-                    objective = clipped_surrogate(ratio, adv[rows], g.clip_eps_low, g.clip_eps_high)
-                    kl = None
-                    if ref is not None:
-                        lp_full = lp if dist is full else full.gather(-1, sub.completion_ids[..., None]).squeeze(-1)
-                        kl = kl_estimate(lp_full, ref[rows, :T], g.kl_estimator)
-                        objective = objective - g.kl_beta * kl
-                    loss = -aggregate_loss(objective, sub.completion_mask, g.loss_agg, max_len=s.max_new_tokens)
-                    loss = loss * aggregation_weight(sub.completion_mask, mb_mask, g.loss_agg)
-                    loss.backward()
-                    stats.add(
-                        update_pass,
-                        sub.completion_mask,
-                        lp.detach(),
-                        behavior[rows, :T],
-                        ratio.detach(),
-                        adv[rows],
-                        kl,
-                        full.detach(),
-                        g,
-                    )
-                stats.grad_norms.append(clip_grad_norm(model, self.cfg.optim.grad_clip))
-                self.optimizer.step()
-                self.state.policy_version += 1
-        return stats.summary(N)
+    # ------------------------------------------------------------------ bookkeeping
 
-    # ------------------------------------------------------------------ helpers
+    def after_update(self, step: int, update: dict) -> None:
+        cfg = self.cfg
+        if cfg.kl.controller == "adaptive" and hasattr(self, "_kl_reward"):
+            self.kl_control.update(self._kl_reward, cfg.rollout.prompts_per_step * cfg.rollout.group_size)
+        self.state.kl_beta = self.kl_control.beta
+        if cfg.kl.reset_every and step % cfg.kl.reset_every == 0 and self.reference is not None:
+            # Iterative RL (DeepSeekMath, Algorithm 1): the reference becomes the current policy.
+            self.reference.model.load_state_dict(self.policy.model.state_dict())
+            self.state.reference_step = step
+        for key in ("_dyn", "_stale"):
+            value = self.__dict__.pop(key, None)
+            if isinstance(value, dict):
+                update.update(value)
+            elif value is not None:
+                update["stale_groups_dropped"] = value
+
+    def _count_version(self) -> None:
+        self.state.policy_version += 1
+
+    def _reference(self, start):
+        cfg = self.cfg
+        if cfg.kl.beta <= 0 and cfg.loss.policy_loss != "dpo":
+            return None  # no reference model, and no reference pass, when nothing uses it
+        return load_policy(cfg.reference).frozen_copy() if cfg.reference else start.frozen_copy()
+
+    def _source_policy(self, start):
+        src = self.cfg.rollout.source
+        if src == "teacher":
+            return load_policy(self.cfg.rollout.teacher).frozen_copy()
+        if src == "initial":
+            return self.reference if (self.reference is not None and not self.cfg.reference) else start.frozen_copy()
+        return self.policy
 
     def _start_run_dir(self) -> None:
         """Refuse to overwrite an earlier run; write config.yaml for this one."""
@@ -295,61 +363,20 @@ class GRPOTrainer:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         atomic_write_yaml(self.run_dir / "config.yaml", to_dict(self.cfg))
 
-    def micro_batches(self, rows: torch.Tensor):
-        return rows.split(self.cfg.grpo.micro_batch_size)
-
     def total_optimizer_steps(self) -> int:
-        return self.cfg.steps * self.cfg.grpo.inner_updates * self.cfg.grpo.mini_batches
+        return self.cfg.steps * self.cfg.update.inner_updates * self.cfg.update.mini_batches
 
     def store_records(self, step: int, records: list[Record]) -> None:
         if self.cfg.save_rollouts:
             self.store.write(step, records)
 
     def checkpoint(self) -> Path:
-        return save_checkpoint(self.run_dir, self.state, self.policy, self.optimizer, self.cfg.keep_checkpoints)
+        reference = self.reference if self.state.reference_step else None
+        return save_checkpoint(self.run_dir, self.state, self.policy, self.optimizer, self.cfg.keep_checkpoints,
+                               critic=self.critic, reference=reference, pending=list(self.pending))  # fmt: skip
 
     def save_final(self) -> None:
         final = self.run_dir / "final"
-        save_policy(self.policy.model, self.policy.tokenizer, final)
-        atomic_write_json(
-            final / "veriloop_train.json", {"step": self.state.step, "policy_version": self.state.policy_version}
-        )
-
-
-class _UpdateStats:
-    """Accumulates per-token statistics of the learner passes (no gradients)."""
-
-    def __init__(self):
-        self.sums: dict[str, float] = {}
-        self.counts: dict[str, float] = {}
-        self.ratio_min, self.ratio_max = float("inf"), float("-inf")
-        self.grad_norms: list[float] = []
-
-    def _acc(self, key: str, total: float, count: float) -> None:
-        self.sums[key] = self.sums.get(key, 0.0) + total
-        self.counts[key] = self.counts.get(key, 0.0) + count
-
-    @torch.no_grad()
-    def add(self, update_pass, mask, lp, behavior, ratio, adv, kl, full, g) -> None:
-        valid = mask.bool()
-        n = float(mask.sum())
-        low, high = clip_fractions(ratio, adv, mask, g.clip_eps_low, g.clip_eps_high)
-        self._acc("clip_frac_low", low * n, n)
-        self._acc("clip_frac_high", high * n, n)
-        self.ratio_min = min(self.ratio_min, float(ratio[valid].min()))
-        self.ratio_max = max(self.ratio_max, float(ratio[valid].max()))
-        if update_pass == 0:  # first pass: the policy that sampled the batch (exactly so when mini_batches == 1)
-            self._acc("logprob_mismatch", float((lp - behavior).abs()[valid].sum()), n)
-            self._acc("entropy", float(entropy_from_logprobs(full)[valid].sum()), n)
-            if kl is not None:
-                self._acc("kl", float(kl.detach()[valid].sum()), n)
-
-    def summary(self, num_sequences: int) -> dict:
-        out = {k: self.sums[k] / max(self.counts[k], 1.0) for k in self.sums}
-        out.update(
-            ratio_min=self.ratio_min,
-            ratio_max=self.ratio_max,
-            update_sequences=num_sequences,
-            grad_norm=sum(self.grad_norms) / max(len(self.grad_norms), 1),
-        )
-        return out
+        self.policy.save(final)
+        atomic_write_json(final / "veriloop_train.json", {"algo": self.cfg.algo, "step": self.state.step,
+                                                          "policy_version": self.state.policy_version})  # fmt: skip

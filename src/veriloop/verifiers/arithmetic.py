@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from veriloop.tasks.arithmetic import ANSWER_RE, Step, TraceFormatError, parse_trace
+from veriloop.tasks.arithmetic import DEFAULT_ANSWER_PREFIX, Step, TraceFormatError, answer_regex, parse_trace
 from veriloop.tasks.expressions import ExpressionError, Node, internal_nodes, parse_expression
 from veriloop.verifiers.base import Verdict, Verifier, VerifierError, register
 from veriloop.verifiers.composite import WeightedVerifier
@@ -35,17 +35,17 @@ def reference_tree(reference: str) -> Node:
     return node
 
 
-def check_outcome(completion: str, value: int) -> tuple[bool, str]:
+def check_outcome(completion: str, value: int, prefix: str = DEFAULT_ANSWER_PREFIX) -> tuple[bool, str]:
     text = completion.strip()
     segments = text.split(";")
-    n_answers = sum(1 for s in segments if s.startswith("answer"))
+    n_answers = sum(1 for s in segments if s.startswith(prefix))
     if n_answers == 0:
-        return False, "no 'answer=' segment"
+        return False, f"no '{prefix}=' segment"
     if n_answers > 1:
         return False, f"{n_answers} answer segments; exactly one is allowed"
-    m = ANSWER_RE.fullmatch(segments[-1])
+    m = answer_regex(prefix).fullmatch(segments[-1])
     if m is None:
-        return False, f"final segment {segments[-1]!r} is not exactly 'answer=<integer>'"
+        return False, f"final segment {segments[-1]!r} is not exactly '{prefix}=<integer>'"
     got = int(m.group(1))
     if got != value:
         return False, f"answer {got} != {value}"
@@ -96,35 +96,44 @@ def check_process(steps: list[Step], answer: int, root: Node) -> tuple[bool, str
     return True, ""
 
 
-class ArithmeticOutcome(Verifier):
+class _Arithmetic(Verifier):
+    """``answer_prefix`` names the final segment's key (``answer`` by default; the seeds use 答案)."""
+
+    def __init__(self, answer_prefix: str = DEFAULT_ANSWER_PREFIX):
+        if not answer_prefix or ";" in answer_prefix or "=" in answer_prefix:
+            raise ValueError(f"answer_prefix must be a non-empty word without ';' or '=', got {answer_prefix!r}")
+        self.answer_prefix = answer_prefix
+
+
+class ArithmeticOutcome(_Arithmetic):
     name, version = "arithmetic-outcome", "1"
 
     def verify(self, completion: str, reference: str) -> Verdict:
-        ok, why = check_outcome(completion, int(reference_tree(reference).value))
+        ok, why = check_outcome(completion, int(reference_tree(reference).value), self.answer_prefix)
         return self._verdict(float(ok), {"outcome": float(ok)}, why)
 
 
-class ArithmeticFormat(Verifier):
+class ArithmeticFormat(_Arithmetic):
     name, version = "arithmetic-format", "1"
 
     def verify(self, completion: str, reference: str) -> Verdict:
         reference_tree(reference)  # an invalid reference is an error for every verifier
         try:
-            parse_trace(completion.strip())
+            parse_trace(completion.strip(), self.answer_prefix)
         except TraceFormatError as e:
             return self._verdict(0.0, {"format": 0.0}, str(e))
         return self._verdict(1.0, {"format": 1.0})
 
 
-class ArithmeticProcess(Verifier):
+class ArithmeticProcess(_Arithmetic):
     name, version = "arithmetic-process", "1"
 
     def verify(self, completion: str, reference: str) -> Verdict:
         root = reference_tree(reference)
         text = completion.strip()
-        outcome, why = check_outcome(text, int(root.value))
+        outcome, why = check_outcome(text, int(root.value), self.answer_prefix)
         try:
-            steps, answer = parse_trace(text)
+            steps, answer = parse_trace(text, self.answer_prefix)
         except TraceFormatError as e:
             comps = {"format": 0.0, "outcome": float(outcome), "process": 0.0}
             return self._verdict(0.0, comps, str(e))
@@ -143,7 +152,10 @@ register("arithmetic-process")(ArithmeticProcess)
 
 
 @register("arithmetic")
-def _arithmetic_composite(outcome_weight: float = 0.8, format_weight: float = 0.2) -> Verifier:
-    v = WeightedVerifier({"arithmetic-outcome": outcome_weight, "arithmetic-format": format_weight})
+def _arithmetic_composite(
+    outcome_weight: float = 0.8, format_weight: float = 0.2, answer_prefix: str = DEFAULT_ANSWER_PREFIX
+) -> Verifier:
+    parts = {"arithmetic-outcome": outcome_weight, "arithmetic-format": format_weight}
+    v = WeightedVerifier(parts, {name: {"answer_prefix": answer_prefix} for name in parts})
     v.name = "arithmetic"
     return v

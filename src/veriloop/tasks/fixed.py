@@ -1,0 +1,30 @@
+"""One problem, asked over and over: the setting of the seeds' four-candidate experiments."""
+
+from __future__ import annotations
+
+import hashlib
+import random
+
+from veriloop.tasks.base import Problem, register_task
+
+
+class FixedTask:
+    name = "fixed"
+
+    def __init__(self, prompt: str, reference: str, verifier: str = "arithmetic-outcome"):
+        if not prompt or not reference:
+            raise ValueError("task fixed needs a prompt and a reference")
+        pid = "fixed-" + hashlib.sha256(f"{prompt}\n{reference}".encode()).hexdigest()[:12]
+        self.problem = Problem(pid, prompt, reference, ("fixed",))
+        self.default_verifier = verifier
+
+    def train_batch(self, n: int, rng: random.Random) -> list[Problem]:
+        return [self.problem] * n
+
+    def heldout(self) -> list[Problem]:
+        return [self.problem]
+
+
+@register_task("fixed")
+def _fixed(prompt: str = "", reference: str = "", verifier: str = "arithmetic-outcome", **_):
+    return FixedTask(prompt, reference, verifier)

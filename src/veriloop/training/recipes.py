@@ -1,0 +1,120 @@
+"""Every method as a configuration of one loop (DeepSeekMath, section 5.2.1).
+
+Seen from the gradient, methods differ in three things only: where the data comes from
+(``rollout.source``), where the reward comes from (``verifier``), and the coefficient that
+multiplies each token's log-prob gradient (``advantage.estimator`` + ``loss.policy_loss``):
+
+| recipe      | data                 | coefficient                                   |
+|-------------|----------------------|-----------------------------------------------|
+| sft         | the task's traces    | 1                                             |
+| rft         | frozen initial policy| 1[accepted]                                   |
+| online_rft  | current policy       | 1[accepted]                                   |
+| distill     | a teacher model      | 1[accepted]                                   |
+| dpo         | frozen initial policy| beta sigma'(.) on accepted vs rejected pairs  |
+| reinforce   | current policy       | r (KL in the reward)                          |
+| rloo        | current policy       | r - mean of the others (KL in the reward)     |
+| ppo         | current policy       | GAE with a learned critic (KL in the reward)  |
+| grpo        | current policy       | (r - mean) / std, clipped, KL in the loss     |
+| dr_grpo     | current policy       | r - mean, constant length normaliser          |
+| gspo        | current policy       | grpo advantage, sequence-level ratio          |
+| dapo        | current policy       | clip-higher, token-mean, dynamic sampling, overlong shaping, no KL |
+
+A recipe only sets defaults: ``--algo rloo --loss.policy_loss clip`` is RLOO with PPO's clip.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Recipe:
+    description: str
+    overrides: dict  # dotted config keys -> values, applied under the user's YAML and flags
+
+
+_LIKELIHOOD = {"advantage.estimator": "none", "loss.policy_loss": "likelihood", "kl.beta": 0.0,
+               "update.inner_updates": 1}  # fmt: skip
+_ONLINE_PG = {"loss.policy_loss": "pg", "update.inner_updates": 1, "kl.placement": "reward", "kl.estimator": "k1",
+              "kl.beta": 0.05}  # fmt: skip
+
+RECIPES: dict[str, Recipe] = {
+    "grpo": Recipe("GRPO: group-normalised outcome advantages, PPO clip, k3 KL in the loss", {}),
+    "dr_grpo": Recipe(
+        "Dr. GRPO: centred rewards (no std), constant length normaliser",
+        {"advantage.estimator": "dr_grpo", "loss.aggregation": "seq-mean-token-sum-norm"},
+    ),
+    "gspo": Recipe(
+        "GSPO: GRPO advantages with the sequence-level (length-normalised) likelihood ratio",
+        {"loss.policy_loss": "gspo", "loss.clip_eps_low": 3e-4, "loss.clip_eps_high": 4e-4},
+    ),
+    "dapo": Recipe(
+        "DAPO: clip-higher, token-mean, dynamic sampling, overlong shaping, no KL",
+        {
+            "loss.clip_eps_high": 0.28,
+            "loss.aggregation": "token-mean",
+            "rollout.dynamic_sampling": True,
+            "rollout.overlong_buffer": 16,
+            "kl.beta": 0.0,
+        },
+    ),  # fmt: skip
+    "rloo": Recipe(
+        "RLOO: leave-one-out baseline, REINFORCE objective, KL in the reward",
+        {"advantage.estimator": "rloo", **_ONLINE_PG},
+    ),  # fmt: skip
+    "reinforce": Recipe(
+        "REINFORCE: the raw reward as coefficient, KL in the reward",
+        {"advantage.estimator": "reinforce", "update.skip_zero_advantage": True, **_ONLINE_PG},
+    ),  # fmt: skip
+    "ppo": Recipe(
+        "PPO: GAE with a learned critic, clipped surrogate, per-token KL in the reward",
+        {
+            "advantage.estimator": "gae",
+            "rollout.group_size": 1,
+            "rollout.prompts_per_step": 256,
+            "kl.placement": "reward",
+            "kl.estimator": "k1",
+            "kl.beta": 0.05,
+            "update.skip_zero_advantage": False,
+        },
+    ),  # fmt: skip
+    "sft": Recipe(
+        "SFT: the task's own traces, coefficient 1",
+        {
+            **_LIKELIHOOD,
+            "rollout.source": "task-teacher",
+            "rollout.group_size": 1,
+            "rollout.prompts_per_step": 128,
+            "optim.lr": 2e-4,
+        },
+    ),  # fmt: skip
+    "rft": Recipe(
+        "RFT: samples of the frozen initial policy, coefficient 1[accepted]",
+        {**_LIKELIHOOD, "rollout.source": "initial", "optim.lr": 2e-4},
+    ),  # fmt: skip
+    "online_rft": Recipe(
+        "online RFT: samples of the current policy, coefficient 1[accepted]",
+        {**_LIKELIHOOD, "rollout.source": "policy", "optim.lr": 2e-4},
+    ),  # fmt: skip
+    "distill": Recipe(
+        "filtered distillation: a teacher samples, the verifier filters, the student imitates",
+        {**_LIKELIHOOD, "rollout.source": "teacher", "optim.lr": 2e-4},
+    ),  # fmt: skip
+    "dpo": Recipe(
+        "DPO: accepted vs rejected completions of one prompt from the frozen initial policy",
+        {
+            "advantage.estimator": "none",
+            "loss.policy_loss": "dpo",
+            "rollout.source": "initial",
+            "kl.beta": 0.0,
+            "update.inner_updates": 1,
+            "optim.lr": 1e-4,
+        },
+    ),  # fmt: skip
+}
+
+
+def recipe_overrides(name: str) -> dict:
+    if name not in RECIPES:
+        raise KeyError(f"unknown algo {name!r}; known: {', '.join(sorted(RECIPES))}")
+    return dict(RECIPES[name].overrides, algo=name)

@@ -1,0 +1,161 @@
+"""Exact mode: the trainer's own update, averaged over every possible group, against the true gradient.
+
+A candidate policy over K answers plugs into the same Trainer; every group of G samples is
+enumerated (K**G of them) and weighted by its probability, so the *expected* update of an
+estimator is computed exactly, with no sampling noise.  With SGD, lr 1 and one pass, the
+change of the logits is the gradient of the objective, so each test compares expectations to
+the true gradient of J(z) = sum_k softmax(z)_k r_k with a tolerance no biased estimator meets.
+"""
+
+import itertools
+import math
+
+import pytest
+import torch
+
+from veriloop.algorithms import kl_exact
+from veriloop.models.candidates import CandidatePolicy
+from veriloop.rollout.records import Record
+from veriloop.tasks.fixed import FixedTask
+from veriloop.training.config import build_config
+from veriloop.training.run_config import TrainConfig
+from veriloop.training.trainer import Trainer
+from veriloop.verifiers import from_reward_function
+
+
+def make_trainer(tmp_path, candidates, rewards, logits, G, **overrides):
+    table = dict(zip(candidates, rewards))
+    verifier = from_reward_function(lambda prompts, completions, **_: [table[c] for c in completions], name="table")
+    settings = {
+        "run_dir": str(tmp_path / "run"), "steps": 1, "save_rollouts": False, "rollout.prompts_per_step": 1,
+        "rollout.group_size": G, "optim.name": "sgd", "optim.lr": 1.0, "optim.grad_clip": 0.0,
+        "update.inner_updates": 1, "update.skip_zero_advantage": False, "kl.beta": 0.0,
+        "sampling.temperature": 1.0, **overrides,
+    }  # fmt: skip
+    cfg = build_config(TrainConfig, {}, settings)
+    policy = CandidatePolicy(candidates, torch.tensor(logits, dtype=torch.float64))
+    return Trainer(cfg, progress=False, policy=policy, task=FixedTask("q?", "1"), verifier=verifier), policy
+
+
+def group_records(policy, group):
+    lp = torch.log_softmax(policy.logits.detach(), -1)
+    return [Record(problem_id="p", group_id="0", prompt="q?", reference="1", prompt_ids=[0], completion_ids=[k],
+                   completion=policy.candidates[k], behavior_logprobs=[float(lp[k])], sampling={}, policy_version=0,
+                   finish_reason="eos") for k in group]  # fmt: skip
+
+
+def expected_update(trainer, policy, G, stat=None):
+    """E over all K**G groups of (change of the logits after one update, optional update stat)."""
+    p = policy.probs()
+    K = len(policy.candidates)
+    mean_delta, mean_stat = torch.zeros(K, dtype=torch.float64), 0.0
+    start = policy.logits.detach().clone()
+    gen = torch.Generator().manual_seed(0)
+    for group in itertools.product(range(K), repeat=G):
+        weight = float(torch.prod(p[list(group)]))
+        records = group_records(policy, group)
+        trainer.score(records)
+        lb = trainer.learning_signal(records)[0]
+        stats = trainer.learner.update(lb, trainer.kl_control.beta, gen) if lb is not None else {}
+        mean_delta += weight * (policy.logits.detach() - start)
+        mean_stat += weight * stats.get(stat, 0.0) if stat else 0.0
+        policy.logits.data.copy_(start)
+    return mean_delta, mean_stat
+
+
+def true_gradient(logits, rewards):
+    z = torch.tensor(logits, dtype=torch.float64, requires_grad=True)
+    (torch.softmax(z, -1) * torch.tensor(rewards, dtype=torch.float64)).sum().backward()
+    return z.grad
+
+
+FOUR = ["2+3=5;5*4=20;answer=20", "2+3=5;5+4=9;answer=9", "2+3=6;6*4=20;answer=20", "answer=20 or 9"]
+LOGITS4 = [0.3, -0.2, 0.5, -1.0]
+REWARDS4 = [1.0, 0.0, 1.0, 0.0]
+
+
+def test_seeds_two_action_hand_calculation(tmp_path):
+    # Seeds 2.2: p(A) = sigmoid(z) = 0.25, r(A) = 1, r(B) = 0, constant baseline b = 0.25.
+    # A sampled: (1 - 0.25) * d log p/dz = 0.75 * 0.75 = 0.5625; B: (0 - 0.25) * (-0.25) = 0.0625;
+    # 0.25 * 0.5625 + 0.75 * 0.0625 = 0.1875 = p (1 - p) = dJ/dz.
+    logits = [math.log(0.25 / 0.75), 0.0]
+    trainer, policy = make_trainer(tmp_path, ["A", "B"], [1.0, 0.0], logits, G=1, algo="reinforce",
+                                   **{"advantage.baseline": "constant", "advantage.baseline_value": 0.25})  # fmt: skip
+    delta, _ = expected_update(trainer, policy, G=1)
+    assert delta[0].item() == pytest.approx(0.1875, abs=1e-12)
+    assert delta[1].item() == pytest.approx(-0.1875, abs=1e-12)
+
+
+@pytest.mark.parametrize("baseline", ["none", "constant"])
+def test_reinforce_with_an_action_independent_baseline_is_unbiased(tmp_path, baseline):
+    trainer, policy = make_trainer(tmp_path, FOUR, REWARDS4, LOGITS4, G=3, algo="reinforce",
+                                   **{"advantage.baseline": baseline, "advantage.baseline_value": 0.7})  # fmt: skip
+    delta, _ = expected_update(trainer, policy, G=3)
+    assert torch.allclose(delta, true_gradient(LOGITS4, REWARDS4), atol=1e-12)
+
+
+def test_skipping_zero_advantage_rows_does_not_bias_the_estimate(tmp_path):
+    trainer, policy = make_trainer(tmp_path, FOUR, REWARDS4, LOGITS4, G=3, algo="reinforce",
+                                   **{"update.skip_zero_advantage": True})  # fmt: skip
+    delta, _ = expected_update(trainer, policy, G=3)
+    assert torch.allclose(delta, true_gradient(LOGITS4, REWARDS4), atol=1e-12)
+
+
+def test_batch_mean_baseline_includes_the_sample_and_is_biased(tmp_path):
+    # The batch mean contains the sample itself: the expected update is (1 - 1/G) times the gradient.
+    trainer, policy = make_trainer(tmp_path, FOUR, REWARDS4, LOGITS4, G=3, algo="reinforce",
+                                   **{"advantage.baseline": "batch"})  # fmt: skip
+    delta, _ = expected_update(trainer, policy, G=3)
+    assert torch.allclose(delta, (1 - 1 / 3) * true_gradient(LOGITS4, REWARDS4), atol=1e-12)
+
+
+@pytest.mark.parametrize("G", [2, 3, 4])
+def test_group_mean_that_includes_the_sample_scales_the_gradient_by_1_minus_1_over_g(tmp_path, G):
+    # Seeds 4.3: E[(r_i - mean r) grad log p_i] = (1 - 1/G) grad J.  Dr. GRPO centres without the std.
+    trainer, policy = make_trainer(tmp_path, FOUR, REWARDS4, LOGITS4, G=G, algo="dr_grpo",
+                                   **{"loss.aggregation": "seq-mean-token-mean"})  # fmt: skip
+    delta, _ = expected_update(trainer, policy, G=G)
+    grad = true_gradient(LOGITS4, REWARDS4)
+    assert torch.allclose(delta, (1 - 1 / G) * grad, atol=1e-12)
+    assert not torch.allclose(delta, grad, atol=1e-3)  # and so it is not the gradient itself
+
+
+def test_leave_one_out_is_unbiased(tmp_path):
+    trainer, policy = make_trainer(tmp_path, FOUR, REWARDS4, LOGITS4, G=3, algo="rloo", **{"kl.beta": 0.0})
+    delta, _ = expected_update(trainer, policy, G=3)
+    assert torch.allclose(delta, true_gradient(LOGITS4, REWARDS4), atol=1e-12)
+
+
+def test_std_normalised_group_advantages_are_not_a_scaled_gradient(tmp_path):
+    # GRPO's division by the random group std: the expectation is no constant multiple of grad J.
+    trainer, policy = make_trainer(tmp_path, FOUR, [1.0, 0.0, 0.5, 0.0], LOGITS4, G=3, algo="grpo",
+                                   **{"update.inner_updates": 1})  # fmt: skip
+    delta, _ = expected_update(trainer, policy, G=3)
+    grad = true_gradient(LOGITS4, [1.0, 0.0, 0.5, 0.0])
+    ratios = delta / grad
+    assert (ratios.max() - ratios.min()).item() > 1e-3
+
+
+def test_expected_k3_equals_the_exact_kl(tmp_path):
+    # The learner's KL metric is the mean k3 of the sampled tokens; over every group its
+    # expectation is KL(pi || ref) exactly.  With estimator "exact" it is that value every time.
+    ref_logits = [0.0, 0.4, -0.3, 0.2]
+    for estimator in ("k3", "exact"):
+        trainer, policy = make_trainer(tmp_path / estimator, FOUR, REWARDS4, LOGITS4, G=2, algo="grpo",
+                                       **{"kl.beta": 0.05, "kl.estimator": estimator})  # fmt: skip
+        trainer.reference.logits.data = torch.tensor(ref_logits, dtype=torch.float64)
+        _, mean_kl = expected_update(trainer, policy, G=2, stat="kl")
+        exact = kl_exact(torch.log_softmax(policy.logits.detach(), -1), torch.log_softmax(trainer.reference.logits, -1))
+        # k3 is unbiased; all-equal groups (advantage 0) still carry the KL term here (skip off).
+        assert mean_kl == pytest.approx(exact.item(), abs=1e-12)
+
+
+def test_candidate_policy_trains_through_the_whole_loop(tmp_path):
+    trainer, policy = make_trainer(tmp_path, FOUR, REWARDS4, [0.0] * 4, G=8, algo="grpo",
+                                   **{"steps": 30, "update.inner_updates": 3, "optim.lr": 0.15, "kl.beta": 0.05,
+                                      "kl.estimator": "exact"})  # fmt: skip
+    trainer.train()
+    p = policy.probs()
+    assert p[0] + p[2] > 0.8  # mass moved to the candidates the reward accepts
+    reloaded = CandidatePolicy.load(tmp_path / "run" / "final")
+    assert torch.allclose(reloaded.probs(), p)
