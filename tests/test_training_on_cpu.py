@@ -1,4 +1,5 @@
-"""The GRPO trainer's run directory: resume reproduces the run, bad input fails clearly."""
+"""The trainer's run directory and options: resume reproduces the run, every option does what it says,
+bad input fails clearly."""
 
 import json
 import shutil
@@ -7,6 +8,7 @@ import pytest
 import torch
 
 from veriloop import cli, verifiers
+from veriloop.algorithms import overlong_penalty
 from veriloop.models.loading import PolicyLoadError, load_policy
 from veriloop.models.tiny import TinyModelConfig, build_char_tokenizer, build_tiny_model
 from veriloop.rollout.records import RecordStore
@@ -33,6 +35,18 @@ class NaNReward(verifiers.Verifier):
 
     def verify(self, completion, reference):
         return self._verdict(float("nan"), {})
+
+
+@verifiers.register("test-half-flat")
+class HalfFlat(verifiers.Verifier):
+    """Parity of the digit count for half the problems (by the reference's digit sum), 0 for the others."""
+
+    name, version = "test-half-flat", "1"
+
+    def verify(self, completion, reference):
+        if sum(int(c) for c in reference if c.isdigit()) % 2:
+            return self._verdict(0.0, {})
+        return self._verdict(float(sum(c.isdigit() for c in completion) % 2), {})
 
 
 @pytest.fixture(scope="module")
@@ -74,15 +88,29 @@ def final_weights(run_dir):
     return load_policy(str(run_dir / "final")).model.state_dict()
 
 
-def test_resume_reproduces_the_uninterrupted_run(tiny_policy, tmp_path):
-    straight = Trainer(config(tiny_policy, tmp_path / "a"), progress=False)
+RESUMABLE = {
+    "grpo": {},
+    "ppo (critic, KL in the reward, adaptive beta)": {"algo": "ppo", "kl.controller": "adaptive", "kl.horizon": 16},
+    "lag 1 (records in flight)": {"rollout.lag": 1},
+    "dapo (dynamic sampling)": {
+        "algo": "dapo",
+        "verifier": "test-half-flat",
+        "kl.beta": 0.05,
+        "rollout.overlong_buffer": 4,
+    },
+}
+
+
+@pytest.mark.parametrize("over", RESUMABLE.values(), ids=RESUMABLE.keys())
+def test_resume_reproduces_the_uninterrupted_run(tiny_policy, tmp_path, over):
+    straight = Trainer(config(tiny_policy, tmp_path / "a", **over), progress=False)
     straight.train()
     assert straight.metrics.rows[-1]["kl"] > 0  # the policy moved: the test is not trivially equal
 
     # Interrupted: 3 steps done, but the crash came before step 3's checkpoint was written.
-    Trainer(config(tiny_policy, tmp_path / "b", steps=3), progress=False).train()
+    Trainer(config(tiny_policy, tmp_path / "b", steps=3, **over), progress=False).train()
     shutil.rmtree(tmp_path / "b" / "checkpoints" / "step-000003")
-    resumed = Trainer(config(tiny_policy, tmp_path / "b", steps=4), resume=True, progress=False)
+    resumed = Trainer(config(tiny_policy, tmp_path / "b", steps=4, **over), resume=True, progress=False)
     assert resumed.state.step == 2 and len(resumed.metrics.rows) == 2  # step 3 is redone
     resumed.train()
 
@@ -93,6 +121,86 @@ def test_resume_reproduces_the_uninterrupted_run(tiny_policy, tmp_path):
         assert strip(a.read(step)) == strip(b.read(step))
     wa, wb = final_weights(tmp_path / "a"), final_weights(tmp_path / "b")
     assert all(torch.equal(wa[k], wb[k]) for k in wa)
+
+
+def metric_rows(run_dir):
+    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+def test_dynamic_sampling_learns_only_from_varied_groups_and_records_every_sample(tiny_policy, tmp_path):
+    over = {"rollout.dynamic_sampling": True, "rollout.max_resample_rounds": 3, "kl.beta": 0.0}
+    Trainer(config(tiny_policy, tmp_path, steps=3, verifier="test-half-flat", **over), progress=False).train()
+    store = RecordStore(tmp_path / "rollouts")
+    for row in metric_rows(tmp_path):
+        assert row["zero_variance_fraction_before"] > 0  # about half the prompts give flat groups ...
+        assert row["zero_variance_fraction"] == 0.0  # ... and none reach the update
+        assert 0 < row["update_records"] <= 16 and row["update_records"] % 4 == 0
+        assert row["sampled_records"] == 4 * row["groups_sampled"] > row["update_records"]
+        sampled = store.read(row["step"])  # dropped groups are records too
+        assert len(sampled) == row["sampled_records"]
+        assert row["sampled_tokens"] == sum(len(r.completion_ids) for r in sampled)
+
+
+def test_overlong_shaping_is_a_reward_component(tiny_policy, tmp_path):
+    Trainer(config(tiny_policy, tmp_path, steps=1, **{"rollout.overlong_buffer": 4}), progress=False).train()
+    records = RecordStore(tmp_path / "rollouts").read(1)
+    lengths = torch.tensor([len(r.completion_ids) for r in records])
+    expected = overlong_penalty(lengths, 12, 4).tolist()
+    assert min(expected) < 0  # some completions reach the buffer: the test is not trivially 0
+    assert [r.reward_components["overlong"] for r in records] == expected
+    for r in records:
+        assert r.reward == pytest.approx(r.reward_components["digits"] + r.reward_components["overlong"])
+
+
+def test_mask_truncated_leaves_cut_completions_out_of_the_update(tiny_policy, tmp_path):
+    over = {"update.mask_truncated": True, "update.skip_zero_advantage": False, "sampling.max_new_tokens": 40}
+    Trainer(config(tiny_policy, tmp_path, steps=2, **over), progress=False).train()
+    store = RecordStore(tmp_path / "rollouts")
+    for row in metric_rows(tmp_path):
+        records = store.read(row["step"])
+        ended = sum(not r.truncated for r in records)
+        assert 0 < ended < len(records)  # both kinds present: the test can fail
+        assert row["update_records"] == ended
+
+
+def test_lag_and_max_staleness(tiny_policy, tmp_path):
+    # lag 2: step s learns from step s-2's records; each update moves the policy 2 versions
+    # (2 inner passes x 1 mini-batch), so by step 4 those records are 2 versions old.
+    over = {"rollout.lag": 2, "rollout.max_staleness": 1, "update.skip_zero_advantage": False}
+    Trainer(config(tiny_policy, tmp_path, steps=4, **over), progress=False).train()
+    rows = metric_rows(tmp_path)
+    assert [r["update_records"] for r in rows[:2]] == [0, 0]  # warming up: records still in flight
+    assert rows[2]["update_records"] == 16 and rows[2]["policy_version"] == 2  # step 1's records, 0 versions old
+    assert rows[3]["stale_groups_dropped"] == 4 and rows[3]["update_records"] == 0  # step 2's: 2 > 1 old
+
+
+def test_truncated_importance_sampling_reports_the_sampler_learner_mismatch(tiny_policy, tmp_path):
+    Trainer(config(tiny_policy, tmp_path, steps=2, **{"loss.tis_cap": 2.0}), progress=False).train()
+    for row in metric_rows(tmp_path):
+        assert 0.0 <= row["logprob_mismatch"] < 1e-4  # same weights, same transforms: only float noise
+
+
+def test_reference_reset_makes_the_current_policy_the_anchor(tiny_policy, tmp_path):
+    kept = Trainer(config(tiny_policy, tmp_path / "kept", steps=3), progress=False)
+    kept.train()
+    reset = Trainer(config(tiny_policy, tmp_path / "reset", steps=3, **{"kl.reset_every": 2}), progress=False)
+    reset.train()
+    assert reset.state.reference_step == 2 and kept.state.reference_step == 0
+    ref, pol = reset.reference.model.state_dict(), final_weights(tmp_path / "reset")
+    assert not all(torch.equal(ref[k], pol[k]) for k in ref)  # step 3 moved the policy away again ...
+    # ... but only by one step's update: the KL to the fresh reference is smaller than to the old one.
+    assert reset.metrics.rows[2]["kl"] < kept.metrics.rows[2]["kl"]
+    assert reset.metrics.rows[1]["kl"] == kept.metrics.rows[1]["kl"]
+
+
+def test_adaptive_kl_controller_moves_beta(tiny_policy, tmp_path):
+    over = {"algo": "ppo", "kl.controller": "adaptive", "kl.target": 1e-3, "kl.horizon": 16}
+    Trainer(config(tiny_policy, tmp_path, steps=3, **over), progress=False).train()
+    betas = [r["kl_beta"] for r in metric_rows(tmp_path)]
+    # step 1: the policy is the reference, KL ~1e-7 (float noise) < target -> beta * (1 - 0.2 * 16/16);
+    # then the policy has moved, KL per completion ~0.3 > target -> beta * 1.2 each step.
+    assert betas[0] == pytest.approx(0.05 * 0.8)
+    assert betas[2] == pytest.approx(betas[1] * 1.2) and betas[1] == pytest.approx(betas[0] * 1.2)
 
 
 def test_run_directory_contents(tiny_policy, tmp_path):
@@ -165,6 +273,8 @@ def test_config_errors_name_the_key():
         build_config(TrainConfig, {}, {"update.inner_updates": "two"})
     with pytest.raises(ConfigError, match="loss.aggregation"):
         build_config(TrainConfig, {}, {"loss.aggregation": "mean"})
+    with pytest.raises(ConfigError, match=r"rollout.overlong_buffer \(16\).*max_new_tokens \(12\)"):
+        build_config(TrainConfig, {}, {"algo": "dapo", "sampling.max_new_tokens": 12})
 
 
 def run_cli(args, capsys):

@@ -33,7 +33,7 @@ class Recipe:
     overrides: dict  # dotted config keys -> values, applied under the user's YAML and flags
 
 
-_LIKELIHOOD = {"advantage.estimator": "none", "loss.policy_loss": "likelihood", "kl.beta": 0.0,
+_LIKELIHOOD = {"advantage.estimator": "filter", "loss.policy_loss": "likelihood", "kl.beta": 0.0,
                "update.inner_updates": 1}  # fmt: skip
 _ONLINE_PG = {"loss.policy_loss": "pg", "update.inner_updates": 1, "kl.placement": "reward", "kl.estimator": "k1",
               "kl.beta": 0.05}  # fmt: skip
@@ -82,6 +82,7 @@ RECIPES: dict[str, Recipe] = {
         "SFT: the task's own traces, coefficient 1",
         {
             **_LIKELIHOOD,
+            "advantage.estimator": "one",
             "rollout.source": "task-teacher",
             "rollout.group_size": 1,
             "rollout.prompts_per_step": 128,
@@ -103,12 +104,12 @@ RECIPES: dict[str, Recipe] = {
     "dpo": Recipe(
         "DPO: accepted vs rejected completions of one prompt from the frozen initial policy",
         {
-            "advantage.estimator": "none",
+            "advantage.estimator": "filter",
             "loss.policy_loss": "dpo",
             "rollout.source": "initial",
             "kl.beta": 0.0,
             "update.inner_updates": 1,
-            "optim.lr": 1e-4,
+            "optim.lr": 2e-5,  # measured: 1e-4 collapses greedy accuracy on the built-in task (0.69 -> 0.49)
         },
     ),  # fmt: skip
 }

@@ -72,7 +72,7 @@ class OptimConfig:
             raise ValueError(f"optim.grad_clip must be >= 0, got {self.grad_clip}")
 
 
-ESTIMATORS = ("grpo", "dr_grpo", "rloo", "reinforce", "gae", "none")
+ESTIMATORS = ("grpo", "dr_grpo", "rloo", "reinforce", "gae", "filter", "one")
 POLICY_LOSSES = ("clip", "dual-clip", "gspo", "pg", "likelihood", "dpo")
 DATA_SOURCES = ("policy", "initial", "teacher", "task-teacher")
 
@@ -117,7 +117,7 @@ class RolloutConfig:
 class AdvantageConfig:
     """How rewards become advantages (the gradient coefficient of each token)."""
 
-    estimator: str = field(default="grpo", metadata={"help": "grpo | dr_grpo | rloo | reinforce | gae | none"})
+    estimator: str = field(default="grpo", metadata={"help": "grpo | dr_grpo | rloo | reinforce | gae | filter | one"})
     std: str = field(default="population", metadata={"help": "grpo group std: population | sample | none"})
     eps: float = field(default=1e-6, metadata={"help": "added to the group std (adv_eps; not the clip width)"})
     baseline: str = field(default="none", metadata={"help": "reinforce baseline: none | batch | constant"})
@@ -125,7 +125,7 @@ class AdvantageConfig:
     gamma: float = field(default=1.0, metadata={"help": "gae discount"})
     lam: float = field(default=0.95, metadata={"help": "gae lambda"})
     accept_threshold: float = field(
-        default=1.0, metadata={"help": "estimator none (SFT/RFT): coefficient 1 where reward >= this, else 0"}
+        default=1.0, metadata={"help": "estimator filter (RFT, distill, DPO pairs): accepted where reward >= this"}
     )
 
     def __post_init__(self):
@@ -278,6 +278,11 @@ class TrainConfig:
             raise ValueError("checkpoint_every and keep_checkpoints must be >= 1")
         if self.loss.policy_loss == "gspo" and self.advantage.estimator == "gae":
             raise ValueError("loss.policy_loss=gspo needs one advantage per completion, not gae's per-token ones")
+        if self.rollout.overlong_buffer > self.sampling.max_new_tokens:
+            raise ValueError(
+                f"rollout.overlong_buffer ({self.rollout.overlong_buffer}) must be <= sampling.max_new_tokens "
+                f"({self.sampling.max_new_tokens}): the penalty ramps over the last tokens before the limit"
+            )
         est, G = self.advantage.estimator, self.rollout.group_size
         if est in ("grpo", "dr_grpo", "rloo") and G < 2:
             raise ValueError(
@@ -288,12 +293,12 @@ class TrainConfig:
             raise ValueError("loss.policy_loss=dpo needs rollout.group_size >= 2 to form accepted/rejected pairs")
         if self.rollout.source != "task-teacher" and self.sampling.temperature <= 0 and G > 1:
             raise ValueError("sampling.temperature must be > 0 when sampling groups (greedy groups have no variance)")
-        if self.loss.policy_loss in ("likelihood", "dpo") and est not in ("none",):
-            raise ValueError(
-                f"loss.policy_loss={self.loss.policy_loss} takes no advantages: set advantage.estimator none"
-            )
-        if self.loss.policy_loss not in ("likelihood", "dpo") and est == "none":
-            raise ValueError(f"loss.policy_loss={self.loss.policy_loss} needs an advantage estimator, not none")
+        if self.loss.policy_loss == "likelihood" and est not in ("filter", "one"):
+            raise ValueError("loss.policy_loss=likelihood takes no advantages: set advantage.estimator filter or one")
+        if self.loss.policy_loss == "dpo" and est != "filter":
+            raise ValueError("loss.policy_loss=dpo pairs accepted with rejected: set advantage.estimator filter")
+        if self.loss.policy_loss not in ("likelihood", "dpo") and est in ("filter", "one"):
+            raise ValueError(f"loss.policy_loss={self.loss.policy_loss} needs an advantage estimator, not {est}")
         if self.rollout.source == "task-teacher" and self.loss.policy_loss != "likelihood":
             raise ValueError("rollout.source=task-teacher has no behaviour log-probs: use loss.policy_loss likelihood")
 

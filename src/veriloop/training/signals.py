@@ -3,8 +3,9 @@
 ``ESTIMATORS`` is the registry the trainer uses for every variant: each entry turns the
 rewards ``[B, G]`` (and, for ``gae``, the critic's values) into per-token advantages
 ``[N, T]`` by calling the pure functions of ``veriloop.algorithms``.  The likelihood recipes
-(SFT, RFT, distillation) use the coefficient ``1[reward >= accept_threshold]``; DPO uses
-accepted / rejected pairs of one prompt.  With ``kl.placement == "reward"`` the KL penalty
+use ``one`` (SFT: coefficient 1 on every trace, whatever the verifier says) or ``filter``
+(RFT, distillation: ``1[reward >= accept_threshold]``); DPO pairs accepted with rejected
+completions of one prompt.  With ``kl.placement == "reward"`` the KL penalty
 is subtracted from the reward before any of this (per token for ``gae``, summed per
 completion otherwise).
 """
@@ -76,7 +77,8 @@ ESTIMATORS: dict[str, Callable[[EstimatorInput, TrainConfig], torch.Tensor]] = {
         reinforce_advantages(x.rewards, c.advantage.baseline, c.advantage.baseline_value), x.mask
     ),
     "gae": _gae,
-    "none": _accepted,
+    "filter": _accepted,
+    "one": lambda x, c: torch.ones(x.mask.shape, dtype=torch.float64) * x.mask,
 }
 
 

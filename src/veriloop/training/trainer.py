@@ -135,7 +135,8 @@ class Trainer:
         self.store_records(step, collected)
         row = step_metrics(step, records, rewards, advantages, mask, update, lr, times)
         row.update(policy_version=self.state.policy_version, kl_beta=self.kl_control.beta,
-                   sampled_records=len(collected), update_records=signal.size if signal is not None else 0)  # fmt: skip
+                   sampled_records=len(collected), sampled_tokens=sum(len(r.completion_ids) for r in collected),
+                   update_records=signal.size if signal is not None else 0)  # fmt: skip
         self.state.step = step
         self.metrics.append(row)
         return row
@@ -145,12 +146,12 @@ class Trainer:
     def collect(self, step: int, times: dict) -> tuple[list[Record], list[Record]]:
         """(records to learn from this step, records sampled this step)."""
         r = self.cfg.rollout
-        sampled = self.sample_round(step, 0, r.prompts_per_step, times)
+        sampled = learn = self.sample_round(step, 0, r.prompts_per_step, times)
         if r.dynamic_sampling:
-            sampled = self.fill_with_variance(step, sampled, times)
+            learn, sampled = self.fill_with_variance(step, sampled, times)
         if r.lag == 0:
-            return self.fresh_enough(sampled), sampled
-        self.pending.append(sampled)
+            return self.fresh_enough(learn), sampled
+        self.pending.append(learn)
         if len(self.pending) <= r.lag:
             return [], sampled  # warming up: the first batches are still in flight
         return self.fresh_enough(self.pending.popleft()), sampled
@@ -216,8 +217,12 @@ class Trainer:
             r.verdict_details, r.verified_at = v.details, now
             check_reward(r)
 
-    def fill_with_variance(self, step: int, records: list[Record], times: dict) -> list[Record]:
-        """Dynamic sampling (DAPO): keep groups whose rewards differ, sample more prompts to fill B."""
+    def fill_with_variance(self, step: int, records: list[Record], times: dict) -> tuple[list[Record], list[Record]]:
+        """Dynamic sampling (DAPO): keep groups whose rewards differ, sample more prompts to fill B.
+
+        Returns (the kept groups, at most B of them; every record sampled, dropped ones included).
+        """
+        sampled = list(records)
         r, G = self.cfg.rollout, self.cfg.rollout.group_size
         kept = self._varied_groups(records)
         self._dyn = {
@@ -228,9 +233,10 @@ class Trainer:
             if len(kept) >= r.prompts_per_step:
                 break
             more = self.sample_round(step, round_, r.prompts_per_step, times)
+            sampled += more
             self._dyn["groups_sampled"] += len(more) // G
             kept += self._varied_groups(more)
-        return [rec for group in kept[: r.prompts_per_step] for rec in group]
+        return [rec for group in kept[: r.prompts_per_step] for rec in group], sampled
 
     def _varied_groups(self, records: list[Record]) -> list[list[Record]]:
         G = self.cfg.rollout.group_size
@@ -261,7 +267,8 @@ class Trainer:
         if beta > 0 and cfg.kl.placement == "reward":  # KL in the reward: per token for gae, summed otherwise
             ref_all = self.reference_logprobs(batch, full=False)
             penalty = kl_penalty(behavior, ref_all, mask, cfg.kl.estimator)
-            self._kl_reward = float(penalty.sum(dim=1).mean())
+            self._kl_reward = float(penalty.sum(dim=1).mean())  # per completion: what the controller tracks
+            self._kl_token = float(penalty.sum() / mask.sum().clamp(min=1))  # per token: the "kl" metric
             shaped = rewards - beta * penalty.sum(dim=1).view(-1, G)
             token_rewards = terminal_rewards(rewards, mask) - beta * penalty
         values = self.critic.values(batch) if self.critic is not None else None
@@ -279,7 +286,11 @@ class Trainer:
         elif (beta > 0 and cfg.kl.placement == "loss") or cfg.loss.policy_loss == "dpo":
             ref = self.reference_logprobs(sub, full=cfg.kl.estimator == "exact" and cfg.loss.policy_loss != "dpo")
         returns = (advantages + values.double())[rows, :T] if values is not None else None
-        share = 1.0 if pairs is not None else kept_share(mask, rows, cfg.loss.aggregation)
+        # SFT/RFT/distillation (estimator one or filter): the verifier's filter chooses the data, and the loss is
+        # the mean over what it kept, as fine-tuning on the filtered set would be.  Elsewhere rows left
+        # out for a zero advantage keep their place in the normaliser, so skipping changes nothing.
+        filtered = pairs is not None or cfg.advantage.estimator in ("filter", "one")
+        share = 1.0 if filtered else kept_share(mask, rows, cfg.loss.aggregation)
         lb = LearningBatch(
             records=[records[i] for i in rows.tolist()], batch=sub,
             behavior=behavior[rows, :T] if behavior is not None else None, advantages=advantages[rows, :T],
@@ -296,7 +307,7 @@ class Trainer:
             pairs = torch.tensor([[where[a], where[b]] for a, b in flat_pairs], dtype=torch.long).view(-1, 2)
             return torch.tensor(members, dtype=torch.long), pairs
         keep = torch.ones(len(records), dtype=torch.bool)
-        if cfg.update.skip_zero_advantage:
+        if cfg.update.skip_zero_advantage or cfg.advantage.estimator in ("filter", "one"):
             keep &= (advantages != 0).any(dim=1)
         if cfg.update.mask_truncated:  # a cut-off completion has no verdict on its ending: leave it out
             keep &= torch.tensor([not r.truncated for r in records])
@@ -322,8 +333,11 @@ class Trainer:
 
     def after_update(self, step: int, update: dict) -> None:
         cfg = self.cfg
-        if cfg.kl.controller == "adaptive" and hasattr(self, "_kl_reward"):
-            self.kl_control.update(self._kl_reward, cfg.rollout.prompts_per_step * cfg.rollout.group_size)
+        kl_seq, kl_token = self.__dict__.pop("_kl_reward", None), self.__dict__.pop("_kl_token", None)
+        if kl_seq is not None:  # KL in the reward: measured on this step's records
+            update["kl"], update["kl_per_completion"] = kl_token, kl_seq
+            if cfg.kl.controller == "adaptive":
+                self.kl_control.update(kl_seq, cfg.rollout.prompts_per_step * cfg.rollout.group_size)
         self.state.kl_beta = self.kl_control.beta
         if cfg.kl.reset_every and step % cfg.kl.reset_every == 0 and self.reference is not None:
             # Iterative RL (DeepSeekMath, Algorithm 1): the reference becomes the current policy.
