@@ -159,3 +159,32 @@ def test_candidate_policy_trains_through_the_whole_loop(tmp_path):
     assert p[0] + p[2] > 0.8  # mass moved to the candidates the reward accepts
     reloaded = CandidatePolicy.load(tmp_path / "run" / "final")
     assert torch.allclose(reloaded.probs(), p)
+
+
+def one_update(trainer, policy, group):
+    start = policy.logits.detach().clone()
+    records = group_records(policy, group)
+    trainer.score(records)
+    lb = trainer.learning_signal(records)[0]
+    trainer.learner.update(lb, trainer.kl_control.beta, torch.Generator().manual_seed(0))
+    return policy.logits.detach() - start
+
+
+def test_dpo_step_at_the_reference_is_beta_over_two_per_pair(tmp_path):
+    # At pi = pi_ref the margin is 0, so d/dz [-log sigma(beta * margin)] = -beta/2 * (e_c - e_r) for
+    # softmax logits (grad log pi(k) = e_k - p).  Pairs zip accepted with rejected: (0, 1) and (2, 3);
+    # the loss is the mean over pairs, so SGD lr 1 moves each logit by beta/4 (two pairs).
+    beta = 0.2
+    trainer, policy = make_trainer(tmp_path, FOUR, REWARDS4, LOGITS4, G=4, algo="dpo",
+                                   **{"loss.dpo_beta": beta, "optim.lr": 1.0})  # fmt: skip
+    delta = one_update(trainer, policy, [0, 1, 2, 3])
+    assert torch.allclose(delta, torch.tensor([beta / 4, -beta / 4, beta / 4, -beta / 4], dtype=torch.float64))
+
+
+def test_entropy_bonus_gradient(tmp_path):
+    # All rewards equal: advantages 0, only the bonus moves the logits: dH/dz = -p * (log p + H).
+    trainer, policy = make_trainer(tmp_path, FOUR, [1.0] * 4, LOGITS4, G=2, **{"loss.entropy_coef": 1.0})
+    p = policy.probs()
+    H = -(p * p.log()).sum()
+    delta = one_update(trainer, policy, [0, 2])
+    assert torch.allclose(delta, -p * (p.log() + H))

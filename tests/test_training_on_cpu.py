@@ -327,3 +327,47 @@ def test_tokenizer_model_mismatch_is_named(tmp_path):
     tok.save_pretrained(tmp_path)
     with pytest.raises(PolicyLoadError, match=r"tokenizer has \d+ tokens but the model's embedding has only 50"):
         load_policy(str(tmp_path))
+
+
+def test_cli_algo_recipes(tiny_policy, tmp_path, capsys):
+    assert cli.main(["algos"]) == 0
+    listed = capsys.readouterr().out
+    assert all(name in listed for name in ("grpo", "ppo", "rloo", "dpo", "distill", "sft"))
+
+    run_dir = tmp_path / "rloo"
+    args = ["train", "--algo", "rloo", "--policy", tiny_policy, "--run_dir", str(run_dir), "--steps", "1",
+            "--rollout.prompts_per_step", "2", "--rollout.group_size", "2", "--sampling.max_new_tokens", "8",
+            "--verifier", "test-digit-share", "--loss.policy_loss", "clip"]  # fmt: skip
+    assert cli.main(args) == 0
+    saved = (run_dir / "config.yaml").read_text()
+    # the recipe's defaults, under the user's flag
+    assert "algo: rloo" in saved and "estimator: rloo" in saved and "placement: reward" in saved
+    assert "policy_loss: clip" in saved
+
+    code, err = run_cli(["train", "--algo", "ppo2", "--run_dir", str(tmp_path / "x")], capsys)
+    assert code == 2 and "ppo2" in err and "grpo" in err
+    code, err = run_cli(["train", "--algo", "distill", "--run_dir", str(tmp_path / "y")], capsys)
+    assert code == 2 and "rollout.teacher" in err
+
+
+def test_sft_on_a_jsonl_task_reads_demonstrations(tiny_policy, tmp_path):
+    data = tmp_path / "demos.jsonl"
+    data.write_text('{"prompt": "1+1?", "reference": "1+1", "completion": "1+1=2;answer=2"}\n'
+                    '{"prompt": "2+2?", "reference": "2+2", "completion": "2+2=4;answer=4"}\n')  # fmt: skip
+    over = {
+        "algo": "sft",
+        "task.name": "jsonl",
+        "task.data": str(data),
+        "rollout.prompts_per_step": 4,
+        "rollout.group_size": 1,
+    }
+    trainer = Trainer(config(tiny_policy, tmp_path / "ok", steps=2, **over), progress=False)
+    trainer.train()
+    texts = {r.completion for r in RecordStore(tmp_path / "ok" / "rollouts").read(1)}
+    assert texts <= {"1+1=2;answer=2", "2+2=4;answer=4"} and metric_rows(tmp_path / "ok")[0]["update_records"] == 4
+
+    data.write_text('{"prompt": "1+1?", "reference": "1+1", "completion": "1+1=2;answer=2"}\n'
+                    '{"prompt": "2+2?", "reference": "2+2"}\n')  # fmt: skip
+    over["rollout.prompts_per_step"] = 8
+    with pytest.raises(ValueError, match=r"demos.jsonl:2: no 'completion' field"):
+        Trainer(config(tiny_policy, tmp_path / "missing", steps=1, **over), progress=False).train()

@@ -1,6 +1,7 @@
 """A task read from JSONL files: one ``{"prompt": ..., "reference": ...}`` object per line.
 
-Optional fields: ``id`` (default: file name and line) and ``tags`` (list of strings).
+Optional fields: ``id`` (default: file name and line), ``tags`` (list of strings) and
+``completion`` (a demonstration: what ``--algo sft`` imitates on this task).
 Train problems come from ``data``; held-out problems from ``heldout_data`` (required
 for evaluation).  A malformed row stops loading with the file, line and field named.
 """
@@ -18,7 +19,8 @@ class DatasetError(ValueError):
     """A dataset file or row that cannot be used."""
 
 
-def load_problems(path: str) -> list[Problem]:
+def load_problems(path: str, demonstrations: dict | None = None) -> list[Problem]:
+    """Problems of ``path``; ``demonstrations`` (if given) collects ``id -> (completion or None, file:line)``."""
     p = Path(path)
     if not p.is_file():
         raise DatasetError(f"dataset file {path!r} does not exist")
@@ -42,7 +44,13 @@ def load_problems(path: str) -> list[Problem]:
             tags = row.get("tags", [])
             if not isinstance(tags, list) or not all(isinstance(t, str) for t in tags):
                 raise DatasetError(f"{where}: field 'tags' must be a list of strings, got {tags!r}")
-            out.append(Problem(str(row.get("id", f"{p.name}:{lineno}")), row["prompt"], row["reference"], tuple(tags)))
+            completion = row.get("completion")
+            if completion is not None and (not isinstance(completion, str) or not completion):
+                raise DatasetError(f"{where}: field 'completion' must be a non-empty string, got {completion!r}")
+            pid = str(row.get("id", f"{p.name}:{lineno}"))
+            if demonstrations is not None:
+                demonstrations[pid] = (completion, where)
+            out.append(Problem(pid, row["prompt"], row["reference"], tuple(tags)))
     if not out:
         raise DatasetError(f"dataset file {path!r} has no rows")
     return out
@@ -54,7 +62,8 @@ class JsonlTask:
     def __init__(self, data: str, heldout_data: str = "", verifier: str = "arithmetic-outcome"):
         if not data and not heldout_data:
             raise DatasetError("task jsonl needs task.data (train rows) and/or task.heldout_data (eval rows)")
-        self.train = load_problems(data) if data else []
+        self.demonstrations: dict[str, tuple[str | None, str]] = {}
+        self.train = load_problems(data, self.demonstrations) if data else []
         self._heldout = load_problems(heldout_data) if heldout_data else []
         self.default_verifier = verifier
 
@@ -62,6 +71,13 @@ class JsonlTask:
         if not self.train:
             raise DatasetError("task jsonl has no train rows (set task.data)")
         return [self.train[rng.randrange(len(self.train))] for _ in range(n)]
+
+    def teacher_completion(self, problem: Problem, rng: random.Random) -> str:
+        """The row's demonstration (SFT data)."""
+        completion, where = self.demonstrations.get(problem.id, (None, problem.id))
+        if completion is None:
+            raise DatasetError(f"{where}: no 'completion' field; rollout.source=task-teacher (sft) needs one per row")
+        return completion
 
     def heldout(self) -> list[Problem]:
         if not self._heldout:

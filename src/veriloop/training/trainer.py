@@ -69,10 +69,13 @@ class Trainer:
         if cfg.threads:
             torch.set_num_threads(cfg.threads)
         self.run_dir = Path(cfg.run_dir)
-        if not resume:
-            self._start_run_dir()
+        # Everything that can be wrong with the input fails here, before the run directory exists.
         self.task = task or cfg.task.build()
         self.verifier = verifier or get_verifier(cfg.verifier)
+        if cfg.rollout.source == "task-teacher" and not hasattr(self.task, "teacher_completion"):
+            raise ValueError(f"task {cfg.task.name!r} has no demonstrations for rollout.source=task-teacher (sft)")
+        if not resume:
+            self._start_run_dir()
         self.store = RecordStore(self.run_dir / "rollouts")
         self.metrics = MetricsLog(self.run_dir / "metrics.jsonl")
         self.state = RunState(kl_beta=cfg.kl.beta)
