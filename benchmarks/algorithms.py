@@ -2,16 +2,17 @@
 
     python benchmarks/algorithms.py [--steps 60] [--prompts 16] [--group 8] [--only NAME ...] [--json FILE]
 
-Each recipe trains from the shipped base for ``steps`` steps of ``prompts x group``
-completions (PPO, which samples one completion per prompt, gets ``prompts x group`` prompts
-per step, so every method sees the same number of completions), then the final policy is
-evaluated greedily on the held-out split.  ``distill`` needs a teacher: it distils the
+Each recipe trains from the shipped base on a budget of ``steps x prompts x group`` sampled
+completions: ``steps`` steps of ``prompts x group`` (PPO, which samples one completion per
+prompt, gets ``prompts x group`` prompts per step; DAPO's dynamic sampling spends more per step
+and stops earlier, when the budget is used), then the final policy is evaluated greedily on the
+held-out split.  ``distill`` needs a teacher: it distils the
 policy that this run's ``grpo`` produced (run ``grpo`` first, as the default order does).
 ``sft`` learns from the task's own (imperfect) teacher traces, the data the base was made from;
 ``sft-correct`` from the same teacher with its slips turned off (correct demonstrations).
 
-Columns: held-out greedy accuracy, right-answer-wrong-steps rate, completion tokens the run
-sampled (or read, for sft), train wall time.  About 1-2 minutes per method on two cores.
+Columns: held-out greedy accuracy, right-answer-wrong-steps rate, optimizer steps taken,
+completions and completion tokens sampled (read, for sft), train wall time.  About 1-2 minutes per method on two cores.
 """
 
 from __future__ import annotations
@@ -36,9 +37,12 @@ VARIANTS = {"sft-correct": ("sft", {"task.teacher.multiplication_slip": 0.0, "ta
 
 
 def budget(algo: str, steps: int, prompts: int, group: int) -> dict:
+    # Every method stops at the same number of sampled completions (max_samples); dynamic sampling
+    # spends more per step, so it is given room for more steps and stops on the budget instead.
+    samples = {"max_samples": steps * prompts * group}
     if algo == "ppo":
-        return {"steps": steps, "rollout.prompts_per_step": prompts * group, "rollout.group_size": 1}
-    return {"steps": steps, "rollout.prompts_per_step": prompts, "rollout.group_size": group}
+        return {"steps": steps, "rollout.prompts_per_step": prompts * group, "rollout.group_size": 1, **samples}
+    return {"steps": steps * 10, "rollout.prompts_per_step": prompts, "rollout.group_size": group, **samples}
 
 
 def run(name: str, root: Path, steps: int, prompts: int, group: int, seed: int, extra: dict) -> dict:
@@ -59,7 +63,7 @@ def run(name: str, root: Path, steps: int, prompts: int, group: int, seed: int, 
     result = evaluate(load_policy(str(run_dir / "final")), cfg.task.build().heldout(), cfg.task.eval_verifiers(),
                       EvalConfig(n_samples=0))  # fmt: skip
     return {"algo": name, "greedy_accuracy": result.greedy_accuracy, "wrong_steps_rate": result.wrong_steps_rate,
-            "completions": sum(r.get("sampled_records", 0) for r in rows),
+            "steps": len(rows), "completions": sum(r.get("sampled_records", 0) for r in rows),
             "tokens": int(sum(r.get("sampled_tokens", 0) for r in rows)), "train_seconds": seconds}  # fmt: skip
 
 
@@ -68,7 +72,7 @@ def base_row(seed: int) -> dict:
     result = evaluate(load_policy(cfg.policy), cfg.task.build().heldout(), cfg.task.eval_verifiers(),
                       EvalConfig(n_samples=0))  # fmt: skip
     return {"algo": "base (no training)", "greedy_accuracy": result.greedy_accuracy,
-            "wrong_steps_rate": result.wrong_steps_rate, "completions": 0, "tokens": 0,
+            "wrong_steps_rate": result.wrong_steps_rate, "steps": 0, "completions": 0, "tokens": 0,
             "train_seconds": 0.0}  # fmt: skip
 
 
@@ -91,14 +95,14 @@ def main() -> None:
     if unknown:
         raise SystemExit(f"unknown algo(s) {unknown}; known: {sorted(RECIPES)}")
     print(f"| method ({args.steps} steps x {args.prompts} x {args.group}) | held-out greedy | right answer, "
-          "wrong steps | completions | tokens | train s |")  # fmt: skip
-    print("|---|---:|---:|---:|---:|---:|")
+          "wrong steps | steps | completions | tokens | train s |")  # fmt: skip
+    print("|---|---:|---:|---:|---:|---:|---:|")
     rows = []
 
     def show(r):
         rows.append(r)
-        print(f"| {r['algo']} | {r['greedy_accuracy']:.3f} | {r['wrong_steps_rate']:.3f} | {r['completions']} "
-              f"| {r['tokens']} | {r['train_seconds']:.0f} |", flush=True)  # fmt: skip
+        print(f"| {r['algo']} | {r['greedy_accuracy']:.3f} | {r['wrong_steps_rate']:.3f} | {r['steps']} "
+              f"| {r['completions']} | {r['tokens']} | {r['train_seconds']:.0f} |", flush=True)  # fmt: skip
 
     show(base_row(args.seed))
     with tempfile.TemporaryDirectory() as tmp:

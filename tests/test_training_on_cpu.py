@@ -141,6 +141,14 @@ def test_dynamic_sampling_learns_only_from_varied_groups_and_records_every_sampl
         assert row["sampled_tokens"] == sum(len(r.completion_ids) for r in sampled)
 
 
+def test_max_samples_is_a_sample_budget(tiny_policy, tmp_path):
+    # 4 prompts x 4 completions per step: a budget of 40 completions ends the run after step 3 (48 sampled).
+    trainer = Trainer(config(tiny_policy, tmp_path, steps=10, max_samples=40), progress=False)
+    trainer.train()
+    assert [r["step"] for r in trainer.metrics.rows] == [1, 2, 3] and trainer.state.step == 3
+    assert (tmp_path / "checkpoints" / "step-000003").is_dir() and (tmp_path / "final").is_dir()
+
+
 def test_overlong_shaping_is_a_reward_component(tiny_policy, tmp_path):
     Trainer(config(tiny_policy, tmp_path, steps=1, **{"rollout.overlong_buffer": 4}), progress=False).train()
     records = RecordStore(tmp_path / "rollouts").read(1)

@@ -248,6 +248,9 @@ class TrainConfig:
     seed: int = field(default=0, metadata={"help": "run seed: every random draw derives from it"})
     steps: int = field(default=200, metadata={"help": "training steps (one batch of B x G completions each)"})
     max_minutes: float = field(default=0.0, metadata={"help": "stop after this much wall time; 0 = no limit"})
+    max_samples: int = field(
+        default=0, metadata={"help": "stop once this many completions were sampled (sample budget); 0 = no limit"}
+    )
     verifier: str = field(default="arithmetic", metadata={"help": "reward verifier (see `veriloop verifiers`)"})
     checkpoint_every: int = field(default=20, metadata={"help": "save a resumable checkpoint every N steps"})
     keep_checkpoints: int = field(default=2, metadata={"help": "how many recent checkpoints to keep"})
@@ -276,6 +279,8 @@ class TrainConfig:
             raise ValueError(f"steps must be >= 1, got {self.steps}")
         if self.checkpoint_every < 1 or self.keep_checkpoints < 1:
             raise ValueError("checkpoint_every and keep_checkpoints must be >= 1")
+        if self.max_samples < 0 or self.max_minutes < 0:
+            raise ValueError("max_samples and max_minutes must be >= 0 (0 = no limit)")
         if self.loss.policy_loss == "gspo" and self.advantage.estimator == "gae":
             raise ValueError("loss.policy_loss=gspo needs one advantage per completion, not gae's per-token ones")
         if self.rollout.overlong_buffer > self.sampling.max_new_tokens:

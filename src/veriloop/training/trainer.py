@@ -106,14 +106,20 @@ class Trainer:
         bar = tqdm(range(start, cfg.steps + 1), desc=cfg.algo, unit="step", initial=start - 1, total=cfg.steps,
                    disable=not self.progress, dynamic_ncols=True)  # fmt: skip
         started = time.time()
+        sampled = sum(r.get("sampled_records", 0) for r in self.metrics.rows)  # a resumed run counts its past
         for step in bar:
             row = self.train_step(step)
             bar.set_postfix(reward=f"{row['reward_mean']:.3f}", acc=f"{row['accuracy']:.3f}")
-            out_of_time = cfg.max_minutes and (time.time() - started) > cfg.max_minutes * 60
-            if step % cfg.checkpoint_every == 0 or step == cfg.steps or out_of_time:
+            sampled += row["sampled_records"]
+            stop = ""
+            if cfg.max_minutes and (time.time() - started) > cfg.max_minutes * 60:
+                stop = f"max_minutes={cfg.max_minutes} reached"
+            elif cfg.max_samples and sampled >= cfg.max_samples:
+                stop = f"max_samples={cfg.max_samples} reached ({sampled} completions sampled)"
+            if step % cfg.checkpoint_every == 0 or step == cfg.steps or stop:
                 self.checkpoint()
-            if out_of_time:
-                bar.write(f"stopping after step {step}: max_minutes={cfg.max_minutes} reached")
+            if stop:
+                bar.write(f"stopping after step {step}: {stop}")
                 break
         bar.close()
         self.save_final()
