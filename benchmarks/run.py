@@ -118,7 +118,7 @@ def grpo_worker(args) -> dict:
         "verify_s": mean("time_verify_s"),
         "update_s": mean("time_update_s"),
         "step_s": mean("time_step_s"),
-        "update_sequences": mean("update_sequences"),
+        "update_sequences": mean("update_records"),
         "tokens_per_s": mean("tokens_per_s"),
         "peak_rss_mb": _peak_rss_mb(),
     }

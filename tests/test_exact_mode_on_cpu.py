@@ -188,3 +188,26 @@ def test_entropy_bonus_gradient(tmp_path):
     H = -(p * p.log()).sum()
     delta = one_update(trainer, policy, [0, 2])
     assert torch.allclose(delta, -p * (p.log() + H))
+
+
+def test_truncated_importance_sampling_corrects_a_rollout_engine_mismatch(tmp_path):
+    # The rollout engine's log-probs differ from the learner's by `offsets` (as a bf16 or vLLM
+    # sampler's would).  With loss.tis_cap the ratio's denominator is the learner's own old
+    # log-prob (ratio 1 on the first pass) and each token is weighted by min(pi_old / pi_engine, cap):
+    # w = [e^-0.5, min(e^1, 2) = 2, 1, e^-1].  REINFORCE (raw reward), pg objective, mean over the
+    # 4 completions, SGD lr 1: delta z = 1/4 * sum_i w_i r_i (e_k_i - p).
+    trainer, policy = make_trainer(tmp_path, FOUR, REWARDS4, LOGITS4, G=4, algo="reinforce",
+                                   **{"loss.tis_cap": 2.0, "kl.beta": 0.0})  # fmt: skip
+    p = policy.probs()
+    group, offsets = [0, 2, 1, 3], [0.5, -1.0, 0.0, 1.0]
+    records = group_records(policy, group)
+    for rec, off in zip(records, offsets):
+        rec.behavior_logprobs = [rec.behavior_logprobs[0] + off]
+    trainer.score(records)
+    start = policy.logits.detach().clone()
+    stats = trainer.learner.update(trainer.learning_signal(records)[0], 0.0, torch.Generator().manual_seed(0))
+    w = [math.exp(-0.5), 2.0, 1.0, math.exp(-1.0)]
+    expected = sum(w[i] * REWARDS4[k] * (torch.eye(4, dtype=torch.float64)[k] - p) for i, k in enumerate(group)) / 4
+    assert torch.allclose(policy.logits.detach() - start, expected)
+    assert stats["logprob_mismatch"] == pytest.approx((0.5 + 1.0 + 0.0 + 1.0) / 4)  # mean |learner - engine|
+    assert stats["tis_weight"] == pytest.approx(sum(w) / 4)

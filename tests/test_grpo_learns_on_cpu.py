@@ -39,10 +39,13 @@ def runs(tmp_path_factory):
 
 
 def test_reward_rises_during_training(runs):
+    # Each step's mean reward depends on which 16 prompts were drawn (it moves 0.71-0.98 from step to
+    # step here), so compare halves of the run: the standard error of the difference is about 0.02.
     _, _, rows = runs["arithmetic"]
-    first = sum(r["reward_mean"] for r in rows[:5]) / 5
-    last = sum(r["reward_mean"] for r in rows[-5:]) / 5
-    assert last > first + 0.08, (first, last)
+    half = len(rows) // 2
+    first = sum(r["reward_mean"] for r in rows[:half]) / half
+    last = sum(r["reward_mean"] for r in rows[half:]) / (len(rows) - half)
+    assert last > first + 0.04, (first, last)
 
 
 def test_heldout_accuracy_rises_where_the_teacher_was_wrong(runs):

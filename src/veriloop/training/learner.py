@@ -153,7 +153,8 @@ class Learner:
                     weight = aggregation_weight(mask, mb_mask, c.aggregation) * lb.kept_share
                     (loss * weight).backward()
                     if update_pass == 0:
-                        self._first_pass_stats(stats, lp, den, full, mask)
+                        behavior = lb.behavior[rows, :T] if lb.behavior is not None else None
+                        self._first_pass_stats(stats, lp, behavior, full, mask)
                 stats.grad_norms.append(clip_grad_norm(self.policy.model, cfg.optim.grad_clip))
                 self.optimizer.step()
                 self.on_step()
@@ -182,11 +183,12 @@ class Learner:
         return kl_estimate(lp_full, ref.to(lp_full.dtype), est)
 
     @torch.no_grad()
-    def _first_pass_stats(self, stats: UpdateStats, lp, den, full, mask) -> None:
+    def _first_pass_stats(self, stats: UpdateStats, lp, behavior, full, mask) -> None:
         valid, n = mask.bool(), float(mask.sum())
         stats.acc("entropy", float(entropy_from_logprobs(full)[valid].sum()), n)
-        if den is not None:  # the sampler's log-probs vs the learner's, before any update
-            stats.acc("logprob_mismatch", float((lp.detach() - den).abs()[valid].sum()), n)
+        if behavior is not None:  # the rollout engine's log-probs vs the learner's, before any update
+            diff = (lp.detach() - behavior.to(lp.dtype)).abs()
+            stats.acc("logprob_mismatch", float(diff[valid].sum()), n)
 
     def _dpo_passes(self, lb: LearningBatch, gen) -> dict:
         """DPO on (chosen, rejected) pairs: sequence log-probs of the policy against the reference."""

@@ -111,8 +111,10 @@ class Trainer:
             row = self.train_step(step)
             bar.set_postfix(reward=f"{row['reward_mean']:.3f}", acc=f"{row['accuracy']:.3f}")
             sampled += row["sampled_records"]
-            stop = ""
-            if cfg.max_minutes and (time.time() - started) > cfg.max_minutes * 60:
+            stop = ""  # why the run ends before cfg.steps
+            if step == cfg.steps:
+                pass
+            elif cfg.max_minutes and (time.time() - started) > cfg.max_minutes * 60:
                 stop = f"max_minutes={cfg.max_minutes} reached"
             elif cfg.max_samples and sampled >= cfg.max_samples:
                 stop = f"max_samples={cfg.max_samples} reached ({sampled} completions sampled)"
