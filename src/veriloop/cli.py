@@ -44,6 +44,20 @@ def _parser() -> argparse.ArgumentParser:
     p = sub.add_parser("report", help="write plots/ and report.html for a run directory")
     p.add_argument("run_dir")
     sub.add_parser("verifiers", help="list the registered verifiers")
+    p = sub.add_parser("verify", help="grade a JSONL file of {completion, reference} rows with a verifier")
+    p.add_argument("--verifier", required=True, help="verifier name (see `veriloop verifiers`)")
+    p.add_argument("--input", required=True, metavar="IN.jsonl", help="rows with completion and reference")
+    p.add_argument("--output", required=True, metavar="OUT.jsonl", help="the rows with score, outcome, components")
+    p.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
+                   help="verifier option (repeatable), e.g. percent=either, partial_credit=true")  # fmt: skip
+    p.add_argument("--workers", type=int, default=0, help="processes; 0 = every core")
+    p = sub.add_parser("audit", help="false accepts and false rejects of a verifier, by category")
+    p.add_argument("verifier", help="verifier name")
+    p.add_argument("--cases", action="append", default=[], metavar="FILE.jsonl",
+                   help="cases {completion, reference, expect: accept|reject, category} (repeatable)")  # fmt: skip
+    p.add_argument("--no-builtin", action="store_true", help="only the cases given with --cases")
+    p.add_argument("--option", action="append", default=[], metavar="KEY=VALUE", help="verifier option")
+    p.add_argument("--json", metavar="FILE", help="also write the report as JSON")
     sub.add_parser("algos", help="list the training recipes (--algo NAME) and what each sets")
     return parser
 
@@ -88,6 +102,14 @@ def _run(args: argparse.Namespace) -> int:
 
         for name in verifiers.names():
             print(name)
+    elif args.command == "verify":
+        from veriloop.verifiers.batch import verify_file
+
+        summary = verify_file(args.verifier, args.input, args.output, _options(args.option), args.workers)
+        print(summary.text())
+        print(f"wrote {args.output}")
+    elif args.command == "audit":
+        return _audit(args)
     elif args.command == "algos":
         from veriloop.training.recipes import RECIPES
 
@@ -95,6 +117,41 @@ def _run(args: argparse.Namespace) -> int:
             sets = ", ".join(f"{k}={v}" for k, v in recipe.overrides.items()) or "(the defaults)"
             print(f"{name:<11} {recipe.description}\n{'':<11} sets: {sets}")
     return 0
+
+
+def _options(pairs: list[str]) -> dict:
+    """``KEY=VALUE`` strings -> verifier options; values read as YAML scalars (numbers, booleans)."""
+    import yaml
+
+    out = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise ValueError(f"--option must be KEY=VALUE, got {pair!r}")
+        out[key.strip()] = yaml.safe_load(value) if value.strip() else ""
+    return out
+
+
+def _audit(args: argparse.Namespace) -> int:
+    from veriloop.verifiers import get
+    from veriloop.verifiers.audit import BUILTIN_SUITES, load_cases, run_audit
+
+    cases = [] if args.no_builtin else (BUILTIN_SUITES[args.verifier]() if args.verifier in BUILTIN_SUITES else [])
+    for path in args.cases:
+        cases += load_cases(path)
+    if not cases:
+        known = ", ".join(sorted(BUILTIN_SUITES))
+        raise ValueError(f"no audit cases for {args.verifier!r}: built-in suites exist for {known}; add --cases FILE")
+    verifier = get(args.verifier, **_options(args.option))
+    report = run_audit(args.verifier, verifier, cases)
+    print(report.table())
+    if args.json:
+        from veriloop.io import atomic_write_json
+
+        atomic_write_json(args.json, {"verifier": args.verifier, "rows": report.rows, "failures": report.failures,
+                                      "false_accepts": report.false_accepts,
+                                      "false_rejects": report.false_rejects})  # fmt: skip
+    return 1 if report.false_accepts or report.false_rejects else 0
 
 
 def _resume_config(args: argparse.Namespace):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import random
+from collections.abc import Iterator
 from pathlib import Path
 
 from veriloop.tasks.base import Problem, register_task
@@ -19,12 +20,16 @@ class DatasetError(ValueError):
     """A dataset file or row that cannot be used."""
 
 
-def load_problems(path: str, demonstrations: dict | None = None) -> list[Problem]:
-    """Problems of ``path``; ``demonstrations`` (if given) collects ``id -> (completion or None, file:line)``."""
+def jsonl_objects(path: str | Path, what: str = "dataset file") -> Iterator[tuple[str, int, dict]]:
+    """``(file:line, line number, row)`` for every non-blank line of a JSONL file of objects.
+
+    A missing file, a line that is not JSON or not an object, or a file without rows stops with
+    a ``DatasetError`` naming the file (and line).
+    """
     p = Path(path)
     if not p.is_file():
-        raise DatasetError(f"dataset file {path!r} does not exist")
-    out = []
+        raise DatasetError(f"{what} {str(path)!r} does not exist")
+    seen = False
     with p.open(encoding="utf-8") as fh:
         for lineno, line in enumerate(fh, start=1):
             if not line.strip():
@@ -36,23 +41,32 @@ def load_problems(path: str, demonstrations: dict | None = None) -> list[Problem
                 raise DatasetError(f"{where}: not valid JSON ({e.msg})") from None
             if not isinstance(row, dict):
                 raise DatasetError(f"{where}: expected a JSON object, got {type(row).__name__}")
-            for key in ("prompt", "reference"):
-                if key not in row:
-                    raise DatasetError(f"{where}: missing field {key!r}")
-                if not isinstance(row[key], str) or not row[key]:
-                    raise DatasetError(f"{where}: field {key!r} must be a non-empty string, got {row[key]!r}")
-            tags = row.get("tags", [])
-            if not isinstance(tags, list) or not all(isinstance(t, str) for t in tags):
-                raise DatasetError(f"{where}: field 'tags' must be a list of strings, got {tags!r}")
-            completion = row.get("completion")
-            if completion is not None and (not isinstance(completion, str) or not completion):
-                raise DatasetError(f"{where}: field 'completion' must be a non-empty string, got {completion!r}")
-            pid = str(row.get("id", f"{p.name}:{lineno}"))
-            if demonstrations is not None:
-                demonstrations[pid] = (completion, where)
-            out.append(Problem(pid, row["prompt"], row["reference"], tuple(tags)))
-    if not out:
-        raise DatasetError(f"dataset file {path!r} has no rows")
+            seen = True
+            yield where, lineno, row
+    if not seen:
+        raise DatasetError(f"{what} {str(path)!r} has no rows")
+
+
+def load_problems(path: str, demonstrations: dict | None = None) -> list[Problem]:
+    """Problems of ``path``; ``demonstrations`` (if given) collects ``id -> (completion or None, file:line)``."""
+    p = Path(path)
+    out = []
+    for where, lineno, row in jsonl_objects(path):
+        for key in ("prompt", "reference"):
+            if key not in row:
+                raise DatasetError(f"{where}: missing field {key!r}")
+            if not isinstance(row[key], str) or not row[key]:
+                raise DatasetError(f"{where}: field {key!r} must be a non-empty string, got {row[key]!r}")
+        tags = row.get("tags", [])
+        if not isinstance(tags, list) or not all(isinstance(t, str) for t in tags):
+            raise DatasetError(f"{where}: field 'tags' must be a list of strings, got {tags!r}")
+        completion = row.get("completion")
+        if completion is not None and (not isinstance(completion, str) or not completion):
+            raise DatasetError(f"{where}: field 'completion' must be a non-empty string, got {completion!r}")
+        pid = str(row.get("id", f"{p.name}:{lineno}"))
+        if demonstrations is not None:
+            demonstrations[pid] = (completion, where)
+        out.append(Problem(pid, row["prompt"], row["reference"], tuple(tags)))
     return out
 
 

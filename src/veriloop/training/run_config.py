@@ -23,9 +23,14 @@ from veriloop.training.recipes import recipe_overrides
 class TaskConfig:
     """Where problems come from."""
 
-    name: str = field(default="arithmetic", metadata={"help": "task: arithmetic | jsonl"})
-    data: str = field(default="", metadata={"help": "jsonl task: train rows {prompt, reference}"})
-    heldout_data: str = field(default="", metadata={"help": "jsonl task: held-out rows {prompt, reference}"})
+    name: str = field(default="arithmetic", metadata={"help": "task: arithmetic | jsonl | gsm8k"})
+    data: str = field(
+        default="", metadata={"help": "jsonl: train rows {prompt, reference}; gsm8k: train file (default: shipped)"}
+    )
+    heldout_data: str = field(
+        default="", metadata={"help": "jsonl: held-out rows {prompt, reference}; gsm8k: test file (default: shipped)"}
+    )
+    heldout_size: int = field(default=0, metadata={"help": "gsm8k: evaluate on the first N test rows; 0 = all"})
     verifier: str = field(default="", metadata={"help": "jsonl task: outcome verifier of its references"})
     arithmetic: ArithmeticConfig = field(default_factory=ArithmeticConfig)
     teacher: TeacherConfig = field(default_factory=TeacherConfig)
@@ -37,6 +42,8 @@ class TaskConfig:
             return get_task(
                 "jsonl", data=self.data, heldout_data=self.heldout_data, verifier=self.verifier or "arithmetic-outcome"
             )
+        if self.name == "gsm8k":
+            return get_task("gsm8k", data=self.data, heldout_data=self.heldout_data, heldout_size=self.heldout_size)
         return get_task(self.name)
 
     def eval_verifiers(self) -> dict[str, str]:

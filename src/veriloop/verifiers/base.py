@@ -24,12 +24,16 @@ class Verdict:
     components: every partial check by name (e.g. ``{"outcome": 1.0, "format": 1.0}``).
     version: ``name@version`` of the verifier that produced it.
     details: a short human reason (what failed, where).
+    outcome: what kind of result it is, where the verifier names one (``correct``, ``wrong``,
+      ``no_answer``, ``ambiguous``, ``parse_error``, ``timeout``; for code ``pass``, ``fail``,
+      ``crash``, ``violation``, ``output_limit``); empty for verifiers that only score.
     """
 
     score: float
     components: dict[str, float] = field(default_factory=dict)
     version: str = ""
     details: str = ""
+    outcome: str = ""
 
 
 class VerifierError(ValueError):

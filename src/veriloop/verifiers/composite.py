@@ -22,14 +22,43 @@ class WeightedVerifier(Verifier):
         self.version = "1(" + "+".join(f"{w:g}*{v.tag}" for v, w in self.parts) + ")"
 
     def verify(self, completion: str, reference: str) -> Verdict:
-        score, components, details = 0.0, {}, []
-        for verifier, w in self.parts:
-            v = verifier.verify(completion, reference)
-            score += w * v.score
-            components.update(v.components or {verifier.name: v.score})
-            if v.details:
-                details.append(f"{verifier.name}: {v.details}")
-        return self._verdict(score, components, "; ".join(details))
+        return self.verify_batch([completion], [reference])[0]
+
+    def verify_batch(self, completions: list[str], references: list[str]) -> list[Verdict]:
+        # each part grades the whole batch (a part with a worker pool uses it once)
+        per_part = [(verifier, w, verifier.verify_batch(completions, references)) for verifier, w in self.parts]
+        out = []
+        for i in range(len(completions)):
+            score, components, details, outcome = 0.0, {}, [], ""
+            for verifier, w, verdicts in per_part:
+                v = verdicts[i]
+                score += w * v.score
+                components.update(v.components or {verifier.name: v.score})
+                if v.details:
+                    details.append(f"{verifier.name}: {v.details}")
+                outcome = outcome or v.outcome  # the first part that names an outcome
+            out.append(Verdict(score, components, self.tag, "; ".join(details), outcome))
+        return out
+
+
+class LengthPenalty(Verifier):
+    """Overlong shaping on characters (DAPO's soft punishment): 0 up to ``max_chars - buffer``,
+    then a ramp to -1 at ``max_chars``, -1 beyond.  Combine with ``weighted``:
+    ``weights={"gsm8k": 1, "length": 0.5}``.  (The trainer's ``rollout.overlong_buffer`` is the
+    same shaping on tokens.)"""
+
+    name, version = "length", "1"
+
+    def __init__(self, max_chars: int = 2000, buffer: int = 500):
+        if not 0 < buffer <= max_chars:
+            raise ValueError(f"length: need 0 < buffer <= max_chars, got buffer={buffer}, max_chars={max_chars}")
+        self.max_chars, self.buffer = max_chars, buffer
+
+    def verify(self, completion: str, reference: str) -> Verdict:
+        n, start = len(completion), self.max_chars - self.buffer
+        penalty = 0.0 if n <= start else (-1.0 if n > self.max_chars else (start - n) / self.buffer)
+        return self._verdict(penalty, {"length_penalty": penalty})
 
 
 register("weighted")(WeightedVerifier)
+register("length")(LengthPenalty)

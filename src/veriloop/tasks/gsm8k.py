@@ -1,0 +1,62 @@
+"""GSM8K (Cobbe et al. 2021, MIT licence): grade-school word problems with worked solutions.
+
+Rows are the dataset's ``{"question": ..., "answer": "...\\n#### N"}``.  The prompt is the
+question followed by ``prompt_suffix``; the reference is the whole solution (the ``gsm8k``
+verifier reads its ``#### N``); the solution is also the demonstration ``--algo sft`` imitates.
+A copy of the dataset ships in ``veriloop/data/gsm8k`` (train 7,473, test 1,319 rows) and is
+the default; ``--task.data`` / ``--task.heldout_data`` point at other files of the same form.
+"""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+from veriloop.tasks.base import Problem, register_task
+from veriloop.tasks.jsonl import DatasetError, jsonl_objects
+
+DATA_DIR = Path(__file__).resolve().parent.parent / "data" / "gsm8k"
+DEFAULT_SUFFIX = "\nAnswer step by step and end with a line '#### <number>'.\n"
+
+
+def load_gsm8k(path: str | Path, split: str, suffix: str = DEFAULT_SUFFIX) -> tuple[list[Problem], dict[str, str]]:
+    """(problems, id -> solution) from a GSM8K JSONL file; a malformed row names file and line."""
+    problems, solutions = [], {}
+    for where, lineno, row in jsonl_objects(path, "GSM8K file"):
+        for key in ("question", "answer"):
+            if not isinstance(row.get(key), str) or not row[key].strip():
+                raise DatasetError(f"{where}: field {key!r} must be a non-empty string")
+        if "####" not in row["answer"]:
+            raise DatasetError(f"{where}: field 'answer' has no '#### <number>' final line")
+        pid = f"gsm8k-{split}-{lineno}"
+        problems.append(Problem(pid, row["question"].strip() + suffix, row["answer"], ("gsm8k",)))
+        solutions[pid] = row["answer"]
+    return problems, solutions
+
+
+class GSM8KTask:
+    name = "gsm8k"
+    default_verifier = "gsm8k"
+
+    def __init__(self, data: str = "", heldout_data: str = "", prompt_suffix: str = DEFAULT_SUFFIX,
+                 heldout_size: int = 0):  # fmt: skip
+        self.train, train_solutions = load_gsm8k(data or DATA_DIR / "train.jsonl", "train", prompt_suffix)
+        self._heldout, test_solutions = load_gsm8k(heldout_data or DATA_DIR / "test.jsonl", "test", prompt_suffix)
+        if heldout_size:
+            self._heldout = self._heldout[:heldout_size]
+        self.solutions = {**train_solutions, **test_solutions}
+
+    def train_batch(self, n: int, rng: random.Random) -> list[Problem]:
+        return [self.train[rng.randrange(len(self.train))] for _ in range(n)]
+
+    def heldout(self) -> list[Problem]:
+        return self._heldout
+
+    def teacher_completion(self, problem: Problem, rng: random.Random) -> str:
+        """The dataset's worked solution (SFT data)."""
+        return self.solutions[problem.id]
+
+
+@register_task("gsm8k")
+def _gsm8k(data: str = "", heldout_data: str = "", heldout_size: int = 0, **_):
+    return GSM8KTask(data, heldout_data, heldout_size=heldout_size)

@@ -1,0 +1,139 @@
+"""``code``: run model-written Python against tests it never sees, in the sandbox.
+
+The reference is either assert-style test code (``assert add(2, 3) == 5`` ...) or a JSON list
+of stdin/stdout cases (``[{"input": "2 3\\n", "output": "5\\n"}, ...]``).  The completion's code
+is its last fenced ````python`` block, or the whole completion when it has none.
+
+Outcome (``Verdict.outcome``): ``pass`` when every test passes, otherwise the most serious of
+the runs' outcomes: ``violation`` > ``timeout`` > ``crash`` > ``output_limit`` > ``fail``.
+Score 1 for pass, else 0, or the share of tests passed with ``partial_credit=True``.
+Cases run in parallel on a thread pool (each run is its own process); a hung or crashed
+run costs its time limit and nothing else.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from concurrent.futures import ThreadPoolExecutor
+
+from veriloop.verifiers.base import Verdict, Verifier, VerifierError, register
+from veriloop.verifiers.sandbox import SandboxLimits, decode_value, run_program, split_assert_tests, values_equal
+
+SEVERITY = ("violation", "timeout", "crash", "output_limit", "fail")
+_FENCE = re.compile(r"```(?:python|py|python3)?[ \t]*\n(.*?)```", re.DOTALL | re.IGNORECASE)
+
+
+def extract_code(completion: str) -> str:
+    blocks = _FENCE.findall(completion)
+    return blocks[-1] if blocks else completion
+
+
+def normalize_output(text: str) -> str:
+    """Trailing spaces on each line and trailing blank lines do not matter."""
+    return "\n".join(line.rstrip() for line in text.replace("\r\n", "\n").rstrip().split("\n"))
+
+
+def parse_reference(reference: str):
+    """``("stdio", [(input, output)])`` or ``("assert", [(kind, source, expected)])``."""
+    text = reference.strip()
+    if text.startswith("["):
+        try:
+            cases = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise VerifierError(f"code reference looks like JSON but is not: {e.msg}") from None
+        if not cases or not all(isinstance(c, dict) and {"input", "output"} <= set(c) for c in cases):
+            raise VerifierError('a JSON code reference must be a non-empty list of {"input", "output"} objects')
+        return "stdio", [(str(c["input"]), str(c["output"])) for c in cases]
+    try:
+        return "assert", split_assert_tests(text)
+    except (SyntaxError, ValueError) as e:
+        raise VerifierError(f"code reference is neither JSON cases nor assert-style tests: {e}") from None
+
+
+class CodeVerifier(Verifier):
+    name, version = "code", "1"
+
+    def __init__(self, partial_credit: bool = False, wall_seconds: float = 10.0, cpu_seconds: int = 5,
+                 memory_mb: int = 1024, output_bytes: int = 1 << 20, workers: int = 0):  # fmt: skip
+        self.partial_credit = partial_credit
+        self.limits = SandboxLimits(wall_seconds, cpu_seconds, memory_mb, output_bytes)
+        self.workers = workers if workers > 0 else (os.cpu_count() or 1)
+
+    def verify(self, completion: str, reference: str) -> Verdict:
+        return self.verify_batch([completion], [reference])[0]
+
+    def verify_batch(self, completions: list[str], references: list[str]) -> list[Verdict]:
+        if len(completions) != len(references):
+            raise ValueError(f"{len(completions)} completions but {len(references)} references")
+        parsed = [parse_reference(r) for r in references]  # a bad reference is an error, before any run
+        jobs = []  # (completion index, case index or None, callable)
+        for i, (completion, (mode, cases)) in enumerate(zip(completions, parsed)):
+            program = extract_code(completion)
+            if mode == "stdio":
+                jobs += [(i, k, (program, inp)) for k, (inp, _) in enumerate(cases)]
+            else:
+                jobs.append((i, None, (program, None)))
+        with ThreadPoolExecutor(max_workers=self.workers) as ex:
+            runs = list(ex.map(lambda job: self._run(job, parsed[job[0]]), jobs))
+        per_completion: dict[int, list[tuple[str, int, int, str]]] = {}
+        for (i, _, _), result in zip(jobs, runs):
+            per_completion.setdefault(i, []).append(result)
+        return [self._verdict_of(per_completion[i]) for i in range(len(completions))]
+
+    def _run(self, job, parsed) -> tuple[str, int, int, str]:
+        """(outcome, passed, total, detail) of one run."""
+        i, k, (program, stdin) = job
+        mode, cases = parsed
+        if mode == "stdio":
+            res = run_program(program, stdin=stdin, limits=self.limits)
+            if res.status != "ok":
+                return res.status, 0, 1, res.detail
+            ok = normalize_output(res.stdout) == normalize_output(cases[k][1])
+            return ("pass", 1, 1, "") if ok else ("fail", 0, 1, f"case {k}: wrong output")
+        res = run_program(program, tests=[(kind, src) for kind, src, _ in cases], limits=self.limits)
+        reports = {}
+        for kind, text in res.reports:
+            if kind in ("VALUE", "PASS", "FAIL"):
+                idx, _, rest = text.partition(" ")
+                if idx.isdigit():
+                    reports.setdefault(int(idx), (kind, rest))
+        passed, first_fail = 0, ""
+        for t, (kind, _src, expected) in enumerate(cases):
+            got = reports.get(t)
+            if got is None:
+                ok = False
+            elif kind == "value":
+                ok = got[0] == "VALUE" and self._value_ok(got[1], expected)
+            else:
+                ok = got[0] == "PASS"
+            passed += ok
+            if not ok and not first_fail:
+                first_fail = f"test {t} failed" + (f": {got[1][:200]}" if got and got[0] == "FAIL" else "")
+        if res.status != "ok":
+            return res.status, passed, len(cases), res.detail
+        return ("pass" if passed == len(cases) else "fail"), passed, len(cases), first_fail
+
+    @staticmethod
+    def _value_ok(text: str, expected) -> bool:
+        import ast
+
+        try:
+            return values_equal(decode_value(ast.literal_eval(text)), expected)
+        except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+            return False
+
+    def _verdict_of(self, runs: list[tuple[str, int, int, str]]) -> Verdict:
+        passed, total = sum(r[1] for r in runs), sum(r[2] for r in runs)
+        outcomes = {r[0] for r in runs}
+        outcome = "pass" if outcomes == {"pass"} else next(o for o in SEVERITY if o in outcomes)
+        share = passed / total if total else 0.0
+        score = 1.0 if outcome == "pass" else (share if self.partial_credit else 0.0)
+        if outcome == "violation":
+            score = 0.0  # a forbidden act earns nothing, whatever passed before it
+        detail = next((r[3] for r in runs if r[0] == outcome and r[3]), "")
+        return Verdict(score, {"tests_passed": share, "outcome": float(outcome == "pass")}, self.tag, detail, outcome)
+
+
+register("code")(CodeVerifier)

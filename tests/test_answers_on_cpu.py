@@ -1,0 +1,217 @@
+"""Final-answer extraction and maths equivalence: the forms that must pass, the ones that must not."""
+
+import json
+import threading
+from pathlib import Path
+
+import pytest
+
+from veriloop.verifiers import VerifierError, get
+from veriloop.verifiers.answers import extract_answer, normalize_text
+from veriloop.verifiers.mathequiv import MathOptions, compare
+
+GSM8K_DIR = Path(__file__).resolve().parent.parent / "src" / "veriloop" / "data" / "gsm8k"
+
+
+@pytest.mark.parametrize(
+    "text, answer, policy",
+    [
+        ("2+3=5;5*4=20;answer=20", "20", "answer"),
+        ("2+3=5;5*4=20;答案=20", "20", "答案"),
+        ("So she has 72 clips.\n#### 72", "72", "gsm8k"),
+        ("We get $\\boxed{\\frac{1}{2}}$.", "\\frac{1}{2}", "boxed"),
+        ("Adding up, the answer is 42.", "42", "the-answer-is"),
+        ("work...\n17", "17", "last-line"),
+        ("答案：１２。", "12", "答案"),  # full-width digits and Chinese punctuation
+        ("#### 7,425,000", "7,425,000", "gsm8k"),
+        ("\\boxed{\u22125}", "-5", "boxed"),  # U+2212 minus
+        ("The answer is $18.", "18", "the-answer-is"),
+        ("the final answer is 15 gallons * 8 pints / gallon = 120 pints", "120", "the-answer-is"),
+        ("\\boxed{\\frac{a}{b}} and again \\boxed{\\frac{a}{b}}", "\\frac{a}{b}", "boxed"),  # same value twice
+    ],
+)
+def test_extraction_policies(text, answer, policy):
+    found = extract_answer(text)
+    assert (found.status, found.answer, found.policy) == ("ok", answer, policy)
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["answer=20 or 9", "答案=20或9", "\\boxed{5} ... \\boxed{6}", "#### 5\nso \\boxed{6}", "The answer is 3 or 4.",
+     "answer=20;answer=9"],
+)  # fmt: skip
+def test_two_different_final_answers_are_ambiguous(text):
+    assert extract_answer(text).status == "ambiguous"
+
+
+def test_no_answer_and_bad_policy():
+    assert extract_answer("", ("answer",)).status == "none"
+    assert extract_answer("I think it is 5", ("answer", "gsm8k")).status == "none"  # no marker, no last-line policy
+    with pytest.raises(ValueError, match="unknown answer policies"):
+        extract_answer("x", ("guess",))
+
+
+def test_normalize_text():
+    assert normalize_text("１２，３４５\u2212６＝") == "12,345-6="
+    assert normalize_text("48/2 = <<48/2=24>>24") == "48/2 = 24"
+
+
+@pytest.mark.parametrize(
+    "gold, pred",
+    [("0.5", "1/2"), ("1/2", "0.5"), ("\\frac{1}{2}", "0.5"), ("0.5", "\\frac{1}{2}"), ("7425000", "7,425,000"),
+     ("12", "12.0"), ("-5", "-5"), ("2\\sqrt{2}", "\\sqrt{8}"), ("\\frac{\\pi}{2}", "\\pi/2"), ("50", "50%")],
+)  # fmt: skip
+def test_equivalent_forms(gold, pred):
+    assert compare(gold, pred)[0] == "correct"
+
+
+@pytest.mark.parametrize("gold, pred", [("0.5", "0.51"), ("3", "13"), ("\\frac{1}{2}", "\\frac{1}{3}"), ("12", "-12")])
+def test_different_values(gold, pred):
+    assert compare(gold, pred)[0] == "wrong"
+
+
+def test_policy_options():
+    assert compare("0.5", "50%", MathOptions(percent="number"))[0] == "wrong"
+    assert compare("0.5", "50%", MathOptions(percent="fraction"))[0] == "correct"
+    assert compare("50", "50%", MathOptions(percent="fraction"))[0] == "wrong"
+    assert compare("0.5", "50%", MathOptions(percent="either"))[0] == "correct"
+    assert compare("1/2", "2/4")[0] == "correct"
+    assert compare("1/2", "2/4", MathOptions(unreduced_fractions=False))[0] == "wrong"
+    assert compare("3.14159", "3.1416", MathOptions(rel_tol=1e-4))[0] == "correct"
+    assert compare("3.14159", "3.1416")[0] == "wrong"
+    with pytest.raises(ValueError, match="percent"):
+        MathOptions(percent="maybe")
+
+
+@pytest.fixture(scope="module")
+def math_verifier():
+    v = get("math", timeout=3.0, workers=2)
+    yield v
+    v.close()
+
+
+def test_math_verifier_outcomes(math_verifier):
+    cases = {
+        "The answer is $\\boxed{\\frac{1}{2}}$": ("correct", 1.0),
+        "so \\boxed{0.5}": ("correct", 1.0),
+        "\\boxed{0.6}": ("wrong", 0.0),
+        "no idea": ("parse_error", 0.0),  # the last line is the answer, and it is no maths
+        "\\boxed{1/2} or \\boxed{1/3}": ("ambiguous", 0.0),
+        "\\boxed{\\frac{1}{}": ("", 0.0),  # an unbalanced box is no box; its last line is no value
+    }
+    verdicts = math_verifier.verify_batch(list(cases), ["\\frac{1}{2}"] * len(cases))
+    got = {c: (v.outcome, v.score) for c, v in zip(cases, verdicts)}
+    for c in list(cases)[:5]:
+        assert got[c] == cases[c], (c, got[c])
+    assert got["\\boxed{\\frac{1}{}"][1] == 0.0
+
+
+def test_unparseable_prediction_and_gold(math_verifier):
+    v = math_verifier.verify("\\boxed{\\frac{}{}}", "\\frac{1}{2}")
+    assert v.score == 0.0 and v.outcome in ("parse_error", "wrong")
+    with pytest.raises(VerifierError):
+        math_verifier.verify("\\boxed{1}", "\\boxed{\\frac{}{}}")
+    with pytest.raises(VerifierError):
+        math_verifier.verify("\\boxed{1}", "   ")
+
+
+def test_time_limit_works_off_the_main_thread(math_verifier):
+    # A comparison that sympy cannot finish quickly becomes the outcome `timeout`, from a thread,
+    # within the limit (math-verify's own signal-based limit cannot work here).
+    hard = "\\boxed{(x+1)^{100000} - (x+1)^{100000}}"
+    out = {}
+    t = threading.Thread(target=lambda: out.update(v=math_verifier.verify(hard, "(x+2)^{99999}")))
+    t.start()
+    t.join(timeout=30)
+    assert not t.is_alive()
+    assert out["v"].outcome in ("timeout", "wrong") and out["v"].score == 0.0
+    assert math_verifier.verify("\\boxed{0.5}", "1/2").score == 1.0  # the pool recovered
+
+
+def test_every_gsm8k_gold_solution_scores_one_against_its_reference():
+    v = get("gsm8k")
+    for split, n in (("train", 7473), ("test", 1319)):
+        rows = [json.loads(line) for line in (GSM8K_DIR / f"{split}.jsonl").read_text().splitlines()]
+        assert len(rows) == n
+        verdicts = v.verify_batch([r["answer"] for r in rows], [r["answer"] for r in rows])
+        wrong = [(r["answer"][-80:], x.details) for r, x in zip(rows, verdicts) if x.score != 1.0]
+        assert not wrong, wrong[:5]
+    v.close()
+
+
+def test_gsm8k_reference_forms():
+    v = get("gsm8k")
+    assert v.verify("so the total is\n#### 1,250", "1250").score == 1.0  # bare-number reference
+    assert v.verify("The answer is 1250.", "blah\n#### 1250").score == 1.0
+    assert v.verify("#### 125", "#### 1250").score == 0.0
+    assert v.verify("answer=13", "#### 3").score == 0.0  # no substring matching
+
+
+def test_verify_command_grades_a_file(tmp_path, capsys):
+    from veriloop import cli
+
+    rows = [{"completion": "#### 72", "reference": "x\n#### 72", "id": 1},
+            {"completion": "The answer is 71.", "reference": "#### 72", "id": 2},
+            {"completion": "72 or 73", "reference": "#### 72", "id": 3}]  # fmt: skip
+    src, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    src.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert cli.main(["verify", "--verifier", "gsm8k", "--input", str(src), "--output", str(out)]) == 0
+    printed = capsys.readouterr().out
+    graded = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [g["id"] for g in graded] == [1, 2, 3]  # extra columns kept, order kept
+    assert [(g["score"], g["outcome"]) for g in graded] == [(1.0, "correct"), (0.0, "wrong"), (0.0, "ambiguous")]
+    assert graded[0]["verifier"] == "gsm8k@1" and "components" in graded[0]
+    assert "3 rows" in printed and "mean score 0.3333" in printed
+
+    src.write_text('{"completion": "1"}\n')
+    assert cli.main(["verify", "--verifier", "gsm8k", "--input", str(src), "--output", str(out)]) == 2
+    assert "in.jsonl:1" in capsys.readouterr().err
+
+
+def test_verify_uses_every_core_and_gives_the_same_answers(tmp_path):
+    from veriloop.verifiers.batch import grade_pairs
+
+    pairs = [(f"\\boxed{{\\frac{{{k}}}{{2}}}}", f"{k / 2}") for k in range(1, 40)] + [("\\boxed{3}", "4")] * 10
+    one, _ = grade_pairs("math", pairs, {"workers": 1}, 1, chunk_size=8)
+    many, _ = grade_pairs("math", pairs, {}, 2, chunk_size=8)
+    assert one == many and sum(g["score"] for g in one) == 39
+
+
+@pytest.mark.parametrize("name", ["gsm8k", "math", "arithmetic-outcome", "arithmetic-process"])
+def test_audit_suites_have_no_false_accepts_or_rejects(name):
+    from veriloop.verifiers.audit import BUILTIN_SUITES, run_audit
+
+    verifier = get(name)
+    report = run_audit(name, verifier, BUILTIN_SUITES[name]())
+    categories = {r["category"] for r in report.rows}
+    if name in ("gsm8k", "math"):
+        assert {"substring trap", "several answers", "echoing the question", "format without content",
+                "prompt injection", "equivalent form"} <= categories  # fmt: skip
+    assert report.false_accepts == 0 and report.false_rejects == 0, report.table()
+
+
+def test_audit_command_with_user_cases(tmp_path, capsys):
+    from veriloop import cli
+
+    cases = tmp_path / "cases.jsonl"
+    cases.write_text(json.dumps({"completion": "#### 5", "reference": "#### 5", "expect": "reject",
+                                 "category": "my probe"}) + "\n")  # fmt: skip
+    report = tmp_path / "audit.json"
+    code = cli.main(["audit", "gsm8k", "--cases", str(cases), "--no-builtin", "--json", str(report)])
+    out = capsys.readouterr().out
+    assert code == 1 and "my probe" in out and "false accepts: 1" in out  # the verifier (rightly) accepted it
+    assert json.loads(report.read_text())["false_accepts"] == 1
+    cases.write_text('{"completion": "x", "reference": "y", "expect": "maybe"}\n')
+    assert cli.main(["audit", "gsm8k", "--cases", str(cases)]) == 2
+    assert "cases.jsonl:1" in capsys.readouterr().err
+
+
+def test_weighted_sum_with_length_shaping_keeps_every_component():
+    v = get("weighted", weights={"gsm8k": 1.0, "length": 0.5}, options={"length": {"max_chars": 40, "buffer": 20}})
+    short, long_ = "#### 72", "x" * 30 + "\n#### 72"  # 38 chars: 18 past the soft start of 20
+    a, b = v.verify_batch([short, long_], ["#### 72", "#### 72"])
+    assert (a.score, a.components) == (1.0, {"outcome": 1.0, "length_penalty": 0.0})
+    assert b.components["length_penalty"] == pytest.approx(-18 / 20)
+    assert b.score == pytest.approx(1.0 - 0.5 * 18 / 20) and b.outcome == "correct"
+    with pytest.raises(ValueError, match="buffer"):
+        get("length", max_chars=10, buffer=20)
