@@ -42,6 +42,7 @@ HOSTILE = {
     # name: (program, reference, outcome)
     "reads the tests": ("print(open('/proc/self/cmdline').read())", STDIO, "violation"),
     "reads the grader": ("import veriloop", STDIO, "violation"),
+    "reads a temporary file": ("print(open('/tmp/veriloop-sandbox-canary').read())", STDIO, "violation"),
     "lists the host": ("import os\nprint(os.listdir('/'))", STDIO, "violation"),
     "writes outside": ("open(os.path.expanduser('~/veriloop-pwned'), 'w').write('x')".replace(
         "open", "import os\nopen", 1), STDIO, "violation"),

@@ -271,9 +271,10 @@ def _preexec(limits: SandboxLimits):
 
 
 def _denied_roots() -> list[str]:
-    """The grader's own files (the veriloop package) and the temporary root (other runs' files)."""
-    package = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))
-    return [package, os.path.realpath(tempfile.gettempdir())]
+    """The grader's own files (the veriloop package), even where they lie under a readable root
+    (an installed package in site-packages).  Everything outside the readable roots, other runs'
+    temporary directories included, is denied anyway."""
+    return [os.path.dirname(os.path.dirname(os.path.realpath(__file__)))]
 
 
 def _read_roots() -> list[str]:
