@@ -215,3 +215,17 @@ def test_weighted_sum_with_length_shaping_keeps_every_component():
     assert b.score == pytest.approx(1.0 - 0.5 * 18 / 20) and b.outcome == "correct"
     with pytest.raises(ValueError, match="buffer"):
         get("length", max_chars=10, buffer=20)
+
+
+def test_worker_pool_survives_a_crashing_call():
+    import operator
+    import os
+
+    from veriloop.verifiers.pool import WorkerPool
+
+    with WorkerPool(2) as pool:
+        crashed = pool.map(os._exit, [(3,)], timeout=5)  # the call kills its worker process
+        assert crashed[0].status == "error" and "died" in crashed[0].error
+        raised = pool.map(operator.truediv, [(1, 0)], timeout=5)  # an exception is reported, the worker lives
+        assert raised[0].status == "error" and "ZeroDivisionError" in raised[0].error
+        assert [r.value for r in pool.map(operator.add, [(1, 2), (3, 4), (5, 6)], timeout=5)] == [3, 7, 11]

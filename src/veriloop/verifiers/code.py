@@ -68,7 +68,7 @@ class CodeVerifier(Verifier):
         if len(completions) != len(references):
             raise ValueError(f"{len(completions)} completions but {len(references)} references")
         parsed = [parse_reference(r) for r in references]  # a bad reference is an error, before any run
-        jobs = []  # (completion index, case index or None, callable)
+        jobs = []  # (completion index, stdio case index or None, (program, stdin))
         for i, (completion, (mode, cases)) in enumerate(zip(completions, parsed)):
             program = extract_code(completion)
             if mode == "stdio":

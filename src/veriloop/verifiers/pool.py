@@ -99,6 +99,9 @@ class WorkerPool:
                     except (EOFError, OSError):  # the worker died (crash, OOM kill): replace it
                         results[i] = CallResult("error", None, "worker process died")
                         self._replace(w)
+                    except Exception as e:  # noqa: BLE001 - e.g. a result that cannot be unpickled
+                        results[i] = CallResult("error", None, f"unreadable result: {type(e).__name__}: {e}")
+                        self._replace(w)
                     del busy[w]
                 elif time.monotonic() >= deadline:
                     results[i] = CallResult("timeout", None, f"no result within {timeout:g} s")
