@@ -383,3 +383,53 @@ def test_pass_at_k_rejects_bad_counts():
         pass_at_k(4, 5, 1)
     with pytest.raises(ValueError):
         pass_at_k(4, 1, 5)
+
+
+def test_maj_at_k_hand_values():
+    from veriloop.algorithms import maj_at_k
+
+    # [A, A, B], A right.  k=1: 2/3.  k=2: {A,A} -> A; {A,B} twice -> tie, 1/2 each: (1 + 1/2 + 1/2)/3.
+    assert maj_at_k(["A", "A", "B"], [1, 1, 0], 1) == pytest.approx(2 / 3)
+    assert maj_at_k(["A", "A", "B"], [1, 1, 0], 2) == pytest.approx(2 / 3)
+    assert maj_at_k(["A", "A", "B"], [1, 1, 0], 3) == pytest.approx(1.0)
+    # Random subsets, not the first k: [B, B, A, A, A], A right, k=2.  The first two samples vote B
+    # (0), but over all C(5,2) = 10 subsets: {B,B} 1 -> 0, {A,A} 3 -> 1, {A,B} 6 -> 1/2: 0.6.
+    assert maj_at_k(["B", "B", "A", "A", "A"], [0, 0, 1, 1, 1], 2) == pytest.approx(0.6)
+    # No answer does not vote; a subset with no votes scores 0: [None, A], k=1 -> 1/2.
+    assert maj_at_k([None, "A"], [0, 1], 1) == pytest.approx(0.5)
+    with pytest.raises(ValueError, match="both correct and incorrect"):
+        maj_at_k(["A", "A"], [1, 0], 1)
+    with pytest.raises(ValueError, match="1 <= k <= n"):
+        maj_at_k(["A"], [1], 2)
+
+
+@given(st.lists(st.integers(0, 3), min_size=1, max_size=9), st.data())
+@settings(max_examples=40, deadline=None)
+def test_maj_at_1_is_the_share_correct_and_sampling_agrees_with_enumeration(labels, data):
+    from veriloop.algorithms import maj_at_k
+
+    answers = [None if x == 3 else f"a{x}" for x in labels]
+    correct = [x == 0 for x in labels]
+    assert maj_at_k(answers, correct, 1) == pytest.approx(sum(correct) / len(correct))
+    k = data.draw(st.integers(1, len(labels)))
+    exact = maj_at_k(answers, correct, k)
+    sampled = maj_at_k(answers, correct, k, max_exact=0, samples=20_000, seed=1)
+    assert abs(exact - sampled) < 0.02
+
+
+def test_maj_at_k_falls_back_to_sampling_on_many_classes():
+    import time
+
+    from veriloop.algorithms import maj_at_k
+
+    answers = [f"a{i}" for i in range(60)] + ["right"] * 4  # 61 classes: C(64, 8)-scale enumeration
+    correct = [False] * 60 + [True] * 4
+    t0 = time.time()
+    value = maj_at_k(answers, correct, 8, samples=5000)
+    assert time.time() - t0 < 10
+    # "right" wins whenever it is drawn twice or more (every other answer appears once), or once
+    # and it wins the tie among the 8 singletons: P = sum_j P(j rights) * (1 if j >= 2 else 1/8 if j == 1)
+    from math import comb
+
+    p = sum(comb(4, j) * comb(60, 8 - j) / comb(64, 8) * (1 if j >= 2 else 1 / 8 if j == 1 else 0) for j in range(5))
+    assert value == pytest.approx(p, abs=0.02)

@@ -20,7 +20,7 @@ from veriloop.algorithms.kl import (
     kl_estimate,
     kl_exact,
 )
-from veriloop.algorithms.pass_at_k import pass_at_k
+from veriloop.algorithms.pass_at_k import maj_at_k, pass_at_k
 from veriloop.algorithms.policy_loss import (
     clip_fractions,
     clipped_surrogate,
@@ -54,6 +54,7 @@ __all__ = [
     "kl_exact",
     "likelihood_objective",
     "overlong_penalty",
+    "maj_at_k",
     "pass_at_k",
     "pg_objective",
     "process_advantages",

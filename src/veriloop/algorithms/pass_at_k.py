@@ -21,3 +21,75 @@ def pass_at_k(n: int, c: int, k: int) -> float:
     for i in range(n - c + 1, n + 1):
         prod *= 1.0 - k / i
     return 1.0 - prod
+
+
+def maj_at_k(answers, correct, k: int, *, max_exact: int = 200_000, samples: int = 20_000, seed: int = 0) -> float:
+    """maj@k: the expected accuracy of a majority vote over ``k`` of the ``n`` samples.
+
+    The k voters are a uniformly random subset of the n samples (without replacement, all
+    C(n, k) subsets equally likely), not the first k.  ``answers[i]`` is sample i's answer as an
+    equivalence-class key (``None``: no answer, which does not vote); ``correct[i]`` says whether
+    it is right (the same for every sample of a class).  Ties are broken uniformly at random among
+    the tied answers; a subset in which nobody votes scores 0.
+
+    Computed exactly by enumerating count vectors (how many of each class are drawn, weighted by
+    prod C(s_j, x_j) / C(n, k)) when there are at most ``max_exact`` of them, otherwise estimated
+    from ``samples`` seeded random subsets.
+    """
+    import random
+    from math import comb
+
+    n = len(answers)
+    if len(correct) != n or not 1 <= k <= n:
+        raise ValueError(f"maj_at_k needs len(correct) == len(answers) = n and 1 <= k <= n, got n={n}, k={k}")
+    classes: dict = {}
+    for a, c in zip(answers, correct):
+        if a is None:
+            continue
+        size, right = classes.get(a, (0, bool(c)))
+        if right != bool(c):
+            raise ValueError(f"answer {a!r} is marked both correct and incorrect")
+        classes[a] = (size + 1, right)
+    sizes = [s for s, _ in classes.values()]
+    rights = [r for _, r in classes.values()]
+    abstain = n - sum(sizes)
+    groups = sizes + [abstain]
+
+    # number of count vectors (x_1..x_m, x_abstain) with sum k: a DP over classes
+    ways = [1] + [0] * k
+    for s in groups:  # counts capped at max_exact + 1: only "too many or not" matters
+        ways = [min(sum(ways[t - x] for x in range(0, min(s, t) + 1)), max_exact + 1) for t in range(k + 1)]
+    exact = ways[k] <= max_exact
+
+    def vote(counts) -> float:
+        top = max(counts, default=0)
+        if top == 0:
+            return 0.0
+        tied = [r for x, r in zip(counts, rights) if x == top]
+        return sum(tied) / len(tied)
+
+    if exact:
+        total, out = comb(n, k), 0.0
+
+        def walk(j: int, left: int, weight: int, counts: list[int]) -> None:
+            nonlocal out
+            if j == len(sizes):
+                if left <= abstain:
+                    out += weight * comb(abstain, left) * vote(counts)
+                return
+            for x in range(0, min(sizes[j], left) + 1):
+                walk(j + 1, left - x, weight * comb(sizes[j], x), counts + [x])
+
+        walk(0, k, 1, [])
+        return out / total
+    rng = random.Random(seed)
+    index = {a: j for j, a in enumerate(classes)}
+    labels = [index[a] if a is not None else -1 for a in answers]
+    acc = 0.0
+    for _ in range(samples):
+        counts = [0] * len(sizes)
+        for i in rng.sample(range(n), k):
+            if labels[i] >= 0:
+                counts[labels[i]] += 1
+        acc += vote(counts)
+    return acc / samples
