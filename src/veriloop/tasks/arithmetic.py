@@ -363,6 +363,7 @@ class ArithmeticTask:
     """Seeded problem source with disjoint train / held-out splits."""
 
     name = "arithmetic"
+    step_splitter = "semicolon"  # veriloop.prm.split_steps: one step per ';'-separated segment
     default_verifier = "arithmetic-outcome"
 
     def __init__(self, config: ArithmeticConfig | None = None, teacher: TeacherConfig | None = None):

@@ -10,6 +10,7 @@ from veriloop.tasks.base import Problem, register_task
 
 class FixedTask:
     name = "fixed"
+    step_splitter = "semicolon"
 
     def __init__(self, prompt: str, reference: str, verifier: str = "arithmetic-outcome"):
         if not prompt or not reference:

@@ -37,6 +37,7 @@ def load_gsm8k(path: str | Path, split: str, suffix: str = DEFAULT_SUFFIX) -> tu
 class GSM8KTask:
     name = "gsm8k"
     default_verifier = "gsm8k"
+    step_splitter = "lines"  # veriloop.prm.split_steps: one step per non-blank line
 
     def __init__(self, data: str = "", heldout_data: str = "", prompt_suffix: str = DEFAULT_SUFFIX,
                  heldout_size: int = 0):  # fmt: skip

@@ -72,6 +72,7 @@ def load_problems(path: str, demonstrations: dict | None = None) -> list[Problem
 
 class JsonlTask:
     name = "jsonl"
+    step_splitter = "lines"
 
     def __init__(self, data: str, heldout_data: str = "", verifier: str = "arithmetic-outcome"):
         if not data and not heldout_data:

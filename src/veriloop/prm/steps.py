@@ -1,0 +1,65 @@
+"""Splitting a completion into steps, and the token at which each step ends.
+
+A process reward model scores a solution at the end of each step; a process-supervised
+advantage credits each token with the rewards of the steps ending at or after it.  Both need
+the same two things: where the steps are (character spans) and which completion token closes
+each one.  Splitters are chosen by name:
+
+* ``semicolon``: the arithmetic task's traces, ``2+3=5;5*4=20;answer=20`` -> three steps;
+* ``lines``: GSM8K-style solutions, one step per non-blank line.
+
+A step's span excludes its separator; the separator belongs to no step, so the token that
+closes a step is the one holding the step's last character.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Step:
+    text: str
+    start: int  # character offsets in the completion: text == completion[start:end]
+    end: int
+
+
+def _spans(text: str, pattern: str) -> list[Step]:
+    out, pos = [], 0
+    for piece in re.split(pattern, text):
+        start = text.index(piece, pos) if piece else pos
+        stripped = piece.strip()
+        if stripped:
+            s = start + piece.index(stripped)
+            out.append(Step(stripped, s, s + len(stripped)))
+        pos = start + len(piece)
+    return out
+
+
+SPLITTERS: dict[str, Callable[[str], list[Step]]] = {
+    "semicolon": lambda text: _spans(text, r";"),
+    "lines": lambda text: _spans(text, r"\n"),
+}
+
+
+def split_steps(text: str, splitter: str = "semicolon") -> list[Step]:
+    if splitter not in SPLITTERS:
+        raise ValueError(f"unknown step splitter {splitter!r}; known: {sorted(SPLITTERS)}")
+    return SPLITTERS[splitter](text)
+
+
+def step_end_positions(tokenizer, completion: str, steps: list[Step]) -> list[int]:
+    """Index (in ``tokenizer(completion)`` without special tokens) of the token holding each step's
+    last character.  Needs a fast tokenizer (character offsets)."""
+    enc = tokenizer(completion, add_special_tokens=False, return_offsets_mapping=True)
+    offsets = enc["offset_mapping"]
+    out = []
+    for step in steps:
+        last = step.end - 1
+        hit = [i for i, (a, b) in enumerate(offsets) if a <= last < b]
+        if not hit:
+            raise ValueError(f"no token covers character {last} of the completion (step {step.text!r})")
+        out.append(hit[0])
+    return out
