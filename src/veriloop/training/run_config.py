@@ -50,6 +50,8 @@ class TaskConfig:
         """Verifiers for evaluation: outcome always; format and process where the task has them."""
         if self.name == "arithmetic":
             return {"outcome": "arithmetic-outcome", "format": "arithmetic-format", "process": "arithmetic-process"}
+        if self.name == "gsm8k":  # known without loading 8.8k rows to ask the task
+            return {"outcome": self.verifier or "gsm8k"}
         return {"outcome": self.verifier or self.build().default_verifier}
 
 
