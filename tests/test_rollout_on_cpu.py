@@ -98,6 +98,31 @@ def test_length_limit_and_finish_reasons():
         assert reason == "eos" or len(ids) == 5
 
 
+@pytest.mark.parametrize("engine", ["static", "hf"])
+def test_stop_tokens_end_rows_and_stay_in_the_completion(engine):
+    """A step-at-a-time search stops each row at a separator (finish reason "stop", token kept)."""
+    stop = TOK.convert_tokens_to_ids("1")  # a token the tiny random model emits often
+    params = SamplingParams(temperature=1.0, max_new_tokens=20)
+
+    def cut(seed):
+        g = torch.Generator().manual_seed(seed)
+        return generate(MODEL, PROMPTS, params, eos_id=TOK.eos_token_id, pad_id=TOK.pad_token_id, generator=g, n=4,
+                        engine=engine, stop_ids=(stop,))  # fmt: skip
+
+    out = cut(5)
+    assert "stop" in out.finish_reasons
+    for ids, lps, reason in zip(out.completion_ids, out.logprobs, out.finish_reasons):
+        assert len(lps) == len(ids) and stop not in ids[:-1]
+        if reason == "stop":
+            assert ids[-1] == stop
+        elif reason == "eos":
+            assert ids[-1] == TOK.eos_token_id
+        else:
+            assert len(ids) == 20 and ids[-1] != stop
+    again = cut(5)
+    assert again.completion_ids == out.completion_ids and again.finish_reasons == out.finish_reasons
+
+
 def test_rejects_bad_input():
     with pytest.raises(ValueError, match="Generator"):
         generate(MODEL, PROMPTS, SamplingParams(temperature=1.0), eos_id=2, pad_id=0)

@@ -54,10 +54,10 @@ class Policy:
     def encode_prompt(self, text: str) -> list[int]:
         return self.tokenizer(text).input_ids
 
-    def sample(self, prompt_ids: list[list[int]], params, *, generator: torch.Generator, n: int) -> Generation:
-        return generate(
-            self.model, prompt_ids, params, eos_id=self.eos_id, pad_id=self.pad_id, generator=generator, n=n
-        )
+    def sample(self, prompt_ids: list[list[int]], params, *, generator: torch.Generator, n: int,
+               stop_ids: tuple[int, ...] = ()) -> Generation:  # fmt: skip
+        return generate(self.model, prompt_ids, params, eos_id=self.eos_id, pad_id=self.pad_id, generator=generator,
+                        n=n, stop_ids=stop_ids)  # fmt: skip
 
     def completion_text(self, ids: list[int], finish_reason: str) -> str:
         return completion_text(self.tokenizer, ids, finish_reason)

@@ -54,7 +54,7 @@ class Generation:
 
     completion_ids: list[list[int]]  # EOS included when finish_reason == "eos"
     logprobs: list[list[float]]  # behaviour log-prob of each completion token (nats)
-    finish_reasons: list[str]  # "eos" | "length"
+    finish_reasons: list[str]  # "eos" | "length" | "stop" (a token of ``stop_ids``, kept in the completion)
 
     @property
     def num_tokens(self) -> int:
@@ -121,11 +121,14 @@ def generate(
     generator: torch.Generator | None = None,
     n: int = 1,
     engine: str = "auto",
+    stop_ids: tuple[int, ...] = (),
 ) -> Generation:
     """Sample ``n`` completions for each prompt (token ids in, token ids out).
 
     ``engine``: ``"static"`` (preallocated cache, Llama-family models), ``"hf"`` (the
     model's own forward with transformers' cache) or ``"auto"`` (static where supported).
+    ``stop_ids``: tokens that also end a row (finish reason ``"stop"``, the token kept), e.g.
+    a step separator when a search extends a solution one step at a time.
     """
     if not prompts or any(len(p) == 0 for p in prompts):
         raise ValueError("generate needs a non-empty list of non-empty prompts")
@@ -155,7 +158,7 @@ def generate(
         decoder = static_decode.StaticDecoder(model, total, width + params.max_new_tokens, cache, mask)
     else:
         decoder = _HFDecoder(model, cache, mask)
-    result = _sample_loop(decoder, logits, positions[:, -1] + 1, params, eos_id, generator)
+    result = _sample_loop(decoder, logits, positions[:, -1] + 1, params, eos_id, generator, stop_ids)
     model.train(was_training)
     return result
 
@@ -165,13 +168,15 @@ def generate(
 COMPACT_SHARE = 0.125
 
 
-def _sample_loop(decoder, logits, next_pos, params: SamplingParams, eos_id: int, generator) -> Generation:
+def _sample_loop(decoder, logits, next_pos, params: SamplingParams, eos_id: int, generator, stop_ids=()) -> Generation:
     total, steps = logits.shape[0], params.max_new_tokens
     rows = torch.arange(total)  # row i of the live batch is sample rows[i]
     alive = torch.ones(total, dtype=torch.bool)  # rows of the live batch still generating
     out_tokens = torch.full((total, steps), -1, dtype=torch.long)  # [N, T]; -1 after the end
     out_lp = torch.zeros((total, steps))
     ended_by_eos = torch.zeros(total, dtype=torch.bool)
+    ended_by_stop = torch.zeros(total, dtype=torch.bool)
+    stops = torch.tensor(sorted(set(stop_ids)), dtype=torch.long)
     greedy = params.temperature == 0
     for step in range(steps):
         if greedy:
@@ -186,6 +191,10 @@ def _sample_loop(decoder, logits, next_pos, params: SamplingParams, eos_id: int,
         out_lp[live_rows, step] = token_lp[alive]
         done = (tokens == eos_id) & alive
         ended_by_eos[rows[done]] = True
+        if stops.numel():
+            stopped = torch.isin(tokens, stops) & alive & ~done
+            ended_by_stop[rows[stopped]] = True
+            done |= stopped
         alive &= ~done
         if step == steps - 1 or not alive.any():
             break
@@ -199,5 +208,7 @@ def _sample_loop(decoder, logits, next_pos, params: SamplingParams, eos_id: int,
     token_rows, lp_rows = out_tokens.tolist(), out_lp.tolist()
     completions = [row[:n] for row, n in zip(token_rows, lengths)]
     logps = [row[:n] for row, n in zip(lp_rows, lengths)]
-    finish = ["eos" if e else "length" for e in ended_by_eos.tolist()]
+    finish = [
+        "eos" if e else "stop" if st else "length" for e, st in zip(ended_by_eos.tolist(), ended_by_stop.tolist())
+    ]
     return Generation(completions, logps, finish)
