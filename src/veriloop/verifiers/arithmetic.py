@@ -18,7 +18,14 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from veriloop.tasks.arithmetic import DEFAULT_ANSWER_PREFIX, Step, TraceFormatError, answer_regex, parse_trace
+from veriloop.tasks.arithmetic import (
+    DEFAULT_ANSWER_PREFIX,
+    STEP_RE,
+    Step,
+    TraceFormatError,
+    answer_regex,
+    parse_trace,
+)
 from veriloop.tasks.expressions import ExpressionError, Node, internal_nodes, parse_expression
 from veriloop.verifiers.base import Verdict, Verifier, VerifierError, register
 from veriloop.verifiers.composite import WeightedVerifier
@@ -94,6 +101,45 @@ def check_process(steps: list[Step], answer: int, root: Node) -> tuple[bool, str
     if steps[-1].c != answer:
         return False, f"last result {steps[-1].c} is not the answer {answer}"
     return True, ""
+
+
+def _sound_prefix(steps: list[Step], root: Node) -> bool:
+    """Can ``steps`` be the start of a correct computation of ``root`` (each true, each an
+    operation of the problem on available numbers, each computed once, the root last)?"""
+    ops = internal_nodes(root)
+
+    def search(i: int, done: frozenset) -> bool:
+        if i == len(steps):
+            return True
+        for n in ops:
+            if id(n) in done or not all(c.is_leaf or id(c) in done for c in (n.left, n.right)):
+                continue
+            if _matches(steps[i], n) and steps[i].is_true() and (n is not root or i == len(steps) - 1):
+                if search(i + 1, done | {id(n)}):
+                    return True
+        return False
+
+    return search(0, frozenset())
+
+
+def sound_steps(completion: str, reference: str, prefix: str = DEFAULT_ANSWER_PREFIX) -> list[bool]:
+    """The exact process checker, step by step: entry k is true iff segments 1..k of the
+    completion (split at ``;``, blank segments skipped as ``veriloop.prm.split_steps`` does)
+    are a sound start of the solution.  The final ``answer=N`` segment is sound iff the
+    whole completion passes ``arithmetic-process``.  Once a step is unsound, every later one is.
+    This is ground truth for judging a process reward model, never a training label."""
+    root = reference_tree(reference)
+    segments = [s.strip() for s in completion.split(";") if s.strip()]
+    out, steps, ok = [], [], True
+    for seg in segments:
+        m = STEP_RE.fullmatch(seg)
+        if ok and m is not None:
+            steps.append(Step(int(m.group(1)), m.group(2), int(m.group(3)), int(m.group(4))))
+            ok = _sound_prefix(steps, root)
+        elif ok:  # not an equation: sound only as the final answer of a correct trace
+            ok = seg is segments[-1] and ArithmeticProcess(prefix).verify(completion, reference).score == 1.0
+        out.append(ok)
+    return out
 
 
 class _Arithmetic(Verifier):
