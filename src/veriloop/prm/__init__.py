@@ -1,5 +1,5 @@
 """Process reward models: steps, automatic step labels, step scoring (the PRM issue)."""
 
-from veriloop.prm.steps import SPLITTERS, Step, split_steps, step_end_positions
+from veriloop.prm.steps import SEPARATORS, SPLITTERS, Step, split_steps, step_end_positions, step_read_positions
 
-__all__ = ["SPLITTERS", "Step", "split_steps", "step_end_positions"]
+__all__ = ["SEPARATORS", "SPLITTERS", "Step", "split_steps", "step_end_positions", "step_read_positions"]

@@ -44,6 +44,9 @@ SPLITTERS: dict[str, Callable[[str], list[Step]]] = {
 }
 
 
+SEPARATORS = {"semicolon": ";", "lines": "\n"}  # what a step-by-step generator stops at
+
+
 def split_steps(text: str, splitter: str = "semicolon") -> list[Step]:
     if splitter not in SPLITTERS:
         raise ValueError(f"unknown step splitter {splitter!r}; known: {sorted(SPLITTERS)}")
@@ -62,4 +65,44 @@ def step_end_positions(tokenizer, completion: str, steps: list[Step]) -> list[in
         if not hit:
             raise ValueError(f"no token covers character {last} of the completion (step {step.text!r})")
         out.append(hit[0])
+    return out
+
+
+def step_read_positions(tokenizer, completion: str, steps: list[Step]) -> list[int]:
+    """Where a PRM reads each step's score, and where a process advantage credits it: the token
+    holding the separator that closes the step (``;`` or the newline), which has seen the whole
+    step; the step's own last token where no separator follows (the final step).
+
+    Reading at the last digit instead would score ``answer=2`` before the ``0`` of ``answer=20``.
+    """
+    enc = tokenizer(completion, add_special_tokens=False, return_offsets_mapping=True)
+    offsets = enc["offset_mapping"]
+    out = []
+    for step in steps:
+        char = step.end if step.end < len(completion) else step.end - 1
+        hit = [i for i, (a, b) in enumerate(offsets) if a <= char < b]
+        if not hit:  # a tokenizer that drops the separator: fall back to the step's last character
+            hit = [i for i, (a, b) in enumerate(offsets) if a <= step.end - 1 < b]
+        if not hit:
+            raise ValueError(f"no token covers the end of step {step.text!r} in the completion")
+        out.append(hit[0])
+    return out
+
+
+def positions_in_ids(tokenizer, ids: list[int], completion: str, steps: list[Step]) -> list[int]:
+    """``step_read_positions`` as indices into ``ids``, the tokens that were actually sampled.
+
+    When re-tokenizing the text gives back the sampled tokens (always for the character
+    tokenizer), the positions carry over; otherwise each token's end is found by decoding
+    growing prefixes of ``ids``.
+    """
+    body = tokenizer(completion, add_special_tokens=False)["input_ids"]
+    if list(ids[: len(body)]) == body:
+        return step_read_positions(tokenizer, completion, steps)
+    ends, out = [], []
+    for i in range(len(ids)):
+        ends.append(len(tokenizer.decode(ids[: i + 1], skip_special_tokens=False)))
+    for step in steps:
+        char = step.end if step.end < len(completion) else step.end - 1
+        out.append(next((i for i, e in enumerate(ends) if e > char), len(ids) - 1))
     return out

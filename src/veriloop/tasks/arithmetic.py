@@ -364,6 +364,7 @@ class ArithmeticTask:
 
     name = "arithmetic"
     step_splitter = "semicolon"  # veriloop.prm.split_steps: one step per ';'-separated segment
+    prompt_template = "{reference}" + PROMPT_SUFFIX  # the prompt from the reference (a PRM verifier needs it)
     default_verifier = "arithmetic-outcome"
 
     def __init__(self, config: ArithmeticConfig | None = None, teacher: TeacherConfig | None = None):

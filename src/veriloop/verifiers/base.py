@@ -27,6 +27,7 @@ class Verdict:
     outcome: what kind of result it is, where the verifier names one (``correct``, ``wrong``,
       ``no_answer``, ``ambiguous``, ``parse_error``, ``timeout``; for code ``pass``, ``fail``,
       ``crash``, ``violation``, ``output_limit``); empty for verifiers that only score.
+    steps: per-step scores, for verifiers that score steps (a process reward model); else empty.
     """
 
     score: float
@@ -34,6 +35,7 @@ class Verdict:
     version: str = ""
     details: str = ""
     outcome: str = ""
+    steps: tuple[float, ...] = ()
 
 
 class VerifierError(ValueError):

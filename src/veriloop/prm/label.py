@@ -1,0 +1,166 @@
+"""Math-Shepherd step labels (Wang et al. 2024) made without people.
+
+For each sampled solution and each of its steps k, the *completer* policy continues the prefix
+(steps 1..k and the separator after step k) ``N`` times; the outcome verifier judges every
+continuation.  The step's labels:
+
+* soft label ``s_k = (# continuations reaching the reference) / N``,
+* hard label ``h_k = 1[s_k > 0]`` (some continuation can still reach the answer).
+
+The final step needs no completions: its label is the solution's own outcome.  Every row
+of the output JSONL carries its provenance: the sampling and completer policies, ``N``, the
+sampling settings and seed, and the verifier's ``name@version``.
+
+Where labels mislead: a completer that habitually repairs a wrong intermediate (the built-in
+base's compensated subtraction slip) reaches the right answer from a wrong prefix, so the
+wrong step is labelled good.  ``veriloop prm train`` reports how the PRM ranks steps against
+the exact process checker where the task has one, so this shows up as a number.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from dataclasses import dataclass, field
+
+import torch
+from tqdm import tqdm
+
+from veriloop.io import atomic_write_jsonl
+from veriloop.models.loading import load_policy
+from veriloop.prm.steps import split_steps
+from veriloop.rollout.sampler import SamplingParams
+from veriloop.training.run_config import TaskConfig
+from veriloop.verifiers import get as get_verifier
+
+
+@dataclass
+class LabelConfig:
+    """Math-Shepherd labelling: sample solutions, complete every step prefix N times."""
+
+    policy: str = field(default="builtin:base", metadata={"help": "policy that writes the solutions to label"})
+    completer: str = field(default="", metadata={"help": "policy that completes each step prefix; '' = the policy"})
+    output: str = field(default="runs/prm-labels.jsonl", metadata={"help": "labelled steps, one solution per row"})
+    split: str = field(default="train", metadata={"help": "problems from the task's train or heldout split"})
+    problems: int = field(default=200, metadata={"help": "problems to draw (heldout: the first N)"})
+    solutions: int = field(default=4, metadata={"help": "sampled solutions per problem"})
+    completions: int = field(default=8, metadata={"help": "N: completions of each step prefix"})
+    verifier: str = field(default="", metadata={"help": "outcome verifier of the completions; '' = the task's"})
+    seed: int = field(default=0, metadata={"help": "seed of the problems, solutions and completions"})
+    batch_prompts: int = field(default=128, metadata={"help": "prefixes per generation batch"})
+    task: TaskConfig = field(default_factory=TaskConfig)
+    sampling: SamplingParams = field(default_factory=SamplingParams)
+
+    def __post_init__(self):
+        if self.split not in ("train", "heldout"):
+            raise ValueError(f"split must be train or heldout, got {self.split!r}")
+        for name in ("problems", "solutions", "completions", "batch_prompts"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.sampling.temperature <= 0:
+            raise ValueError("labelling samples: sampling.temperature must be > 0")
+
+
+def _problems(task, cfg: LabelConfig):
+    if cfg.split == "heldout":
+        return task.heldout()[: cfg.problems]
+    return task.train_batch(cfg.problems, random.Random(cfg.seed))
+
+
+def label_solutions(
+    solutions,
+    completer,
+    verifier,
+    completions: int,
+    sampling: SamplingParams,
+    generator,
+    splitter: str,
+    provenance: dict,
+    batch_prompts: int = 128,
+    progress: bool = False,
+) -> list[dict]:
+    """Label rows for ``solutions`` [(problem, completion text)]: each proper step prefix is
+    completed ``completions`` times by ``completer``; the last step takes the solution's own outcome."""
+    outcomes = verifier.verify_batch([c for _, c in solutions], [p.reference for p, _ in solutions])
+    prefixes = []  # (solution index, step index, prefix text)
+    split = []
+    for s, (_, text) in enumerate(solutions):
+        steps = split_steps(text, splitter)
+        split.append(steps)
+        for k in range(len(steps) - 1):
+            prefixes.append((s, k, text[: steps[k + 1].start]))
+    hits = [[0] * len(st) for st in split]
+    N = completions
+    bar = tqdm(total=len(prefixes) * N, desc="prm label", unit="completion", disable=not progress,
+               dynamic_ncols=True)  # fmt: skip
+    for i in range(0, len(prefixes), batch_prompts):
+        chunk = prefixes[i : i + batch_prompts]
+        prompt_ids = []
+        for s, _, prefix in chunk:
+            ids = completer.encode_prompt(solutions[s][0].prompt)
+            prompt_ids.append(ids + completer.tokenizer(prefix, add_special_tokens=False).input_ids)
+        out = completer.sample(prompt_ids, sampling, generator=generator, n=N)
+        texts = [chunk[j // N][2] + completer.completion_text(ids, f)
+                 for j, (ids, f) in enumerate(zip(out.completion_ids, out.finish_reasons))]  # fmt: skip
+        refs = [solutions[chunk[j // N][0]][0].reference for j in range(len(texts))]
+        for j, v in enumerate(verifier.verify_batch(texts, refs)):
+            s, k, _ = chunk[j // N]
+            hits[s][k] += v.score == 1.0
+        bar.update(len(texts))
+    bar.close()
+    provenance = {**provenance, "completions": N, "verifier": verifier.tag, "sampling": sampling.as_dict(),
+                  "splitter": splitter}  # fmt: skip
+    rows = []
+    for s, ((problem, text), steps) in enumerate(zip(solutions, split)):
+        if not steps:
+            continue
+        soft = [hits[s][k] / N for k in range(len(steps) - 1)] + [float(outcomes[s].score == 1.0)]
+        rows.append({
+            "problem_id": problem.id, "prompt": problem.prompt, "reference": problem.reference,
+            "completion": text, "steps": [st.text for st in steps], "step_spans": [[st.start, st.end] for st in steps],
+            "soft_labels": soft, "hard_labels": [float(x > 0) for x in soft],
+            "outcome": float(outcomes[s].score == 1.0), "provenance": provenance,
+        })  # fmt: skip
+    return rows
+
+
+def label_steps(cfg: LabelConfig, progress: bool = True, *, policy=None, completer=None, task=None) -> dict:
+    """Write ``cfg.output`` and return a summary (rows, steps, mean soft label, seconds)."""
+    t0 = time.time()
+    task = task or cfg.task.build()
+    splitter = getattr(task, "step_splitter", "lines")
+    verifier = get_verifier(cfg.verifier or task.default_verifier)
+    policy = policy or load_policy(cfg.policy)
+    completer = completer or (load_policy(cfg.completer) if cfg.completer else policy)
+    problems = _problems(task, cfg)
+    gen = torch.Generator().manual_seed(cfg.seed)
+    solutions = []  # (problem, completion text): S per problem from the policy
+    for i in range(0, len(problems), cfg.batch_prompts):
+        chunk = problems[i : i + cfg.batch_prompts]
+        out = policy.sample([policy.encode_prompt(p.prompt) for p in chunk], cfg.sampling, generator=gen,
+                            n=cfg.solutions)  # fmt: skip
+        for j, (ids, finish) in enumerate(zip(out.completion_ids, out.finish_reasons)):
+            if finish == "eos":  # a truncated solution has no final answer to label the last step with
+                solutions.append((chunk[j // cfg.solutions], policy.completion_text(ids, finish)))
+    provenance = {
+        "policy": getattr(policy, "source", cfg.policy),
+        "completer": getattr(completer, "source", cfg.completer or cfg.policy),
+        "seed": cfg.seed,
+        "split": cfg.split,
+        "task": task.name,
+        "prompt_template": getattr(task, "prompt_template", ""),
+        "created_at": time.time(),
+    }
+    rows = label_solutions(solutions, completer, verifier, cfg.completions, cfg.sampling, gen, splitter, provenance,
+                           cfg.batch_prompts, progress)  # fmt: skip
+    atomic_write_jsonl(cfg.output, rows)
+    n_steps = sum(len(r["steps"]) for r in rows)
+    return {
+        "output": cfg.output,
+        "solutions": len(rows),
+        "steps": n_steps,
+        "completions": sum(len(r["steps"]) - 1 for r in rows) * cfg.completions,
+        "mean_soft_label": sum(sum(r["soft_labels"]) for r in rows) / max(n_steps, 1),
+        "hard_positive_share": sum(sum(r["hard_labels"]) for r in rows) / max(n_steps, 1),
+        "seconds": round(time.time() - t0, 1),
+    }

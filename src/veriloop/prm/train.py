@@ -1,0 +1,226 @@
+"""``veriloop prm train``: fit a PRM to step labels; ``veriloop prm score``: score solutions.
+
+Training reads the JSONL of ``veriloop prm label``.  ``labels`` chooses the target of each
+step: ``hard`` (Math-Shepherd hard label), ``soft`` (soft label) or ``outcome`` (every step
+labelled with the solution's final outcome: an outcome reward model, ORM, read at its last
+step).  Evaluation on ``eval_data`` reports ROC AUC of the step scores against the held-out
+labels, and, where the task has an exact process checker (arithmetic), against it: the
+ground truth the automatic labels only approximate.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from tqdm import tqdm
+
+from veriloop.io import atomic_write_json, read_jsonl
+from veriloop.models.loading import load_policy
+from veriloop.prm.metrics import roc_auc
+from veriloop.prm.model import AGGREGATIONS, PRM, PRM_LOSSES, load_prm, prm_loss
+
+LABEL_KINDS = ("hard", "soft", "outcome")
+REQUIRED = ("prompt", "reference", "completion", "steps", "soft_labels", "hard_labels", "outcome")
+
+
+@dataclass
+class PRMTrainConfig:
+    """``veriloop prm train``: a scalar head (and the backbone) fitted to automatic step labels."""
+
+    data: str = field(default="runs/prm-labels.jsonl", metadata={"help": "labels from `veriloop prm label`"})
+    eval_data: str = field(default="", metadata={"help": "held-out labels (label --split heldout); '' = none"})
+    backbone: str = field(default="builtin:base", metadata={"help": "causal LM to start from"})
+    out: str = field(default="runs/prm", metadata={"help": "directory of the trained PRM"})
+    labels: str = field(default="hard", metadata={"help": "step targets: hard | soft | outcome (an ORM)"})
+    loss: str = field(default="bce", metadata={"help": "bce (hard labels) | soft_ce | mse"})
+    aggregation: str = field(default="min", metadata={"help": "default solution score: min | prod | last"})
+    epochs: int = field(default=3, metadata={"help": "passes over the labelled solutions"})
+    batch_size: int = field(default=32, metadata={"help": "solutions per optimizer step"})
+    lr: float = field(default=3e-4, metadata={"help": "AdamW learning rate (head and backbone)"})
+    seed: int = field(default=0, metadata={"help": "seed of the data order"})
+    threads: int = field(default=0, metadata={"help": "torch CPU threads; 0 = torch's default"})
+
+    def __post_init__(self):
+        if self.labels not in LABEL_KINDS:
+            raise ValueError(f"labels must be one of {LABEL_KINDS}, got {self.labels!r}")
+        if self.loss not in PRM_LOSSES:
+            raise ValueError(f"loss must be one of {PRM_LOSSES}, got {self.loss!r}")
+        if self.loss == "bce" and self.labels == "soft":
+            raise ValueError("loss bce needs 0/1 targets: use labels hard|outcome, or loss soft_ce|mse for soft")
+        if self.aggregation not in AGGREGATIONS:
+            raise ValueError(f"aggregation must be one of {AGGREGATIONS}, got {self.aggregation!r}")
+        if self.epochs < 1 or self.batch_size < 1 or self.lr <= 0:
+            raise ValueError("epochs and batch_size must be >= 1 and lr > 0")
+
+
+def load_labels(path: str) -> list[dict]:
+    """Rows of a label file, checked: every field present, one label per step."""
+    if not Path(path).is_file():
+        raise FileNotFoundError(f"label file {path!r} does not exist (make one with `veriloop prm label`)")
+    rows = list(read_jsonl(path))
+    if not rows:
+        raise ValueError(f"label file {path!r} has no rows")
+    for i, r in enumerate(rows, start=1):
+        missing = [k for k in REQUIRED if k not in r]
+        if missing:
+            raise ValueError(f"{path}: row {i} lacks {missing}")
+        if not (len(r["steps"]) == len(r["soft_labels"]) == len(r["hard_labels"])):
+            raise ValueError(f"{path}: row {i} has {len(r['steps'])} steps but {len(r['soft_labels'])} soft and "
+                             f"{len(r['hard_labels'])} hard labels")  # fmt: skip
+    return rows
+
+
+def targets(row: dict, kind: str) -> list[float]:
+    if kind == "hard":
+        return [float(x) for x in row["hard_labels"]]
+    if kind == "soft":
+        return [float(x) for x in row["soft_labels"]]
+    return [float(row["outcome"])] * len(row["steps"])
+
+
+def exact_step_labels(rows: list[dict]) -> list[list[bool]] | None:
+    """Ground truth from the arithmetic task's exact process checker; None for other tasks."""
+    if any(r.get("provenance", {}).get("task") != "arithmetic" for r in rows):
+        return None
+    from veriloop.verifiers.arithmetic import sound_steps
+
+    return [sound_steps(r["completion"], r["reference"]) for r in rows]
+
+
+def evaluate_prm(prm: PRM, rows: list[dict]) -> dict:
+    """AUCs of the PRM's step scores on labelled rows (and of the labels themselves vs the truth)."""
+    scores = prm.score([r["prompt"] for r in rows], [r["completion"] for r in rows])
+    flat = [s for row in scores for s in row]
+    out = {"steps": len(flat), "solutions": len(rows)}
+    hard = [bool(x) for r in rows for x in r["hard_labels"]]
+    out["auc_vs_hard_labels"] = _auc(flat, hard)
+    exact = exact_step_labels(rows)
+    if exact is not None:
+        truth = [x for row in exact for x in row]
+        if len(truth) != len(flat):
+            raise ValueError("the exact checker and the PRM split the steps differently")
+        out["auc_vs_exact_checker"] = _auc(flat, truth)
+        out["soft_labels_auc_vs_exact_checker"] = _auc([float(x) for r in rows for x in r["soft_labels"]], truth)
+        out["exact_sound_share"] = sum(truth) / len(truth)
+        labelled_good = [h for h, t in zip(hard, truth) if not t]
+        out["unsound_steps_labelled_good"] = sum(labelled_good) / max(len(labelled_good), 1)
+        out["auc_vs_exact_checker_by_tag"] = _auc_by_tag(rows, scores, exact)
+    return out
+
+
+def _auc_by_tag(rows, scores, exact) -> dict:
+    """AUC against the exact checker within each problem class (arithmetic tags: clean, mul, sub-inner)."""
+    from veriloop.tasks.arithmetic import make_problem
+
+    by: dict[str, tuple[list, list]] = {}
+    for r, sc, ex in zip(rows, scores, exact):
+        for tag in make_problem(r["reference"]).tags:
+            s, t = by.setdefault(tag, ([], []))
+            s.extend(sc)
+            t.extend(ex)
+    return {tag: {"steps": len(s), "auc": _auc(s, t)} for tag, (s, t) in sorted(by.items())}
+
+
+def _auc(scores, labels):
+    try:
+        return round(roc_auc(scores, labels), 4)
+    except ValueError:
+        return None
+
+
+def fit_prm(
+    prm: PRM,
+    rows: list[dict],
+    labels: str,
+    loss: str,
+    epochs: int,
+    batch_size: int,
+    lr: float,
+    seed: int,
+    progress: bool = False,
+    where: str = "labels",
+) -> list[float]:
+    """Optimise the PRM (head and backbone, AdamW) on labelled rows; returns the loss of every step."""
+    encoded = []
+    for i, r in enumerate(rows, start=1):
+        seq, reads = prm.encode(r["prompt"], r["completion"])
+        if len(reads) != len(r["steps"]):
+            raise ValueError(f"{where}: row {i}: the {prm.splitter!r} splitter finds {len(reads)} steps, the file "
+                             f"labels {len(r['steps'])}")  # fmt: skip
+        encoded.append((seq, reads, torch.tensor(targets(r, labels), dtype=torch.float32)))
+    params = list(prm.parameters())
+    opt = torch.optim.AdamW(params, lr=lr, weight_decay=0.0)
+    rng = random.Random(seed)
+    steps_per_epoch = (len(encoded) + batch_size - 1) // batch_size
+    bar = tqdm(total=epochs * steps_per_epoch, desc="prm train", unit="step", disable=not progress,
+               dynamic_ncols=True)  # fmt: skip
+    prm.train()
+    losses = []
+    for _ in range(epochs):
+        order = list(range(len(encoded)))
+        rng.shuffle(order)
+        for i in range(0, len(order), batch_size):
+            batch = [encoded[j] for j in order[i : i + batch_size]]
+            logits = torch.cat(prm.step_logits([b[0] for b in batch], [b[1] for b in batch]))
+            value = prm_loss(logits, torch.cat([b[2] for b in batch]), loss)
+            opt.zero_grad(set_to_none=True)
+            value.backward()
+            torch.nn.utils.clip_grad_norm_(params, 1.0)
+            opt.step()
+            losses.append(float(value.detach()))
+            bar.update(1)
+            bar.set_postfix(loss=f"{sum(losses[-20:]) / len(losses[-20:]):.4f}")
+    bar.close()
+    prm.eval()
+    return losses
+
+
+def train_prm(cfg: PRMTrainConfig, progress: bool = True) -> dict:
+    t0 = time.time()
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    rows = load_labels(cfg.data)
+    eval_rows = load_labels(cfg.eval_data) if cfg.eval_data else []
+    torch.manual_seed(cfg.seed)
+    provenance = rows[0].get("provenance", {})
+    prm = PRM(load_policy(cfg.backbone), provenance.get("splitter", "semicolon"), provenance.get("prompt_template", ""))
+    losses = fit_prm(prm, rows, cfg.labels, cfg.loss, cfg.epochs, cfg.batch_size, cfg.lr, cfg.seed, progress,
+                     where=cfg.data)  # fmt: skip
+    summary = {"train_solutions": len(rows), "train_steps": sum(len(r["steps"]) for r in rows),
+               "final_loss": round(sum(losses[-20:]) / len(losses[-20:]), 5)}  # fmt: skip
+    if eval_rows:
+        summary["eval"] = evaluate_prm(prm, eval_rows)
+    summary["seconds"] = round(time.time() - t0, 1)
+    prm.save(cfg.out, {"kind": "orm" if cfg.labels == "outcome" else "prm", "aggregation": cfg.aggregation,
+                       "labels": cfg.labels, "loss": cfg.loss, "backbone": cfg.backbone, "data": cfg.data,
+                       "label_provenance": provenance, "metrics": summary})  # fmt: skip
+    atomic_write_json(Path(cfg.out) / "train_summary.json", summary)
+    return summary
+
+
+def score_file(prm_dir: str, input_path: str, output_path: str, aggregation: str = "") -> dict:
+    """``veriloop prm score``: rows {prompt, completion} -> the rows with ``step_scores`` and ``score``."""
+    from veriloop.io import atomic_write_jsonl
+
+    prm = load_prm(prm_dir)
+    how = aggregation or prm.meta.get("aggregation", "min")
+    rows = list(read_jsonl(input_path))
+    for i, r in enumerate(rows, start=1):
+        if "completion" not in r or ("prompt" not in r and "reference" not in r):
+            raise ValueError(f"{input_path}: row {i} needs completion and prompt (or reference)")
+    prompts = [r["prompt"] if "prompt" in r else prm.prompt_for(r["reference"]) for r in rows]
+    from veriloop.prm.model import aggregate
+
+    scores = prm.score(prompts, [r["completion"] for r in rows])
+    out = [{**r, "step_scores": [round(s, 6) for s in sc], "score": aggregate(sc, how)} for r, sc in zip(rows, scores)]
+    atomic_write_jsonl(output_path, out)
+    return {"rows": len(out), "aggregation": how, "output": output_path}
+
+
+def summary_text(summary: dict) -> str:
+    return json.dumps(summary, indent=2)
