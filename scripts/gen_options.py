@@ -9,6 +9,10 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from veriloop.prm.label import LabelConfig
+from veriloop.prm.train import PRMTrainConfig
+from veriloop.search.revision import RevisionPairsConfig
+from veriloop.search.run import SearchConfig
 from veriloop.training.config import iter_fields
 from veriloop.training.demo import DemoConfig
 from veriloop.training.run_config import EvalRunConfig, SFTConfig, TrainConfig
@@ -18,6 +22,10 @@ COMMANDS = [
     ("veriloop sft", SFTConfig),
     ("veriloop eval", EvalRunConfig),
     ("veriloop demo", DemoConfig),
+    ("veriloop prm label", LabelConfig),
+    ("veriloop prm train", PRMTrainConfig),
+    ("veriloop search", SearchConfig),
+    ("veriloop revision-pairs", RevisionPairsConfig),
 ]
 PATH = Path(__file__).resolve().parent.parent / "docs" / "options.md"
 

@@ -59,6 +59,37 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--option", action="append", default=[], metavar="KEY=VALUE", help="verifier option")
     p.add_argument("--json", metavar="FILE", help="also write the report as JSON")
     sub.add_parser("algos", help="list the training recipes (--algo NAME) and what each sets")
+
+    from veriloop.prm.label import LabelConfig
+    from veriloop.prm.train import PRMTrainConfig
+    from veriloop.search.run import SearchConfig
+
+    prm = sub.add_parser("prm", help="process reward models: label steps, train, score")
+    prm_sub = prm.add_subparsers(dest="prm_command", required=True, metavar="PRM_COMMAND")
+
+    def prm_command(name, cls, help_text):
+        p = prm_sub.add_parser(name, help=help_text, description=help_text,
+                               formatter_class=argparse.ArgumentDefaultsHelpFormatter)  # fmt: skip
+        p.add_argument("--config", metavar="FILE.yaml", help="YAML file of options (flags override it)")
+        p.add_argument("--quiet", action="store_true", help="no progress bars")
+        add_arguments(p, cls)
+        return p
+
+    prm_command("label", LabelConfig, "Math-Shepherd step labels: complete each step prefix N times, JSONL out")
+    prm_command("train", PRMTrainConfig, "train a PRM (or an ORM with --labels outcome) on step labels")
+    p = prm_sub.add_parser("score", help="score JSONL rows {prompt or reference, completion} with a PRM")
+    p.add_argument("--prm", required=True, metavar="DIR", help="PRM directory from `veriloop prm train`")
+    p.add_argument("--input", required=True, metavar="IN.jsonl")
+    p.add_argument("--output", required=True, metavar="OUT.jsonl", help="the rows with step_scores and score")
+    p.add_argument("--aggregation", default="", help="min | prod | last; default: the PRM's own")
+    command("search", SearchConfig, "test-time strategies at several budgets: summary.json, table, plot")
+    from veriloop.search.revision import RevisionPairsConfig
+
+    command(
+        "revision-pairs",
+        RevisionPairsConfig,
+        "wrong -> right demonstrations (nearest by edit distance) for a revision model",
+    )
     return parser
 
 
@@ -110,12 +141,44 @@ def _run(args: argparse.Namespace) -> int:
         print(f"wrote {args.output}")
     elif args.command == "audit":
         return _audit(args)
+    elif args.command == "prm":
+        return _prm(args, progress)
+    elif args.command == "search":
+        from veriloop.search.run import SearchConfig, run_search
+
+        cfg = config_from_args(SearchConfig, args)
+        summary = run_search(cfg, progress=progress)
+        print(open(f"{cfg.out}/table.md").read())
+        print(f"wrote {cfg.out}/summary.json, table.md, accuracy_vs_tokens.png, results.jsonl "
+              f"({summary['seconds']} s)")  # fmt: skip
+    elif args.command == "revision-pairs":
+        from veriloop.search.revision import RevisionPairsConfig, make_revision_pairs
+
+        print(json.dumps(make_revision_pairs(config_from_args(RevisionPairsConfig, args), progress=progress), indent=2))
     elif args.command == "algos":
         from veriloop.training.recipes import RECIPES
 
         for name, recipe in RECIPES.items():
             sets = ", ".join(f"{k}={v}" for k, v in recipe.overrides.items()) or "(the defaults)"
             print(f"{name:<11} {recipe.description}\n{'':<11} sets: {sets}")
+    return 0
+
+
+def _prm(args: argparse.Namespace, progress: bool) -> int:
+    if args.prm_command == "label":
+        from veriloop.prm.label import LabelConfig, label_steps
+
+        print(json.dumps(label_steps(config_from_args(LabelConfig, args), progress=progress), indent=2))
+    elif args.prm_command == "train":
+        from veriloop.prm.train import PRMTrainConfig, train_prm
+
+        cfg = config_from_args(PRMTrainConfig, args)
+        print(json.dumps(train_prm(cfg, progress=progress), indent=2))
+        print(f"wrote {cfg.out} (load it with veriloop.verifiers.get('prm', path={cfg.out!r}))")
+    else:
+        from veriloop.prm.train import score_file
+
+        print(json.dumps(score_file(args.prm, args.input, args.output, args.aggregation), indent=2))
     return 0
 
 

@@ -40,6 +40,11 @@ _ONLINE_PG = {"loss.policy_loss": "pg", "update.inner_updates": 1, "kl.placement
 
 RECIPES: dict[str, Recipe] = {
     "grpo": Recipe("GRPO: group-normalised outcome advantages, PPO clip, k3 KL in the loss", {}),
+    "grpo_process": Recipe(
+        "process-supervised GRPO: PRM step rewards normalised over the group, summed from each step on "
+        "(needs --process.prm)",
+        {"advantage.estimator": "process"},
+    ),
     "dr_grpo": Recipe(
         "Dr. GRPO: centred rewards (no std), constant length normaliser",
         {"advantage.estimator": "dr_grpo", "loss.aggregation": "seq-mean-token-sum-norm"},

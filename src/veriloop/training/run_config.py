@@ -81,7 +81,7 @@ class OptimConfig:
             raise ValueError(f"optim.grad_clip must be >= 0, got {self.grad_clip}")
 
 
-ESTIMATORS = ("grpo", "dr_grpo", "rloo", "reinforce", "gae", "filter", "one")
+ESTIMATORS = ("grpo", "dr_grpo", "rloo", "reinforce", "gae", "filter", "one", "process")
 POLICY_LOSSES = ("clip", "dual-clip", "gspo", "pg", "likelihood", "dpo")
 DATA_SOURCES = ("policy", "initial", "teacher", "task-teacher")
 
@@ -126,7 +126,9 @@ class RolloutConfig:
 class AdvantageConfig:
     """How rewards become advantages (the gradient coefficient of each token)."""
 
-    estimator: str = field(default="grpo", metadata={"help": "grpo | dr_grpo | rloo | reinforce | gae | filter | one"})
+    estimator: str = field(
+        default="grpo", metadata={"help": "grpo | dr_grpo | rloo | reinforce | gae | filter | one | process (PRM)"}
+    )
     std: str = field(default="population", metadata={"help": "grpo group std: population | sample | none"})
     eps: float = field(default=1e-6, metadata={"help": "added to the group std (adv_eps; not the clip width)"})
     baseline: str = field(default="none", metadata={"help": "reinforce baseline: none | batch | constant"})
@@ -247,6 +249,36 @@ class CriticConfig:
 
 
 @dataclass
+class ProcessConfig:
+    """Process supervision (estimator process): PRM step rewards, outcome mix, iterative PRM refresh."""
+
+    prm: str = field(default="", metadata={"help": "PRM directory (`veriloop prm train`) that scores every step"})
+    process_weight: float = field(default=1.0, metadata={"help": "weight of the process-supervised advantage"})
+    outcome_weight: float = field(
+        default=0.0,
+        metadata={"help": "weight of the group-normalised outcome advantage added to it (0 = process only)"},
+    )
+    refresh_every: int = field(
+        default=0,
+        metadata={"help": "every N steps relabel recent samples with the current policy and refit the PRM; 0 = never"},
+    )
+    refresh_completions: int = field(default=4, metadata={"help": "refresh: completions N of each step prefix"})
+    refresh_solutions: int = field(default=256, metadata={"help": "refresh: most recent solutions labelled, at most"})
+    refresh_replay: float = field(default=0.1, metadata={"help": "refresh: share of older labelled data replayed"})
+    refresh_epochs: int = field(default=1, metadata={"help": "refresh: passes over the new data"})
+    refresh_lr: float = field(default=1e-4, metadata={"help": "refresh: PRM learning rate"})
+    replay_data: str = field(default="", metadata={"help": "refresh: the PRM's original label file (replay pool)"})
+
+    def __post_init__(self):
+        if self.process_weight < 0 or self.outcome_weight < 0:
+            raise ValueError("process.process_weight and outcome_weight must be >= 0")
+        if self.refresh_every < 0 or self.refresh_completions < 1 or self.refresh_solutions < 1:
+            raise ValueError("process.refresh_every must be >= 0, refresh_completions and refresh_solutions >= 1")
+        if not 0 <= self.refresh_replay < 1 or self.refresh_epochs < 1 or self.refresh_lr <= 0:
+            raise ValueError("process.refresh_replay must be in [0, 1), refresh_epochs >= 1, refresh_lr > 0")
+
+
+@dataclass
 class TrainConfig:
     """``veriloop train``: one loop for SFT, RFT, DPO, REINFORCE, RLOO, PPO, GRPO and variants."""
 
@@ -273,6 +305,7 @@ class TrainConfig:
     kl: KLConfig = field(default_factory=KLConfig)
     update: UpdateConfig = field(default_factory=UpdateConfig)
     critic: CriticConfig = field(default_factory=CriticConfig)
+    process: ProcessConfig = field(default_factory=ProcessConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)
 
     @staticmethod
@@ -313,6 +346,12 @@ class TrainConfig:
             raise ValueError("loss.policy_loss=dpo pairs accepted with rejected: set advantage.estimator filter")
         if self.loss.policy_loss not in ("likelihood", "dpo") and est in ("filter", "one"):
             raise ValueError(f"loss.policy_loss={self.loss.policy_loss} needs an advantage estimator, not {est}")
+        if est == "process" and not self.process.prm:
+            raise ValueError(
+                "advantage.estimator=process needs process.prm (a PRM directory from `veriloop prm train`)"
+            )
+        if est == "process" and self.process.outcome_weight > 0 and G < 2:
+            raise ValueError("process.outcome_weight > 0 needs rollout.group_size >= 2 (group-normalised outcomes)")
         if self.rollout.source == "task-teacher" and self.loss.policy_loss != "likelihood":
             raise ValueError("rollout.source=task-teacher has no behaviour log-probs: use loss.policy_loss likelihood")
 

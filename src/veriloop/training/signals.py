@@ -21,6 +21,7 @@ from veriloop.algorithms import (
     gae_advantages,
     group_advantages,
     kl_estimate,
+    process_advantages,
     reinforce_advantages,
     rloo_advantages,
 )
@@ -52,6 +53,8 @@ class EstimatorInput(NamedTuple):
     mask: torch.Tensor  # [B*G, T] completion tokens
     token_rewards: torch.Tensor | None  # [B*G, T] for gae: terminal reward and per-token KL penalty
     values: torch.Tensor | None  # [B*G, T] critic values (gae)
+    step_rewards: torch.Tensor | None = None  # [B*G, T] PRM score of the step closing at each token (process)
+    step_ends: torch.Tensor | None = None  # [B*G, T] true where a step closes (process)
 
 
 def _broadcast(per_seq: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -69,6 +72,19 @@ def _accepted(x: EstimatorInput, cfg: TrainConfig) -> torch.Tensor:
     return _broadcast((x.rewards >= cfg.advantage.accept_threshold).to(x.mask.dtype), x.mask)
 
 
+def _process(x: EstimatorInput, cfg: TrainConfig) -> torch.Tensor:
+    """``w_p * process_advantages(PRM step rewards) + w_o * group_advantages(outcome rewards)``."""
+    B, G = x.rewards.shape
+    shape = (B, G, x.mask.shape[1])
+    proc = process_advantages(x.step_rewards.double().view(shape), x.step_ends.view(shape), x.mask.view(shape),
+                              cfg.advantage.std, cfg.advantage.eps).view(B * G, -1)  # fmt: skip
+    adv = cfg.process.process_weight * proc
+    if cfg.process.outcome_weight:
+        outcome = group_advantages(x.rewards, cfg.advantage.std, cfg.advantage.eps)
+        adv = adv + cfg.process.outcome_weight * _broadcast(outcome, x.mask)
+    return adv * x.mask.double()
+
+
 ESTIMATORS: dict[str, Callable[[EstimatorInput, TrainConfig], torch.Tensor]] = {
     "grpo": lambda x, c: _broadcast(group_advantages(x.rewards, c.advantage.std, c.advantage.eps), x.mask),
     "dr_grpo": lambda x, c: _broadcast(group_advantages(x.rewards, "none"), x.mask),
@@ -79,6 +95,7 @@ ESTIMATORS: dict[str, Callable[[EstimatorInput, TrainConfig], torch.Tensor]] = {
     "gae": _gae,
     "filter": _accepted,
     "one": lambda x, c: torch.ones(x.mask.shape, dtype=torch.float64) * x.mask,
+    "process": _process,
 }
 
 

@@ -24,10 +24,15 @@ import torch
 from tqdm import tqdm
 
 from veriloop.algorithms import AdaptiveKLController, FixedKLController, overlong_penalty
-from veriloop.io import atomic_write_json, atomic_write_yaml
+from veriloop.io import atomic_write_json, atomic_write_jsonl, atomic_write_yaml, read_jsonl
 from veriloop.models.batch import PolicyBatch, select
 from veriloop.models.loading import load_policy
+from veriloop.prm.label import label_solutions
+from veriloop.prm.model import load_prm
+from veriloop.prm.steps import positions_in_ids, split_steps
+from veriloop.prm.train import fit_prm, load_labels
 from veriloop.rollout.records import Record, RecordStore, check_reward
+from veriloop.tasks.base import Problem
 from veriloop.training.checkpoint import (
     RunState,
     find_latest_checkpoint,
@@ -98,6 +103,9 @@ class Trainer:
             self.kl_control.beta = self.state.kl_beta
             self.metrics.truncate(self.state.step)
             self.store.remove_after(self.state.step)
+        self.prm, self._recent, self._label_pool = None, [], []
+        if cfg.advantage.estimator == "process":
+            self._load_prm()
 
     # ------------------------------------------------------------------ the loop
 
@@ -143,6 +151,10 @@ class Trainer:
             update.update(self.critic.update(signal.batch, signal.returns, signal.old_values, gen))
         times["update"] = time.time() - t0
         self.after_update(step, update)
+        if self.prm is not None and cfg.process.refresh_every:
+            self._recent.append(collected)
+            if step % cfg.process.refresh_every == 0:
+                update.update(self.refresh_prm(step))
         self.store_records(step, collected)
         row = step_metrics(step, records, rewards, advantages, mask, update, lr, times)
         row.update(policy_version=self.state.policy_version, kl_beta=self.kl_control.beta,
@@ -285,7 +297,9 @@ class Trainer:
         values = self.critic.values(batch) if self.critic is not None else None
         if cfg.advantage.estimator == "gae" and token_rewards is None:
             token_rewards = terminal_rewards(rewards, mask)
-        advantages = ESTIMATORS[cfg.advantage.estimator](EstimatorInput(shaped, mask, token_rewards, values), cfg)
+        step_rewards, step_ends = self.process_rewards(records, mask) if self.prm is not None else (None, None)
+        x = EstimatorInput(shaped, mask, token_rewards, values, step_rewards, step_ends)
+        advantages = ESTIMATORS[cfg.advantage.estimator](x, cfg)
         rows, pairs = self.select_rows(records, rewards, advantages)
         if rows.numel() == 0:
             return None, rewards, advantages, mask
@@ -323,6 +337,66 @@ class Trainer:
         if cfg.update.mask_truncated:  # a cut-off completion has no verdict on its ending: leave it out
             keep &= torch.tensor([not r.truncated for r in records])
         return keep.nonzero().squeeze(1), None
+
+    # ------------------------------------------------------------------ process supervision
+
+    def process_rewards(self, records: list[Record], mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """PRM score of each step, placed on the completion token that closes it: ``[N, T]`` and ends ``[N, T]``."""
+        N, T = mask.shape
+        scores = self.prm.score([r.prompt for r in records], [r.completion for r in records])
+        rewards = torch.zeros((N, T), dtype=torch.float64)
+        ends = torch.zeros((N, T), dtype=torch.bool)
+        for i, (r, sc) in enumerate(zip(records, scores)):
+            steps = split_steps(r.completion, self.prm.splitter)
+            for pos, value in zip(positions_in_ids(self.policy.tokenizer, r.completion_ids, r.completion, steps), sc):
+                if pos < T:
+                    rewards[i, pos], ends[i, pos] = value, True
+            r.reward_components["prm_min"] = min(sc, default=0.0)
+            r.reward_components["prm_steps"] = float(len(sc))
+        return rewards, ends
+
+    def refresh_prm(self, step: int) -> dict:
+        """Iterative PRM: label the current policy's recent solutions (it completes the prefixes too),
+        refit on them plus a replayed share of older labels, save the PRM under prm/step-N."""
+        cfg, pc = self.cfg, self.cfg.process
+        recent = [r for batch in self._recent for r in batch if r.finish_reason == "eos"][-pc.refresh_solutions :]
+        self._recent = []
+        if not recent:
+            return {"prm_refresh_solutions": 0}
+        solutions = [(Problem(r.problem_id, r.prompt, r.reference), r.completion) for r in recent]
+        gen = torch.Generator().manual_seed(derive_seed(cfg.seed, step, "prm-refresh"))
+        provenance = {"policy": f"{cfg.run_dir}@version{self.state.policy_version}", "completer": "same policy",
+                      "task": self.task.name, "step": step, "prompt_template": self.prm.prompt_template}  # fmt: skip
+        rows = label_solutions(solutions, self.policy, get_verifier(self.task.default_verifier),
+                               pc.refresh_completions, cfg.sampling, gen, self.prm.splitter, provenance)  # fmt: skip
+        n_replay = round(len(rows) * pc.refresh_replay / (1 - pc.refresh_replay))  # replay = this share of the mix
+        rng = random.Random(derive_seed(cfg.seed, step, "prm-replay"))
+        replay = rng.sample(self._label_pool, min(n_replay, len(self._label_pool)))
+        labels, loss = self.prm.meta.get("labels", "hard"), self.prm.meta.get("loss", "bce")
+        losses = fit_prm(self.prm, rows + replay, labels, loss, pc.refresh_epochs, 32, pc.refresh_lr,
+                         derive_seed(cfg.seed, step, "prm-order"))  # fmt: skip
+        self._label_pool += rows
+        where = self.run_dir / "prm"
+        atomic_write_jsonl(where / f"labels-step-{step:06d}.jsonl", rows)
+        self.prm.save(where / f"step-{step:06d}", {"refreshed_at_step": step, "refresh_rows": len(rows),
+                                                  "replayed_rows": len(replay)})  # fmt: skip
+        return {"prm_refresh_solutions": len(rows), "prm_refresh_replayed": len(replay),
+                "prm_refresh_loss": sum(losses) / max(len(losses), 1)}  # fmt: skip
+
+    def _load_prm(self) -> None:
+        """The configured PRM, or on resume the latest refreshed one saved at or before the checkpoint."""
+        pc, step = self.cfg.process, self.state.step
+        where = self.run_dir / "prm"
+        saved = sorted(p for p in where.glob("step-*") if p.is_dir() and int(p.name[5:]) <= step) if step else []
+        self.prm = load_prm(saved[-1] if saved else pc.prm)
+        if pc.replay_data:
+            self._label_pool = load_labels(pc.replay_data)
+        for f in sorted(where.glob("labels-step-*.jsonl")) if step else []:
+            if int(f.name[12:18]) <= step:
+                self._label_pool += list(read_jsonl(f))
+        if step and pc.refresh_every:  # the samples since the last refresh wait for the next one
+            last = step - step % pc.refresh_every
+            self._recent = [self.store.read(s) for s in self.store.steps() if last < s <= step]
 
     @torch.no_grad()
     def reference_logprobs(self, batch: PolicyBatch, full: bool) -> torch.Tensor:

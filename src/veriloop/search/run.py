@@ -1,0 +1,312 @@
+"""``veriloop search``: accuracy against compute for each strategy and budget, by difficulty.
+
+Difficulty bins come from the policy's own pass rate on each held-out problem over
+``bin_samples`` samples (drawn with a seed of their own, apart from the strategies' draws).
+Each (budget, problem) has its own seed, shared by every strategy (common random numbers: at
+equal N, best-of-N, majority and weighted vote choose among the same N samples, so their
+differences are the selection rule's alone); any cell can be re-run by itself.
+Correctness is the task's outcome verifier on the chosen solution.  The run directory gets:
+
+* ``summary.json``: per strategy and budget ``accuracy``, ``mean_tokens``, ``mean_prm_calls``,
+  ``mean_seconds`` and accuracy per bin; bin edges and sizes; the compute-optimal choice per
+  bin (best accuracy within each token budget);
+* ``results.jsonl``: one row per (strategy, budget, problem) with the answer, verdict and cost;
+* ``table.md`` and ``accuracy_vs_tokens.png``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from tqdm import tqdm
+
+from veriloop.io import atomic_write_json, atomic_write_jsonl, atomic_write_text
+from veriloop.models.loading import load_policy
+from veriloop.rollout.sampler import SamplingParams
+from veriloop.search.lm import LMProposer, PRMScorer, VerifierScorer
+from veriloop.search.strategies import NEEDS_SCORER, STRATEGIES, SearchSettings, Strategies
+from veriloop.training.run_config import TaskConfig
+from veriloop.verifiers import get as get_verifier
+
+
+@dataclass
+class SearchConfig:
+    """``veriloop search``: test-time strategies over held-out problems at several budgets."""
+
+    policy: str = field(default="builtin:base", metadata={"help": "policy that proposes solutions and steps"})
+    prm: str = field(default="", metadata={"help": "PRM (or ORM) directory from `veriloop prm train` for scorer=prm"})
+    scorer: str = field(
+        default="prm",
+        metadata={"help": "what best_of_n / weighted_vote rank by: prm | verifier (outcome, uses the reference)"},
+    )
+    strategy: str = field(
+        default="single,majority,best_of_n,weighted_vote,beam,lookahead,mcts",
+        metadata={"help": "comma-separated strategies: " + ", ".join(STRATEGIES) + " (revision needs revision_policy)"},
+    )
+    budgets: str = field(
+        default="1,2,4,8,16", metadata={"help": "comma-separated budgets (samples / candidates / simulations)"}
+    )
+    problems: int = field(default=100, metadata={"help": "first N held-out problems"})
+    bin_samples: int = field(default=16, metadata={"help": "samples per problem that set its difficulty (pass rate)"})
+    bin_edges: str = field(default="0.34,0.67", metadata={"help": "pass-rate edges between difficulty bins"})
+    out: str = field(default="runs/search", metadata={"help": "run directory (summary.json, plot, table)"})
+    seed: int = field(default=0, metadata={"help": "seed of every draw"})
+    threads: int = field(default=0, metadata={"help": "torch CPU threads; 0 = torch's default"})
+    expand: int = field(default=4, metadata={"help": "beam/lookahead/mcts: steps sampled per expanded node"})
+    max_steps: int = field(default=12, metadata={"help": "beam/lookahead/mcts: longest solution, in steps"})
+    lookahead: int = field(default=1, metadata={"help": "lookahead: greedy steps rolled out before scoring"})
+    uct_c: float = field(default=1.0, metadata={"help": "mcts: UCT exploration constant c"})
+    mcts_value: str = field(default="prm", metadata={"help": "mcts: value of a node from the prm or the verifier"})
+    aggregation: str = field(default="", metadata={"help": "PRM aggregate: min | prod | last; '' = the PRM's own"})
+    revision_policy: str = field(default="", metadata={"help": "revision: model trained on wrong -> right pairs"})
+    revision_select: str = field(
+        default="prm", metadata={"help": "revision: choose over the chain by prm | majority | last"}
+    )
+    task: TaskConfig = field(default_factory=TaskConfig)
+    sampling: SamplingParams = field(default_factory=SamplingParams)
+
+    def __post_init__(self):
+        unknown = [s for s in self.strategy_list() if s not in STRATEGIES]
+        if unknown:
+            raise ValueError(f"strategy: unknown {unknown}; known: {list(STRATEGIES)}")
+        if any(b < 1 for b in self.budget_list()):
+            raise ValueError(f"budgets must be >= 1, got {self.budgets!r}")
+        edges = self.edge_list()
+        if edges != sorted(edges) or any(not 0 < e < 1 for e in edges):
+            raise ValueError(f"bin_edges must increase within (0, 1), got {self.bin_edges!r}")
+        if self.revision_select not in ("prm", "majority", "last"):
+            raise ValueError(f"revision_select must be prm, majority or last, got {self.revision_select!r}")
+        if "revision" in self.strategy_list() and not self.revision_policy:
+            raise ValueError("strategy revision needs --revision_policy DIR (see `veriloop revision-pairs`)")
+        if self.scorer not in ("prm", "verifier"):
+            raise ValueError(f"scorer must be prm or verifier, got {self.scorer!r}")
+        step_level = [s for s in self.strategy_list() if s in ("beam", "lookahead")]
+        if self.scorer == "verifier" and step_level:
+            raise ValueError(f"scorer=verifier judges whole solutions only; {step_level} need step scores (a PRM)")
+        if self.mcts_value not in ("prm", "verifier"):
+            raise ValueError(f"mcts_value must be prm or verifier, got {self.mcts_value!r}")
+        if self.problems < 1 or self.bin_samples < 1 or self.expand < 1 or self.max_steps < 1:
+            raise ValueError("problems, bin_samples, expand and max_steps must be >= 1")
+        if self.sampling.temperature <= 0:
+            raise ValueError("search samples: sampling.temperature must be > 0")
+
+    def strategy_list(self) -> list[str]:
+        return [s.strip() for s in self.strategy.split(",") if s.strip()]
+
+    def budget_list(self) -> list[int]:
+        try:
+            return sorted({int(b) for b in self.budgets.split(",") if b.strip()})
+        except ValueError:
+            raise ValueError(f"budgets must be integers separated by commas, got {self.budgets!r}") from None
+
+    def edge_list(self) -> list[float]:
+        try:
+            return [float(e) for e in self.bin_edges.split(",") if e.strip()]
+        except ValueError:
+            raise ValueError(f"bin_edges must be numbers separated by commas, got {self.bin_edges!r}") from None
+
+
+def bin_names(edges: list[float]) -> list[str]:
+    bounds = [0.0, *edges, 1.0]
+    return [f"pass {bounds[i]:.2f}-{bounds[i + 1]:.2f}" for i in range(len(bounds) - 1)]
+
+
+def bin_of(pass_rate: float, edges: list[float]) -> int:
+    return sum(pass_rate >= e for e in edges)
+
+
+def _seed(*parts) -> int:
+    return int.from_bytes(hashlib.sha256("/".join(map(str, parts)).encode()).digest()[:8], "little") >> 1
+
+
+def difficulty(policy, problems, verifier, cfg: SearchConfig) -> list[float]:
+    """Each problem's pass rate over ``bin_samples`` samples of the policy."""
+    gen = torch.Generator().manual_seed(_seed(cfg.seed, "bins"))
+    rates = []
+    for i in range(0, len(problems), 64):
+        chunk = problems[i : i + 64]
+        out = policy.sample([policy.encode_prompt(p.prompt) for p in chunk], cfg.sampling, generator=gen,
+                            n=cfg.bin_samples)  # fmt: skip
+        texts = [policy.completion_text(c, f) for c, f in zip(out.completion_ids, out.finish_reasons)]
+        refs = [chunk[j // cfg.bin_samples].reference for j in range(len(texts))]
+        ok = [v.score == 1.0 for v in verifier.verify_batch(texts, refs)]
+        rates += [sum(ok[j : j + cfg.bin_samples]) / cfg.bin_samples for j in range(0, len(ok), cfg.bin_samples)]
+    return rates
+
+
+def compute_optimal(cells: dict, names: list[str]) -> dict:
+    """Per bin: for each token budget (the cost levels measured), the best strategy that fits in it.
+
+    Ties in accuracy go to the cheaper cell, then to the one listed first (``single`` before the rest).
+    """
+    points = [(c["mean_tokens"], i, s, b) for i, (s, per) in enumerate(cells.items()) for b, c in per.items()]
+    levels = sorted({t for t, _, _, _ in points})
+    out = {}
+    for k, name in enumerate(names):
+        rows = []
+        for level in levels:
+            fits = [(cells[s][b]["by_bin"][k]["accuracy"], -t, -i, s, b) for t, i, s, b in points
+                    if t <= level and cells[s][b]["by_bin"][k]["problems"]]  # fmt: skip
+            if fits:
+                acc, neg_t, _, s, b = max(fits)
+                rows.append({"token_budget": level, "strategy": s, "budget": int(b), "accuracy": acc,
+                             "mean_tokens": -neg_t})  # fmt: skip
+        out[name] = rows
+    return out
+
+
+def run_search(cfg: SearchConfig, progress: bool = True, *, policy=None, prm=None, task=None) -> dict:
+    t0 = time.time()
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    task = task or cfg.task.build()
+    verifier = get_verifier(task.default_verifier)
+    policy = policy or load_policy(cfg.policy)
+    if prm is None and cfg.prm:
+        from veriloop.prm.model import load_prm
+
+        prm = load_prm(cfg.prm)
+    scored = [s for s in cfg.strategy_list() if s in NEEDS_SCORER or (s == "mcts" and cfg.mcts_value == "prm")
+              or (s == "revision" and cfg.revision_select == "prm")]  # fmt: skip
+    if scored and prm is None and cfg.scorer == "prm":
+        raise ValueError(f"strategies {scored} score solutions with a PRM: give --prm DIR (from `veriloop prm train`)")
+    problems = task.heldout()[: cfg.problems]
+    if not problems:
+        raise ValueError(f"task {task.name!r} has no held-out problems to search on")
+    splitter = getattr(task, "step_splitter", "lines")
+    aggregation = cfg.aggregation or (prm.meta.get("aggregation", "min") if prm is not None else "min")
+    settings = SearchSettings(cfg.expand, cfg.max_steps, cfg.lookahead, cfg.uct_c, cfg.mcts_value, aggregation,
+                              cfg.revision_select)  # fmt: skip
+    proposer = LMProposer(policy, cfg.sampling, splitter)
+    reviser = LMProposer(load_policy(cfg.revision_policy), cfg.sampling, splitter) if cfg.revision_policy else None
+    scorer = VerifierScorer(verifier) if cfg.scorer == "verifier" else PRMScorer(prm) if prm is not None else None
+    strategies = Strategies(proposer, scorer, settings, reviser=reviser)
+    edges, names = cfg.edge_list(), bin_names(cfg.edge_list())
+    rates = difficulty(policy, problems, verifier, cfg)
+    bins = [bin_of(r, edges) for r in rates]
+
+    plan = [(s, b) for s in cfg.strategy_list() for b in ([1] if s == "single" else cfg.budget_list())]
+    bar = tqdm(total=len(plan) * len(problems), desc="search", unit="problem", disable=not progress,
+               dynamic_ncols=True)  # fmt: skip
+    results, cells = [], {}
+    for s, b in plan:
+        rows = []
+        for i, p in enumerate(problems):
+            # Common random numbers: every strategy at budget b on problem p starts from one seed, so
+            # best-of-N, majority and weighted vote at equal N choose among the very same N samples.
+            proposer.reseed(_seed(cfg.seed, b, p.id))
+            if reviser is not None:
+                reviser.reseed(_seed(cfg.seed, b, p.id, "revise"))
+            strategies.outcome_check = lambda text, ref=p.reference: verifier.verify(text, ref).score
+            if isinstance(scorer, VerifierScorer):
+                scorer.reference = p.reference
+            out = strategies.run(s, p.prompt, b)
+            correct = verifier.verify(out.text, p.reference).score == 1.0
+            rows.append({"strategy": s, "budget": b, "problem_id": p.id, "bin": names[bins[i]],
+                         "pass_rate": rates[i], "answer": out.answer, "completion": out.text, "correct": correct,
+                         "tokens": out.cost.tokens, "prm_calls": out.cost.prm_calls,
+                         "seconds": round(out.cost.seconds, 4), "candidates": out.candidates})  # fmt: skip
+            bar.update(1)
+        results += rows
+        cells.setdefault(s, {})[str(b)] = _cell(rows, bins, names)
+        bar.set_postfix(last=f"{s}@{b} acc={cells[s][str(b)]['accuracy']:.3f}")
+    bar.close()
+    summary = {
+        "policy": cfg.policy, "prm": cfg.prm, "scorer": cfg.scorer, "task": task.name, "problems": len(problems),
+        "bins": {n: {"problems": bins.count(k), "mean_pass_rate": _mean([r for r, x in zip(rates, bins) if x == k])}
+                 for k, n in enumerate(names)},
+        "strategies": cells, "compute_optimal": compute_optimal(cells, names),
+        "settings": {**settings.__dict__, "sampling": cfg.sampling.as_dict(), "bin_samples": cfg.bin_samples,
+                     "seed": cfg.seed},
+        "seconds": round(time.time() - t0, 1),
+    }  # fmt: skip
+    out_dir = Path(cfg.out)
+    atomic_write_json(out_dir / "summary.json", summary)
+    atomic_write_jsonl(out_dir / "results.jsonl", results)
+    atomic_write_text(out_dir / "table.md", table(summary))
+    plot(summary, out_dir / "accuracy_vs_tokens.png")
+    return summary
+
+
+def _mean(xs) -> float | None:
+    return round(sum(xs) / len(xs), 4) if xs else None
+
+
+def _cell(rows: list[dict], bins: list[int], names: list[str]) -> dict:
+    cell = {
+        "accuracy": _mean([r["correct"] for r in rows]),
+        "mean_tokens": _mean([r["tokens"] for r in rows]),
+        "mean_prm_calls": _mean([r["prm_calls"] for r in rows]),
+        "mean_seconds": _mean([r["seconds"] for r in rows]),
+        "by_bin": [],
+    }
+    for k in range(len(names)):
+        sub = [r for r, x in zip(rows, bins) if x == k]
+        cell["by_bin"].append({"bin": names[k], "problems": len(sub), "accuracy": _mean([r["correct"] for r in sub]),
+                               "mean_tokens": _mean([r["tokens"] for r in sub])})  # fmt: skip
+    return cell
+
+
+def table(summary: dict) -> str:
+    names = list(summary["bins"])
+    head = "| strategy | budget | accuracy | mean tokens | PRM calls | s/problem | " + " | ".join(names) + " |"
+    lines = [head, "|" + "---|" * (6 + len(names))]
+    for s, per in summary["strategies"].items():
+        for b, c in per.items():
+            accs = " | ".join("-" if x["accuracy"] is None else f"{x['accuracy']:.3f}" for x in c["by_bin"])
+            lines.append(f"| {s} | {b} | {c['accuracy']:.3f} | {c['mean_tokens']:.1f} | {c['mean_prm_calls']:.1f} | "
+                         f"{c['mean_seconds']:.3f} | {accs} |")  # fmt: skip
+    sizes = ", ".join(f"{n}: {v['problems']} problems" for n, v in summary["bins"].items())
+    lines += ["", f"Bins by the policy's own pass rate: {sizes}.", ""]
+    lines += ["Compute-optimal per bin (best within each token budget):", ""]
+    for n, rows in summary["compute_optimal"].items():
+        picks, last = [], None
+        for r in rows:
+            if (r["strategy"], r["budget"]) != last:
+                picks.append(f"<= {r['token_budget']:.1f} tokens: {r['strategy']}@{r['budget']} ({r['accuracy']:.3f})")
+                last = (r["strategy"], r["budget"])
+        lines.append(f"- {n}: " + "; ".join(picks))
+    return "\n".join(lines) + "\n"
+
+
+def plot(summary: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import NullFormatter, ScalarFormatter
+
+    names = list(summary["bins"])
+    fig, axes = plt.subplots(1, len(names) + 1, figsize=(4.2 * (len(names) + 1), 3.8), sharey=True)
+    for ax, k in zip(axes, [None, *range(len(names))]):
+        for s, per in summary["strategies"].items():
+            pts = []
+            for c in per.values():
+                acc = c["accuracy"] if k is None else c["by_bin"][k]["accuracy"]
+                tok = c["mean_tokens"] if k is None else c["by_bin"][k]["mean_tokens"]
+                if acc is not None:
+                    pts.append((tok, acc))
+            pts.sort()
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=s)
+        ax.set_xscale("log")
+        ax.xaxis.set_major_formatter(ScalarFormatter())
+        ax.xaxis.set_minor_formatter(NullFormatter())
+        ax.set_xlabel("mean tokens per problem (log scale)")
+        ax.set_title("all problems" if k is None else names[k])
+        ax.grid(alpha=0.3)
+    axes[0].set_ylabel("accuracy")
+    axes[-1].legend(fontsize=7)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def summary_text(summary: dict) -> str:
+    return json.dumps({s: {b: {"accuracy": c["accuracy"], "mean_tokens": c["mean_tokens"]} for b, c in per.items()}
+                       for s, per in summary["strategies"].items()}, indent=1)  # fmt: skip

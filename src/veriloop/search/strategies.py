@@ -1,0 +1,275 @@
+"""Test-time strategies: spend a budget of samples on one problem, return one answer and its cost.
+
+Every strategy sees the policy through a *proposer* (``complete``: finish prefixes; ``step``:
+extend prefixes by one step) and partial solutions through a *scorer* (step scores), so the
+same code runs on a language model (``LMProposer``, ``PRMScorer``) and on scripted policies
+in the tests.  Costs are counted where they arise: tokens by the proposer, scored sequences
+(PRM calls) by the scorer, wall time by ``run``.
+
+Strategies (``budget`` is their one size knob):
+
+* ``single``: one sample (the budget is ignored).
+* ``best_of_n``: ``budget`` samples, the one with the highest scorer aggregate.
+* ``majority``: ``budget`` samples, the most frequent final answer (equivalent answers
+  grouped by their normalised value; samples without an answer do not vote; ties go to the
+  answer seen first).
+* ``weighted_vote``: as majority, each sample weighted by its PRM aggregate.
+* ``beam``: ``budget`` candidates per step: keep ``budget // e`` beams, extend each by
+  ``e = min(expand, budget)`` sampled steps, keep the candidates whose newest step scores highest; finished
+  solutions leave the beam; the best finished one by aggregate wins.
+* ``lookahead``: beam search that values a candidate step by the PRM score at the end of a
+  greedy rollout of ``lookahead`` more steps (tokens of the rollouts are counted).
+* ``mcts``: ``budget`` simulations of UCT (``Q + c sqrt(ln N_parent / (1 + N_child))``) over
+  step prefixes; a new node is valued by the PRM (its newest step) or by the outcome verifier
+  on one sampled completion; the answer follows the most visited children.
+* ``revision``: one attempt, then ``budget - 1`` successive rewrites by a revision model
+  (``veriloop.search.revision``), each conditioned on the previous attempt; the answer is
+  chosen over the whole chain by PRM aggregate, majority vote or as the last attempt
+  (``revision_select``).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from veriloop.prm.model import aggregate
+from veriloop.verifiers.answers import MARKER_POLICIES, extract_answer, numeric_key
+
+STRATEGIES = ("single", "best_of_n", "majority", "weighted_vote", "beam", "lookahead", "mcts", "revision")
+NEEDS_SCORER = ("best_of_n", "weighted_vote", "beam", "lookahead")  # and mcts with PRM values
+
+
+@dataclass
+class Cost:
+    """What one problem cost: completion tokens generated, sequences scored by a PRM, wall seconds."""
+
+    tokens: int = 0
+    prm_calls: int = 0
+    seconds: float = 0.0
+
+
+@dataclass
+class Outcome:
+    text: str  # the chosen solution
+    answer: str | None  # its normalised final answer
+    cost: Cost
+    candidates: int = 0  # finished solutions the strategy chose among
+
+
+class Proposer(Protocol):
+    def complete(self, prompt: str, prefixes: list[str], n: int, cost: Cost, greedy: bool = False) -> list[str]:
+        """``n`` finished solutions per prefix (prefix + continuation), prefix-major order."""
+
+    def step(
+        self, prompt: str, prefixes: list[str], n: int, cost: Cost, greedy: bool = False
+    ) -> list[tuple[str, bool]]:
+        """``n`` one-step extensions per prefix: (prefix + step, finished?), prefix-major order."""
+
+
+class Scorer(Protocol):
+    def step_scores(self, prompt: str, texts: list[str], cost: Cost) -> list[list[float]]:
+        """Scores of every step of each text (``cost.prm_calls`` grows by ``len(texts)``)."""
+
+
+def answer_key(text: str) -> str | None:
+    """The final answer's comparison key (``numeric_key`` of the value an answer marker names:
+    ``answer=``, ``####``, ``\\boxed{}``...); None if there is none or it is ambiguous."""
+    ex = extract_answer(text, MARKER_POLICIES)
+    return numeric_key(ex.answer) if ex.status == "ok" and ex.answer is not None else None
+
+
+@dataclass
+class SearchSettings:
+    expand: int = 4  # beam/lookahead/mcts: steps sampled per expanded node
+    max_steps: int = 12  # beam/lookahead/mcts: longest solution in steps
+    lookahead: int = 1  # lookahead: greedy steps rolled out before scoring
+    uct_c: float = 1.0  # mcts exploration constant
+    mcts_value: str = "prm"  # mcts: prm | verifier
+    aggregation: str = "min"  # PRM aggregate used to choose among finished solutions
+    revision_select: str = "prm"  # revision: prm | majority | last
+
+
+@dataclass
+class Strategies:
+    proposer: Proposer
+    scorer: Scorer | None = None
+    settings: SearchSettings = field(default_factory=SearchSettings)
+    outcome_check: Callable[[str], float] | None = None  # mcts_value=verifier: score of a finished text
+    reviser: Proposer | None = None  # revision: the revision model, prompted with revision_prompt()
+
+    def run(self, name: str, prompt: str, budget: int) -> Outcome:
+        if name not in STRATEGIES:
+            raise ValueError(f"unknown strategy {name!r}; known: {list(STRATEGIES)}")
+        if budget < 1:
+            raise ValueError(f"budget must be >= 1, got {budget}")
+        needs_scorer = (name in NEEDS_SCORER or (name == "mcts" and self.settings.mcts_value == "prm")
+                        or (name == "revision" and self.settings.revision_select == "prm"))  # fmt: skip
+        if name == "revision" and self.reviser is None:
+            raise ValueError("strategy 'revision' needs a revision model (--revision_policy DIR)")
+        if needs_scorer and self.scorer is None:
+            raise ValueError(f"strategy {name!r} needs a scorer (a PRM: --prm DIR)")
+        cost, t0 = Cost(), time.perf_counter()
+        out = getattr(self, "_" + name)(prompt, budget, cost)
+        cost.seconds = time.perf_counter() - t0
+        out.cost = cost
+        return out
+
+    # -------------------------------------------------------------- whole-solution strategies
+
+    def _single(self, prompt, budget, cost):
+        text = self.proposer.complete(prompt, [""], 1, cost)[0]
+        return Outcome(text, answer_key(text), cost, 1)
+
+    def _best_of_n(self, prompt, budget, cost):
+        texts = self.proposer.complete(prompt, [""], budget, cost)
+        scores = [aggregate(s, self.settings.aggregation) for s in self.scorer.step_scores(prompt, texts, cost)]
+        best = max(range(len(texts)), key=lambda i: scores[i])  # first of the ties
+        return Outcome(texts[best], answer_key(texts[best]), cost, len(texts))
+
+    def _vote(self, texts: list[str], weights: list[float], cost: Cost) -> Outcome:
+        totals: dict[str, float] = {}
+        first: dict[str, str] = {}
+        for t, w in zip(texts, weights):
+            key = answer_key(t)
+            if key is None:
+                continue
+            totals[key] = totals.get(key, 0.0) + w
+            first.setdefault(key, t)
+        if not totals:
+            return Outcome(texts[0], None, cost, len(texts))
+        best = max(totals, key=lambda k: totals[k])  # dicts keep insertion order: ties go to the first seen
+        return Outcome(first[best], best, cost, len(texts))
+
+    def _majority(self, prompt, budget, cost):
+        texts = self.proposer.complete(prompt, [""], budget, cost)
+        return self._vote(texts, [1.0] * len(texts), cost)
+
+    def _weighted_vote(self, prompt, budget, cost):
+        texts = self.proposer.complete(prompt, [""], budget, cost)
+        scores = [aggregate(s, self.settings.aggregation) for s in self.scorer.step_scores(prompt, texts, cost)]
+        return self._vote(texts, scores, cost)
+
+    # -------------------------------------------------------------- step-level search
+
+    def _newest(self, prompt, texts, cost) -> list[float]:
+        return [s[-1] if s else 0.0 for s in self.scorer.step_scores(prompt, texts, cost)]
+
+    def _beam(self, prompt, budget, cost, lookahead: int = 0):
+        st = self.settings
+        expand = min(st.expand, budget)  # budget = candidates per step = beams x expansions
+        width = max(1, budget // expand)
+        beams, finished = [""], []
+        for _ in range(st.max_steps):
+            cands = self.proposer.step(prompt, beams, expand, cost)
+            done = [t for t, f in cands if f]
+            open_ = list(dict.fromkeys(t for t, f in cands if not f))  # identical prefixes once
+            finished += done
+            if not open_:
+                break
+            if lookahead:
+                rolled = self._rollout(prompt, open_, lookahead, cost)
+                values = self._newest(prompt, rolled, cost)
+            else:
+                values = self._newest(prompt, open_, cost)
+            order = sorted(range(len(open_)), key=lambda i: -values[i])
+            beams = [open_[i] for i in order[:width]]
+        else:
+            finished += self.proposer.complete(prompt, beams, 1, cost, greedy=True)
+        if not finished:
+            finished = self.proposer.complete(prompt, beams, 1, cost, greedy=True)
+        scores = [aggregate(s, st.aggregation) for s in self.scorer.step_scores(prompt, finished, cost)]
+        best = max(range(len(finished)), key=lambda i: scores[i])
+        return Outcome(finished[best], answer_key(finished[best]), cost, len(finished))
+
+    def _rollout(self, prompt, prefixes, k, cost) -> list[str]:
+        out = list(prefixes)
+        live = list(range(len(out)))
+        for _ in range(k):
+            if not live:
+                break
+            ext = self.proposer.step(prompt, [out[i] for i in live], 1, cost, greedy=True)
+            for i, (t, f) in zip(list(live), ext):
+                out[i] = t
+                if f:
+                    live.remove(i)
+        return out
+
+    def _lookahead(self, prompt, budget, cost):
+        return self._beam(prompt, budget, cost, lookahead=max(1, self.settings.lookahead))
+
+    def _mcts(self, prompt, budget, cost):
+        st = self.settings
+        root = _Node("", False, 0)
+        for _ in range(budget):
+            node, path = root, [root]
+            while node.children and not node.finished:
+                node = max(node.children, key=lambda ch: ch.uct(node.visits, st.uct_c))
+                path.append(node)
+            if not node.finished and node.depth < st.max_steps:
+                ext = self.proposer.step(prompt, [node.text], st.expand, cost)
+                seen = {}
+                for t, f in ext:
+                    seen.setdefault(t, f)
+                node.children = [_Node(t, f, node.depth + 1) for t, f in seen.items()]
+                node = node.children[0]
+                path.append(node)
+            value = self._value(prompt, node, cost)
+            for n in path:
+                n.visits += 1
+                n.total += value
+        node = root
+        while node.children and not node.finished:
+            node = max(node.children, key=lambda ch: (ch.visits, ch.q))
+        text = node.text if node.finished else self.proposer.complete(prompt, [node.text], 1, cost, greedy=True)[0]
+        return Outcome(text, answer_key(text), cost, 1)
+
+    def _revision(self, prompt, budget, cost):
+        from veriloop.search.revision import revision_prompt
+
+        chain = self.proposer.complete(prompt, [""], 1, cost)
+        for _ in range(budget - 1):
+            chain += self.reviser.complete(revision_prompt(prompt, chain[-1]), [""], 1, cost)
+        how = self.settings.revision_select
+        if how == "last":
+            return Outcome(chain[-1], answer_key(chain[-1]), cost, len(chain))
+        if how == "majority":
+            return self._vote(chain, [1.0] * len(chain), cost)
+        scores = [aggregate(s, self.settings.aggregation) for s in self.scorer.step_scores(prompt, chain, cost)]
+        best = max(range(len(chain)), key=lambda i: scores[i])
+        return Outcome(chain[best], answer_key(chain[best]), cost, len(chain))
+
+    def _value(self, prompt, node, cost) -> float:
+        if node.value is None:
+            if self.settings.mcts_value == "verifier":
+                if self.outcome_check is None:
+                    raise ValueError("mcts_value=verifier needs an outcome check (the problem's reference)")
+                text = node.text if node.finished else self.proposer.complete(prompt, [node.text], 1, cost)[0]
+                node.value = float(self.outcome_check(text))
+            else:
+                scores = self.scorer.step_scores(prompt, [node.text], cost)[0]
+                node.value = aggregate(scores, self.settings.aggregation) if node.finished else (scores or [0.0])[-1]
+        return node.value
+
+
+@dataclass
+class _Node:
+    text: str
+    finished: bool
+    depth: int
+    children: list = field(default_factory=list)
+    visits: int = 0
+    total: float = 0.0
+    value: float | None = None
+
+    @property
+    def q(self) -> float:
+        return self.total / self.visits if self.visits else 0.0
+
+    def uct(self, parent_visits: int, c: float) -> float:
+        if self.visits == 0:
+            return math.inf  # every child is tried once before any is tried twice
+        return self.q + c * math.sqrt(math.log(max(parent_visits, 1)) / (1 + self.visits))

@@ -1,0 +1,147 @@
+"""Test-time strategies on scripted policies whose best answer is known, with exact budget accounting."""
+
+import pytest
+
+from veriloop.search.scripted import ScriptedProposer, ScriptedScorer
+from veriloop.search.strategies import STRATEGIES, Cost, SearchSettings, Strategies, answer_key
+
+# "1+1?": a policy right on one branch only, and that branch is the less likely one.
+ONE_RIGHT_BRANCH = {
+    "": [("1+1=3;", 0.7), ("1+1=2;", 0.3)],
+    "1+1=3;": [("answer=3", 1.0)],
+    "1+1=2;": [("answer=2", 1.0)],
+}
+PRM = ScriptedScorer({"1+1=3;": 0.1, "1+1=3;answer=3": 0.1, "1+1=2;": 0.9, "1+1=2;answer=2": 0.95})
+
+
+def strategies(tree=ONE_RIGHT_BRANCH, scorer=PRM, seed=0, **settings):
+    return Strategies(ScriptedProposer(tree, seed), scorer, SearchSettings(**settings))
+
+
+def test_answer_key_groups_equivalent_answers():
+    assert answer_key("x;answer=2") == answer_key("answer=2.0") == "2"
+    assert answer_key("1+1=3;") is None  # no final answer: it does not vote
+    assert answer_key("answer=2;answer=3") is None  # two answers: ambiguous, no vote
+
+
+def test_single_sample_follows_the_likely_wrong_branch_most_often():
+    wrong = sum(strategies(seed=s).run("single", "1+1?", 1).answer == "3" for s in range(200))
+    assert 110 <= wrong <= 170  # 0.7 x 200 = 140, sd 6.5
+
+
+def test_majority_vote_amplifies_the_likely_wrong_answer():
+    # 16 samples: the wrong answer wins unless 8+ of 16 take the 0.3 branch (P < 0.08).
+    wrong = sum(strategies(seed=s).run("majority", "1+1?", 16).answer == "3" for s in range(100))
+    assert wrong >= 85
+
+
+@pytest.mark.parametrize("name", ["best_of_n", "weighted_vote", "beam", "lookahead", "mcts"])
+def test_prm_guided_strategies_find_the_right_branch(name):
+    right = sum(strategies(seed=s, expand=16).run(name, "1+1?", 16).answer == "2" for s in range(50))
+    # Each sees 16 first steps; it fails only when none takes the right branch: 0.7**16 = 0.003.
+    assert right >= 48, (name, right)
+
+
+def test_weighted_vote_beats_majority_where_the_prm_outweighs_the_count():
+    # 12 wrong vs 4 right samples: majority says 3; 12 x 0.1 < 4 x 0.95 so the weighted vote says 2.
+    tree = {"": [("1+1=3;", 0.75), ("1+1=2;", 0.25)], **{k: v for k, v in ONE_RIGHT_BRANCH.items() if k}}
+    s = strategies(tree)
+
+    class Fixed(ScriptedProposer):
+        def complete(self, prompt, prefixes, n, cost, greedy=False):
+            cost.tokens += 14 * n
+            return ["1+1=3;answer=3"] * 12 + ["1+1=2;answer=2"] * 4
+
+    s.proposer = Fixed(tree)
+    assert s.run("majority", "1+1?", 16).answer == "3"
+    assert s.run("weighted_vote", "1+1?", 16).answer == "2"
+
+
+# A one-path tree: every count is fixed.  "1+1=2;" is 6 tokens, "answer=2" is 8.
+ONE_PATH = {"": [("1+1=2;", 1.0)], "1+1=2;": [("answer=2", 1.0)]}
+
+
+def test_budget_accounting_of_whole_solution_strategies():
+    s = strategies(ONE_PATH)
+    one = s.run("single", "1+1?", 1).cost
+    assert (one.tokens, one.prm_calls) == (14, 0)
+    bon = s.run("best_of_n", "1+1?", 4).cost
+    assert (bon.tokens, bon.prm_calls) == (56, 4)
+    maj = s.run("majority", "1+1?", 4).cost
+    assert (maj.tokens, maj.prm_calls) == (56, 0)
+    wv = s.run("weighted_vote", "1+1?", 4).cost
+    assert (wv.tokens, wv.prm_calls) == (56, 4)
+    assert bon.seconds >= 0 and isinstance(bon, Cost)
+
+
+def test_budget_accounting_of_beam_and_lookahead():
+    # beam, budget 4, expand 2: width 2.  Step 1: 1 beam x 2 = 2 candidates (12 tokens), one distinct
+    # open prefix scored (1 call).  Step 2: 1 beam x 2 = 2 finished (16 tokens).  Final choice scores
+    # the 2 finished solutions (2 calls): 28 tokens, 3 PRM calls.
+    out = strategies(ONE_PATH, expand=2).run("beam", "1+1?", 4)
+    assert (out.cost.tokens, out.cost.prm_calls, out.answer, out.candidates) == (28, 3, "2", 2)
+    # lookahead 1 adds one greedy step (8 tokens) from the open prefix before scoring it.
+    out = strategies(ONE_PATH, expand=2, lookahead=1).run("lookahead", "1+1?", 4)
+    assert (out.cost.tokens, out.cost.prm_calls) == (36, 3)
+
+
+def test_budget_accounting_of_mcts():
+    # Simulation 1 expands the root (expand 2: 12 tokens, one distinct child) and values the child
+    # (1 call); simulation 2 expands that child (16 tokens, one distinct finished child), values it
+    # (1 call); simulation 3 reselects the finished leaf, whose value is cached (no call).
+    out = strategies(ONE_PATH, expand=2).run("mcts", "1+1?", 3)
+    assert (out.cost.tokens, out.cost.prm_calls, out.text) == (28, 2, "1+1=2;answer=2")
+
+
+def test_mcts_with_verifier_values_needs_an_outcome_check_and_uses_it():
+    s = strategies(expand=8, mcts_value="verifier")
+    with pytest.raises(ValueError, match="outcome check"):
+        s.run("mcts", "1+1?", 4)
+    s = Strategies(ScriptedProposer(ONE_RIGHT_BRANCH, 0), None, SearchSettings(expand=8, mcts_value="verifier"),
+                   outcome_check=lambda text: float(text.endswith("answer=2")))  # fmt: skip
+    assert s.run("mcts", "1+1?", 8).answer == "2"
+
+
+def test_bad_requests_say_what_is_wrong():
+    s = Strategies(ScriptedProposer(ONE_RIGHT_BRANCH), None)
+    with pytest.raises(ValueError, match="needs a scorer"):
+        s.run("beam", "1+1?", 4)
+    with pytest.raises(ValueError, match="unknown strategy"):
+        s.run("bestofn", "1+1?", 4)
+    with pytest.raises(ValueError, match="budget"):
+        s.run("majority", "1+1?", 0)
+    assert set(STRATEGIES) >= {"best_of_n", "majority", "weighted_vote", "beam", "lookahead", "mcts"}
+
+
+class Reviser:
+    """A scripted revision model: turns the wrong attempt into the right one, leaves a right one alone."""
+
+    def complete(self, prompt, prefixes, n, cost, greedy=False):
+        attempt = prompt.split("?", 1)[1].rstrip("|")
+        out = "1+1=2;answer=2" if attempt.endswith("answer=3") else attempt
+        cost.tokens += len(out) * n
+        return [out] * n
+
+
+def test_revision_chain_is_selected_over_and_costed():
+    wrong_only = {"": [("1+1=3;", 1.0)], "1+1=3;": [("answer=3", 1.0)]}
+    for select, answer in (("prm", "2"), ("last", "2"), ("majority", "3")):
+        s = Strategies(ScriptedProposer(wrong_only), PRM, SearchSettings(revision_select=select), reviser=Reviser())
+        out = s.run("revision", "1+1?", 2)  # chain: the wrong first attempt, then one revision
+        assert out.answer == answer, select  # majority of [3, 2]: a tie goes to the first seen
+        assert out.cost.tokens == 14 + 14 and out.candidates == 2
+        assert out.cost.prm_calls == (2 if select == "prm" else 0)
+    with pytest.raises(ValueError, match="revision model"):
+        Strategies(ScriptedProposer(wrong_only), PRM).run("revision", "1+1?", 2)
+
+
+def test_revision_pairs_take_the_nearest_right_solution():
+    from veriloop.search.revision import closest_pairs, revision_prompt
+
+    wrong = ["2+3=6;6*4=24;answer=24", "2+3=6;6*4=24;answer=24", "5*4=9;answer=9"]
+    right = ["3+2=5;4*5=20;answer=20", "2+3=5;5*4=20;answer=20"]
+    pairs = closest_pairs(wrong, right)
+    assert [(w, r) for w, r, _ in pairs] == [(wrong[0], right[1]), (wrong[2], right[1])]  # duplicates once
+    assert pairs[0][2] == 4  # four substitutions: 6->5 twice, 24->20 twice
+    assert closest_pairs(wrong, []) == []
+    assert revision_prompt("(2+3)*4?", "x") == "(2+3)*4?x|"
