@@ -5,7 +5,10 @@ completion, so every method sees the same 1,920 completions), fixed seeds, greed
 evaluation on 200 held-out problems.  ``distill`` imitates the filtered samples of the
 policy this module's ``grpo`` run produced.  ``sft`` learns from a correct teacher (the task's
 teacher with its slips off): the base was already fine-tuned to convergence on the slipping
-teacher, so more of that data cannot improve it (the benchmark shows both).
+teacher, so more of that data cannot improve it (the benchmark shows both).  ``grpo_process``
+scores steps with a PRM trained here on Math-Shepherd labels of the base's own samples, and adds
+the outcome advantage (``process.outcome_weight 1``): PRM rewards alone are exploited by the policy
+(README, process supervision).
 """
 
 import pytest
@@ -40,6 +43,17 @@ def root(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
+def prm_dir(root):
+    from veriloop.prm.label import LabelConfig, label_steps
+    from veriloop.prm.train import PRMTrainConfig, train_prm
+
+    labels = LabelConfig(problems=100, solutions=4, completions=4, output=str(root / "prm-labels.jsonl"))
+    label_steps(labels, progress=False)
+    train_prm(PRMTrainConfig(data=labels.output, out=str(root / "prm"), epochs=2), progress=False)
+    return str(root / "prm")
+
+
+@pytest.fixture(scope="module")
 def base_accuracy():
     cfg = build_config(TrainConfig, {}, {"task.arithmetic.heldout_size": HELDOUT})
     return heldout(load_policy(cfg.policy), cfg).greedy_accuracy
@@ -50,8 +64,10 @@ def test_every_recipe_is_covered():
 
 
 @pytest.mark.parametrize("algo", ORDER)
-def test_algo_improves_heldout_accuracy(algo, root, base_accuracy):
+def test_algo_improves_heldout_accuracy(algo, root, base_accuracy, request):
     extra = {"rollout.teacher": str(root / "grpo" / "final")} if algo == "distill" else {}
+    if algo == "grpo_process":
+        extra = {"process.prm": request.getfixturevalue("prm_dir"), "process.outcome_weight": 1.0}
     if algo == "sft":
         extra = {"task.teacher.multiplication_slip": 0.0, "task.teacher.subtraction_slip": 0.0}
     if algo == "distill" and not (root / "grpo" / "final").is_dir():
