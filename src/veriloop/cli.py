@@ -22,8 +22,8 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="veriloop", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    def command(name, cls, help_text, defaults=None):
-        p = sub.add_parser(
+    def command(name, cls, help_text, defaults=None, under=None):
+        p = (under or sub).add_parser(
             name, help=help_text, description=help_text, formatter_class=argparse.ArgumentDefaultsHelpFormatter
         )
         p.add_argument("--config", metavar="FILE.yaml", help="YAML file of options (flags override it)")
@@ -62,29 +62,21 @@ def _parser() -> argparse.ArgumentParser:
 
     from veriloop.prm.label import LabelConfig
     from veriloop.prm.train import PRMTrainConfig
+    from veriloop.search.revision import RevisionPairsConfig
     from veriloop.search.run import SearchConfig
 
     prm = sub.add_parser("prm", help="process reward models: label steps, train, score")
     prm_sub = prm.add_subparsers(dest="prm_command", required=True, metavar="PRM_COMMAND")
 
-    def prm_command(name, cls, help_text):
-        p = prm_sub.add_parser(name, help=help_text, description=help_text,
-                               formatter_class=argparse.ArgumentDefaultsHelpFormatter)  # fmt: skip
-        p.add_argument("--config", metavar="FILE.yaml", help="YAML file of options (flags override it)")
-        p.add_argument("--quiet", action="store_true", help="no progress bars")
-        add_arguments(p, cls)
-        return p
-
-    prm_command("label", LabelConfig, "Math-Shepherd step labels: complete each step prefix N times, JSONL out")
-    prm_command("train", PRMTrainConfig, "train a PRM (or an ORM with --labels outcome) on step labels")
+    command("label", LabelConfig, "Math-Shepherd step labels: complete each step prefix N times, JSONL out",
+            under=prm_sub)  # fmt: skip
+    command("train", PRMTrainConfig, "train a PRM (or an ORM with --labels outcome) on step labels", under=prm_sub)
     p = prm_sub.add_parser("score", help="score JSONL rows {prompt or reference, completion} with a PRM")
     p.add_argument("--prm", required=True, metavar="DIR", help="PRM directory from `veriloop prm train`")
     p.add_argument("--input", required=True, metavar="IN.jsonl")
     p.add_argument("--output", required=True, metavar="OUT.jsonl", help="the rows with step_scores and score")
     p.add_argument("--aggregation", default="", help="min | prod | last; default: the PRM's own")
     command("search", SearchConfig, "test-time strategies at several budgets: summary.json, table, plot")
-    from veriloop.search.revision import RevisionPairsConfig
-
     command(
         "revision-pairs",
         RevisionPairsConfig,
