@@ -37,11 +37,28 @@ from veriloop.training.config import build_config
 from veriloop.training.run_config import TaskConfig, TrainConfig
 from veriloop.training.trainer import Trainer
 
-STAGES = ("label", "train", "search", "grpo", "revision")
+STAGES = ("completer", "label", "train", "search", "grpo", "revision")
+
+
+def stage_completer(out: Path, quick: bool) -> None:
+    """A completer that computes with whatever a prefix wrote, wrong values included: the base SFT'd on
+    the task's teacher with its multiplication slips off and its subtraction slips carried forward
+    (``7-3=-4;-4*2=-8``), never repaired.  The shipped base repairs them, so its labels cannot see them."""
+    shutil.rmtree(out / "completer", ignore_errors=True)
+    teacher = {"multiplication_slip": 0.0, "subtraction_slip": 0.3, "compensate_slips": False}
+    cfg = build_config(TrainConfig, {"algo": "sft", "run_dir": str(out / "completer"), "steps": 3 if quick else 300,
+                                     "task": {"teacher": teacher}}, {})  # fmt: skip
+    Trainer(cfg, progress=True).train()
+
+
+def completer_path(out: Path, completer: str) -> str:
+    """``faithful``: the stage's model; ``base``: the policy itself (the shipped base); else a directory."""
+    return {"faithful": str(out / "completer" / "final"), "base": ""}.get(completer, completer)
 
 
 def stage_label(out: Path, completer: str, quick: bool) -> None:
     policy = load_policy("builtin:base")
+    completer = completer_path(out, completer)
     comp = load_policy(completer) if completer else None
     n_train, n_held = (40, 20) if quick else (400, 100)
     for name, cfg in {
@@ -61,16 +78,18 @@ def stage_train(out: Path, quick: bool) -> None:
     for name, labels in (("prm", "hard"), ("orm", "outcome")):
         cfg = PRMTrainConfig(data=str(out / "labels-train.jsonl"), eval_data=str(out / "labels-heldout.jsonl"),
                              out=str(out / name), labels=labels, loss="bce", epochs=1 if quick else 5,
-                             aggregation="min" if name == "prm" else "last")  # fmt: skip
+                             aggregation="min" if name == "prm" else "last", cumulative=name == "prm")  # fmt: skip
         s = train_prm(cfg, progress=True)
         rows.append((name, s))
-    print("\n| model | labels | held-out steps | AUC vs held-out labels | AUC vs exact checker | train s |")
+    print("\n| model | labels (PRM: running min) | held-out steps | AUC vs held-out labels | AUC vs exact checker "
+          "| train s |")  # fmt: skip
     print("|---|---|---|---|---|---|")
     for name, s in rows:
         e = s["eval"]
         print(f"| {name} | {'hard' if name == 'prm' else 'outcome'} | {e['steps']} | {e['auc_vs_hard_labels']:.3f} | "
               f"{e['auc_vs_exact_checker']:.3f} | {s['seconds']} |")  # fmt: skip
     e = rows[0][1]["eval"]
+    print("by problem class (AUC vs exact checker):", json.dumps(e["auc_vs_exact_checker_by_tag"]))
     print(f"\nThe soft labels themselves rank held-out steps with AUC {e['soft_labels_auc_vs_exact_checker']:.3f} "
           f"against the exact checker; {e['unsound_steps_labelled_good']:.1%} of unsound held-out steps carry a "
           "good hard label (the completer repairs them).")  # fmt: skip
@@ -161,7 +180,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", default="runs/bench-prm")
     ap.add_argument("--stages", default=",".join(STAGES), help="comma-separated: " + ", ".join(STAGES))
-    ap.add_argument("--completer", default="", help="policy that completes step prefixes; default: the base")
+    ap.add_argument("--completer", default="faithful",
+                    help="faithful (stage completer's model) | base (the policy) | a model directory")  # fmt: skip
     ap.add_argument("--problems", type=int, default=200, help="held-out problems in the search stage")
     ap.add_argument("--grpo_steps", type=int, default=200, help="steps of each GRPO run")
     ap.add_argument("--grpo_runs", default=",".join(GRPO_RUNS), help="grpo stage runs: " + ", ".join(GRPO_RUNS))
@@ -173,7 +193,9 @@ def main() -> None:
     out.mkdir(parents=True, exist_ok=True)
     for stage in args.stages.split(","):
         t0 = time.time()
-        if stage == "label":
+        if stage == "completer":
+            stage_completer(out, args.quick)
+        elif stage == "label":
             stage_label(out, args.completer, args.quick)
         elif stage == "train":
             stage_train(out, args.quick)

@@ -14,7 +14,7 @@ from veriloop.prm.label import LabelConfig, label_solutions, label_steps
 from veriloop.prm.metrics import roc_auc
 from veriloop.prm.model import PRM, aggregate, load_prm, prm_loss
 from veriloop.prm.steps import positions_in_ids
-from veriloop.prm.train import PRMTrainConfig, load_labels, train_prm
+from veriloop.prm.train import PRMTrainConfig, load_labels, targets, train_prm
 from veriloop.rollout.sampler import Generation, SamplingParams
 from veriloop.tasks.arithmetic import make_problem
 from veriloop.verifiers import VerifierError, get
@@ -64,6 +64,16 @@ def test_prm_losses_by_hand():
     assert torch.allclose(z.grad, torch.zeros(2), atol=1e-7)
     with pytest.raises(ValueError, match="hard labels"):
         prm_loss(logits, soft, "bce")
+
+
+def test_training_targets_per_step_and_cumulative():
+    row = {"steps": ["a", "b", "c", "d"], "soft_labels": [0.5, 0.0, 1.0, 1.0], "hard_labels": [1.0, 0.0, 1.0, 1.0],
+           "outcome": 1.0}  # fmt: skip
+    assert targets(row, "soft") == [0.5, 0.0, 1.0, 1.0]
+    # a later step that reaches the answer again (a repaired mistake) does not mend the path: running min
+    assert targets(row, "soft", cumulative=True) == [0.5, 0.0, 0.0, 0.0]
+    assert targets(row, "hard", cumulative=True) == [1.0, 0.0, 0.0, 0.0]
+    assert targets(row, "outcome") == [1.0] * 4
 
 
 # ---------------------------------------------------------------- where steps are read

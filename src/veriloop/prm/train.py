@@ -10,6 +10,7 @@ ground truth the automatic labels only approximate.
 
 from __future__ import annotations
 
+import itertools
 import json
 import random
 import time
@@ -38,6 +39,10 @@ class PRMTrainConfig:
     out: str = field(default="runs/prm", metadata={"help": "directory of the trained PRM"})
     labels: str = field(default="hard", metadata={"help": "step targets: hard | soft | outcome (an ORM)"})
     loss: str = field(default="bce", metadata={"help": "bce (hard labels) | soft_ce | mse"})
+    cumulative: bool = field(
+        default=False,
+        metadata={"help": "target of step k = min of the labels of steps 1..k (a path broken earlier stays broken)"},
+    )
     aggregation: str = field(default="min", metadata={"help": "default solution score: min | prod | last"})
     epochs: int = field(default=3, metadata={"help": "passes over the labelled solutions"})
     batch_size: int = field(default=32, metadata={"help": "solutions per optimizer step"})
@@ -75,12 +80,15 @@ def load_labels(path: str) -> list[dict]:
     return rows
 
 
-def targets(row: dict, kind: str) -> list[float]:
+def targets(row: dict, kind: str, cumulative: bool = False) -> list[float]:
+    """The training target of each step; ``cumulative``: the running minimum over the steps so far."""
     if kind == "hard":
-        return [float(x) for x in row["hard_labels"]]
-    if kind == "soft":
-        return [float(x) for x in row["soft_labels"]]
-    return [float(row["outcome"])] * len(row["steps"])
+        out = [float(x) for x in row["hard_labels"]]
+    elif kind == "soft":
+        out = [float(x) for x in row["soft_labels"]]
+    else:
+        out = [float(row["outcome"])] * len(row["steps"])
+    return list(itertools.accumulate(out, min)) if cumulative else out
 
 
 def exact_step_labels(rows: list[dict]) -> list[list[bool]] | None:
@@ -144,6 +152,7 @@ def fit_prm(
     seed: int,
     progress: bool = False,
     where: str = "labels",
+    cumulative: bool = False,
 ) -> list[float]:
     """Optimise the PRM (head and backbone, AdamW) on labelled rows; returns the loss of every step."""
     encoded = []
@@ -152,7 +161,7 @@ def fit_prm(
         if len(reads) != len(r["steps"]):
             raise ValueError(f"{where}: row {i}: the {prm.splitter!r} splitter finds {len(reads)} steps, the file "
                              f"labels {len(r['steps'])}")  # fmt: skip
-        encoded.append((seq, reads, torch.tensor(targets(r, labels), dtype=torch.float32)))
+        encoded.append((seq, reads, torch.tensor(targets(r, labels, cumulative), dtype=torch.float32)))
     params = list(prm.parameters())
     opt = torch.optim.AdamW(params, lr=lr, weight_decay=0.0)
     rng = random.Random(seed)
@@ -190,14 +199,15 @@ def train_prm(cfg: PRMTrainConfig, progress: bool = True) -> dict:
     provenance = rows[0].get("provenance", {})
     prm = PRM(load_policy(cfg.backbone), provenance.get("splitter", "semicolon"), provenance.get("prompt_template", ""))
     losses = fit_prm(prm, rows, cfg.labels, cfg.loss, cfg.epochs, cfg.batch_size, cfg.lr, cfg.seed, progress,
-                     where=cfg.data)  # fmt: skip
+                     where=cfg.data, cumulative=cfg.cumulative)  # fmt: skip
     summary = {"train_solutions": len(rows), "train_steps": sum(len(r["steps"]) for r in rows),
                "final_loss": round(sum(losses[-20:]) / len(losses[-20:]), 5)}  # fmt: skip
     if eval_rows:
         summary["eval"] = evaluate_prm(prm, eval_rows)
     summary["seconds"] = round(time.time() - t0, 1)
     prm.save(cfg.out, {"kind": "orm" if cfg.labels == "outcome" else "prm", "aggregation": cfg.aggregation,
-                       "labels": cfg.labels, "loss": cfg.loss, "backbone": cfg.backbone, "data": cfg.data,
+                       "labels": cfg.labels, "loss": cfg.loss, "cumulative": cfg.cumulative,
+                       "backbone": cfg.backbone, "data": cfg.data,
                        "label_provenance": provenance, "metrics": summary})  # fmt: skip
     atomic_write_json(Path(cfg.out) / "train_summary.json", summary)
     return summary

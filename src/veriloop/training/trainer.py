@@ -372,9 +372,10 @@ class Trainer:
         n_replay = round(len(rows) * pc.refresh_replay / (1 - pc.refresh_replay))  # replay = this share of the mix
         rng = random.Random(derive_seed(cfg.seed, step, "prm-replay"))
         replay = rng.sample(self._label_pool, min(n_replay, len(self._label_pool)))
-        labels, loss = self.prm.meta.get("labels", "hard"), self.prm.meta.get("loss", "bce")
-        losses = fit_prm(self.prm, rows + replay, labels, loss, pc.refresh_epochs, 32, pc.refresh_lr,
-                         derive_seed(cfg.seed, step, "prm-order"))  # fmt: skip
+        meta = self.prm.meta  # refit the way the PRM was trained
+        losses = fit_prm(self.prm, rows + replay, meta.get("labels", "hard"), meta.get("loss", "bce"),
+                         pc.refresh_epochs, 32, pc.refresh_lr, derive_seed(cfg.seed, step, "prm-order"),
+                         cumulative=meta.get("cumulative", False))  # fmt: skip
         self._label_pool += rows
         where = self.run_dir / "prm"
         atomic_write_jsonl(where / f"labels-step-{step:06d}.jsonl", rows)
