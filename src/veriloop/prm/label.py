@@ -19,7 +19,6 @@ the exact process checker where the task has one, so this shows up as a number.
 
 from __future__ import annotations
 
-import random
 import time
 from dataclasses import dataclass, field
 
@@ -30,6 +29,7 @@ from veriloop.io import atomic_write_jsonl
 from veriloop.models.loading import load_policy
 from veriloop.prm.steps import split_steps
 from veriloop.rollout.sampler import SamplingParams
+from veriloop.tasks.base import draw_problems
 from veriloop.training.run_config import TaskConfig
 from veriloop.verifiers import get as get_verifier
 
@@ -59,12 +59,6 @@ class LabelConfig:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.sampling.temperature <= 0:
             raise ValueError("labelling samples: sampling.temperature must be > 0")
-
-
-def _problems(task, cfg: LabelConfig):
-    if cfg.split == "heldout":
-        return task.heldout()[: cfg.problems]
-    return task.train_batch(cfg.problems, random.Random(cfg.seed))
 
 
 def label_solutions(
@@ -132,7 +126,7 @@ def label_steps(cfg: LabelConfig, progress: bool = True, *, policy=None, complet
     verifier = get_verifier(cfg.verifier or task.default_verifier)
     policy = policy or load_policy(cfg.policy)
     completer = completer or (load_policy(cfg.completer) if cfg.completer else policy)
-    problems = _problems(task, cfg)
+    problems = draw_problems(task, cfg.split, cfg.problems, cfg.seed)
     gen = torch.Generator().manual_seed(cfg.seed)
     solutions = []  # (problem, completion text): S per problem from the policy
     for i in range(0, len(problems), cfg.batch_prompts):

@@ -71,7 +71,6 @@ class PRM(torch.nn.Module):
         torch.nn.init.zeros_(self.head.bias)
         self.splitter, self.prompt_template = splitter, prompt_template
         self.meta = dict(meta or {})
-        self.calls = 0  # solutions scored (a search's cost accounting reads this)
 
     @property
     def tokenizer(self):
@@ -107,7 +106,6 @@ class PRM(torch.nn.Module):
             enc = [self.encode(p, c) for p, c in zip(prompts[i : i + batch_size], completions[i : i + batch_size])]
             logits = self.step_logits([e[0] for e in enc], [e[1] for e in enc])
             out += [torch.sigmoid(lg).tolist() for lg in logits]
-        self.calls += len(completions)
         self.train(was)
         return out
 

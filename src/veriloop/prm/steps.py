@@ -53,18 +53,29 @@ def split_steps(text: str, splitter: str = "semicolon") -> list[Step]:
     return SPLITTERS[splitter](text)
 
 
+def _offsets(tokenizer, completion: str) -> list[tuple[int, int]]:
+    return tokenizer(completion, add_special_tokens=False, return_offsets_mapping=True)["offset_mapping"]
+
+
+def _token_at(offsets: list[tuple[int, int]], char: int) -> int | None:
+    """Index of the token whose character span holds ``char`` (None if no token does)."""
+    return next((i for i, (a, b) in enumerate(offsets) if a <= char < b), None)
+
+
+def _read_char(step: Step, completion: str) -> int:
+    """The separator right after the step, or the step's last character where none follows."""
+    return step.end if step.end < len(completion) else step.end - 1
+
+
 def step_end_positions(tokenizer, completion: str, steps: list[Step]) -> list[int]:
     """Index (in ``tokenizer(completion)`` without special tokens) of the token holding each step's
     last character.  Needs a fast tokenizer (character offsets)."""
-    enc = tokenizer(completion, add_special_tokens=False, return_offsets_mapping=True)
-    offsets = enc["offset_mapping"]
-    out = []
+    offsets, out = _offsets(tokenizer, completion), []
     for step in steps:
-        last = step.end - 1
-        hit = [i for i, (a, b) in enumerate(offsets) if a <= last < b]
-        if not hit:
-            raise ValueError(f"no token covers character {last} of the completion (step {step.text!r})")
-        out.append(hit[0])
+        hit = _token_at(offsets, step.end - 1)
+        if hit is None:
+            raise ValueError(f"no token covers character {step.end - 1} of the completion (step {step.text!r})")
+        out.append(hit)
     return out
 
 
@@ -75,17 +86,14 @@ def step_read_positions(tokenizer, completion: str, steps: list[Step]) -> list[i
 
     Reading at the last digit instead would score ``answer=2`` before the ``0`` of ``answer=20``.
     """
-    enc = tokenizer(completion, add_special_tokens=False, return_offsets_mapping=True)
-    offsets = enc["offset_mapping"]
-    out = []
+    offsets, out = _offsets(tokenizer, completion), []
     for step in steps:
-        char = step.end if step.end < len(completion) else step.end - 1
-        hit = [i for i, (a, b) in enumerate(offsets) if a <= char < b]
-        if not hit:  # a tokenizer that drops the separator: fall back to the step's last character
-            hit = [i for i, (a, b) in enumerate(offsets) if a <= step.end - 1 < b]
-        if not hit:
+        hit = _token_at(offsets, _read_char(step, completion))
+        if hit is None:  # a tokenizer that drops the separator: fall back to the step's last character
+            hit = _token_at(offsets, step.end - 1)
+        if hit is None:
             raise ValueError(f"no token covers the end of step {step.text!r} in the completion")
-        out.append(hit[0])
+        out.append(hit)
     return out
 
 
@@ -99,10 +107,5 @@ def positions_in_ids(tokenizer, ids: list[int], completion: str, steps: list[Ste
     body = tokenizer(completion, add_special_tokens=False)["input_ids"]
     if list(ids[: len(body)]) == body:
         return step_read_positions(tokenizer, completion, steps)
-    ends, out = [], []
-    for i in range(len(ids)):
-        ends.append(len(tokenizer.decode(ids[: i + 1], skip_special_tokens=False)))
-    for step in steps:
-        char = step.end if step.end < len(completion) else step.end - 1
-        out.append(next((i for i, e in enumerate(ends) if e > char), len(ids) - 1))
-    return out
+    ends = [len(tokenizer.decode(ids[: i + 1], skip_special_tokens=False)) for i in range(len(ids))]
+    return [next((i for i, e in enumerate(ends) if e > _read_char(step, completion)), len(ids) - 1) for step in steps]

@@ -11,7 +11,6 @@ ground truth the automatic labels only approximate.
 from __future__ import annotations
 
 import itertools
-import json
 import random
 import time
 from dataclasses import dataclass, field
@@ -20,10 +19,10 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
-from veriloop.io import atomic_write_json, read_jsonl
+from veriloop.io import atomic_write_json, atomic_write_jsonl, read_jsonl
 from veriloop.models.loading import load_policy
 from veriloop.prm.metrics import roc_auc
-from veriloop.prm.model import AGGREGATIONS, PRM, PRM_LOSSES, load_prm, prm_loss
+from veriloop.prm.model import AGGREGATIONS, PRM, PRM_LOSSES, aggregate, load_prm, prm_loss
 
 LABEL_KINDS = ("hard", "soft", "outcome")
 REQUIRED = ("prompt", "reference", "completion", "steps", "soft_labels", "hard_labels", "outcome")
@@ -215,8 +214,6 @@ def train_prm(cfg: PRMTrainConfig, progress: bool = True) -> dict:
 
 def score_file(prm_dir: str, input_path: str, output_path: str, aggregation: str = "") -> dict:
     """``veriloop prm score``: rows {prompt, completion} -> the rows with ``step_scores`` and ``score``."""
-    from veriloop.io import atomic_write_jsonl
-
     prm = load_prm(prm_dir)
     how = aggregation or prm.meta.get("aggregation", "min")
     rows = list(read_jsonl(input_path))
@@ -224,13 +221,7 @@ def score_file(prm_dir: str, input_path: str, output_path: str, aggregation: str
         if "completion" not in r or ("prompt" not in r and "reference" not in r):
             raise ValueError(f"{input_path}: row {i} needs completion and prompt (or reference)")
     prompts = [r["prompt"] if "prompt" in r else prm.prompt_for(r["reference"]) for r in rows]
-    from veriloop.prm.model import aggregate
-
     scores = prm.score(prompts, [r["completion"] for r in rows])
     out = [{**r, "step_scores": [round(s, 6) for s in sc], "score": aggregate(sc, how)} for r, sc in zip(rows, scores)]
     atomic_write_jsonl(output_path, out)
     return {"rows": len(out), "aggregation": how, "output": output_path}
-
-
-def summary_text(summary: dict) -> str:
-    return json.dumps(summary, indent=2)

@@ -34,11 +34,7 @@ class LMProposer:
         p = self.policy
         base = p.encode_prompt(prompt)
         ids = [base + (p.tokenizer(x, add_special_tokens=False).input_ids if x else []) for x in prefixes]
-        used = [len(i) - len(base) for i in ids]
-        params = self.greedy_params if greedy else self.sampling
-        room = [params.max_new_tokens - u for u in used]
-        if min(room) < 1:  # a prefix already at the length limit is finished as it is
-            params = SamplingParams(params.temperature, params.top_k, params.top_p, max(1, max(room)))
+        params = self.greedy_params if greedy else self.sampling  # max_new_tokens bounds each call
         out = p.sample(ids, params, generator=self.generator, n=1 if greedy else n, stop_ids=self.stops if stop else ())
         cost.tokens += out.num_tokens
         reps = 1 if greedy else n

@@ -18,7 +18,6 @@ the whole chain (by PRM aggregate, by majority vote, or the last attempt).
 
 from __future__ import annotations
 
-import random
 import time
 from dataclasses import dataclass, field
 
@@ -28,6 +27,7 @@ from rapidfuzz.distance import Levenshtein
 from veriloop.io import atomic_write_jsonl
 from veriloop.models.loading import load_policy
 from veriloop.rollout.sampler import SamplingParams
+from veriloop.tasks.base import draw_problems
 from veriloop.training.run_config import TaskConfig
 from veriloop.verifiers import get as get_verifier
 
@@ -81,10 +81,7 @@ def make_revision_pairs(cfg: RevisionPairsConfig, progress: bool = True, *, poli
     task = task or cfg.task.build()
     verifier = get_verifier(task.default_verifier)
     policy = policy or load_policy(cfg.policy)
-    if cfg.split == "heldout":
-        problems = task.heldout()[: cfg.problems]
-    else:
-        problems = task.train_batch(cfg.problems, random.Random(cfg.seed))
+    problems = draw_problems(task, cfg.split, cfg.problems, cfg.seed)
     gen = torch.Generator().manual_seed(cfg.seed)
     rows, with_pair = [], 0
     for i in range(0, len(problems), 128):

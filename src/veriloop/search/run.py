@@ -16,8 +16,6 @@ Correctness is the task's outcome verifier on the chosen solution.  The run dire
 
 from __future__ import annotations
 
-import hashlib
-import json
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,6 +28,7 @@ from veriloop.models.loading import load_policy
 from veriloop.rollout.sampler import SamplingParams
 from veriloop.search.lm import LMProposer, PRMScorer, VerifierScorer
 from veriloop.search.strategies import NEEDS_SCORER, STRATEGIES, SearchSettings, Strategies
+from veriloop.seeding import derive_seed
 from veriloop.training.run_config import TaskConfig
 from veriloop.verifiers import get as get_verifier
 
@@ -120,13 +119,9 @@ def bin_of(pass_rate: float, edges: list[float]) -> int:
     return sum(pass_rate >= e for e in edges)
 
 
-def _seed(*parts) -> int:
-    return int.from_bytes(hashlib.sha256("/".join(map(str, parts)).encode()).digest()[:8], "little") >> 1
-
-
 def difficulty(policy, problems, verifier, cfg: SearchConfig) -> list[float]:
     """Each problem's pass rate over ``bin_samples`` samples of the policy."""
-    gen = torch.Generator().manual_seed(_seed(cfg.seed, "bins"))
+    gen = torch.Generator().manual_seed(derive_seed(cfg.seed, "bins"))
     rates = []
     for i in range(0, len(problems), 64):
         chunk = problems[i : i + 64]
@@ -199,9 +194,9 @@ def run_search(cfg: SearchConfig, progress: bool = True, *, policy=None, prm=Non
         for i, p in enumerate(problems):
             # Common random numbers: every strategy at budget b on problem p starts from one seed, so
             # best-of-N, majority and weighted vote at equal N choose among the very same N samples.
-            proposer.reseed(_seed(cfg.seed, b, p.id))
+            proposer.reseed(derive_seed(cfg.seed, b, p.id))
             if reviser is not None:
-                reviser.reseed(_seed(cfg.seed, b, p.id, "revise"))
+                reviser.reseed(derive_seed(cfg.seed, b, p.id, "revise"))
             strategies.outcome_check = lambda text, ref=p.reference: verifier.verify(text, ref).score
             if isinstance(scorer, VerifierScorer):
                 scorer.reference = p.reference
@@ -305,8 +300,3 @@ def plot(summary: dict, path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
     plt.close(fig)
-
-
-def summary_text(summary: dict) -> str:
-    return json.dumps({s: {b: {"accuracy": c["accuracy"], "mean_tokens": c["mean_tokens"]} for b, c in per.items()}
-                       for s, per in summary["strategies"].items()}, indent=1)  # fmt: skip

@@ -54,5 +54,14 @@ def get_task(name: str, **options) -> Task:
     return _TASKS[name](**options)
 
 
+def draw_problems(task: Task, split: str, n: int, seed: int) -> list[Problem]:
+    """``n`` problems of ``split``: the first ``n`` held-out ones, or ``n`` train draws seeded by ``seed``."""
+    if split == "heldout":
+        return task.heldout()[:n]
+    if split == "train":
+        return task.train_batch(n, random.Random(seed))
+    raise ValueError(f"split must be train or heldout, got {split!r}")
+
+
 def task_names() -> list[str]:
     return sorted(_TASKS)

@@ -14,7 +14,6 @@ the reward, and the coefficient of each token's log-prob gradient.  Conventions:
 
 from __future__ import annotations
 
-import hashlib
 import random
 import time
 from collections import deque
@@ -32,6 +31,7 @@ from veriloop.prm.model import load_prm
 from veriloop.prm.steps import positions_in_ids, split_steps
 from veriloop.prm.train import fit_prm, load_labels
 from veriloop.rollout.records import Record, RecordStore, check_reward
+from veriloop.seeding import derive_seed
 from veriloop.tasks.base import Problem
 from veriloop.training.checkpoint import (
     RunState,
@@ -57,12 +57,6 @@ from veriloop.training.signals import (
     terminal_rewards,
 )
 from veriloop.verifiers import get as get_verifier
-
-
-def derive_seed(seed: int, step: int, purpose: str) -> int:
-    """A 63-bit seed for one purpose at one step, independent of any other draw."""
-    digest = hashlib.sha256(f"{seed}/{step}/{purpose}".encode()).digest()
-    return int.from_bytes(digest[:8], "little") >> 1
 
 
 class Trainer:
