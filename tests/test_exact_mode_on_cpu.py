@@ -101,6 +101,123 @@ def test_skipping_zero_advantage_rows_does_not_bias_the_estimate(tmp_path):
     assert torch.allclose(delta, true_gradient(LOGITS4, REWARDS4), atol=1e-12)
 
 
+REF_LOGITS = [0.0, 0.4, -0.3, 0.2]
+
+
+@pytest.mark.parametrize(
+    "algo, placement, estimator, entropy",
+    [("grpo", "loss", "k2", 0.0), ("grpo", "loss", "k3", 0.0), ("grpo", "loss", "exact", 0.0),
+     ("reinforce", "reward", "k1", 0.0), ("reinforce", "reward", "k2", 0.0), ("reinforce", "reward", "k3", 0.0),
+     ("grpo", "loss", "k3", 0.3), ("grpo", "loss", "exact", 0.3)],
+)  # fmt: skip
+def test_skipping_flat_groups_leaves_the_expected_update_unchanged_with_kl(tmp_path, algo, placement, estimator,
+                                                                           entropy):  # fmt: skip
+    # With beta > 0 and the KL in the loss, a row whose advantage is 0 still carries -beta * KL (and the
+    # entropy bonus): skipping it would weight the KL by the share of groups whose rewards vary (the
+    # expected update moved by 5-7% of its entries).  Groups of 2 over these rewards are often flat.
+    deltas = []
+    for skip in (False, True):
+        trainer, policy = make_trainer(tmp_path / f"{skip}", FOUR, REWARDS4, LOGITS4, G=2, algo=algo,
+                                       **{"kl.beta": 0.1, "kl.placement": placement, "kl.estimator": estimator,
+                                          "loss.entropy_coef": entropy, "update.skip_zero_advantage": skip})  # fmt: skip
+        trainer.reference.logits.data = torch.tensor(REF_LOGITS, dtype=torch.float64)
+        deltas.append(expected_update(trainer, policy, G=2)[0])
+    assert deltas[0].abs().max() > 1e-3
+    assert torch.allclose(deltas[0], deltas[1], atol=1e-12)
+
+
+def test_skipping_still_skips_where_the_gradient_is_zero(tmp_path):
+    # beta 0, no entropy bonus: a flat group contributes nothing, so it is left out of the update.
+    trainer, policy = make_trainer(tmp_path, FOUR, [1.0] * 4, LOGITS4, G=2, algo="grpo",
+                                   **{"update.skip_zero_advantage": True})  # fmt: skip
+    records = group_records(policy, [0, 2])
+    trainer.score(records)
+    assert trainer.learning_signal(records)[0] is None
+    trainer, policy = make_trainer(tmp_path / "kl", FOUR, [1.0] * 4, LOGITS4, G=2, algo="grpo",
+                                   **{"update.skip_zero_advantage": True, "kl.beta": 0.1})  # fmt: skip
+    trainer.score(records)
+    assert trainer.learning_signal(records)[0].size == 2  # the KL term still needs both rows
+
+
+# --------------------------------------------------------------------------- what the KL term optimises
+
+
+def divergence_gradients(logits, ref_logits) -> dict[str, torch.Tensor]:
+    """True gradients wrt the policy logits z of KL(pi || ref), KL(ref || pi) and E_pi[(log pi/ref)^2 / 2]."""
+    out = {}
+    for name in ("kl_pi_ref", "kl_ref_pi", "half_sq_log_ratio"):
+        z = torch.tensor(logits, dtype=torch.float64, requires_grad=True)
+        logp, logq = torch.log_softmax(z, -1), torch.log_softmax(torch.tensor(ref_logits, dtype=torch.float64), -1)
+        value = {"kl_pi_ref": (logp.exp() * (logp - logq)).sum(), "kl_ref_pi": (logq.exp() * (logq - logp)).sum(),
+                 "half_sq_log_ratio": (logp.exp() * 0.5 * (logp - logq) ** 2).sum()}[name]  # fmt: skip
+        value.backward()
+        out[name] = z.grad
+    return out
+
+
+def test_k1_differentiated_at_policy_samples_has_zero_expected_gradient():
+    # E_pi[d/dz k1] = E_pi[d/dz log pi] = sum_y d/dz pi(y) = d/dz 1 = 0: k1 in the loss does nothing on average.
+    from veriloop.algorithms import kl_estimate
+
+    z = torch.tensor(LOGITS4, dtype=torch.float64, requires_grad=True)
+    logp = torch.log_softmax(z, -1)
+    ref = torch.log_softmax(torch.tensor(REF_LOGITS, dtype=torch.float64), -1)
+    expected = (logp.exp().detach() * kl_estimate(logp, ref, "k1")).sum()  # samples from pi, estimator differentiated
+    expected.backward()
+    assert torch.allclose(z.grad, torch.zeros(4, dtype=torch.float64), atol=1e-15)
+
+
+def test_k1_in_the_loss_is_refused_with_the_reason(tmp_path):
+    from veriloop.training.config import ConfigError
+
+    with pytest.raises(ConfigError, match="zero expected gradient"):
+        build_config(TrainConfig, {}, {"kl.estimator": "k1", "kl.placement": "loss", "kl.beta": 0.1})
+    build_config(TrainConfig, {}, {"kl.estimator": "k1", "kl.placement": "reward"})  # where it works
+
+
+@pytest.mark.parametrize(
+    "estimator, divergence",
+    [("k2", {"kl_pi_ref": 1.0}), ("k3", {"kl_ref_pi": 1.0}), ("exact", {"kl_pi_ref": 1.0})],
+)
+def test_kl_in_the_loss_optimises(tmp_path, estimator, divergence):
+    # All rewards equal: advantages are 0 and only -beta * KL moves the logits.  SGD lr 1, one pass:
+    # delta z = -beta * E_pi[d/dz k(y)].  k2 gives the gradient of KL(pi || ref); k3 that of KL(ref || pi)
+    # (d/dz k3 = (1 - ref/pi) d log pi, and E_pi[-(ref/pi) d log pi] = -sum ref d log pi); exact, KL(pi || ref).
+    beta = 0.5
+    trainer, policy = make_trainer(tmp_path, FOUR, [1.0] * 4, LOGITS4, G=2, algo="grpo",
+                                   **{"kl.beta": beta, "kl.estimator": estimator})  # fmt: skip
+    trainer.reference.logits.data = torch.tensor(REF_LOGITS, dtype=torch.float64)
+    delta, _ = expected_update(trainer, policy, G=2)
+    grads = divergence_gradients(LOGITS4, REF_LOGITS)
+    want = -beta * sum(w * grads[name] for name, w in divergence.items())
+    assert torch.allclose(delta, want, atol=1e-12)
+    others = [-beta * g for name, g in grads.items() if name not in divergence]
+    assert all(not torch.allclose(delta, o, atol=1e-4) for o in others)
+
+
+@pytest.mark.parametrize(
+    "estimator, divergence",
+    [("k1", {"kl_pi_ref": 1.0}),
+     ("k2", {"half_sq_log_ratio": 1.0, "kl_pi_ref": -1.0}),
+     ("k3", {"kl_pi_ref": 1.0, "kl_ref_pi": -1.0})],
+)  # fmt: skip
+def test_kl_in_the_reward_optimises(tmp_path, estimator, divergence):
+    # All task rewards 0; the reward is -beta * k(y) and REINFORCE (no baseline, pg objective) gives
+    # delta z = -beta * E_pi[k(y) d log pi(y)] = -beta * (d E_pi[k] - E_pi[d k]).  k1: d KL(pi||ref) exactly;
+    # k2: d E_pi[(log r)^2 / 2] - d KL(pi||ref), no divergence; k3 (E_pi[k3] = KL(pi||ref), E_pi[d k3] =
+    # d KL(ref||pi)): d KL(pi||ref) - d KL(ref||pi).  Only k1 optimises a KL when placed in the reward.
+    beta = 0.5
+    trainer, policy = make_trainer(tmp_path, FOUR, [0.0] * 4, LOGITS4, G=2, algo="reinforce",
+                                   **{"kl.beta": beta, "kl.estimator": estimator, "kl.placement": "reward"})  # fmt: skip
+    trainer.reference.logits.data = torch.tensor(REF_LOGITS, dtype=torch.float64)
+    delta, _ = expected_update(trainer, policy, G=2)
+    grads = divergence_gradients(LOGITS4, REF_LOGITS)
+    want = -beta * sum(w * grads[name] for name, w in divergence.items())
+    assert torch.allclose(delta, want, atol=1e-12)
+    if estimator != "k1":
+        assert not torch.allclose(delta, -beta * grads["kl_pi_ref"], atol=1e-4)
+
+
 def test_batch_mean_baseline_includes_the_sample_and_is_biased(tmp_path):
     # The batch mean contains the sample itself: the expected update is (1 - 1/G) times the gradient.
     trainer, policy = make_trainer(tmp_path, FOUR, REWARDS4, LOGITS4, G=3, algo="reinforce",
@@ -139,7 +256,7 @@ def test_std_normalised_group_advantages_are_not_a_scaled_gradient(tmp_path):
 def test_expected_k3_equals_the_exact_kl(tmp_path):
     # The learner's KL metric is the mean k3 of the sampled tokens; over every group its
     # expectation is KL(pi || ref) exactly.  With estimator "exact" it is that value every time.
-    ref_logits = [0.0, 0.4, -0.3, 0.2]
+    ref_logits = REF_LOGITS
     for estimator in ("k3", "exact"):
         trainer, policy = make_trainer(tmp_path / estimator, FOUR, REWARDS4, LOGITS4, G=2, algo="grpo",
                                        **{"kl.beta": 0.05, "kl.estimator": estimator})  # fmt: skip

@@ -134,6 +134,18 @@ def kept_share(mask: torch.Tensor, rows: torch.Tensor, aggregation: str) -> floa
     return rows.numel() / mask.shape[0]
 
 
+def zero_advantage_means_zero_gradient(cfg: TrainConfig, kl_beta: float) -> bool:
+    """Is a row whose advantage is 0 at every token free of gradient?
+
+    Only when nothing else sits in its loss: no KL term (``beta == 0``, or the KL is in the
+    reward, where it already moved the advantage) and no entropy bonus.  Otherwise the row
+    still pulls towards the reference (or higher entropy), and leaving it out would scale the
+    KL weight by the share of rows with a non-zero advantage.
+    """
+    kl_in_loss = kl_beta > 0 and cfg.kl.placement == "loss"
+    return not kl_in_loss and cfg.loss.entropy_coef == 0
+
+
 def dpo_pairs(rewards: torch.Tensor, threshold: float) -> list[tuple[int, int]]:
     """(chosen, rejected) flat indices: accepted and rejected completions of one prompt, zipped in order."""
     B, G = rewards.shape
