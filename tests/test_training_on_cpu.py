@@ -49,6 +49,19 @@ class HalfFlat(verifiers.Verifier):
         return self._verdict(float(sum(c.isdigit() for c in completion) % 2), {})
 
 
+@verifiers.register("test-outcomes")
+class Outcomes(verifiers.Verifier):
+    """Names an outcome per completion (by its length mod 4), as the maths verifiers do; 'error' for one of them."""
+
+    name, version = "test-outcomes", "1"
+    kinds = ("correct", "wrong", "no_answer", "error")
+
+    def verify(self, completion, reference):
+        kind = self.kinds[len(completion) % 4]
+        score = float(kind == "correct")
+        return verifiers.Verdict(score, {"outcome": score}, self.tag, kind, kind)
+
+
 @pytest.fixture(scope="module")
 def tiny_policy(tmp_path_factory):
     path = tmp_path_factory.mktemp("policy")
@@ -254,7 +267,87 @@ def test_zero_kl_weight_loads_no_reference(tiny_policy, tmp_path):
     trainer = Trainer(config(tiny_policy, tmp_path, steps=1, **{"kl.beta": 0.0}), progress=False)
     assert trainer.reference is None
     trainer.train()
-    assert trainer.metrics.rows[0]["kl"] == 0.0
+    row = trainer.metrics.rows[0]
+    assert "kl" not in row  # nothing measured it: no placeholder 0.0
+    assert row["grad_norm"] > 0 and row["ratio_min"] <= 1 <= row["ratio_max"]
+
+
+def test_a_step_that_learns_from_nothing_reports_no_update_statistics(tiny_policy, tmp_path):
+    # rollout.lag 1: step 1 only samples (its batch is in flight), so nothing was updated or measured.
+    Trainer(config(tiny_policy, tmp_path, steps=2, **{"rollout.lag": 1}), progress=False).train()
+    first, second = metric_rows(tmp_path)
+    for key in ("kl", "grad_norm", "ratio_min", "ratio_max", "clip_frac_low", "entropy", "reward_mean", "accuracy"):
+        assert key not in first, key
+        assert key in second, key
+    assert first["sampled_records"] == 16 and first["update_records"] == 0
+
+
+def test_records_and_metrics_keep_every_verdict_outcome(tiny_policy, tmp_path):
+    Trainer(config(tiny_policy, tmp_path, steps=2, verifier="test-outcomes"), progress=False).train()
+    rows, store = metric_rows(tmp_path), RecordStore(tmp_path / "rollouts")
+    for step, row in enumerate(rows, start=1):
+        records = store.read(step)
+        kinds = [r.verdict_outcome for r in records]
+        assert kinds == [Outcomes.kinds[len(r.completion) % 4] for r in records]
+        for kind in set(kinds):
+            assert row[f"outcome_rate_{kind}"] == pytest.approx(kinds.count(kind) / len(kinds))
+        assert sum(v for k, v in row.items() if k.startswith("outcome_rate_")) == pytest.approx(1.0)
+        # a verifier failure is no reward: groups holding an 'error' verdict are left out of the update
+        groups = {r.group_id for r in records if r.verdict_outcome == "error"}
+        assert row.get("error_groups_dropped", 0) == len(groups)
+        assert row["update_records"] <= 16 - 4 * len(groups)
+
+
+def test_adaptive_kl_controller_works_with_the_kl_in_the_loss(tiny_policy, tmp_path):
+    # The learner measures KL per completion on its first pass; the controller steers beta with it.
+    over = {"kl.controller": "adaptive", "kl.target": 1e-3, "kl.horizon": 16, "kl.placement": "loss"}
+    Trainer(config(tiny_policy, tmp_path, steps=3, **over), progress=False).train()
+    rows = metric_rows(tmp_path)
+    betas = [r["kl_beta"] for r in rows]
+    # step 1: policy == reference, KL ~ 0 < target -> beta * (1 - 0.2 * 16/16); then KL > target -> x 1.2
+    assert betas[0] == pytest.approx(0.05 * 0.8)
+    assert rows[1]["kl_per_completion"] > 1e-3
+    assert betas[1] == pytest.approx(betas[0] * 1.2) and betas[2] == pytest.approx(betas[1] * 1.2)
+
+
+def test_critic_warmup_trains_only_the_critic(tiny_policy, tmp_path):
+    over = {"algo": "ppo", "rollout.prompts_per_step": 8, "critic.warmup_steps": 2}
+    trainer = Trainer(config(tiny_policy, tmp_path, steps=3, **over), progress=False)
+    start = {k: v.clone() for k, v in trainer.policy.model.state_dict().items()}
+    trainer.train_step(1)
+    trainer.train_step(2)
+    assert all(torch.equal(start[k], v) for k, v in trainer.policy.model.state_dict().items())
+    assert trainer.state.policy_version == 0 and "value_loss" in trainer.metrics.rows[1]
+    trainer.train_step(3)
+    assert trainer.state.policy_version > 0
+
+
+@pytest.mark.parametrize(
+    "over, message",
+    [({"algo": "dr_grpo", "advantage.std": "sample"}, "estimator dr_grpo ignores them"),
+     ({"algo": "rloo", "advantage.eps": 0.1}, "advantage.std / advantage.eps"),
+     ({"algo": "grpo", "advantage.baseline": "constant"}, "only by estimator reinforce"),
+     ({"algo": "dpo", "loss.aggregation": "token-mean"}, "loss.aggregation do not apply"),
+     ({"algo": "dpo", "loss.entropy_coef": 0.01}, "loss.entropy_coef do not apply"),
+     ({"algo": "dpo", "loss.tis_cap": 2.0}, "loss.tis_cap do not apply"),
+     ({"algo": "dpo", "kl.beta": 0.1}, "kl.beta do not apply"),
+     ({"algo": "grpo", "critic.warmup_steps": 3}, "only to estimator gae"),
+     ({"algo": "grpo", "process.outcome_weight": 1.0}, "only to estimator process")],
+)  # fmt: skip
+def test_options_that_would_do_nothing_are_refused(over, message):
+    with pytest.raises(ConfigError, match=message):
+        build_config(TrainConfig, {}, over)
+
+
+def test_sft_model_options_need_a_new_model_and_the_demo_owns_its_run_dirs():
+    from veriloop.training.demo import DemoConfig
+    from veriloop.training.run_config import SFTConfig
+
+    with pytest.raises(ConfigError, match="apply only to policy builtin:init"):
+        build_config(SFTConfig, {}, {"policy": "builtin:base", "model.num_layers": 2})
+    assert build_config(SFTConfig, {}, {"model.num_layers": 2}).model.num_layers == 2
+    with pytest.raises(ConfigError, match="set --run_dir instead"):
+        build_config(DemoConfig, {}, {"train.run_dir": "runs/mine"})
 
 
 def test_refuses_to_overwrite_a_run(tiny_policy, tmp_path):

@@ -2,8 +2,8 @@
 
 Nothing trains on a completion whose provenance is unknown: a record holds the token
 ids, the behaviour log-probs of the distribution that actually sampled them, the
-sampling settings and seed, the policy version, why it stopped, and the verdict with
-the verifier's version.  ``RecordStore`` writes one gzipped JSONL file per step.
+sampling settings and seed, the policy version, why it stopped, and the verdict (score,
+components, outcome, reason) with the verifier's version.  ``RecordStore`` writes one gzipped JSONL file per step.
 Traces no model sampled (a task's own teacher traces for SFT) have
 ``behavior_logprobs = None``; those and samples of a frozen policy (initial or teacher)
 have ``policy_version = -1``, and ``sampling["source"]`` says where they came from.
@@ -37,6 +37,7 @@ class Record:
     reward_components: dict[str, float] = field(default_factory=dict)
     verifier: str = ""  # name@version
     verdict_details: str = ""
+    verdict_outcome: str = ""  # the verdict's kind: correct, wrong, no_answer, ambiguous, timeout, error, ...
     created_at: float = 0.0  # unix time of sampling
     verified_at: float = 0.0
 

@@ -45,6 +45,13 @@ class DemoConfig:
     train: TrainConfig = field(default_factory=TrainConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
 
+    def __post_init__(self):
+        if self.train.run_dir != TrainConfig().run_dir:
+            raise ValueError(
+                f"train.run_dir ({self.train.run_dir!r}) is not used by the demo: its runs go under --run_dir "
+                "(grpo/, grpo-process/, sft-control/); set --run_dir instead"
+            )
+
 
 def demo_defaults() -> DemoConfig:
     return DemoConfig()

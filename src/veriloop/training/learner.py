@@ -146,7 +146,9 @@ class Learner:
                         kl = self._kl(lp, full, lb.ref_logprobs[rows, :T], sub.completion_ids)
                         objective = objective - kl_beta * kl
                         if update_pass == 0:
-                            stats.acc("kl", float((kl.detach() * mask).sum()), float(mask.sum()))
+                            kl_sum = float((kl.detach() * mask).sum())
+                            stats.acc("kl", kl_sum, float(mask.sum()))
+                            stats.acc("kl_per_completion", kl_sum, float(mask.shape[0]))  # the adaptive controller's
                     if c.entropy_coef:
                         objective = objective + c.entropy_coef * entropy_from_logprobs(full)
                     loss = -aggregate_loss(objective, mask, c.aggregation, max_len=cfg.sampling.max_new_tokens)

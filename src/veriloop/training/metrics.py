@@ -43,14 +43,30 @@ def _stats(prefix: str, x: torch.Tensor) -> dict:
             f"{prefix}_min": float(x.min()), f"{prefix}_max": float(x.max())}  # fmt: skip
 
 
-def step_metrics(step, records: list[Record], rewards, advantages, mask, update: dict, lr: float, times: dict) -> dict:
-    """The metrics row of one step; ``records`` are the ones the update learned from."""
+# Update statistics a step reports only when it computed them (never a placeholder 0 or 1).
+UPDATE_KEYS = ("kl", "clip_frac_low", "clip_frac_high", "ratio_min", "ratio_max", "entropy", "logprob_mismatch",
+               "grad_norm")  # fmt: skip
+
+
+def outcome_rates(records: list[Record]) -> dict:
+    """``outcome_rate_<outcome>``: share of the step's verdicts of each kind (correct, wrong, no_answer,
+    ambiguous, timeout, error, ...), over every record verified this step; verifiers that name no outcome
+    contribute nothing."""
+    named = [r.verdict_outcome for r in records if r.verdict_outcome]
+    return {f"outcome_rate_{k}": named.count(k) / len(named) for k in sorted(set(named))}
+
+
+def step_metrics(step, records: list[Record], rewards, advantages, mask, update: dict, lr: float, times: dict,
+                 sampled: list[Record] | None = None) -> dict:  # fmt: skip
+    """The metrics row of one step; ``records`` are the ones the update learned from, ``sampled``
+    every record verified this step (defaults to ``records``).  A value that was not measured is
+    left out of the row, never written as 0."""
     total_time = sum(times.values())
     row = {"step": step, "lr": lr, "time_generate_s": times.get("generate", 0.0),
            "time_verify_s": times.get("verify", 0.0), "time_update_s": times.get("update", 0.0),
-           "time_step_s": total_time}  # fmt: skip
+           "time_step_s": total_time, **outcome_rates(sampled if sampled is not None else records)}  # fmt: skip
     if not records:
-        return {**row, "reward_mean": 0.0, "accuracy": 0.0, **update}
+        return {**row, **update}
     lengths = torch.tensor([len(r.completion_ids) for r in records], dtype=torch.float32)
     components: dict[str, list[float]] = {}
     for r in records:
@@ -67,14 +83,7 @@ def step_metrics(step, records: list[Record], rewards, advantages, mask, update:
         "completion_len_mean": float(lengths.mean()),
         "completion_len_max": float(lengths.max()),
         "truncation_rate": sum(r.truncated for r in records) / len(records),
-        "kl": update.pop("kl", 0.0),
-        "clip_frac_low": update.pop("clip_frac_low", 0.0),
-        "clip_frac_high": update.pop("clip_frac_high", 0.0),
-        "ratio_min": update.pop("ratio_min", 1.0),
-        "ratio_max": update.pop("ratio_max", 1.0),
-        "entropy": update.pop("entropy", None),
-        "logprob_mismatch": update.pop("logprob_mismatch", 0.0),
-        "grad_norm": update.pop("grad_norm", 0.0),
+        **{k: update.pop(k) for k in UPDATE_KEYS if k in update},
         "tokens": tokens,
         "tokens_per_s": tokens / max(total_time, 1e-9),
         "gen_tokens_per_s": tokens / max(times.get("generate", 0.0), 1e-9),

@@ -188,7 +188,9 @@ class KLConfig:
     beta: float = field(default=0.1, metadata={"help": "KL weight; 0 = no reference model and no reference pass"})
     estimator: str = field(default="k3", metadata={"help": "k1 | k2 | k3 | exact (sum over the vocabulary)"})
     placement: str = field(default="loss", metadata={"help": "loss (GRPO) | reward (PPO-RLHF: subtracted per token)"})
-    controller: str = field(default="fixed", metadata={"help": "fixed | adaptive (Ziegler et al.; placement=reward)"})
+    controller: str = field(
+        default="fixed", metadata={"help": "fixed | adaptive (Ziegler et al.: beta steered towards kl.target)"}
+    )
     target: float = field(default=6.0, metadata={"help": "adaptive controller: target KL per completion (nats)"})
     horizon: int = field(default=10000, metadata={"help": "adaptive controller: horizon in completions"})
     reset_every: int = field(
@@ -208,6 +210,14 @@ class KLConfig:
             raise ValueError("kl.placement=reward needs a per-token estimator (k1, k2 or k3), not exact")
         if self.reset_every < 0:
             raise ValueError(f"kl.reset_every must be >= 0, got {self.reset_every}")
+        if self.placement == "loss" and self.estimator == "k1" and self.beta > 0:
+            # d/dtheta k1 = d/dtheta log pi, and E_pi[d log pi] = 0: the term would do nothing on average.
+            raise ValueError(
+                "kl.estimator=k1 with kl.placement=loss is refused: differentiating k1 = log(pi/ref) at samples "
+                "from pi has zero expected gradient, so the KL term would only add noise. In the loss use k2 "
+                "(gradient of KL(pi||ref)), k3 (gradient of KL(ref||pi)) or exact; or put k1 in the reward "
+                "(kl.placement=reward), where it gives the gradient of KL(pi||ref)"
+            )
 
 
 @dataclass
@@ -221,7 +231,8 @@ class UpdateConfig:
     )
     skip_zero_advantage: bool = field(
         default=True,
-        metadata={"help": "leave completions whose advantage is 0 everywhere out of the update (they carry only KL)"},
+        metadata={"help": "leave out completions whose gradient is exactly 0 (advantage 0 everywhere and no KL or "
+                  "entropy term in the loss), so skipping never changes the update"},
     )
     mask_truncated: bool = field(
         default=False, metadata={"help": "leave completions cut at max_new_tokens out of the loss"}
@@ -241,7 +252,9 @@ class CriticConfig:
     value_clip: float = field(
         default=0.2, metadata={"help": "clip value updates to +-this around the old values; 0 = off"}
     )
-    warmup_steps: int = field(default=0, metadata={"help": "steps that train only the critic"})
+    warmup_steps: int = field(
+        default=0, metadata={"help": "the first N steps train only the critic (the policy is not updated)"}
+    )
 
     def __post_init__(self):
         if self.lr <= 0 or self.value_clip < 0 or self.warmup_steps < 0:
@@ -354,6 +367,39 @@ class TrainConfig:
             raise ValueError("process.outcome_weight > 0 needs rollout.group_size >= 2 (group-normalised outcomes)")
         if self.rollout.source == "task-teacher" and self.loss.policy_loss != "likelihood":
             raise ValueError("rollout.source=task-teacher has no behaviour log-probs: use loss.policy_loss likelihood")
+        self._refuse_options_that_would_do_nothing()
+
+    def _refuse_options_that_would_do_nothing(self) -> None:
+        """An option the chosen method never reads is an error, not a silent no-op.
+
+        A value differing from the field's default counts as set (setting the default explicitly is harmless).
+        """
+        est, loss, adv = self.advantage.estimator, self.loss, self.advantage
+        default_adv, default_loss = AdvantageConfig(), LossConfig()
+        if est not in ("grpo", "process") and (adv.std != default_adv.std or adv.eps != default_adv.eps):
+            hint = " (Dr. GRPO only centres: r - mean; for std-normalised advantages use estimator grpo)"
+            raise ValueError(
+                f"advantage.std / advantage.eps are read only by estimators grpo and process; estimator {est} "
+                f"ignores them{hint if est == 'dr_grpo' else ''}"
+            )
+        if est != "gae" and self.critic != CriticConfig():
+            raise ValueError(f"critic.* options apply only to estimator gae (PPO's value model), not {est}")
+        if est != "process" and self.process != ProcessConfig():
+            raise ValueError(f"process.* options apply only to estimator process (--algo grpo_process), not {est}")
+        if est != "reinforce" and (adv.baseline != default_adv.baseline or adv.baseline_value != 0.0):
+            raise ValueError(f"advantage.baseline / baseline_value are read only by estimator reinforce, not {est}")
+        if loss.policy_loss == "dpo":
+            ignored = [f"loss.{k}" for k in ("aggregation", "entropy_coef", "tis_cap")
+                       if getattr(loss, k) != getattr(default_loss, k)]  # fmt: skip
+            if self.kl.beta > 0:
+                ignored.append("kl.beta")
+            if ignored:
+                raise ValueError(
+                    f"{', '.join(ignored)} do not apply to loss.policy_loss=dpo: its loss is -log sigmoid(beta * "
+                    "margin) of whole-sequence log-prob sums against the reference (the reference is its KL "
+                    "anchor, weighted by loss.dpo_beta); there is no per-token aggregation, entropy bonus or "
+                    "rollout-engine correction"
+                )
 
 
 @dataclass
@@ -381,6 +427,11 @@ class SFTConfig:
     def __post_init__(self):
         if self.steps < 1 or self.batch_size < 1:
             raise ValueError("steps and batch_size must be >= 1")
+        if self.policy != "builtin:init" and self.model != TinyModelConfig():
+            raise ValueError(
+                f"model.* options shape a new built-in model and apply only to policy builtin:init; policy "
+                f"{self.policy!r} is loaded with its own architecture"
+            )
 
 
 @dataclass

@@ -55,6 +55,7 @@ from veriloop.training.signals import (
     kl_penalty,
     records_batch,
     terminal_rewards,
+    zero_advantage_means_zero_gradient,
 )
 from veriloop.verifiers import get as get_verifier
 
@@ -111,7 +112,8 @@ class Trainer:
         sampled = sum(r.get("sampled_records", 0) for r in self.metrics.rows)  # a resumed run counts its past
         for step in bar:
             row = self.train_step(step)
-            bar.set_postfix(reward=f"{row['reward_mean']:.3f}", acc=f"{row['accuracy']:.3f}")
+            if "reward_mean" in row:  # a step that learned from nothing (rollout.lag warm-up) has no reward
+                bar.set_postfix(reward=f"{row['reward_mean']:.3f}", acc=f"{row['accuracy']:.3f}")
             sampled += row["sampled_records"]
             stop = ""  # why the run ends before cfg.steps
             if step == cfg.steps:
@@ -140,7 +142,10 @@ class Trainer:
         signal, rewards, advantages, mask = self.learning_signal(records) if records else (None, None, None, None)
         # 5. Learner: passes of the policy objective (and of the critic).
         gen = torch.Generator().manual_seed(derive_seed(cfg.seed, step, "minibatches"))
-        update = self.learner.update(signal, self.kl_control.beta, gen) if signal is not None else {}
+        critic_warmup = self.critic is not None and step <= cfg.critic.warmup_steps  # only the critic learns
+        update = {}
+        if signal is not None and not critic_warmup:
+            update = self.learner.update(signal, self.kl_control.beta, gen)
         if signal is not None and self.critic is not None:
             update.update(self.critic.update(signal.batch, signal.returns, signal.old_values, gen))
         times["update"] = time.time() - t0
@@ -150,7 +155,7 @@ class Trainer:
             if step % cfg.process.refresh_every == 0:
                 update.update(self.refresh_prm(step))
         self.store_records(step, collected)
-        row = step_metrics(step, records, rewards, advantages, mask, update, lr, times)
+        row = step_metrics(step, records, rewards, advantages, mask, update, lr, times, sampled=collected)
         row.update(policy_version=self.state.policy_version, kl_beta=self.kl_control.beta,
                    sampled_records=len(collected), sampled_tokens=sum(len(r.completion_ids) for r in collected),
                    update_records=signal.size if signal is not None else 0)  # fmt: skip
@@ -166,6 +171,7 @@ class Trainer:
         sampled = learn = self.sample_round(step, 0, r.prompts_per_step, times)
         if r.dynamic_sampling:
             learn, sampled = self.fill_with_variance(step, sampled, times)
+        learn = self.without_verifier_errors(learn)
         if r.lag == 0:
             return self.fresh_enough(learn), sampled
         self.pending.append(learn)
@@ -231,7 +237,7 @@ class Trainer:
             r.reward, r.reward_components, r.verifier = v.score + pen, dict(v.components), v.version
             if buffer:
                 r.reward_components["overlong"] = pen
-            r.verdict_details, r.verified_at = v.details, now
+            r.verdict_details, r.verdict_outcome, r.verified_at = v.details, v.outcome, now
             check_reward(r)
 
     def fill_with_variance(self, step: int, records: list[Record], times: dict) -> tuple[list[Record], list[Record]]:
@@ -259,6 +265,16 @@ class Trainer:
         G = self.cfg.rollout.group_size
         groups = [records[i : i + G] for i in range(0, len(records), G)]
         return [g for g in groups if len({rec.reward for rec in g}) > 1]
+
+    def without_verifier_errors(self, records: list[Record]) -> list[Record]:
+        """Drop whole groups holding a verdict with the outcome ``error`` (the verifier failed, e.g. a
+        maths worker crashed): its score says nothing about the completion, so no advantage may come from it."""
+        G = self.cfg.rollout.group_size
+        groups = [records[i : i + G] for i in range(0, len(records), G)]
+        kept = [g for g in groups if all(rec.verdict_outcome != "error" for rec in g)]
+        if len(kept) < len(groups):
+            self._verifier_errors = len(groups) - len(kept)
+        return [rec for g in kept for rec in g]
 
     def fresh_enough(self, records: list[Record]) -> list[Record]:
         """Drop whole groups sampled more than ``max_staleness`` policy versions ago."""
@@ -326,7 +342,8 @@ class Trainer:
             pairs = torch.tensor([[where[a], where[b]] for a, b in flat_pairs], dtype=torch.long).view(-1, 2)
             return torch.tensor(members, dtype=torch.long), pairs
         keep = torch.ones(len(records), dtype=torch.bool)
-        if cfg.update.skip_zero_advantage or cfg.advantage.estimator in ("filter", "one"):
+        skip = cfg.update.skip_zero_advantage and zero_advantage_means_zero_gradient(cfg, self.kl_control.beta)
+        if skip or cfg.advantage.estimator in ("filter", "one"):
             keep &= (advantages != 0).any(dim=1)
         if cfg.update.mask_truncated:  # a cut-off completion has no verdict on its ending: leave it out
             keep &= torch.tensor([not r.truncated for r in records])
@@ -416,19 +433,20 @@ class Trainer:
         kl_seq, kl_token = self.__dict__.pop("_kl_reward", None), self.__dict__.pop("_kl_token", None)
         if kl_seq is not None:  # KL in the reward: measured on this step's records
             update["kl"], update["kl_per_completion"] = kl_token, kl_seq
-            if cfg.kl.controller == "adaptive":
-                self.kl_control.update(kl_seq, cfg.rollout.prompts_per_step * cfg.rollout.group_size)
+        # KL in the loss: the learner measured it per completion on its first pass
+        if cfg.kl.controller == "adaptive" and "kl_per_completion" in update:
+            self.kl_control.update(update["kl_per_completion"], cfg.rollout.prompts_per_step * cfg.rollout.group_size)
         self.state.kl_beta = self.kl_control.beta
         if cfg.kl.reset_every and step % cfg.kl.reset_every == 0 and self.reference is not None:
             # Iterative RL (DeepSeekMath, Algorithm 1): the reference becomes the current policy.
             self.reference.model.load_state_dict(self.policy.model.state_dict())
             self.state.reference_step = step
-        for key in ("_dyn", "_stale"):
+        for key, name in (("_dyn", ""), ("_stale", "stale_groups_dropped"), ("_verifier_errors", "error_groups_dropped")):
             value = self.__dict__.pop(key, None)
             if isinstance(value, dict):
                 update.update(value)
             elif value is not None:
-                update["stale_groups_dropped"] = value
+                update[name] = value
 
     def _count_version(self) -> None:
         self.state.policy_version += 1
