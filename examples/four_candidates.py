@@ -32,7 +32,9 @@ from pathlib import Path
 
 import torch
 
+from veriloop.algorithms import group_advantages
 from veriloop.models.candidates import CandidatePolicy
+from veriloop.rollout.records import RecordStore
 from veriloop.tasks.fixed import FixedTask
 from veriloop.training.config import build_config
 from veriloop.training.run_config import TrainConfig
@@ -53,8 +55,9 @@ def candidate_rewards(kind: str) -> list[float]:
     return [v.verify(c, PROBLEM).score for c in CANDIDATES]
 
 
-def train_rl(kind: str, run_dir: Path, rounds: int = 160, seed: int = 2026) -> CandidatePolicy:
-    """GRPO on the candidate policy with the chapter's settings; returns the trained policy."""
+def train_rl(kind: str, run_dir: Path, rounds: int = 160, seed: int = 2026) -> tuple[CandidatePolicy, int]:
+    """GRPO on the candidate policy with the chapter's settings: (the trained policy, how many of its groups
+    had all-equal rewards, i.e. advantages of exactly 0, from the trainer's own metrics)."""
     settings = {
         "run_dir": str(run_dir), "seed": seed, "steps": rounds, "save_rollouts": False,
         "rollout.prompts_per_step": 1, "rollout.group_size": 8,
@@ -66,14 +69,17 @@ def train_rl(kind: str, run_dir: Path, rounds: int = 160, seed: int = 2026) -> C
     }  # fmt: skip
     cfg = build_config(TrainConfig, {}, settings)
     policy = CandidatePolicy(CANDIDATES)
-    Trainer(cfg, progress=False, policy=policy, task=FixedTask(PROBLEM, PROBLEM), verifier=verifier(kind)).train()
-    return policy
+    trainer = Trainer(cfg, progress=False, policy=policy, task=FixedTask(PROBLEM, PROBLEM), verifier=verifier(kind))
+    trainer.train()
+    # one group per round: the share of all-equal groups of a step is 0 or 1
+    equal_groups = round(sum(row["zero_variance_fraction"] for row in trainer.metrics.rows))
+    return policy, equal_groups
 
 
 def distill(teacher_dir: Path, run_dir: Path, samples: int = 32, steps: int = 100, seed: int = 2027):
     """Teacher samples, the process verifier filters, a uniform student imitates (``--algo distill``)."""
     settings = {
-        "run_dir": str(run_dir), "seed": seed, "algo": "distill", "steps": steps, "save_rollouts": False,
+        "run_dir": str(run_dir), "seed": seed, "algo": "distill", "steps": steps, "save_rollouts": True,
         "rollout.teacher": str(teacher_dir), "rollout.prompts_per_step": 1,
         "rollout.group_size": samples, "optim.name": "sgd", "optim.lr": 0.2, "optim.grad_clip": 0.0,
         "sampling.temperature": 1.0,
@@ -82,12 +88,10 @@ def distill(teacher_dir: Path, run_dir: Path, samples: int = 32, steps: int = 10
     student = CandidatePolicy(CANDIDATES)
     task = FixedTask(PROBLEM, PROBLEM)
     Trainer(cfg, progress=False, policy=student, task=task, verifier=verifier("process")).train()
-    # One batch of teacher samples, counted by each check (what the filter keeps).
-    teacher = CandidatePolicy.load(teacher_dir)
-    draws = torch.multinomial(teacher.probs(), samples, replacement=True, generator=torch.Generator().manual_seed(seed))
-    outcome, process = candidate_rewards("outcome"), candidate_rewards("process")
-    kept = {"outcome": int(sum(outcome[k] for k in draws.tolist())),
-            "process": int(sum(process[k] for k in draws.tolist()))}  # fmt: skip
+    # The trainer's own first batch of teacher samples, counted by each check from its records: the process
+    # verifier (the filter) records the outcome check as a component of the same verdict.
+    first = RecordStore(run_dir / "rollouts").read(1)
+    kept = {check: int(sum(r.reward_components[check] for r in first)) for check in ("outcome", "process")}
     return student, kept
 
 
@@ -100,9 +104,12 @@ def run(rounds: int = 160) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         out = {"rewards": {kind: candidate_rewards(kind) for kind in VERIFIERS}}
+        out["equal_groups"] = {"rounds": rounds}
         for kind in VERIFIERS:
-            policy = train_rl(kind, tmp / kind, rounds)
+            policy, out["equal_groups"][kind] = train_rl(kind, tmp / kind, rounds)
             out[kind] = [round(float(p), 4) for p in policy.probs()]
+        # an all-equal group, e.g. rewards [1, 1, 1, 1]: every advantage is exactly 0 (no signal, no division by 0)
+        out["equal_group_advantages"] = group_advantages(torch.ones(1, 4, dtype=torch.float64)).view(-1).tolist()
         student, kept = distill(tmp / "outcome" / "final", tmp / "distill")
         student_probs = [round(float(p), 4) for p in student.probs()]
         out["distill"] = {"teacher_samples": 32, "passed": kept, "student": student_probs}
@@ -121,10 +128,15 @@ def report(out: dict) -> str:
     lines.append("")
     for kind in VERIFIERS:
         lines.append(f"trained with the {kind} reward: " + ", ".join(f"{p:.3f}" for p in out[kind]))
+    eq = out["equal_groups"]
+    lines.append(f"groups with all-equal rewards in {eq['rounds']} rounds: outcome {eq['outcome']}, "
+                 f"process {eq['process']}; advantages of [1, 1, 1, 1]: "
+                 + ", ".join(f"{a:.1f}" for a in out["equal_group_advantages"]))  # fmt: skip
     d = out["distill"]
     lines += [
         "",
-        f"filtered distillation: {d['teacher_samples']} samples of the outcome-trained policy pass outcome "
+        f"filtered distillation: the trainer's first batch of {d['teacher_samples']} samples of the outcome-trained "
+        f"policy passes outcome "
         f"{d['passed']['outcome']}, process {d['passed']['process']}; student after imitating the process-passed "
         f"ones: p(candidate 0) = {d['student'][0]:.3f}",
         "",

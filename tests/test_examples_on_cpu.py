@@ -40,9 +40,18 @@ def test_process_reward_concentrates_on_the_correct_candidate(four):
     assert p[2] < 0.01
 
 
+def test_most_groups_have_all_equal_rewards_once_the_policy_concentrates(four):
+    # chapter: 127 (outcome) and 129 (process) of 160 groups had all-equal rewards: no signal from them
+    eq = four["equal_groups"]
+    assert eq["rounds"] == 160 and 110 <= eq["outcome"] <= 150 and 110 <= eq["process"] <= 150
+    assert four["equal_group_advantages"] == [0.0, 0.0, 0.0, 0.0]
+
+
 def test_filtered_distillation_student(four):
     d = four["distill"]
-    assert d["passed"]["outcome"] == 32  # the outcome-trained teacher almost never misses the answer
+    # counted on the trainer's own first batch (chapter: outcome 32, process 18): the outcome-trained teacher
+    # almost never misses the answer (p(miss) ~ 0.008 a sample) ...
+    assert 30 <= d["passed"]["outcome"] <= 32 and d["teacher_samples"] == 32
     assert 8 <= d["passed"]["process"] <= 26  # ... but only about half its samples have right steps
     assert d["student"][0] == pytest.approx(0.959, abs=0.002)  # chapter: 0.959 (only candidate 0 is kept)
 

@@ -177,8 +177,17 @@ def test_label_file_rows_are_consistent(labelled):
 def test_trained_prm_reports_aucs_and_loads_as_a_verifier(labelled):
     root, _, summary = labelled
     ev = summary["eval"]
-    assert 0 <= ev["auc_vs_exact_checker"] <= 1 and 0 <= ev["auc_vs_hard_labels"] <= 1
+    # The reported AUCs are the ones the maths gives: recompute them from the saved PRM and the held-out file.
+    held = load_labels(str(root / "held.jsonl"))
+    flat = [s for row in load_prm(root / "prm").score([r["prompt"] for r in held], [r["completion"] for r in held])
+            for s in row]  # fmt: skip
+    truth = [x for r in held for x in sound_steps(r["completion"], r["reference"])]
+    hard = [bool(x) for r in held for x in r["hard_labels"]]
+    assert ev["steps"] == len(flat) == len(truth)
+    assert ev["auc_vs_exact_checker"] == pytest.approx(roc_auc(flat, truth), abs=1e-4)
+    assert ev["auc_vs_hard_labels"] == pytest.approx(roc_auc(flat, hard), abs=1e-4)
     assert ev["auc_vs_hard_labels"] > 0.6  # it learned something about its own labels
+    assert ev["auc_vs_exact_checker"] > 0.55  # ... and its scores rank sound steps above unsound ones
     v = get("prm", path=str(root / "prm"))
     verdict = v.verify("2+3=5;5*4=20;answer=20", "(2+3)*4")
     assert len(verdict.steps) == 3 and all(0 < s < 1 for s in verdict.steps)
