@@ -57,11 +57,15 @@ def test_generated_problems_round_trip_and_satisfy_constraints(seed):
 
 
 def test_splits_never_share_a_problem_and_are_deterministic():
-    task = ArithmeticTask(ArithmeticConfig(heldout_size=300))
+    task = ArithmeticTask(ArithmeticConfig(heldout_size=300, validation_size=300))
     heldout = {p.reference for p in task.heldout()}
-    assert len(heldout) == 300
+    validation = {p.reference for p in task.validation()}
+    assert len(heldout) == 300 and len(validation) == 300
     train = {p.reference for p in task.train_batch(5000, random.Random(0))}
-    assert not heldout & train
+    assert not heldout & train and not validation & train and not heldout & validation
+    assert {task.split_of(t) for t in validation} == {"validation"} and {task.split_of(t) for t in train} == {"train"}
+    # the held-out set is the one it always was: validation came out of the train share of the hash, not held-out's
+    assert task.heldout()[0].id == "arith-0f9f8ee0f07c"
     assert [p.id for p in ArithmeticTask(ArithmeticConfig(heldout_size=300)).heldout()] == [
         p.id for p in task.heldout()
     ]

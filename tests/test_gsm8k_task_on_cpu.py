@@ -13,7 +13,9 @@ from veriloop.verifiers import get
 
 def test_shipped_gsm8k_loads_with_its_licence():
     task = get_task("gsm8k")
-    assert len(task.train) == 7473 and len(task.heldout()) == 1319
+    # validation: the train rows whose question hashes into the first 5%, never drawn for training
+    assert len(task.train) + len(task.validation()) == 7473 and len(task.heldout()) == 1319
+    assert 300 < len(task.validation()) < 450 and not {p.id for p in task.train} & {p.id for p in task.validation()}
     assert task.train[0].prompt.startswith("Natalia sold clips") and task.train[0].reference.endswith("#### 72")
     from veriloop.tasks.gsm8k import DATA_DIR
 

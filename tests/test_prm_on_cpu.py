@@ -156,10 +156,29 @@ def labelled(tmp_path_factory):
     policy = load_policy("builtin:base")
     train = LabelConfig(problems=96, solutions=4, completions=4, output=str(root / "train.jsonl"))
     held = LabelConfig(problems=24, solutions=2, completions=4, split="heldout", output=str(root / "held.jsonl"))
+    val = LabelConfig(problems=24, solutions=2, completions=4, split="validation", output=str(root / "val.jsonl"))
     summary = label_steps(train, progress=False, policy=policy)
     label_steps(held, progress=False, policy=policy)
-    cfg = PRMTrainConfig(data=train.output, eval_data=held.output, out=str(root / "prm"), epochs=3)
+    label_steps(val, progress=False, policy=policy)
+    cfg = PRMTrainConfig(data=train.output, eval_data=held.output, val_data=val.output, out=str(root / "prm"), epochs=3)
     return root, summary, train_prm(cfg, progress=False)
+
+
+def test_the_epoch_is_chosen_on_validation_and_held_out_is_read_once(labelled):
+    root, _, summary = labelled
+    history = summary["validation_by_epoch"]
+    assert [h["epoch"] for h in history] == [1, 2, 3] and summary["select"] == "targets"
+    best = max(history, key=lambda h: h["auc_vs_targets"])
+    assert summary["selected_epoch"] == best["epoch"]
+    # the saved PRM is the selected epoch's: its validation AUC is that epoch's, recomputed from the files
+    from veriloop.prm.train import evaluate_prm
+
+    val = load_labels(str(root / "val.jsonl"))
+    assert evaluate_prm(load_prm(root / "prm"), val)["auc_vs_targets"] == pytest.approx(best["auc_vs_targets"],
+                                                                                         abs=1e-4)  # fmt: skip
+    problems = {r["reference"] for r in val}
+    assert not problems & {r["reference"] for r in load_labels(str(root / "held.jsonl"))}
+    assert not problems & {r["reference"] for r in load_labels(str(root / "train.jsonl"))}
 
 
 def test_label_file_rows_are_consistent(labelled):

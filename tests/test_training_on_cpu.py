@@ -472,3 +472,21 @@ def test_sft_on_a_jsonl_task_reads_demonstrations(tiny_policy, tmp_path):
     over["rollout.prompts_per_step"] = 8
     with pytest.raises(ValueError, match=r"demos.jsonl:2: no 'completion' field"):
         Trainer(config(tiny_policy, tmp_path / "missing", steps=1, **over), progress=False).train()
+
+
+def test_eval_reads_the_split_it_is_told_and_jsonl_tasks_take_a_validation_file(tiny_policy, tmp_path, capsys):
+    val = tmp_path / "val.jsonl"
+    val.write_text('{"prompt": "1+1?", "reference": "1+1"}\n{"prompt": "2+3?", "reference": "2+3"}\n')
+    held = tmp_path / "held.jsonl"
+    held.write_text('{"prompt": "4+4?", "reference": "4+4"}\n')
+    common = ["--policy", tiny_policy, "--task.name", "jsonl", "--task.heldout_data", str(held),
+              "--eval.n_samples", "0", "--out"]  # fmt: skip
+    assert cli.main(["eval", *common, str(tmp_path / "v.json"), "--split", "validation",
+                     "--task.validation_data", str(val)]) == 0  # fmt: skip
+    assert "2 validation problems" in capsys.readouterr().out
+    assert json.loads((tmp_path / "v.json").read_text())["split"] == "validation"
+    assert cli.main(["eval", *common, str(tmp_path / "h.json")]) == 0
+    assert "1 held-out problems" in capsys.readouterr().out
+    # a jsonl task without a validation file says so, naming the option
+    assert cli.main(["eval", *common, str(tmp_path / "x.json"), "--split", "validation"]) == 2
+    assert "task.validation_data" in capsys.readouterr().err

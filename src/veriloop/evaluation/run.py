@@ -1,4 +1,4 @@
-"""``veriloop eval``: evaluate a policy (and the task's teacher) on the held-out set."""
+"""``veriloop eval``: evaluate a policy (and the task's teacher) on the held-out (or validation) set."""
 
 from __future__ import annotations
 
@@ -8,11 +8,12 @@ from veriloop.evaluation.evaluate import EvalResult, evaluate
 from veriloop.evaluation.teacher import evaluate_teacher
 from veriloop.io import atomic_write_json
 from veriloop.models.loading import load_policy
+from veriloop.tasks.base import split_problems
 from veriloop.training.run_config import EvalRunConfig
 
 
-def format_result(name: str, r: EvalResult) -> str:
-    lines = [f"{name}: {r.num_problems} held-out problems"]
+def format_result(name: str, r: EvalResult, split: str = "heldout") -> str:
+    lines = [f"{name}: {r.num_problems} {'held-out' if split == 'heldout' else split} problems"]
     lines.append(f"  greedy accuracy      {r.greedy_accuracy:.3f}")
     if r.sampled_accuracy is not None:
         lines.append(f"  sampled accuracy     {r.sampled_accuracy:.3f}")
@@ -33,17 +34,17 @@ def run_eval(cfg: EvalRunConfig) -> dict:
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     task = cfg.task.build()
-    problems = task.heldout()
+    problems = split_problems(task, cfg.split)
     if cfg.eval.max_problems:
         problems = problems[: cfg.eval.max_problems]
     verifiers = cfg.task.eval_verifiers()
     policy = load_policy(cfg.policy)
     result = evaluate(policy, problems, verifiers, cfg.eval)
-    print(format_result(cfg.policy, result))
+    print(format_result(cfg.policy, result, cfg.split))
     teacher = evaluate_teacher(task, problems, verifiers)
     if teacher:
         print("teacher: " + ", ".join(f"{k} {v:.3f}" for k, v in teacher.items()))
-    out = {"policy": cfg.policy, "result": result.as_dict(), "teacher": teacher}
+    out = {"policy": cfg.policy, "split": cfg.split, "result": result.as_dict(), "teacher": teacher}
     if cfg.out:
         atomic_write_json(cfg.out, out)
         print(f"written to {cfg.out}")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import random
 
 from veriloop.tasks.base import Problem
+from veriloop.tasks.jsonl import DatasetError
 from veriloop.verifiers import get as get_verifier
 
 
@@ -16,7 +17,10 @@ def evaluate_teacher(task, problems: list[Problem], verifiers: dict[str, str], d
     if not hasattr(task, "teacher_completion"):
         return {}
     rng = random.Random(seed)
-    texts = [task.teacher_completion(p, rng) for p in problems for _ in range(draws)]
+    try:
+        texts = [task.teacher_completion(p, rng) for p in problems for _ in range(draws)]
+    except DatasetError:  # a dataset without a demonstration for every evaluated row has no teacher to score
+        return {}
     refs = [p.reference for p in problems for _ in range(draws)]
     outcome = [v.score >= 1 for v in get_verifier(verifiers["outcome"]).verify_batch(texts, refs)]
     out = {"accuracy": sum(outcome) / len(outcome)}

@@ -29,7 +29,7 @@ from veriloop.io import atomic_write_jsonl
 from veriloop.models.loading import load_policy
 from veriloop.prm.steps import split_steps
 from veriloop.rollout.sampler import SamplingParams
-from veriloop.tasks.base import draw_problems
+from veriloop.tasks.base import SPLITS, draw_problems
 from veriloop.training.run_config import TaskConfig
 from veriloop.verifiers import get as get_verifier
 
@@ -41,7 +41,7 @@ class LabelConfig:
     policy: str = field(default="builtin:base", metadata={"help": "policy that writes the solutions to label"})
     completer: str = field(default="", metadata={"help": "policy that completes each step prefix; '' = the policy"})
     output: str = field(default="runs/prm-labels.jsonl", metadata={"help": "labelled steps, one solution per row"})
-    split: str = field(default="train", metadata={"help": "problems from the task's train or heldout split"})
+    split: str = field(default="train", metadata={"help": "problems from the task's train, validation or heldout split"})
     problems: int = field(default=200, metadata={"help": "problems to draw (heldout: the first N)"})
     solutions: int = field(default=4, metadata={"help": "sampled solutions per problem"})
     completions: int = field(default=8, metadata={"help": "N: completions of each step prefix"})
@@ -52,8 +52,8 @@ class LabelConfig:
     sampling: SamplingParams = field(default_factory=SamplingParams)
 
     def __post_init__(self):
-        if self.split not in ("train", "heldout"):
-            raise ValueError(f"split must be train or heldout, got {self.split!r}")
+        if self.split not in SPLITS:
+            raise ValueError(f"split must be one of {SPLITS}, got {self.split!r}")
         for name in ("problems", "solutions", "completions", "batch_prompts"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")

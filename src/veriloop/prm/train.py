@@ -3,9 +3,11 @@
 Training reads the JSONL of ``veriloop prm label``.  ``labels`` chooses the target of each
 step: ``hard`` (Math-Shepherd hard label), ``soft`` (soft label) or ``outcome`` (every step
 labelled with the solution's final outcome: an outcome reward model, ORM, read at its last
-step).  Evaluation on ``eval_data`` reports ROC AUC of the step scores against the held-out
-labels, and, where the task has an exact process checker (arithmetic), against it: the
-ground truth the automatic labels only approximate.
+step).  With ``val_data`` (labels of the task's validation split) the PRM is scored after every
+epoch and the epoch with the best validation AUC (``select``) is kept: choices read validation,
+never the held-out set.  Evaluation on ``eval_data`` (held-out labels), once, at the end, reports
+ROC AUC of the step scores against the held-out labels, and, where the task has an exact process
+checker (arithmetic), against it: the ground truth the automatic labels only approximate.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 import itertools
 import random
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -25,6 +28,7 @@ from veriloop.prm.metrics import roc_auc
 from veriloop.prm.model import AGGREGATIONS, PRM, PRM_LOSSES, aggregate, load_prm, prm_loss
 
 LABEL_KINDS = ("hard", "soft", "outcome")
+SELECT = ("targets", "exact_checker", "last")
 REQUIRED = ("prompt", "reference", "completion", "steps", "soft_labels", "hard_labels", "outcome")
 
 
@@ -33,7 +37,17 @@ class PRMTrainConfig:
     """``veriloop prm train``: a scalar head (and the backbone) fitted to automatic step labels."""
 
     data: str = field(default="runs/prm-labels.jsonl", metadata={"help": "labels from `veriloop prm label`"})
-    eval_data: str = field(default="", metadata={"help": "held-out labels (label --split heldout); '' = none"})
+    eval_data: str = field(
+        default="", metadata={"help": "held-out labels (label --split heldout), read once at the end; '' = none"}
+    )
+    val_data: str = field(
+        default="", metadata={"help": "validation labels (label --split validation) to choose the epoch; '' = none"}
+    )
+    select: str = field(
+        default="targets",
+        metadata={"help": "with val_data, keep the epoch of best validation AUC against: targets (the labels "
+                  "it trains on) | exact_checker (arithmetic's ground truth) | last (no choice)"},
+    )  # fmt: skip
     backbone: str = field(default="builtin:base", metadata={"help": "causal LM to start from"})
     out: str = field(default="runs/prm", metadata={"help": "directory of the trained PRM"})
     labels: str = field(default="hard", metadata={"help": "step targets: hard | soft | outcome (an ORM)"})
@@ -58,6 +72,8 @@ class PRMTrainConfig:
             raise ValueError("loss bce needs 0/1 targets: use labels hard|outcome, or loss soft_ce|mse for soft")
         if self.aggregation not in AGGREGATIONS:
             raise ValueError(f"aggregation must be one of {AGGREGATIONS}, got {self.aggregation!r}")
+        if self.select not in SELECT:
+            raise ValueError(f"select must be one of {SELECT}, got {self.select!r}")
         if self.epochs < 1 or self.batch_size < 1 or self.lr <= 0:
             raise ValueError("epochs and batch_size must be >= 1 and lr > 0")
 
@@ -99,13 +115,17 @@ def exact_step_labels(rows: list[dict]) -> list[list[bool]] | None:
     return [sound_steps(r["completion"], r["reference"]) for r in rows]
 
 
-def evaluate_prm(prm: PRM, rows: list[dict]) -> dict:
-    """AUCs of the PRM's step scores on labelled rows (and of the labels themselves vs the truth)."""
+def evaluate_prm(prm: PRM, rows: list[dict], labels: str = "hard", cumulative: bool = False) -> dict:
+    """AUCs of the PRM's step scores on labelled rows (and of the labels themselves vs the truth).
+
+    ``auc_vs_targets``: against the rows' own training targets (``labels``, ``cumulative``) taken
+    as good above 0.5, the criterion a PRM can be chosen by without any ground truth."""
     scores = prm.score([r["prompt"] for r in rows], [r["completion"] for r in rows])
     flat = [s for row in scores for s in row]
     out = {"steps": len(flat), "solutions": len(rows)}
     hard = [bool(x) for r in rows for x in r["hard_labels"]]
     out["auc_vs_hard_labels"] = _auc(flat, hard)
+    out["auc_vs_targets"] = _auc(flat, [t > 0.5 for r in rows for t in targets(r, labels, cumulative)])
     exact = exact_step_labels(rows)
     if exact is not None:
         truth = [x for row in exact for x in row]
@@ -152,8 +172,10 @@ def fit_prm(
     progress: bool = False,
     where: str = "labels",
     cumulative: bool = False,
+    after_epoch: Callable[[int], None] | None = None,
 ) -> list[float]:
-    """Optimise the PRM (head and backbone, AdamW) on labelled rows; returns the loss of every step."""
+    """Optimise the PRM (head and backbone, AdamW) on labelled rows; returns the loss of every step.
+    ``after_epoch(epoch)`` runs after each epoch with the PRM in eval mode (e.g. a validation pass)."""
     encoded = []
     for i, r in enumerate(rows, start=1):
         seq, reads = prm.encode(r["prompt"], r["completion"])
@@ -169,7 +191,7 @@ def fit_prm(
                dynamic_ncols=True)  # fmt: skip
     prm.train()
     losses = []
-    for _ in range(epochs):
+    for epoch in range(1, epochs + 1):
         order = list(range(len(encoded)))
         rng.shuffle(order)
         for i in range(0, len(order), batch_size):
@@ -183,6 +205,10 @@ def fit_prm(
             losses.append(float(value.detach()))
             bar.update(1)
             bar.set_postfix(loss=f"{sum(losses[-20:]) / len(losses[-20:]):.4f}")
+        if after_epoch is not None:
+            prm.eval()
+            after_epoch(epoch)
+            prm.train()
     bar.close()
     prm.eval()
     return losses
@@ -193,16 +219,33 @@ def train_prm(cfg: PRMTrainConfig, progress: bool = True) -> dict:
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     rows = load_labels(cfg.data)
+    val_rows = load_labels(cfg.val_data) if cfg.val_data else []
     eval_rows = load_labels(cfg.eval_data) if cfg.eval_data else []
+    if cfg.select == "exact_checker" and val_rows and exact_step_labels(val_rows) is None:
+        raise ValueError(f"select exact_checker needs a task with an exact process checker; {cfg.val_data} has none")
     torch.manual_seed(cfg.seed)
     provenance = rows[0].get("provenance", {})
     prm = PRM(load_policy(cfg.backbone), provenance.get("splitter", "semicolon"), provenance.get("prompt_template", ""))
+    history: list[dict] = []
+    best: dict = {}
+
+    def validate(epoch: int) -> None:  # score the epoch on validation; remember the best weights
+        ev = evaluate_prm(prm, val_rows, cfg.labels, cfg.cumulative)
+        history.append({"epoch": epoch, **{k: v for k, v in ev.items() if k.startswith("auc_vs_")}})
+        key = {"targets": "auc_vs_targets", "exact_checker": "auc_vs_exact_checker", "last": None}[cfg.select]
+        value = float(epoch) if key is None else (ev[key] if ev[key] is not None else float("-inf"))
+        if not best or value > best["value"]:
+            best.update(value=value, epoch=epoch, state={k: v.clone() for k, v in prm.state_dict().items()})
+
     losses = fit_prm(prm, rows, cfg.labels, cfg.loss, cfg.epochs, cfg.batch_size, cfg.lr, cfg.seed, progress,
-                     where=cfg.data, cumulative=cfg.cumulative)  # fmt: skip
+                     where=cfg.data, cumulative=cfg.cumulative, after_epoch=validate if val_rows else None)  # fmt: skip
     summary = {"train_solutions": len(rows), "train_steps": sum(len(r["steps"]) for r in rows),
                "final_loss": round(sum(losses[-20:]) / len(losses[-20:]), 5)}  # fmt: skip
+    if val_rows:
+        prm.load_state_dict(best["state"])
+        summary.update(validation_by_epoch=history, selected_epoch=best["epoch"], select=cfg.select)
     if eval_rows:
-        summary["eval"] = evaluate_prm(prm, eval_rows)
+        summary["eval"] = evaluate_prm(prm, eval_rows, cfg.labels, cfg.cumulative)
     summary["seconds"] = round(time.time() - t0, 1)
     prm.save(cfg.out, {"kind": "orm" if cfg.labels == "outcome" else "prm", "aggregation": cfg.aggregation,
                        "labels": cfg.labels, "loss": cfg.loss, "cumulative": cfg.cumulative,

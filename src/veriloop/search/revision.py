@@ -27,7 +27,7 @@ from rapidfuzz.distance import Levenshtein
 from veriloop.io import atomic_write_jsonl
 from veriloop.models.loading import load_policy
 from veriloop.rollout.sampler import SamplingParams
-from veriloop.tasks.base import draw_problems
+from veriloop.tasks.base import SPLITS, draw_problems
 from veriloop.training.run_config import TaskConfig
 from veriloop.verifiers import get as get_verifier
 
@@ -57,7 +57,7 @@ class RevisionPairsConfig:
 
     policy: str = field(default="builtin:base", metadata={"help": "policy whose attempts are revised"})
     output: str = field(default="runs/revision-pairs.jsonl", metadata={"help": "JSONL demonstrations"})
-    split: str = field(default="train", metadata={"help": "train | heldout problems"})
+    split: str = field(default="train", metadata={"help": "train | validation | heldout problems"})
     problems: int = field(default=1000, metadata={"help": "problems to draw (heldout: the first N)"})
     samples: int = field(default=8, metadata={"help": "solutions sampled per problem"})
     keep_right: bool = field(
@@ -68,8 +68,8 @@ class RevisionPairsConfig:
     sampling: SamplingParams = field(default_factory=SamplingParams)
 
     def __post_init__(self):
-        if self.split not in ("train", "heldout"):
-            raise ValueError(f"split must be train or heldout, got {self.split!r}")
+        if self.split not in SPLITS:
+            raise ValueError(f"split must be one of {SPLITS}, got {self.split!r}")
         if self.problems < 1 or self.samples < 2:
             raise ValueError("problems must be >= 1 and samples >= 2 (a pair needs a wrong and a right one)")
         if self.sampling.temperature <= 0:

@@ -29,13 +29,14 @@ from veriloop.rollout.sampler import SamplingParams
 from veriloop.search.lm import LMProposer, PRMScorer, VerifierScorer
 from veriloop.search.strategies import NEEDS_SCORER, STRATEGIES, SearchSettings, Strategies
 from veriloop.seeding import derive_seed
+from veriloop.tasks.base import split_problems
 from veriloop.training.run_config import TaskConfig
 from veriloop.verifiers import get as get_verifier
 
 
 @dataclass
 class SearchConfig:
-    """``veriloop search``: test-time strategies over held-out problems at several budgets."""
+    """``veriloop search``: test-time strategies over held-out (or validation) problems at several budgets."""
 
     policy: str = field(default="builtin:base", metadata={"help": "policy that proposes solutions and steps"})
     prm: str = field(default="", metadata={"help": "PRM (or ORM) directory from `veriloop prm train` for scorer=prm"})
@@ -50,7 +51,8 @@ class SearchConfig:
     budgets: str = field(
         default="1,2,4,8,16", metadata={"help": "comma-separated budgets (samples / candidates / simulations)"}
     )
-    problems: int = field(default=100, metadata={"help": "first N held-out problems"})
+    problems: int = field(default=100, metadata={"help": "first N problems of the split"})
+    split: str = field(default="heldout", metadata={"help": "heldout | validation (choose strategies on validation)"})
     bin_samples: int = field(default=16, metadata={"help": "samples per problem that set its difficulty (pass rate)"})
     bin_edges: str = field(default="0.34,0.67", metadata={"help": "pass-rate edges between difficulty bins"})
     out: str = field(default="runs/search", metadata={"help": "run directory (summary.json, plot, table)"})
@@ -89,6 +91,8 @@ class SearchConfig:
             raise ValueError(f"scorer=verifier judges whole solutions only; {step_level} need step scores (a PRM)")
         if self.mcts_value not in ("prm", "verifier"):
             raise ValueError(f"mcts_value must be prm or verifier, got {self.mcts_value!r}")
+        if self.split not in ("heldout", "validation"):
+            raise ValueError(f"split must be heldout or validation, got {self.split!r}")
         if self.problems < 1 or self.bin_samples < 1 or self.expand < 1 or self.max_steps < 1:
             raise ValueError("problems, bin_samples, expand and max_steps must be >= 1")
         if self.sampling.temperature <= 0:
@@ -170,9 +174,9 @@ def run_search(cfg: SearchConfig, progress: bool = True, *, policy=None, prm=Non
               or (s == "revision" and cfg.revision_select == "prm")]  # fmt: skip
     if scored and prm is None and cfg.scorer == "prm":
         raise ValueError(f"strategies {scored} score solutions with a PRM: give --prm DIR (from `veriloop prm train`)")
-    problems = task.heldout()[: cfg.problems]
+    problems = split_problems(task, cfg.split)[: cfg.problems]
     if not problems:
-        raise ValueError(f"task {task.name!r} has no held-out problems to search on")
+        raise ValueError(f"task {task.name!r} has no {cfg.split} problems to search on")
     splitter = getattr(task, "step_splitter", "lines")
     aggregation = cfg.aggregation or (prm.meta.get("aggregation", "min") if prm is not None else "min")
     settings = SearchSettings(cfg.expand, cfg.max_steps, cfg.lookahead, cfg.uct_c, cfg.mcts_value, aggregation,

@@ -6,8 +6,8 @@ canonical completion evaluates one binary operation per step, in post-order:
     2+3=5;5*4=20;answer=20
 
 Every intermediate value of a generated problem is an integer in ``[0, max_value]``
-and every division is exact.  Train and held-out problems are separated by a hash of
-the expression text, so the splits never share a problem whatever the seeds.
+and every division is exact.  Train, validation and held-out problems are separated by a hash
+of the expression text, so the splits never share a problem whatever the seeds.
 
 The *teacher* writes the traces that SFT imitates.  It can be imperfect in systematic
 ways (all off in ``TeacherConfig()``'s zero rates; the shipped base used the defaults):
@@ -125,6 +125,13 @@ class ArithmeticConfig:
     heldout_share: float = field(
         default=0.1, metadata={"help": "share of the problem space (by hash of the text) reserved for held-out"}
     )
+    validation_size: int = field(default=400, metadata={"help": "number of problems in the fixed validation set"})
+    validation_seed: int = field(default=4321, metadata={"help": "seed that draws the validation set"})
+    validation_share: float = field(
+        default=0.05,
+        metadata={"help": "share of the problem space (by hash, next to held-out) reserved for validation: "
+                  "choices and tuning read it, never the held-out set"},
+    )  # fmt: skip
 
     def __post_init__(self):
         if self.digits < 1 or self.digits > 4:
@@ -140,8 +147,12 @@ class ArithmeticConfig:
             raise ValueError(f"arithmetic.max_value must be >= 10, got {self.max_value}")
         if not 0.0 < self.heldout_share < 1.0:
             raise ValueError(f"arithmetic.heldout_share must be in (0, 1), got {self.heldout_share}")
-        if self.heldout_size < 0:
-            raise ValueError(f"arithmetic.heldout_size must be >= 0, got {self.heldout_size}")
+        if self.heldout_size < 0 or self.validation_size < 0:
+            raise ValueError("arithmetic.heldout_size and validation_size must be >= 0")
+        if not 0.0 < self.validation_share < 1.0 - self.heldout_share:
+            raise ValueError(
+                f"arithmetic.validation_share must be in (0, 1 - heldout_share), got {self.validation_share}"
+            )
         self.weights()  # validates op_weights
 
     def weights(self) -> dict[str, float]:
@@ -360,7 +371,12 @@ def make_problem(expression: str) -> Problem:
 
 
 class ArithmeticTask:
-    """Seeded problem source with disjoint train / held-out splits."""
+    """Seeded problem source with disjoint train / validation / held-out splits.
+
+    A problem's split is fixed by a hash of its text: held-out below ``heldout_share``, validation in
+    the next ``validation_share``, train above.  (The shipped base was fine-tuned before the
+    validation split existed: its SFT traces came from what is now train and validation, never
+    held-out.)"""
 
     name = "arithmetic"
     step_splitter = "semicolon"  # veriloop.prm.split_steps: one step per ';'-separated segment
@@ -371,35 +387,47 @@ class ArithmeticTask:
         self.config = config or ArithmeticConfig()
         self.teacher = teacher or TeacherConfig()
         self.generator = ArithmeticGenerator(self.config)
-        self._heldout: list[Problem] | None = None
+        self._fixed: dict[str, list[Problem]] = {}
+
+    def split_of(self, text: str) -> str:
+        u, c = _hash_unit(text), self.config
+        if u < c.heldout_share:
+            return "heldout"
+        return "validation" if u < c.heldout_share + c.validation_share else "train"
 
     def is_heldout(self, text: str) -> bool:
-        return _hash_unit(text) < self.config.heldout_share
+        return self.split_of(text) == "heldout"
 
-    def _draw(self, rng: random.Random, heldout: bool) -> Node:
+    def _draw(self, rng: random.Random, split: str) -> Node:
         for _ in range(100_000):
             node = self.generator.sample(rng)
-            if self.is_heldout(render(node)) == heldout:
+            if self.split_of(render(node)) == split:
                 return node
-        raise RuntimeError("could not draw a problem from the requested split")
+        raise RuntimeError(f"could not draw a problem from the {split} split")
 
     def train_nodes(self, n: int, rng: random.Random) -> list[Node]:
-        return [self._draw(rng, heldout=False) for _ in range(n)]
+        return [self._draw(rng, "train") for _ in range(n)]
 
     def train_batch(self, n: int, rng: random.Random) -> list[Problem]:
         return [make_problem(render(node)) for node in self.train_nodes(n, rng)]
 
     def heldout(self) -> list[Problem]:
-        if self._heldout is None:
-            rng = random.Random(self.config.heldout_seed)
+        return self._fixed_set("heldout", self.config.heldout_size, self.config.heldout_seed)
+
+    def validation(self) -> list[Problem]:
+        return self._fixed_set("validation", self.config.validation_size, self.config.validation_seed)
+
+    def _fixed_set(self, split: str, size: int, seed: int) -> list[Problem]:
+        if split not in self._fixed:
+            rng = random.Random(seed)
             seen, out = set(), []
-            while len(out) < self.config.heldout_size:
-                text = render(self._draw(rng, heldout=True))
+            while len(out) < size:
+                text = render(self._draw(rng, split))
                 if text not in seen:
                     seen.add(text)
                     out.append(make_problem(text))
-            self._heldout = out
-        return self._heldout
+            self._fixed[split] = out
+        return self._fixed[split]
 
     def teacher_completion(self, problem: Problem, rng: random.Random) -> str:
         return teacher_trace(parse_expression(problem.reference), self.teacher, rng)

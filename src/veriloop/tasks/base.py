@@ -34,7 +34,10 @@ class Task(Protocol):
         """``n`` training problems drawn with ``rng`` (never from the held-out split)."""
 
     def heldout(self) -> list[Problem]:
-        """The fixed held-out evaluation set."""
+        """The fixed held-out evaluation set: read once per reported number."""
+
+    def validation(self) -> list[Problem]:
+        """The fixed validation set, disjoint from train and held-out: what choices and tuning read."""
 
 
 _TASKS: dict[str, Callable[..., Task]] = {}
@@ -54,13 +57,25 @@ def get_task(name: str, **options) -> Task:
     return _TASKS[name](**options)
 
 
-def draw_problems(task: Task, split: str, n: int, seed: int) -> list[Problem]:
-    """``n`` problems of ``split``: the first ``n`` held-out ones, or ``n`` train draws seeded by ``seed``."""
+SPLITS = ("train", "validation", "heldout")
+
+
+def split_problems(task: Task, split: str) -> list[Problem]:
+    """The fixed evaluation set of ``split`` (validation or heldout)."""
     if split == "heldout":
-        return task.heldout()[:n]
+        return task.heldout()
+    if split == "validation":
+        return task.validation()
+    raise ValueError(f"split must be validation or heldout, got {split!r}")
+
+
+def draw_problems(task: Task, split: str, n: int, seed: int) -> list[Problem]:
+    """``n`` problems of ``split``: the first ``n`` of a fixed set, or ``n`` train draws seeded by ``seed``."""
     if split == "train":
         return task.train_batch(n, random.Random(seed))
-    raise ValueError(f"split must be train or heldout, got {split!r}")
+    if split not in SPLITS:
+        raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
+    return split_problems(task, split)[:n]
 
 
 def task_names() -> list[str]:

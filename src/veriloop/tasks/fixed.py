@@ -25,6 +25,9 @@ class FixedTask:
     def heldout(self) -> list[Problem]:
         return [self.problem]
 
+    def validation(self) -> list[Problem]:
+        return [self.problem]  # one problem: there is nothing else to hold out
+
 
 @register_task("fixed")
 def _fixed(prompt: str = "", reference: str = "", verifier: str = "arithmetic-outcome", **_):

@@ -5,10 +5,13 @@ question followed by ``prompt_suffix``; the reference is the whole solution (the
 verifier reads its ``#### N``); the solution is also the demonstration ``--algo sft`` imitates.
 A copy of the dataset ships in ``veriloop/data/gsm8k`` (train 7,473, test 1,319 rows) and is
 the default; ``--task.data`` / ``--task.heldout_data`` point at other files of the same form.
+The validation split is the train rows whose question hashes below ``VALIDATION_SHARE`` (5%,
+about 370 rows): never drawn for training, and what choices and tuning read instead of the test set.
 """
 
 from __future__ import annotations
 
+import hashlib
 import random
 from pathlib import Path
 
@@ -17,6 +20,11 @@ from veriloop.tasks.jsonl import DatasetError, jsonl_objects
 
 DATA_DIR = Path(__file__).resolve().parent.parent / "data" / "gsm8k"
 DEFAULT_SUFFIX = "\nAnswer step by step and end with a line '#### <number>'.\n"
+VALIDATION_SHARE = 0.05
+
+
+def _in_validation(question: str) -> bool:
+    return int(hashlib.sha256(question.encode()).hexdigest()[:12], 16) / 16**12 < VALIDATION_SHARE
 
 
 def load_gsm8k(path: str | Path, split: str, suffix: str = DEFAULT_SUFFIX) -> tuple[list[Problem], dict[str, str]]:
@@ -41,7 +49,9 @@ class GSM8KTask:
 
     def __init__(self, data: str = "", heldout_data: str = "", prompt_suffix: str = DEFAULT_SUFFIX,
                  heldout_size: int = 0):  # fmt: skip
-        self.train, train_solutions = load_gsm8k(data or DATA_DIR / "train.jsonl", "train", prompt_suffix)
+        rows, train_solutions = load_gsm8k(data or DATA_DIR / "train.jsonl", "train", prompt_suffix)
+        self._validation = [p for p in rows if _in_validation(p.prompt)]
+        self.train = [p for p in rows if not _in_validation(p.prompt)]
         self._heldout, test_solutions = load_gsm8k(heldout_data or DATA_DIR / "test.jsonl", "test", prompt_suffix)
         if heldout_size:
             self._heldout = self._heldout[:heldout_size]
@@ -52,6 +62,9 @@ class GSM8KTask:
 
     def heldout(self) -> list[Problem]:
         return self._heldout
+
+    def validation(self) -> list[Problem]:
+        return self._validation
 
     def teacher_completion(self, problem: Problem, rng: random.Random) -> str:
         """The dataset's worked solution (SFT data)."""

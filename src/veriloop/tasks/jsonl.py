@@ -74,12 +74,14 @@ class JsonlTask:
     name = "jsonl"
     step_splitter = "lines"
 
-    def __init__(self, data: str, heldout_data: str = "", verifier: str = "arithmetic-outcome"):
+    def __init__(self, data: str, heldout_data: str = "", verifier: str = "arithmetic-outcome",
+                 validation_data: str = ""):  # fmt: skip
         if not data and not heldout_data:
             raise DatasetError("task jsonl needs task.data (train rows) and/or task.heldout_data (eval rows)")
         self.demonstrations: dict[str, tuple[str | None, str]] = {}
         self.train = load_problems(data, self.demonstrations) if data else []
-        self._heldout = load_problems(heldout_data) if heldout_data else []
+        self._heldout = load_problems(heldout_data, self.demonstrations) if heldout_data else []
+        self._validation = load_problems(validation_data, self.demonstrations) if validation_data else []
         self.default_verifier = verifier
 
     def train_batch(self, n: int, rng: random.Random) -> list[Problem]:
@@ -99,7 +101,13 @@ class JsonlTask:
             raise DatasetError("task jsonl has no held-out rows (set task.heldout_data)")
         return self._heldout
 
+    def validation(self) -> list[Problem]:
+        if not self._validation:
+            raise DatasetError("task jsonl has no validation rows (set task.validation_data)")
+        return self._validation
+
 
 @register_task("jsonl")
-def _jsonl(data: str = "", heldout_data: str = "", verifier: str = "arithmetic-outcome", **_):
-    return JsonlTask(data, heldout_data, verifier)
+def _jsonl(data: str = "", heldout_data: str = "", verifier: str = "arithmetic-outcome", validation_data: str = "",
+           **_):  # fmt: skip
+    return JsonlTask(data, heldout_data, verifier, validation_data)

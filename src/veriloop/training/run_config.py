@@ -30,6 +30,9 @@ class TaskConfig:
     heldout_data: str = field(
         default="", metadata={"help": "jsonl: held-out rows {prompt, reference}; gsm8k: test file (default: shipped)"}
     )
+    validation_data: str = field(
+        default="", metadata={"help": "jsonl: validation rows {prompt, reference} (what tuning reads); '' = none"}
+    )
     heldout_size: int = field(default=0, metadata={"help": "gsm8k: evaluate on the first N test rows; 0 = all"})
     verifier: str = field(default="", metadata={"help": "jsonl task: outcome verifier of its references"})
     arithmetic: ArithmeticConfig = field(default_factory=ArithmeticConfig)
@@ -39,9 +42,8 @@ class TaskConfig:
         if self.name == "arithmetic":
             return get_task("arithmetic", arithmetic=self.arithmetic, teacher=self.teacher)
         if self.name == "jsonl":
-            return get_task(
-                "jsonl", data=self.data, heldout_data=self.heldout_data, verifier=self.verifier or "arithmetic-outcome"
-            )
+            return get_task("jsonl", data=self.data, heldout_data=self.heldout_data,
+                            verifier=self.verifier or "arithmetic-outcome", validation_data=self.validation_data)  # fmt: skip
         if self.name == "gsm8k":
             return get_task("gsm8k", data=self.data, heldout_data=self.heldout_data, heldout_size=self.heldout_size)
         return get_task(self.name)
@@ -416,7 +418,7 @@ class SFTConfig:
     max_minutes: float = field(default=0.0, metadata={"help": "stop after this much wall time; 0 = no limit"})
     batch_size: int = field(default=128, metadata={"help": "traces per step"})
     eval_every: int = field(default=500, metadata={"help": "greedy held-out accuracy every N steps; 0 = never"})
-    eval_problems: int = field(default=200, metadata={"help": "held-out problems in the periodic evaluation"})
+    eval_problems: int = field(default=200, metadata={"help": "validation problems in the periodic evaluation"})
     threads: int = field(default=0, metadata={"help": "torch CPU threads; 0 = torch's default"})
     task: TaskConfig = field(default_factory=TaskConfig)
     model: TinyModelConfig = field(default_factory=TinyModelConfig)
@@ -439,7 +441,14 @@ class EvalRunConfig:
     """``veriloop eval``: held-out evaluation of a policy (and of the task's teacher)."""
 
     policy: str = field(default="builtin:base", metadata={"help": "model directory or builtin:base"})
+    split: str = field(
+        default="heldout", metadata={"help": "heldout (report) | validation (choices and tuning read this one)"}
+    )
     out: str = field(default="", metadata={"help": "write the result as JSON here"})
     threads: int = field(default=0, metadata={"help": "torch CPU threads; 0 = torch's default"})
     task: TaskConfig = field(default_factory=TaskConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
+
+    def __post_init__(self):
+        if self.split not in ("heldout", "validation"):
+            raise ValueError(f"split must be heldout or validation, got {self.split!r}")

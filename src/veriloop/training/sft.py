@@ -41,6 +41,10 @@ def _initial_policy(cfg: SFTConfig) -> Policy:
     return load_policy(cfg.policy)
 
 
+def _has_validation(cfg: SFTConfig) -> bool:
+    return cfg.task.name != "jsonl" or bool(cfg.task.validation_data)
+
+
 def run_sft(cfg: SFTConfig, progress: bool = True) -> dict:
     """Train, evaluate periodically, save the final model; returns the final metrics row."""
     if cfg.threads:
@@ -57,7 +61,8 @@ def run_sft(cfg: SFTConfig, progress: bool = True) -> dict:
     model.train()
     optimizer = build_optimizer(model, cfg.optim)
     rng = random.Random(cfg.seed)
-    heldout = task.heldout()[: cfg.eval_problems]
+    # periodic monitoring reads validation (never the held-out set); a dataset without one is not monitored
+    validation = task.validation()[: cfg.eval_problems] if cfg.eval_every and _has_validation(cfg) else []
     eval_cfg = EvalConfig(n_samples=0)
     metrics: list[dict] = []
     start = time.time()
@@ -90,15 +95,15 @@ def run_sft(cfg: SFTConfig, progress: bool = True) -> dict:
             "elapsed_s": round(elapsed, 2),
         }
         last = step + 1 == cfg.steps or (cfg.max_minutes and elapsed > cfg.max_minutes * 60)
-        if cfg.eval_every and ((step + 1) % cfg.eval_every == 0 or last) and heldout:
-            result = evaluate(Policy(model, tok, "training"), heldout, cfg.task.eval_verifiers(), eval_cfg)
+        if cfg.eval_every and ((step + 1) % cfg.eval_every == 0 or last) and validation:
+            result = evaluate(Policy(model, tok, "training"), validation, cfg.task.eval_verifiers(), eval_cfg)
             model.train()
-            row["heldout_greedy_accuracy"] = result.greedy_accuracy
+            row["validation_greedy_accuracy"] = result.greedy_accuracy
             if result.wrong_steps_rate is not None:
-                row["heldout_wrong_steps_rate"] = result.wrong_steps_rate
+                row["validation_wrong_steps_rate"] = result.wrong_steps_rate
             bar.write(
                 f"step {step + 1}: loss {float(loss.detach()):.4f}, "
-                f"held-out greedy accuracy {result.greedy_accuracy:.3f}"
+                f"validation greedy accuracy {result.greedy_accuracy:.3f}"
             )
         metrics.append(row)
         if len(metrics) % 100 == 0:
