@@ -1,32 +1,40 @@
 """What matters in GRPO on the built-in task: one setting changed at a time, same base and budget.
 
-    python benchmarks/grpo_ablations.py [--steps 150] [--only NAME ...] [--json FILE]
+    python benchmarks/grpo_ablations.py [--steps 200] [--seeds 0] [--only NAME ...] [--json FILE]
 
 Each variant trains from the shipped base with the demo's defaults except the named change,
-then reports held-out greedy accuracy, the right-answer-wrong-steps rate and wall time.
-Takes about 3 minutes per variant on two cores.
+then reports held-out greedy accuracy, the right-answer-wrong-steps rate and wall time
+(``mean ± sd`` over ``--seeds`` when several are given).  Takes 3-7 minutes per variant and seed
+on two cores.  Skipping flat groups (``update.skip_zero_advantage``) only leaves out rows whose
+gradient is exactly 0, so it changes nothing while the KL sits in the loss; at ``kl.beta 0`` it
+is a pure saving, which the two ``kl_beta 0`` rows show.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import sys
 import tempfile
 import time
+from pathlib import Path
 
-from veriloop.evaluation.evaluate import EvalConfig, evaluate
-from veriloop.models.loading import load_policy
-from veriloop.training.config import build_config
-from veriloop.training.run_config import TrainConfig
-from veriloop.training.trainer import Trainer
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import fmt, parse_seeds, silence_hub_progress  # noqa: E402
+
+from veriloop.evaluation.evaluate import EvalConfig, evaluate  # noqa: E402
+from veriloop.models.loading import load_policy  # noqa: E402
+from veriloop.training.config import build_config  # noqa: E402
+from veriloop.training.run_config import TrainConfig  # noqa: E402
+from veriloop.training.trainer import Trainer  # noqa: E402
 
 VARIANTS = {
     "default (outcome reward)": {},
     "process reward": {"verifier": "arithmetic-process"},
     "kl_beta 0.02": {"kl.beta": 0.02},
-    "kl_beta 0 (no reference)": {"kl.beta": 0.0},
+    "kl_beta 0 (no reference; flat groups skipped)": {"kl.beta": 0.0},
+    "kl_beta 0, flat groups kept": {"kl.beta": 0.0, "update.skip_zero_advantage": False},
     "temperature 1.0": {"sampling.temperature": 1.0},
-    "keep zero-variance groups": {"update.skip_zero_advantage": False},
     "sample std": {"advantage.std": "sample"},
     "token-mean aggregation": {"loss.aggregation": "token-mean"},
     "plain: lr 1e-4, T 1.0, no clip, no KL": {
@@ -39,38 +47,45 @@ VARIANTS = {
 }
 
 
-def run(name: str, overrides: dict, steps: int) -> dict:
+def run(name: str, overrides: dict, steps: int, seed: int, threads: int) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
-        cfg = build_config(TrainConfig, {}, {"run_dir": tmp, "steps": steps, "save_rollouts": False, **overrides})
+        cfg = build_config(TrainConfig, {}, {"run_dir": tmp, "steps": steps, "save_rollouts": False, "seed": seed,
+                                             "threads": threads, **overrides})  # fmt: skip
         t0 = time.time()
         Trainer(cfg, progress=False).train()
         seconds = time.time() - t0
         task = cfg.task.build()
         policy = load_policy(f"{tmp}/final")
         result = evaluate(policy, task.heldout(), cfg.task.eval_verifiers(), EvalConfig(n_samples=0))
-    return {"variant": name, "greedy_accuracy": result.greedy_accuracy,
+    return {"variant": name, "seed": seed, "greedy_accuracy": result.greedy_accuracy,
             "wrong_steps_rate": result.wrong_steps_rate, "mul_accuracy": result.by_tag["mul"]["greedy_accuracy"],
             "clean_accuracy": result.by_tag["clean"]["greedy_accuracy"], "train_seconds": seconds}  # fmt: skip
 
 
 def main() -> None:
-    from transformers.utils import logging as hf_logging
-
-    hf_logging.disable_progress_bar()
+    silence_hub_progress()
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--steps", type=int, default=200)
+    p.add_argument("--seeds", default="0", help="comma-separated run seeds; several give mean ± sd")
+    p.add_argument("--threads", type=int, default=0, help="torch CPU threads; 0 = torch's default")
     p.add_argument("--only", nargs="*", default=None, help="variant names to run (default: all)")
     p.add_argument("--json", default="")
     args = p.parse_args()
+    seeds = parse_seeds(args.seeds)
     names = args.only or list(VARIANTS)
+    unknown = [n for n in names if n not in VARIANTS]
+    if unknown:
+        raise SystemExit(f"unknown variant(s) {unknown}; known: {list(VARIANTS)}")
     rows = []
-    print(f"| variant ({args.steps} steps) | held-out greedy | right answer, wrong steps | `mul` | `clean` | train s |")
+    print(f"| variant ({args.steps} steps; seeds {args.seeds}) | held-out greedy | right answer, wrong steps | `mul` "
+          "| `clean` | train s |")  # fmt: skip
     print("|---|---:|---:|---:|---:|---:|")
     for name in names:
-        r = run(name, VARIANTS[name], args.steps)
-        rows.append(r)
-        print(f"| {name} | {r['greedy_accuracy']:.3f} | {r['wrong_steps_rate']:.3f} | {r['mul_accuracy']:.3f} "
-              f"| {r['clean_accuracy']:.3f} | {r['train_seconds']:.0f} |", flush=True)  # fmt: skip
+        rs = [run(name, VARIANTS[name], args.steps, seed, args.threads) for seed in seeds]
+        rows += rs
+        cells = [fmt([r[k] for r in rs]) for k in ("greedy_accuracy", "wrong_steps_rate", "mul_accuracy",
+                                                   "clean_accuracy")]  # fmt: skip
+        print(f"| {name} | " + " | ".join(cells) + f" | {fmt([r['train_seconds'] for r in rs], 0)} |", flush=True)
     if args.json:
         with open(args.json, "w") as fh:
             json.dump(rows, fh, indent=2)

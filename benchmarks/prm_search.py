@@ -1,20 +1,25 @@
 """PRM from automatic labels, test-time strategies against compute, process-supervised GRPO.
 
-    python benchmarks/prm_search.py                 # every stage (about 25 minutes on two cores)
+    python benchmarks/prm_search.py                 # every stage (about 50 minutes on two cores)
     python benchmarks/prm_search.py --stages search  # one stage, reusing the earlier ones' files
+    python benchmarks/prm_search.py --quick          # every stage at toy sizes (a smoke test)
 
 Stages (files under --out, default runs/bench-prm):
 
-1. ``label``: Math-Shepherd labels from the shipped base (it writes and completes the
-   solutions): 400 train problems x 4 solutions x N=8, and 100 held-out problems x 4.
-2. ``train``: a PRM (hard labels, BCE) and an ORM (outcome labels) on the same solutions;
-   ROC AUC of held-out step scores against the held-out labels and against the exact process
-   checker (ground truth, never used in training).
-3. ``search``: every strategy at budgets 1-16 on 200 held-out problems with the PRM, plus
+0. ``completer``: the faithful completer, the base SFT'd on a teacher whose subtraction slips are
+   carried forward, never repaired (see ``stage_completer``).
+1. ``label``: Math-Shepherd labels of the shipped base's solutions (4 per problem), every step
+   prefix completed N=8 times by each completer (``--completers faithful,base``): 400 train,
+   100 validation and 100 held-out problems.
+2. ``train``: PRM variants (``--variants``: completer x targets, and an ORM), each for up to 5
+   epochs with the epoch chosen by validation AUC against its own labels; the PRM the later
+   stages use is the variant with the best validation AUC against the exact process checker
+   (ground truth, never used in training or labelling).  Held-out AUCs are read once per variant.
+3. ``search``: every strategy at budgets 1-16 on 200 held-out problems with that PRM, plus
    best-of-N ranked by the ORM; accuracy and mean tokens per problem, by difficulty bin.
 4. ``grpo``: GRPO from the base with the outcome reward, with PRM step rewards alone
-   (grpo_process) and with both (outcome_weight 1), same steps and samples; held-out accuracy
-   and right-answer-wrong-steps rate.
+   (grpo_process), with both (outcome_weight 1), and with the PRM refreshed on the policy's own
+   samples every 10 steps; same steps and samples; held-out accuracy and wrong-steps rate.
 5. ``revision``: wrong -> right pairs (nearest by edit distance) from the base's samples on
    2,000 train problems, a revision model SFT'd on them from the base, and the ``revision``
    strategy (chains of 1-16 attempts) selecting by PRM, majority or last attempt.
@@ -56,43 +61,82 @@ def completer_path(out: Path, completer: str) -> str:
     return {"faithful": str(out / "completer" / "final"), "base": ""}.get(completer, completer)
 
 
-def stage_label(out: Path, completer: str, quick: bool) -> None:
+def labels_file(out: Path, completer: str, split: str) -> Path:
+    return out / f"labels-{completer}-{split}.jsonl"
+
+
+def stage_label(out: Path, completers: list[str], quick: bool) -> None:
+    """Math-Shepherd labels of the base's solutions, completed by each completer, on train, validation and
+    held-out problems (the same solutions for every completer: one sampling seed per split)."""
     policy = load_policy("builtin:base")
-    completer = completer_path(out, completer)
-    comp = load_policy(completer) if completer else None
-    n_train, n_held = (40, 20) if quick else (400, 100)
-    for name, cfg in {
-        "train": LabelConfig(problems=n_train, solutions=4, completions=8, output=str(out / "labels-train.jsonl")),
-        "heldout": LabelConfig(
-            problems=n_held, solutions=4, completions=8, split="heldout", output=str(out / "labels-heldout.jsonl")
-        ),  # fmt: skip
-    }.items():
-        cfg.completer = completer
-        s = label_steps(cfg, progress=True, policy=policy, completer=comp)
-        print(f"labels {name}: {s['solutions']} solutions, {s['steps']} steps, {s['completions']} completions, "
-              f"mean soft label {s['mean_soft_label']:.3f}, {s['seconds']} s")  # fmt: skip
+    sizes = {"train": 40, "validation": 20, "heldout": 20} if quick else {"train": 400, "validation": 100,
+                                                                           "heldout": 100}  # fmt: skip
+    for completer in completers:
+        path = completer_path(out, completer)
+        comp = load_policy(path) if path else None
+        for split, n in sizes.items():
+            cfg = LabelConfig(problems=n, solutions=4, completions=8, split=split,
+                              output=str(labels_file(out, completer, split)))  # fmt: skip
+            cfg.completer = path
+            s = label_steps(cfg, progress=True, policy=policy, completer=comp)
+            print(f"labels {completer}/{split}: {s['solutions']} solutions, {s['steps']} steps, "
+                  f"{s['completions']} completions, mean soft label {s['mean_soft_label']:.3f}, {s['seconds']} s")
 
 
-def stage_train(out: Path, quick: bool) -> None:
-    rows = []
-    for name, labels in (("prm", "hard"), ("orm", "outcome")):
-        cfg = PRMTrainConfig(data=str(out / "labels-train.jsonl"), eval_data=str(out / "labels-heldout.jsonl"),
-                             out=str(out / name), labels=labels, loss="bce", epochs=1 if quick else 5,
-                             aggregation="min" if name == "prm" else "last", cumulative=name == "prm")  # fmt: skip
+# name -> (completer whose labels it trains on, targets, cumulative, loss)
+PRM_VARIANTS = {
+    "prm-base-step": ("base", "hard", False, "bce"),
+    "prm-faithful-step": ("faithful", "hard", False, "bce"),
+    "prm-faithful-min": ("faithful", "hard", True, "bce"),
+    "orm-faithful": ("faithful", "outcome", False, "bce"),
+}
+
+
+def stage_train(out: Path, variants: list[str], quick: bool) -> None:
+    """Each variant: up to 5 epochs, the epoch kept by validation AUC against its own targets; then the PRM
+    used by the later stages (``out/prm``) is the PRM variant with the best validation AUC against the
+    exact checker, and the ORM (``out/orm``) the ORM.  Held-out AUCs are reported once, for every variant."""
+    results = {}
+    for name in variants:
+        completer, labels, cumulative, loss = PRM_VARIANTS[name]
+        cfg = PRMTrainConfig(data=str(labels_file(out, completer, "train")),
+                             val_data=str(labels_file(out, completer, "validation")),
+                             eval_data=str(labels_file(out, completer, "heldout")), out=str(out / name),
+                             labels=labels, loss=loss, cumulative=cumulative, epochs=1 if quick else 5,
+                             aggregation="last" if labels == "outcome" else "min")  # fmt: skip
         s = train_prm(cfg, progress=True)
-        rows.append((name, s))
-    print("\n| model | labels (PRM: running min) | held-out steps | AUC vs held-out labels | AUC vs exact checker "
-          "| train s |")  # fmt: skip
-    print("|---|---|---|---|---|---|")
-    for name, s in rows:
-        e = s["eval"]
-        print(f"| {name} | {'hard' if name == 'prm' else 'outcome'} | {e['steps']} | {e['auc_vs_hard_labels']:.3f} | "
-              f"{e['auc_vs_exact_checker']:.3f} | {s['seconds']} |")  # fmt: skip
-    e = rows[0][1]["eval"]
-    print("by problem class (AUC vs exact checker):", json.dumps(e["auc_vs_exact_checker_by_tag"]))
-    print(f"\nThe soft labels themselves rank held-out steps with AUC {e['soft_labels_auc_vs_exact_checker']:.3f} "
-          f"against the exact checker; {e['unsound_steps_labelled_good']:.1%} of unsound held-out steps carry a "
-          "good hard label (the completer repairs them).")  # fmt: skip
+        # the chosen epoch scored against the exact checker on validation (a choice between variants, below)
+        from veriloop.prm.model import load_prm
+        from veriloop.prm.train import evaluate_prm, load_labels
+
+        val = evaluate_prm(load_prm(out / name), load_labels(cfg.val_data), labels, cumulative)
+        results[name] = (s, val)
+    prms = [n for n in variants if PRM_VARIANTS[n][1] != "outcome"]
+    chosen = max(prms, key=lambda n: results[n][1]["auc_vs_exact_checker"] or 0.0)
+    for link, target in (("prm", chosen), ("orm", next((n for n in variants if n.startswith("orm")), None))):
+        if target:
+            shutil.rmtree(out / link, ignore_errors=True)
+            shutil.copytree(out / target, out / link)
+    print("\n| model | completer | targets | epoch (chosen on validation) | validation AUC vs exact checker | "
+          "held-out AUC vs its labels | held-out AUC vs exact checker | `clean` | `mul` | `sub-inner` | train s |")
+    print("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for name in variants:
+        s, val = results[name]
+        completer, labels, cumulative, _ = PRM_VARIANTS[name]
+        e, tags = s["eval"], s["eval"]["auc_vs_exact_checker_by_tag"]
+        target = "outcome" if labels == "outcome" else ("hard, running min" if cumulative else "hard, per step")
+        by = " | ".join(f"{tags[t]['auc']:.3f}" if t in tags and tags[t]["auc"] is not None else "-"
+                        for t in ("clean", "mul", "sub-inner"))  # fmt: skip
+        print(f"| {name}{' (used below)' if name == chosen else ''} | {completer} | {target} | {s['selected_epoch']} "
+              f"| {val['auc_vs_exact_checker']:.3f} | {e['auc_vs_targets']:.3f} | {e['auc_vs_exact_checker']:.3f} "
+              f"| {by} | {s['seconds']} |")  # fmt: skip
+    for completer in sorted({PRM_VARIANTS[n][0] for n in variants}):
+        e = next(results[n][0]["eval"] for n in variants if PRM_VARIANTS[n][0] == completer)
+        print(f"labels of the {completer} completer (held-out): soft labels rank steps with AUC "
+              f"{e['soft_labels_auc_vs_exact_checker']:.3f} against the exact checker; "
+              f"{e['unsound_steps_labelled_good']:.1%} of unsound steps carry a good hard label")  # fmt: skip
+    (out / "prm-variants.json").write_text(json.dumps({n: {"train": s, "validation": v} for n, (s, v) in
+                                                        results.items()}, indent=1, default=str))  # fmt: skip
 
 
 def stage_search(out: Path, problems: int, quick: bool) -> None:
@@ -124,7 +168,7 @@ def stage_grpo(out: Path, steps: int, runs: list[str]) -> None:
         extra = json.loads(json.dumps(GRPO_RUNS[name]))
         if extra["algo"] == "grpo_process":
             extra.setdefault("process", {})["prm"] = str(out / "prm")
-            extra["process"]["replay_data"] = str(out / "labels-train.jsonl")
+            extra["process"]["replay_data"] = json.loads((out / "prm" / "prm.json").read_text())["data"]
         run_dir = out / f"grpo-{name.replace('+', '-')}"
         shutil.rmtree(run_dir, ignore_errors=True)  # this benchmark's own earlier run of the stage
         cfg = build_config(TrainConfig, {"run_dir": str(run_dir), "steps": steps, **extra}, {})
@@ -180,8 +224,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", default="runs/bench-prm")
     ap.add_argument("--stages", default=",".join(STAGES), help="comma-separated: " + ", ".join(STAGES))
-    ap.add_argument("--completer", default="faithful",
-                    help="faithful (stage completer's model) | base (the policy) | a model directory")  # fmt: skip
+    ap.add_argument("--completers", default="faithful,base",
+                    help="label stage: faithful (stage completer's model) | base (the policy) | a model directory")
+    ap.add_argument("--variants", default=",".join(PRM_VARIANTS), help="train stage: " + ", ".join(PRM_VARIANTS))
     ap.add_argument("--problems", type=int, default=200, help="held-out problems in the search stage")
     ap.add_argument("--grpo_steps", type=int, default=200, help="steps of each GRPO run")
     ap.add_argument("--grpo_runs", default=",".join(GRPO_RUNS), help="grpo stage runs: " + ", ".join(GRPO_RUNS))
@@ -196,9 +241,9 @@ def main() -> None:
         if stage == "completer":
             stage_completer(out, args.quick)
         elif stage == "label":
-            stage_label(out, args.completer, args.quick)
+            stage_label(out, args.completers.split(","), args.quick)
         elif stage == "train":
-            stage_train(out, args.quick)
+            stage_train(out, args.variants.split(","), args.quick)
         elif stage == "search":
             stage_search(out, args.problems, args.quick)
         elif stage == "grpo":

@@ -167,6 +167,8 @@ def run_demo(cfg: DemoConfig, progress: bool = True) -> dict:
         "train_seconds": round(train_s, 1),
         "total_seconds": round(time.time() - started, 1),
         "heldout_problems": len(problems),
+        "seed": cfg.train.seed,
+        "run_dir": str(out),
     }
     if process is not None:
         summary.update(
