@@ -80,8 +80,8 @@ def run(name: str, root: Path, steps: int, prompts: int, group: int, seed: int, 
             "tokens": int(sum(r.get("sampled_tokens", 0) for r in rows)), "train_seconds": seconds}  # fmt: skip
 
 
-def base_row() -> dict:
-    cfg = build_config(TrainConfig, {}, {})
+def base_row(extra: dict) -> dict:
+    cfg = build_config(TrainConfig, {}, {k: v for k, v in extra.items() if k.startswith("task.")})
     result = evaluate(load_policy(cfg.policy), cfg.task.build().heldout(), cfg.task.eval_verifiers(),
                       EvalConfig(n_samples=0))  # fmt: skip
     return {"algo": "base (no training)", "seed": None, "greedy_accuracy": result.greedy_accuracy,
@@ -135,7 +135,7 @@ def main() -> None:
                 per_algo.setdefault(algo, []).append(r)
                 print(f"  seed {seed} {algo}: held-out greedy {r['greedy_accuracy']:.3f}, wrong steps "
                       f"{r['wrong_steps_rate']:.3f}, {r['train_seconds']:.0f} s", flush=True)  # fmt: skip
-    base = base_row()
+    base = base_row(extra)
     seeds = ",".join(map(str, args.seeds))
     print(f"\n| method ({args.steps} steps x {args.prompts} x {args.group}; seeds {seeds}) | held-out greedy | "
           "right answer, wrong steps | steps | completions | tokens | train s |")  # fmt: skip

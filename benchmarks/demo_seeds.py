@@ -1,6 +1,6 @@
 """The demo's table over several seeds: mean and spread of every column.
 
-    python benchmarks/demo_seeds.py [--seeds 0,1,2] [--out runs/bench-demo] [--threads 0] [--json FILE]
+    python benchmarks/demo_seeds.py [--seeds 0,1,2] [--out runs/bench-demo] [--threads 0] [--set KEY=VALUE ...]
 
 Runs ``veriloop demo`` (defaults: base and teacher evaluation, GRPO on the outcome reward, the
 continued-SFT control for the same wall time, GRPO on the process reward) once per seed
@@ -36,13 +36,14 @@ def main() -> None:
     ap.add_argument("--seeds", default="0,1,2", help="comma-separated train seeds")
     ap.add_argument("--out", default="runs/bench-demo")
     ap.add_argument("--threads", type=int, default=0, help="torch CPU threads; 0 = torch's default")
+    ap.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="demo options for every seed")
     ap.add_argument("--json", default="")
     args = ap.parse_args()
     seeds = parse_seeds(args.seeds)
     per_seed, evals, seconds = [], [], []
     for seed in seeds:
         cfg = build_config(DemoConfig, {}, {"run_dir": f"{args.out}/seed-{seed}", "train.seed": seed,
-                                            "threads": args.threads})  # fmt: skip
+                                            "threads": args.threads, **dict(kv.split("=", 1) for kv in args.set)})
         summary = run_demo(cfg, progress=False)
         out = Path(summary["run_dir"])
         evals.append(json.loads((out / "eval.json").read_text()))
