@@ -2,33 +2,56 @@
 
 The reference is the problem's expression (``(2+3)*4``), evaluated exactly; a reference
 that does not parse or is not an integer raises ``VerifierError`` (an error, not a 0).
+As in the seeds, each verifier checks one thing: a format failure is not a maths failure.
 
-* ``arithmetic-outcome``: 1 iff the completion has exactly one ``answer=`` segment, it
-  is the last segment, it is exactly ``answer=<integer>`` (no trailing text, no ``or``,
-  no leading zeros) and the integer equals the reference's value.  Steps are not read.
-* ``arithmetic-format``: 1 iff the whole completion is ``(a op b=c;)*answer=N``.
-* ``arithmetic-process``: 1 iff format and outcome pass, every equation is true, every
-  step is one operation of the expression applied to numbers of the problem or results
-  of earlier steps (any order that respects the tree; ``+``/``*`` operands may be
-  swapped), every operation is computed once, and the last result is the answer.
-* ``arithmetic``: 0.8 outcome + 0.2 format (the seeds' R = 0.8 O + 0.2 F).
+* ``arithmetic-outcome`` (O): the one final value, read by the strict final-answer policies
+  of ``answers.extract_answer`` (``answer=N``, ``答案=N``, ``得数为N``, ``#### N``, ``\\boxed{N}``,
+  "the answer is N"; ``answer_prefix`` adds ``PREFIX=N``) as a number; 1 iff its value is an
+  integer equal to the reference's.  Two answers (``20或9``, ``answer=20;answer=9``) are
+  ``ambiguous``; a negated, hedged or conditional value or trailing prose is no answer.
+  ``03``, ``+3`` and ``3.0`` denote the integer 3 and count (the format check is where they
+  fail); ``3.5`` and ``24/8`` are wrong.  No last-line fallback: a trace that stops without
+  stating an answer (``2+3=5;5*4=20``, or one cut off by the length limit) states none, and
+  its last result is an intermediate value, not a claim.  Steps are not read.
+* ``arithmetic-format`` (F), after NFKC (``答案＝３`` is ``答案=3``): ``require="trace"`` (the
+  default; the built-in prompt asks for it): the whole completion is ``(a op b=c;)*PREFIX=N``;
+  ``require="ending"`` (the seeds' F): it ends with ``PREFIX=N`` (an integer), stated once.
+* ``arithmetic-process`` (P), independent of the format: the steps are read leniently
+  (``＋`` ``＝`` ``×`` ``÷``; separated by ``;`` ``；`` ``，`` ``,`` or newlines); every segment is
+  an equation or the answer statement, no equation after the answer; every equation is true;
+  every step is one operation of the expression applied to numbers of the problem or results
+  of earlier steps (any order that respects the tree; ``+``/``*`` operands may be swapped),
+  every operation is computed once; and the outcome is correct and equals the last result.
+* ``arithmetic``: 0.8 outcome + 0.2 format (the seeds' R = 0.8 O + 0.2 F); ``format_require``
+  is passed to the format part; the verdict's outcome is the outcome part's.
+
+Outcomes (``Verdict.outcome``): outcome ``correct`` / ``wrong`` / ``no_answer`` / ``ambiguous``;
+process ``correct`` / ``wrong_steps`` (right answer, the steps fail) / ``wrong`` / ``no_answer`` /
+``ambiguous``; format ``correct`` / ``bad_format``.
 """
 
 from __future__ import annotations
 
+import re
+import unicodedata
+from decimal import Decimal, InvalidOperation
 from functools import lru_cache
 
 from veriloop.tasks.arithmetic import (
     DEFAULT_ANSWER_PREFIX,
+    NUMBER,
     STEP_RE,
     Step,
     TraceFormatError,
-    answer_regex,
     parse_trace,
 )
 from veriloop.tasks.expressions import ExpressionError, Node, internal_nodes, parse_expression
+from veriloop.verifiers.answers import MARKER_POLICIES, extract_answer, normalize_text
 from veriloop.verifiers.base import Verdict, Verifier, VerifierError, register
 from veriloop.verifiers.composite import WeightedVerifier
+
+FORMAT_REQUIRE = ("trace", "ending")
+_EQUATION = re.compile(r"(-?\d+)\s*([-+*/])\s*(-?\d+)\s*=\s*(-?\d+)")  # lenient: spaces, leading zeros
 
 
 @lru_cache(maxsize=65536)
@@ -42,21 +65,46 @@ def reference_tree(reference: str) -> Node:
     return node
 
 
-def check_outcome(completion: str, value: int, prefix: str = DEFAULT_ANSWER_PREFIX) -> tuple[bool, str]:
-    text = completion.strip()
-    segments = text.split(";")
-    n_answers = sum(1 for s in segments if s.startswith(prefix))
-    if n_answers == 0:
-        return False, f"no '{prefix}=' segment"
-    if n_answers > 1:
-        return False, f"{n_answers} answer segments; exactly one is allowed"
-    m = answer_regex(prefix).fullmatch(segments[-1])
-    if m is None:
-        return False, f"final segment {segments[-1]!r} is not exactly '{prefix}=<integer>'"
-    got = int(m.group(1))
-    if got != value:
-        return False, f"answer {got} != {value}"
-    return True, ""
+def answer_policies(prefix: str = DEFAULT_ANSWER_PREFIX) -> tuple[str, ...]:
+    """Every answer marker (``answer`` and ``答案`` are built in), plus ``PREFIX=`` for another prefix."""
+    return MARKER_POLICIES + (() if prefix in ("answer", "答案") else (f"prefix={prefix}",))
+
+
+def read_outcome(completion: str, value: int, prefix: str = DEFAULT_ANSWER_PREFIX) -> tuple[str, str, int | None]:
+    """``(outcome, detail, answer)``: the completion's one final value checked against ``value``."""
+    found = extract_answer(completion, answer_policies(prefix), kind="number")
+    if found.status == "none":
+        return "no_answer", f"no final answer ({found.reason})", None
+    if found.status == "ambiguous":
+        return "ambiguous", f"several final answers {list(found.candidates)} ({found.reason})", None
+    text = (found.answer or "").replace(",", "")
+    try:
+        number = Decimal(text) if re.fullmatch(r"[-+]?\d+(?:\.\d+)?", text) else None
+    except InvalidOperation:
+        number = None
+    if number is None or number != number.to_integral_value():
+        return "wrong", f"answer {found.answer!r} is not an integer", None
+    if int(number) != value:
+        return "wrong", f"answer {found.answer} != {value}", int(number)
+    return "correct", "", int(number)
+
+
+def read_steps(completion: str, prefix: str = DEFAULT_ANSWER_PREFIX) -> tuple[list[Step], str]:
+    """The equations of a leniently written trace, and what is wrong with its layout ("" if nothing)."""
+    segments = [s.strip() for s in re.split(r"[;,\n]", normalize_text(completion)) if s.strip()]
+    steps: list[Step] = []
+    answered = False
+    for k, seg in enumerate(segments, start=1):
+        m = _EQUATION.fullmatch(seg)
+        if m and not answered:
+            steps.append(Step(int(m.group(1)), m.group(2), int(m.group(3)), int(m.group(4))))
+        elif m:
+            return steps, f"segment {k} {seg!r} comes after the answer"
+        elif extract_answer(seg, answer_policies(prefix), kind="number").status != "none":
+            answered = True
+        else:
+            return steps, f"segment {k} {seg!r} is neither an equation 'a op b=c' nor the answer"
+    return steps, ""
 
 
 def _matches(step: Step, node: Node) -> bool:
@@ -143,53 +191,74 @@ def sound_steps(completion: str, reference: str, prefix: str = DEFAULT_ANSWER_PR
 
 
 class _Arithmetic(Verifier):
-    """``answer_prefix`` names the final segment's key (``answer`` by default; the seeds use 答案)."""
+    """``answer_prefix`` names the final statement's key (``answer`` by default; the seeds use 答案)."""
 
     def __init__(self, answer_prefix: str = DEFAULT_ANSWER_PREFIX):
         if not answer_prefix or ";" in answer_prefix or "=" in answer_prefix:
             raise ValueError(f"answer_prefix must be a non-empty word without ';' or '=', got {answer_prefix!r}")
         self.answer_prefix = answer_prefix
 
+    def _outcome(self, outcome: str, components: dict[str, float], score: float, details: str = "") -> Verdict:
+        return Verdict(float(score), dict(components), self.tag, details, outcome)
+
 
 class ArithmeticOutcome(_Arithmetic):
-    name, version = "arithmetic-outcome", "1"
+    name, version = "arithmetic-outcome", "2"  # 2: the final value read by the shared answer policies
 
     def verify(self, completion: str, reference: str) -> Verdict:
-        ok, why = check_outcome(completion, int(reference_tree(reference).value), self.answer_prefix)
-        return self._verdict(float(ok), {"outcome": float(ok)}, why)
+        outcome, why, _ = read_outcome(completion, int(reference_tree(reference).value), self.answer_prefix)
+        ok = float(outcome == "correct")
+        return self._outcome(outcome, {"outcome": ok}, ok, why)
 
 
 class ArithmeticFormat(_Arithmetic):
-    name, version = "arithmetic-format", "1"
+    """``require``: ``trace`` (the whole ``a op b=c;...;PREFIX=N`` trace) or ``ending`` (only the
+    required ending ``PREFIX=N``, an integer, stated once)."""
+
+    name, version = "arithmetic-format", "2"  # 2: NFKC first; require="ending"
+
+    def __init__(self, answer_prefix: str = DEFAULT_ANSWER_PREFIX, require: str = "trace"):
+        super().__init__(answer_prefix)
+        if require not in FORMAT_REQUIRE:
+            raise ValueError(f"require must be one of {FORMAT_REQUIRE}, got {require!r}")
+        self.require = require
+
+    def check(self, completion: str) -> str:
+        """What is wrong with the format ("" if nothing)."""
+        text = unicodedata.normalize("NFKC", completion).strip()
+        if self.require == "trace":
+            try:
+                parse_trace(text, self.answer_prefix)
+            except TraceFormatError as e:
+                return str(e)
+            return ""
+        key = re.escape(self.answer_prefix)
+        if not re.search(rf"(?<![A-Za-z0-9_]){key}=({NUMBER})$", text):
+            return f"does not end with '{self.answer_prefix}=<integer>'"
+        stated = len(re.findall(rf"(?<![A-Za-z0-9_]){key}\s*[=:]", text))
+        return "" if stated == 1 else f"'{self.answer_prefix}=' is stated {stated} times"
 
     def verify(self, completion: str, reference: str) -> Verdict:
         reference_tree(reference)  # an invalid reference is an error for every verifier
-        try:
-            parse_trace(completion.strip(), self.answer_prefix)
-        except TraceFormatError as e:
-            return self._verdict(0.0, {"format": 0.0}, str(e))
-        return self._verdict(1.0, {"format": 1.0})
+        why = self.check(completion)
+        ok = float(not why)
+        return self._outcome("correct" if ok else "bad_format", {"format": ok}, ok, why)
 
 
 class ArithmeticProcess(_Arithmetic):
-    name, version = "arithmetic-process", "1"
+    name, version = "arithmetic-process", "2"  # 2: independent of the format
 
     def verify(self, completion: str, reference: str) -> Verdict:
         root = reference_tree(reference)
-        text = completion.strip()
-        outcome, why = check_outcome(text, int(root.value), self.answer_prefix)
-        try:
-            steps, answer = parse_trace(text, self.answer_prefix)
-        except TraceFormatError as e:
-            comps = {"format": 0.0, "outcome": float(outcome), "process": 0.0}
-            return self._verdict(0.0, comps, str(e))
-        true_frac = sum(s.is_true() for s in steps) / len(steps) if steps else 1.0
-        ok, reason = check_process(steps, answer, root)
-        process = ok and outcome
-        if ok and not outcome:
-            reason = why
-        comps = {"format": 1.0, "outcome": float(outcome), "steps_true": true_frac, "process": float(process)}
-        return self._verdict(float(process), comps, reason)
+        outcome, why, answer = read_outcome(completion, int(root.value), self.answer_prefix)
+        steps, layout = read_steps(completion, self.answer_prefix)
+        comps = {"format": float(not ArithmeticFormat(self.answer_prefix).check(completion)),
+                 "outcome": float(outcome == "correct"),
+                 "steps_true": sum(s.is_true() for s in steps) / len(steps) if steps else 1.0}  # fmt: skip
+        if outcome != "correct":
+            return self._outcome(outcome, {**comps, "process": 0.0}, 0.0, why)
+        ok, reason = (False, layout) if layout else check_process(steps, answer, root)
+        return self._outcome("correct" if ok else "wrong_steps", {**comps, "process": float(ok)}, float(ok), reason)
 
 
 register("arithmetic-outcome")(ArithmeticOutcome)
@@ -199,9 +268,16 @@ register("arithmetic-process")(ArithmeticProcess)
 
 @register("arithmetic")
 def _arithmetic_composite(
-    outcome_weight: float = 0.8, format_weight: float = 0.2, answer_prefix: str = DEFAULT_ANSWER_PREFIX
+    outcome_weight: float = 0.8,
+    format_weight: float = 0.2,
+    answer_prefix: str = DEFAULT_ANSWER_PREFIX,
+    format_require: str = "trace",
 ) -> Verifier:
+    """The seeds' R = 0.8 O + 0.2 F; ``format_require="ending"`` with ``answer_prefix="答案"`` is the
+    seeds' exact setting (F checks only the ending ``答案=整数``)."""
     parts = {"arithmetic-outcome": outcome_weight, "arithmetic-format": format_weight}
-    v = WeightedVerifier(parts, {name: {"answer_prefix": answer_prefix} for name in parts})
+    options = {"arithmetic-outcome": {"answer_prefix": answer_prefix},
+               "arithmetic-format": {"answer_prefix": answer_prefix, "require": format_require}}  # fmt: skip
+    v = WeightedVerifier(parts, options, outcome_from="arithmetic-outcome")
     v.name = "arithmetic"
     return v

@@ -24,9 +24,17 @@ class Verdict:
     components: every partial check by name (e.g. ``{"outcome": 1.0, "format": 1.0}``).
     version: ``name@version`` of the verifier that produced it.
     details: a short human reason (what failed, where).
-    outcome: what kind of result it is, where the verifier names one (``correct``, ``wrong``,
-      ``no_answer``, ``ambiguous``, ``parse_error``, ``timeout``; for code ``pass``, ``fail``,
-      ``crash``, ``violation``, ``output_limit``); empty for verifiers that only score.
+    outcome: what kind of result it is, where the verifier names one; one vocabulary, so records
+      and per-step metrics can count each kind:
+      ``correct`` (the check passed), ``wrong`` (a clean final answer with the wrong value),
+      ``no_answer`` (no clean final answer: none stated, or only negated, hedged, conditional or
+      prose values), ``ambiguous`` (several different final answers, or a stated one revised),
+      ``parse_error`` / ``timeout`` / ``error`` (maths: the answer does not parse / the check ran out
+      of time / the check itself failed, so no judgement was made),
+      ``wrong_steps`` (``arithmetic-process``: the right answer, steps that do not compute it),
+      ``bad_format`` (``arithmetic-format``); for code ``pass``, ``fail``, ``crash``,
+      ``violation``, ``output_limit``.  A weighted sum reports its outcome part's (``arithmetic``:
+      ``arithmetic-outcome``'s).  Empty for verifiers that only score.
     steps: per-step scores, for verifiers that score steps (a process reward model); else empty.
     """
 

@@ -9,16 +9,21 @@ class WeightedVerifier(Verifier):
     """``score = sum_i w_i * score_i``; components hold every part's components.
 
     The weights are not normalised: 0.8 outcome + 0.2 format scores 1.0 only when both
-    pass, and a correct answer in the wrong format scores 0.8.
+    pass, and a correct answer in the wrong format scores 0.8.  The verdict's outcome is that of
+    the part named ``outcome_from`` (default: the first part that names an outcome).
     """
 
     name = "weighted"
 
-    def __init__(self, weights: dict[str, float], options: dict[str, dict] | None = None):
+    def __init__(self, weights: dict[str, float], options: dict[str, dict] | None = None, outcome_from: str = ""):
         if not weights:
             raise ValueError("weighted verifier needs at least one part in weights")
+        if outcome_from and outcome_from not in weights:
+            raise ValueError(f"outcome_from {outcome_from!r} is not one of the parts {list(weights)}")
+        self.outcome_from = outcome_from
         options = options or {}
         self.parts = [(get(n, **options.get(n, {})), float(w)) for n, w in weights.items()]
+        self.part_names = list(weights)
         self.version = "1(" + "+".join(f"{w:g}*{v.tag}" for v, w in self.parts) + ")"
 
     def verify(self, completion: str, reference: str) -> Verdict:
@@ -30,13 +35,14 @@ class WeightedVerifier(Verifier):
         out = []
         for i in range(len(completions)):
             score, components, details, outcome = 0.0, {}, [], ""
-            for verifier, w, verdicts in per_part:
+            for (verifier, w, verdicts), part in zip(per_part, self.part_names):
                 v = verdicts[i]
                 score += w * v.score
                 components.update(v.components or {verifier.name: v.score})
                 if v.details:
                     details.append(f"{verifier.name}: {v.details}")
-                outcome = outcome or v.outcome  # the first part that names an outcome
+                if part == self.outcome_from or not self.outcome_from:
+                    outcome = outcome or v.outcome  # the named part's, else the first part that names one
             out.append(Verdict(score, components, self.tag, "; ".join(details), outcome))
         return out
 
