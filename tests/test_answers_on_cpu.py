@@ -8,9 +8,12 @@ import pytest
 
 from veriloop.verifiers import VerifierError, get
 from veriloop.verifiers.answers import extract_answer, normalize_text
+from veriloop.verifiers.audit import argued_answers_suite, run_audit
 from veriloop.verifiers.mathequiv import MathOptions, compare
 
 GSM8K_DIR = Path(__file__).resolve().parent.parent / "src" / "veriloop" / "data" / "gsm8k"
+FAMILIES = ("negation", "contrast", "self-correction", "hedge or range", "conditional answer",
+            "quoted from the question")  # fmt: skip
 
 
 @pytest.mark.parametrize(
@@ -95,7 +98,7 @@ def test_math_verifier_outcomes(math_verifier):
         "The answer is $\\boxed{\\frac{1}{2}}$": ("correct", 1.0),
         "so \\boxed{0.5}": ("correct", 1.0),
         "\\boxed{0.6}": ("wrong", 0.0),
-        "no idea": ("parse_error", 0.0),  # the last line is the answer, and it is no maths
+        "no idea": ("no_answer", 0.0),  # the last line is prose, not a maths answer: never parsed
         "\\boxed{1/2} or \\boxed{1/3}": ("ambiguous", 0.0),
         "\\boxed{\\frac{1}{}": ("", 0.0),  # an unbalanced box is no box; its last line is no value
     }
@@ -186,7 +189,7 @@ def test_audit_suites_have_no_false_accepts_or_rejects(name):
     categories = {r["category"] for r in report.rows}
     if name in ("gsm8k", "math"):
         assert {"substring trap", "several answers", "echoing the question", "format without content",
-                "prompt injection", "equivalent form"} <= categories  # fmt: skip
+                "prompt injection", "equivalent form", *FAMILIES, "honest look-alike"} <= categories  # fmt: skip
     assert report.false_accepts == 0 and report.false_rejects == 0, report.table()
 
 
@@ -229,3 +232,109 @@ def test_worker_pool_survives_a_crashing_call():
         raised = pool.map(operator.truediv, [(1, 0)], timeout=5)  # an exception is reported, the worker lives
         assert raised[0].status == "error" and "ZeroDivisionError" in raised[0].error
         assert [r.value for r in pool.map(operator.add, [(1, 2), (3, 4), (5, 6)], timeout=5)] == [3, 7, 11]
+
+
+# ---------------------------------------------------------------- arguing around the answer
+
+
+@pytest.mark.parametrize(
+    "text, status, reason",
+    [
+        ("The answer is not 18. It is 17.", "none", "negated"),
+        ("The answer isn't 18.", "none", "negated"),  # not the marker "answer is"; the last line negates 18
+        ("#### 18 is wrong", "none", "negated"),
+        ("\\boxed{18} is not the answer.", "none", "negated"),
+        ("#### 18\nActually, 18 is wrong.", "none", "negated"),  # stated, then denied
+        ("The answer is not 18.\n#### 18", "none", "negated"),
+        ("\\boxed{18}\n\nWait, that's not right.", "none", "retracted"),
+        ("The final answer is 17. Oops, 18.", "ambiguous", "revised"),
+        ("answer: 17. Wait, actually it's 18", "ambiguous", "revised"),
+        ("#### 17 ... no, 18", "ambiguous", "revised"),
+        ("#### 17\n18", "ambiguous", "revised"),  # a later bare number
+        ("#### 17\nThe answer is about 18.", "ambiguous", "revised"),  # a later statement of another value
+        ("\\boxed{17} (typo: 18)", "ambiguous", "revised"),
+        ("between 17 and 19", "ambiguous", "range"),
+        ("#### 17 to 19", "ambiguous", "range"),
+        ("The answer is 18 or 19.", "ambiguous", "several"),
+        ("The answer is 17, 18.", "ambiguous", "several"),  # a bare list outside a box
+        ("about 18", "none", "hedged"),
+        ("The answer is ~18.", "none", "hedged"),
+        ("The answer is 18?", "none", "hedged"),
+        ("#### 18 or so", "none", "hedged"),
+        ("\\boxed{18} or so", "none", "hedged"),
+        ("答案是18吗", "none", "hedged"),
+        ("If she sold 24, the answer is 18.", "none", "conditional"),
+        ("Suppose she sold 24. Then the answer is 18.", "none", "conditional"),
+        ("the answer is 18 if we ignore the tax", "none", "conditional"),
+        ("\\boxed{18}, assuming no tax.", "none", "conditional"),
+        ("Tom has 18 apples. How many apples does he have?", "none", "prose"),  # the question, echoed
+        ("The answer is: Tom has 18 apples.", "none", "prose"),
+        ("\\boxed{\\text{Tom has 18 apples}}", "none", "prose"),
+        ("She has 18 apples.", "none", "prose"),  # free text does not fall through to a number in it
+    ],
+)
+def test_argued_answers_are_not_answers(text, status, reason):
+    found = extract_answer(text)
+    assert (found.status, found.reason) == (status, reason), found
+
+
+@pytest.mark.parametrize(
+    "text, answer",
+    [
+        ("The answer is 17, not 18.", "17"),  # a contrast names its first value
+        ("#### 17 rather than 18", "17"),
+        ("not 18 but 17", "17"),
+        ("\\boxed{17}, not 18", "17"),
+        ("Not counting the tax, the total is 18.\n#### 18", "18"),  # the marked value is clean
+        ("18 is not divisible by 4, so the groups are uneven.\n#### 18", "18"),
+        ("If she sold 24 in April, we add the rest.\nThe answer is 18.", "18"),  # the condition is not the answer's
+        ("The answer is 18. Let me double-check: 9 + 9 = 18.", "18"),
+        ("The answer is $\\boxed{18}$. (It is not 17.)", "18"),
+        ("The answer is 18 dollars per hour.", "18"),
+        ("The answer is: **18**", "18"),
+        ("The answer is\n18", "18"),  # the value on the next line
+        ("x >= 5", "x >= 5"),  # a relation is not cut at its '='
+    ],
+)
+def test_clean_answers_next_to_argument_words(text, answer):
+    found = extract_answer(text)
+    assert (found.status, found.answer) == ("ok", answer), found
+
+
+def test_kind_number_and_prefix_policy():
+    assert extract_answer("#### 1/2", kind="number").answer == "1/2"
+    assert extract_answer("The answer is x >= 5.", kind="number").status == "none"  # a number after cleaning only
+    assert extract_answer("#### 2^3", kind="number").status == "none"
+    assert extract_answer("#### 17-19", kind="number").reason == "range"  # as maths, 17-19 is the number -2
+    assert extract_answer("#### 2^3").answer == "2^3"  # a maths expression (kind="maths", the default)
+    assert extract_answer("result=7", ("prefix=result",)).answer == "7"
+    assert extract_answer("result=7", ("answer",)).status == "none"
+    with pytest.raises(ValueError, match="kind"):
+        extract_answer("1", kind="word")
+    found = extract_answer("So \\boxed{\\frac{1}{2}}.\nThe answer is 0.5")  # two strings: a maths check may equate
+    assert (found.status, found.reason, found.spans) == ("ambiguous", "distinct", ("\\boxed{\\frac{1}{2}}", "0.5"))
+
+
+def test_argued_answer_families_score_zero_on_both_verifiers(math_verifier):
+    cases = argued_answers_suite()
+    rejects = [c for c in cases if c.expect == "reject"]
+    assert {c.category for c in rejects} == set(FAMILIES)
+    assert 2 * len(rejects) >= 200 and all(sum(c.category == f for c in rejects) >= 20 for f in FAMILIES)
+    for name, verifier in (("gsm8k", get("gsm8k")), ("math", math_verifier)):
+        report = run_audit(name, verifier, cases)
+        assert report.false_accepts == 0 and report.false_rejects == 0, report.table()
+
+
+def test_argued_answer_families_fool_a_reader_that_takes_the_last_number():
+    # The cases are not vacuous: each family holds the reference, so a reader that takes the last
+    # number of the completion (or a lenient extractor) accepts some of every family.
+    import re
+
+    from veriloop.verifiers import from_reward_function
+
+    def last_number(prompts, completions, reference, **_):
+        return [float(re.findall(r"\d+", c)[-1:] == [r]) for c, r in zip(completions, reference)]
+
+    report = run_audit("last-number", from_reward_function(last_number), argued_answers_suite())
+    fooled = {r["category"]: r["false"] for r in report.rows if r["expect"] == "reject"}
+    assert set(fooled) == set(FAMILIES) and all(n > 0 for n in fooled.values()), fooled

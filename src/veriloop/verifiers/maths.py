@@ -1,8 +1,21 @@
 """``gsm8k`` and ``math``: final-answer extraction, then equivalence under explicit options.
 
 Outcomes (``Verdict.outcome``): ``correct`` (score 1), ``wrong``, ``no_answer``, ``ambiguous``,
-``parse_error``, ``timeout`` (all score 0).  A reference with no usable answer raises
-``VerifierError``: a broken gold answer is an error, never a reward.
+``parse_error`` (the prediction does not parse), ``timeout``, ``error`` (all score 0).  ``error``
+means the check itself failed (its worker process crashed or was killed, or the comparison
+raised): no judgement was made, so a trainer should drop the row rather than learn from its 0.
+A reference with no usable answer raises ``VerifierError``, and a worker pool that cannot start
+or keep its workers alive raises ``WorkerPoolError``: errors, never rewards.
+
+``math`` reads the completion with ``answers.extract_answer`` (its rules against negated,
+hedged, conditional and revised answers decide) on a copy whose pure maths is masked
+(``mask_maths``: the numbers inside one tuple are not several answers), then hands math-verify
+each stated answer as written (``maths_form``: ``x + y = 1`` is not cut to ``1``), judged by value
+(``mathequiv.judge``).  An unmarked last line that is a sentence names its last delimited maths
+(not a plain number: that is prose); a display block (``\\[ ... \\]``, ``$$ ... $$``) that ends the
+text is the last line.  The reference is read whole by math-verify (its box, its final answer;
+several boxes are one set), or the value after ``####``.  Agreement with math-verify's own tests
+is measured in ``mathverify_suite``.  ``gsm8k`` compares one cleaned answer string.
 
 Plain numbers are compared in-process (exact decimals); anything else goes to math-verify in
 a ``WorkerPool`` with a hard time limit per comparison, so grading works from any thread and a
@@ -11,19 +24,151 @@ pathological expression costs at most ``timeout`` seconds.
 
 from __future__ import annotations
 
+import re
 import threading
+from collections.abc import Callable
 
-from veriloop.verifiers.answers import DEFAULT_POLICIES, MARKER_POLICIES, POLICIES, clean_value, extract_answer
+from veriloop.verifiers.answers import (
+    DEFAULT_POLICIES,
+    MARKER_POLICIES,
+    POLICIES,
+    clean_value,
+    extract_answer,
+    normalize_text,
+)
 from veriloop.verifiers.base import Verdict, Verifier, VerifierError, register
-from veriloop.verifiers.mathequiv import MathOptions, compare, plain_number
+from veriloop.verifiers.mathequiv import MathOptions, compare, compare_plain, judge, plain_number
 from veriloop.verifiers.pool import WorkerPool
+
+def _call(fn: Callable, args: tuple):
+    """Run in a pool worker: ``fn(*args)`` (the pool calls one function; this one dispatches)."""
+    return fn(*args)
+
+
+def _raw(item) -> str:
+    return item[0] if isinstance(item, tuple) else item  # a policy finds (value, start, end) or a value
+
+
+def _last_block(text: str) -> str:
+    """The last line, or the whole display-maths block (``\\[ ... \\]``, ``$$ ... $$``) that it closes."""
+    lines = [ln for ln in text.strip().split("\n") if ln.strip()]
+    if not lines:
+        return ""
+    last = lines[-1].strip().rstrip(".,;").rstrip()
+    if last.endswith("\\]") and "\\[" not in last and "\\[" in text:
+        return text[text.rfind("\\[") :].strip()
+    if last.endswith("$$") and last.count("$$") == 1:
+        end = text.rstrip().rfind("$$")
+        if text.rfind("$$", 0, end) >= 0:
+            return text[text.rfind("$$", 0, end) :].strip()
+    return lines[-1].strip()
+
+
+# $$...$$, \[...\], \(...\), $...$ (an escaped \$ is a dollar sign, not a delimiter)
+_DELIMITED_MATHS = re.compile(r"\$\$.+?\$\$|\\\[.+?\\\]|\\\(.+?\\\)|(?<!\\)\$(?:\\\$|[^$])+?(?<!\\)\$", re.DOTALL)
+# a relation that clean_value (made for numbers) cuts to its right side: "x >= 5" is not 5, "x + y = 1" not 1
+_CUT_RELATION = re.compile(r"[<>!]=|==|[<>≤≥≠]|[A-Za-z][^=]*=")
+
+
+_PLACEHOLDER = re.compile(r"\\vlmath([a-z]{3})")
+_NUMBER_LIKE = re.compile(r"^\s*[-+]?(?:(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?|\.\d+)\s*(?:\\?%)?\s*$")
+_HEDGE_MARK = re.compile(r"\\approx|\\sim\b|\\simeq|[~\u2248\u2243\u223c?]")
+
+
+def _pure_maths(content: str) -> bool:
+    """Maths with no words in it (single-letter variables, commands and environments allowed), not
+    a plain number (numbers stay visible to the prose rules) and no approximation sign."""
+    bare = re.sub(r"\\(?:begin|end)\{[^{}]*\}|\\[A-Za-z]+", " ", content)
+    return bool(content.strip()) and not _NUMBER_LIKE.match(content) and not _HEDGE_MARK.search(content) \
+        and not re.search(r"[A-Za-z]{2,}", bare) and not _PLACEHOLDER.search(content)
+
+
+def _closing_brace(text: str, start: int) -> int:
+    """Index of the brace that closes the one opened just before ``start``, or -1."""
+    depth = 1
+    for j in range(start, len(text)):
+        depth += {"{": 1, "}": -1}.get(text[j], 0)
+        if depth == 0:
+            return j
+    return -1
+
+
+def mask_maths(text: str) -> tuple[str, dict[str, str]]:
+    """``text`` with the content of every box and delimited maths span that is pure maths replaced by
+    a placeholder command (``\\vlmathaaa``; equal content, equal placeholder), and the map back.
+
+    The answer reader's prose rules look at numbers and words; inside maths those misread: the
+    numbers of one tuple ``(\\frac{1}{5}, \\frac{1}{6})`` are not several answers, ``14{,}916`` is one
+    number, ``pmatrix`` is not a word.  With maths masked its rules (negation, hedges, conditions,
+    revisions, several values) still read all the prose and every plain number around it.
+    """
+    names: dict[str, str] = {}
+    out: dict[str, str] = {}
+
+    def hide(content: str) -> str:
+        if not _pure_maths(content):
+            return content
+        key = re.sub(r"\s+", "", content)
+        if key not in names:
+            k = len(names)
+            names[key] = "\\vlmath" + "".join(chr(97 + (k // 26**i) % 26) for i in (2, 1, 0))
+            out[names[key]] = content.strip()
+        return names[key]
+
+    parts, i = [], 0
+    for m in re.finditer(r"\\(?:boxed|fbox)\s*\{", text):
+        if m.start() < i:
+            continue
+        end = _closing_brace(text, m.end())
+        if end < 0:
+            break
+        parts += [text[i : m.end()], hide(text[m.end() : end]), "}"]
+        i = end + 1
+    text = "".join(parts) + text[i:]
+
+    def delimited(m: re.Match) -> str:
+        whole = m.group(0)
+        opener = next(o for o in ("$$", "\\[", "\\(", "$") if whole.startswith(o))
+        closer = {"$$": "$$", "\\[": "\\]", "\\(": "\\)", "$": "$"}[opener]
+        inner = whole[len(opener) : len(whole) - len(closer)]
+        return whole if "\\boxed" in inner or "\\fbox" in inner else opener + hide(inner) + closer
+
+    return _DELIMITED_MATHS.sub(delimited, text), out
+
+
+def unmask(text: str, names: dict[str, str]) -> str:
+    return _PLACEHOLDER.sub(lambda m: names.get(m.group(0), m.group(0)), text)
+
+
+def maths_form(span: str) -> str:
+    """What math-verify reads for one stated answer: its cleaned value when that is a plain number
+    (``18 apples`` -> ``18``, ``15 * 8 = 120`` -> ``120``), else the statement as written (delimiters
+    and relations kept: ``$[0,1)$``, ``\\boxed{1,2}``, ``x + y = 1``)."""
+    value = clean_value(span)
+    if plain_number(value) is not None and not _CUT_RELATION.search(span.replace("\\", "")):
+        return value
+    return span.strip()
+
+
+def delimited_maths(text: str, numbers: bool = False) -> str | None:
+    """An unmarked last line that is a sentence: its last delimited maths (``$...$``, ``\\(...\\)``,
+    ``\\[...\\]``, ``$$...$$``), or the display block that ends the text.  None for a question, and
+    for a plain number unless ``numbers``: a number in a sentence is prose (it may be quoted from the
+    question), but a display block on lines of its own is like a last line that is the number."""
+    block = _last_block(normalize_text(text))
+    found = [m.group(0) for m in _DELIMITED_MATHS.finditer(block)]
+    if not found or block.rstrip().endswith("?"):
+        return None
+    inner = found[-1].strip("$").removeprefix("\\[").removeprefix("\\(").removesuffix("\\]").removesuffix("\\)")
+    return None if _NUMBER_LIKE.match(inner) and not numbers else found[-1]
 
 
 class MathAnswer(Verifier):
     """Extract the completion's one final answer and compare it with the reference's."""
 
-    name, version = "math", "1"
+    name, version = "math", "2"
     reference_policies: tuple[str, ...] = ("boxed", "gsm8k", "answer", "答案", "the-answer-is")
+    read_spans = True  # math: values judged by math-verify as stated; False (gsm8k): one cleaned answer string
 
     def __init__(self, policies: tuple[str, ...] | list[str] | str = DEFAULT_POLICIES, percent: str = "number",
                  unreduced_fractions: bool = True, rel_tol: float = 0.0, float_rounding: int = 6,
@@ -54,46 +199,105 @@ class MathAnswer(Verifier):
             raise VerifierError(f"reference has no answer: {reference[:80]!r}")
         return value
 
+    def reference_text(self, reference: str) -> str:
+        """What math-verify reads as the gold: the value after ``####`` if any, else the whole reference
+        (math-verify finds its boxed or final answer; several boxes are one set)."""
+        marked = [clean_value(_raw(v)) for v in POLICIES["gsm8k"](normalize_text(reference)) if _raw(v).strip()]
+        if marked:
+            return marked[-1]
+        if not reference.strip():
+            raise VerifierError(f"reference has no answer: {reference[:80]!r}")
+        return reference.strip()
+
     def verify(self, completion: str, reference: str) -> Verdict:
         return self.verify_batch([completion], [reference])[0]
 
     def verify_batch(self, completions: list[str], references: list[str]) -> list[Verdict]:
         if len(completions) != len(references):
             raise ValueError(f"{len(completions)} completions but {len(references)} references")
-        golds = [self.reference_answer(r) for r in references]
         verdicts: list[Verdict | None] = [None] * len(completions)
-        slow: list[int] = []
-        preds: list[str] = [""] * len(completions)
+        jobs: list[tuple[int, Callable, tuple]] = []  # (row, function, args) for the worker pool
+        golds = [self.reference_text(r) if self.read_spans else self.reference_answer(r) for r in references]
         for i, c in enumerate(completions):
-            found = extract_answer(c, self.policies)
-            if found.status == "none":
-                verdicts[i] = self._outcome("no_answer", "no final answer found")
-            elif found.status == "ambiguous":
-                verdicts[i] = self._outcome("ambiguous", f"several final answers: {list(found.candidates)}")
+            if not self.read_spans:  # gsm8k: one cleaned answer string
+                found = extract_answer(c, self.policies)
+                if found.status == "none":
+                    verdicts[i] = self._outcome("no_answer", "no final answer found")
+                elif found.status == "ambiguous":
+                    verdicts[i] = self._outcome("ambiguous", f"several final answers: {list(found.candidates)}")
+                elif plain_number(golds[i]) is not None and plain_number(found.answer or "") is not None:
+                    verdicts[i] = self._outcome(*compare(golds[i], found.answer or "", self.options))
+                else:
+                    jobs.append((i, compare, (golds[i], found.answer or "", self.options)))
+                continue
+            values = self._values(c)
+            if isinstance(values, Verdict):
+                verdicts[i] = values
+                continue
+            plain = self._plain(golds[i], values)
+            if plain is not None:
+                verdicts[i] = self._outcome(*plain)
             else:
-                preds[i] = found.answer or ""
-                if plain_number(golds[i]) is not None and plain_number(preds[i]) is not None:
-                    verdicts[i] = self._outcome(*compare(golds[i], preds[i], self.options))
-                else:
-                    slow.append(i)
-        if slow:
-            for i, res in zip(slow, self._map([(golds[i], preds[i], self.options) for i in slow])):
-                if res.status == "timeout":
-                    verdicts[i] = self._outcome("timeout", f"equivalence check took over {self.timeout:g} s")
-                elif res.status == "error":
-                    verdicts[i] = self._outcome("parse_error", f"equivalence check failed: {res.error.splitlines()[0]}")
-                else:
-                    outcome, detail = res.value
-                    if outcome == "gold_error":
-                        raise VerifierError(detail)
-                    verdicts[i] = self._outcome(outcome, detail)
+                jobs.append((i, judge, (golds[i], tuple(values), self.options)))
+        for (i, _, _), res in zip(jobs, self._map([(fn, args) for _, fn, args in jobs])):
+            if res.status == "timeout":
+                verdicts[i] = self._outcome("timeout", f"equivalence check took over {self.timeout:g} s")
+            elif res.status == "error":  # the check failed (a crashed worker, an exception): not a verdict
+                verdicts[i] = self._outcome("error", f"equivalence check failed: {res.error.splitlines()[0]}")
+            else:
+                outcome, detail = res.value
+                if outcome == "gold_error":
+                    raise VerifierError(detail)
+                verdicts[i] = self._outcome(outcome, detail)
         return verdicts  # type: ignore[return-value]
 
-    def _map(self, items):
+    def _values(self, completion: str) -> list[str] | Verdict:
+        """The stated answer(s) to judge (``maths_form``), or the verdict when there is nothing to judge.
+
+        ``extract_answer`` decides: its rules against negated, hedged, conditional and revised
+        answers stand.  Statements with different strings (``reason="distinct"``) are judged by
+        value in the worker: ``\\boxed{1/2}`` and "the answer is 0.5" are one answer, the parts of
+        a set answer are read together, anything else is ambiguous.  An unmarked last line that is a
+        sentence ("Therefore $x \\geq 5$ is the solution.") names its last delimited maths.
+        """
+        masked, names = mask_maths(completion)
+        found = extract_answer(masked, self.policies)
+        spans = [unmask(s, names) for s in getattr(found, "spans", ())]
+        unmarked = not any(_raw(x).strip() for p in self.policies if p in MARKER_POLICIES
+                           for x in POLICIES[p](normalize_text(completion)))  # fmt: skip
+        last_line = unmarked and "last-line" in self.policies
+        if last_line and "\n" in _last_block(normalize_text(completion)):  # a display block ends the text
+            block = delimited_maths(completion, numbers=True)
+            return [block] if block else self._outcome("no_answer", "no final answer found")
+        if found.status == "ok":
+            return [maths_form(s) for s in spans] or [unmask(found.answer or "", names)]
+        if found.status == "ambiguous":
+            if getattr(found, "reason", "") == "distinct" and spans:
+                return [maths_form(s) for s in spans]
+            shown = [unmask(v, names) for v in found.candidates]
+            return self._outcome("ambiguous", f"several final answers ({found.reason}): {shown}")
+        reason = getattr(found, "reason", "")
+        fallback = delimited_maths(completion) if last_line else None
+        if fallback is not None and reason in ("prose", "no final answer", ""):
+            return [fallback]
+        return self._outcome("no_answer", f"no final answer found ({reason or 'none'})")
+
+    def _plain(self, gold: str, values: list[str]) -> tuple[str, str] | None:
+        """In-process verdict when the reference and every value are plain numbers, else None."""
+        g, nums = plain_number(gold), [plain_number(v) for v in values]
+        if g is None or not nums or any(n is None for n in nums):
+            return None
+        if len(set(nums)) > 1:
+            return "ambiguous", f"several different final answers: {values}"
+        return ("correct", "") if compare_plain(g, nums[0], self.options) else ("wrong", f"{values[0]} != {gold}")
+
+    def _map(self, jobs: list[tuple[Callable, tuple]]):
+        if not jobs:
+            return []
         with self._lock:  # one batch at a time through this verifier's pool
             if self._pool is None:
-                self._pool = WorkerPool(self.workers)
-            return self._pool.map(compare, items, self.timeout)
+                self._pool = WorkerPool(self.workers, preload=("veriloop.verifiers.mathequiv", "math_verify"))
+            return self._pool.map(_call, jobs, self.timeout)
 
     def _outcome(self, outcome: str, detail: str) -> Verdict:
         score = 1.0 if outcome == "correct" else 0.0
@@ -119,6 +323,7 @@ class GSM8K(MathAnswer):
 
     name, version = "gsm8k", "1"
     reference_policies = ("gsm8k",)
+    read_spans = False
 
 
 register("math")(MathAnswer)
