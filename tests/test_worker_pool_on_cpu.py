@@ -57,6 +57,21 @@ def test_math_verifier_works_when_main_is_stdin_or_a_command(how):
     assert "score=1.0" in done.stdout and "outcome='correct'" in done.stdout, done.stdout + done.stderr
 
 
+BATCH_SNIPPET = """
+from veriloop.verifiers.batch import grade_pairs
+pairs = [(f"#### {k}", f"#### {k if k % 3 else k + 1}") for k in range(150)]
+graded, _ = grade_pairs("gsm8k", pairs, {}, workers=2, chunk_size=32)
+print(sum(g["score"] for g in graded), len(graded))
+"""
+
+
+def test_batch_grading_on_several_workers_works_when_main_is_stdin():
+    # `veriloop verify` grades chunks on a WorkerPool: no forkserver re-importing '<stdin>'.
+    done = subprocess.run([sys.executable, "-"], input=BATCH_SNIPPET, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["100.0", "150"]  # every k % 3 == 0 has a wrong reference
+
+
 def test_results_in_order_and_prints_do_not_corrupt_the_pipe():
     with WorkerPool(2) as pool:
         got = bounded(lambda: pool.map(operator.add, [(k, 1) for k in range(20)], timeout=30), 60)

@@ -2,25 +2,28 @@
 
 Each output row is the input row (extra columns kept) plus ``score``, ``outcome``,
 ``components``, ``verifier`` (name@version) and ``details``.  Rows are graded in chunks by a
-pool of processes, each building its own verifier from the same name and options, so a
-verifier needs no thread safety and a slow row holds up only its chunk.
+``WorkerPool`` (fresh interpreters, so grading works from ``python -`` and notebooks too), each
+worker building its own verifier from the same name and options, so a verifier needs no thread
+safety and a slow row holds up only its chunk.  Per-row time limits are the verifiers' own; a
+chunk that fails as a whole (its worker died or overran ``chunk_timeout``) is an error naming its
+rows, never a score.
 """
 
 from __future__ import annotations
 
 import json
-import multiprocessing
 import os
 import time
 from collections import Counter
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
 from veriloop.io import atomic_write_text
 from veriloop.tasks.jsonl import DatasetError, jsonl_objects
+from veriloop.verifiers.base import VerifierError
+from veriloop.verifiers.pool import WorkerPool
 
-_WORKER = {}
+_VERIFIERS: dict[str, object] = {}  # in each worker: name and options -> the verifier built from them
 
 
 def read_rows(path: str) -> list[dict]:
@@ -33,34 +36,38 @@ def read_rows(path: str) -> list[dict]:
     return rows
 
 
-def _init(name: str, options: dict) -> None:
+def grade_chunk(name: str, options: dict, chunk: list[tuple[str, str]]) -> list[dict]:
+    """Grade one chunk with the verifier ``name(**options)``, built once per process."""
     from veriloop.verifiers import get
 
-    _WORKER["verifier"] = get(name, **options)
-
-
-def _grade(chunk: list[tuple[str, str]]) -> list[dict]:
-    v = _WORKER["verifier"]
+    key = json.dumps([name, options], sort_keys=True, default=str)
+    if key not in _VERIFIERS:
+        _VERIFIERS[key] = get(name, **options)
+    v = _VERIFIERS[key]
     verdicts = v.verify_batch([c for c, _ in chunk], [r for _, r in chunk])
     return [{"score": x.score, "outcome": x.outcome, "components": x.components, "verifier": x.version,
              "details": x.details} for x in verdicts]  # fmt: skip
 
 
-def grade_pairs(name: str, pairs: list[tuple[str, str]], options: dict, workers: int,
-                chunk_size: int = 64) -> tuple[list[dict], float]:  # fmt: skip
+def grade_pairs(name: str, pairs: list[tuple[str, str]], options: dict, workers: int, chunk_size: int = 64,
+                chunk_timeout: float = 3600.0) -> tuple[list[dict], float]:  # fmt: skip
     """(one result dict per (completion, reference) pair, seconds) using ``workers`` processes."""
     chunks = [pairs[i : i + chunk_size] for i in range(0, len(pairs), chunk_size)]
     started = time.time()
     if workers == 1 or len(chunks) == 1:
-        _init(name, options)
-        graded = [g for chunk in chunks for g in _grade(chunk)]
+        graded = [g for chunk in chunks for g in grade_chunk(name, options, chunk)]
     else:
         # one process per core already: the verifiers' own pools stay at one worker each
         inner = {**options, "workers": 1} if name in ("math", "gsm8k", "code") and "workers" not in options else options
-        # forkserver: clean workers (no inherited threads or torch state) that may start pools of their own
-        ctx = multiprocessing.get_context("forkserver")
-        with ProcessPoolExecutor(workers, mp_context=ctx, initializer=_init, initargs=(name, inner)) as ex:
-            graded = [g for part in ex.map(_grade, chunks) for g in part]
+        with WorkerPool(workers, preload=("veriloop.verifiers",)) as pool:
+            results = pool.map(grade_chunk, [(name, inner, chunk) for chunk in chunks], chunk_timeout)
+        graded = []
+        for i, r in enumerate(results):
+            if r.status != "ok":
+                first = i * chunk_size + 1
+                raise VerifierError(f"grading rows {first}-{first + len(chunks[i]) - 1} failed ({r.status}): "
+                                    f"{r.error.splitlines()[0] if r.error else ''}")  # fmt: skip
+            graded += r.value
     return graded, time.time() - started
 
 
