@@ -5,7 +5,9 @@
 Runs ``veriloop demo`` (defaults: base and teacher evaluation, GRPO on the outcome reward, the
 continued-SFT control for the same wall time, GRPO on the process reward) once per seed
 (``train.seed``: prompts, sampling, mini-batch order and the control's data order), each in
-``OUT/seed-S``, then prints the demo's table with ``mean ± sd`` over the seeds.  The base and
+``OUT/seed-S``, then prints the demo's table with ``mean ± sd`` over the seeds.  A seed whose
+directory already holds a finished demo is read instead of run again, so seeds can run in
+separate processes (``--seeds 1`` and ``--seeds 2`` side by side, then ``--seeds 0,1,2``).  The base and
 the teacher do not depend on the seed.  About 20-25 minutes per seed on two cores.
 """
 
@@ -42,10 +44,15 @@ def main() -> None:
     seeds = parse_seeds(args.seeds)
     per_seed, evals, seconds = [], [], []
     for seed in seeds:
-        cfg = build_config(DemoConfig, {}, {"run_dir": f"{args.out}/seed-{seed}", "train.seed": seed,
-                                            "threads": args.threads, **dict(kv.split("=", 1) for kv in args.set)})
-        summary = run_demo(cfg, progress=False)
-        out = Path(summary["run_dir"])
+        out = Path(args.out) / f"seed-{seed}"
+        if (out / "summary.json").is_file():  # a finished seed is read, not run again (seeds can run apart)
+            print(f"seed {seed}: reading the finished demo in {out}")
+            summary = json.loads((out / "summary.json").read_text())
+        else:
+            cfg = build_config(DemoConfig, {}, {"run_dir": str(out), "train.seed": seed, "threads": args.threads,
+                                                **dict(kv.split("=", 1) for kv in args.set)})  # fmt: skip
+            summary = run_demo(cfg, progress=False)
+            out = Path(summary["run_dir"])
         evals.append(json.loads((out / "eval.json").read_text()))
         per_seed.append(summary)
         seconds.append(summary["total_seconds"])
