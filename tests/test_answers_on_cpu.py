@@ -142,6 +142,16 @@ def test_every_gsm8k_gold_solution_scores_one_against_its_reference():
     v.close()
 
 
+def test_gsm8k_reads_numbers_only():
+    v = get("gsm8k")
+    assert v.version == "2" and v.verify("#### 18", "#### 18").score == 1.0
+    assert v.verify("#### 9*2", "#### 18").outcome == "no_answer"  # an expression is not a GSM8K answer
+    assert v.verify("#### 2^3", "#### 8").outcome == "no_answer"
+    assert v.verify("#### 1/2", "0.5").score == 1.0  # a fraction is a number
+    assert v.verify("\\boxed{\\frac{1}{2}}", "0.5").score == 1.0
+    assert v.verify("#### 1 000", "#### 1000").score == 1.0
+
+
 def test_gsm8k_reference_forms():
     v = get("gsm8k")
     assert v.verify("so the total is\n#### 1,250", "1250").score == 1.0  # bare-number reference
@@ -163,7 +173,7 @@ def test_verify_command_grades_a_file(tmp_path, capsys):
     graded = [json.loads(line) for line in out.read_text().splitlines()]
     assert [g["id"] for g in graded] == [1, 2, 3]  # extra columns kept, order kept
     assert [(g["score"], g["outcome"]) for g in graded] == [(1.0, "correct"), (0.0, "wrong"), (0.0, "ambiguous")]
-    assert graded[0]["verifier"] == "gsm8k@1" and "components" in graded[0]
+    assert graded[0]["verifier"] == "gsm8k@2" and "components" in graded[0]
     assert "3 rows" in printed and "mean score 0.3333" in printed
 
     src.write_text('{"completion": "1"}\n')
@@ -271,6 +281,21 @@ def test_worker_pool_survives_a_crashing_call():
         ("The answer is: Tom has 18 apples.", "none", "prose"),
         ("\\boxed{\\text{Tom has 18 apples}}", "none", "prose"),
         ("She has 18 apples.", "none", "prose"),  # free text does not fall through to a number in it
+        ("Given that she sold 24, the answer is 18.", "none", "conditional"),  # "given" opening a clause
+        ("When x = 2, the answer is 18.", "none", "conditional"),
+        ("Assume she sold 24. Then the answer is 18.", "none", "conditional"),
+        ("The answer is 18, provided she sold 24.", "none", "conditional"),
+        ("\\boxed{18} when x = 2", "none", "conditional"),  # "when" after the value
+        ("The answer is 18. If you ignore the tax, it changes.", "none", "conditional"),  # the next sentence
+        ("#### 18\nAssuming no tax.", "none", "conditional"),  # ... also on the next line
+        ("The answer is 18. The total is 19.", "ambiguous", "revised"),  # a restatement of another value
+        ("The question says she sold clips to $\\boxed{18}$ friends.", "none", "prose"),  # says it is an echo
+        ("According to the problem, Tom has $\\boxed{18}$ apples.", "none", "prose"),
+        ("So she has $\\boxed{18}$ apples?", "none", "hedged"),  # a box in a question
+        ("answer: the number in the question is 18", "none", "prose"),  # "the X is N" pointing at the question
+        ("Answer: Tom has 18 apples.", "none", "prose"),  # a sentence, not "the <quantity> is N"
+        ("$x \\approx 11$", "none", "hedged"),
+        ("We get $x = 17$. Wait, actually $x = 18$.", "ambiguous", "revised"),  # a paragraph's last maths, revised
     ],
 )
 def test_argued_answers_are_not_answers(text, status, reason):
@@ -294,6 +319,26 @@ def test_argued_answers_are_not_answers(text, status, reason):
         ("The answer is: **18**", "18"),
         ("The answer is\n18", "18"),  # the value on the next line
         ("x >= 5", "x >= 5"),  # a relation is not cut at its '='
+        # ordinary words that are no condition (math-verify's latex_notation_math[3], matrix_extraction[6])
+        ("We are given that she sold 24 clips.\nThe answer is 18.", "18"),
+        ("The answer is 18. I hope it is correct. Note: the solution provided assumes no tax. Please let me know "
+         "if you have any questions.", "18"),
+        ("When multiplying by 2, the answer is 18.", "18"),
+        ("#### 18\nIf you have any questions, let me know.", "18"),
+        # contrasts ("it's not N, it's M"): number_extraction[13], [16]
+        ("The answer is not 19, it is 18.", "18"),
+        ("the number is not 10 which is 1,000.99\u20ac", "1,000.99"),
+        ("not it's not 10 it's 1,000.99m\u00b2", "1,000.99"),
+        # after an explicit marker, "the <quantity> is N" names N: additional_cases[4], edge_cases[6]
+        ("Final Answer: The largest $n$ is 34.", "34"),
+        ("Final Answer: The volume of $ABCDEFGH$ is 120. I hope it is correct.", "120"),
+        ("Final Answer: The final answer is $20 \\%$. I hope it is correct.", "20 \\%"),  # one statement
+        # 'Answer' opening a line before delimited maths: latex_notation[0]-[3]
+        ("Answer $ 9 $", "9"), ("Answer \\[ 9 \\]", "9"), ("Answer \\( 9 \\)", "9"), ("Answer $$ 9 $$", "9"),
+        ("1 000", "1000"), ("1000,99", "1000.99"), ("#### 1,000", "1,000"),  # number_extraction[2], [5]
+        ("The distance is $\\boxed{125\\textnormal{ miles}}.$", "125"),  # latex_notation_math[25]
+        ("$x=1/3\\approx1.3$", "x=1/3"),  # relations_math[16]: the exact value, then a decimal of it
+        ("<think>Is it 17? Wait, 19.</think>\nThe answer is 18.", "18"),  # only what follows the reasoning
     ],
 )
 def test_clean_answers_next_to_argument_words(text, answer):

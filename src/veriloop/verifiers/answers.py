@@ -1,40 +1,25 @@
-"""Final-answer extraction: named policies, normalisation, and strict reading of the value.
+"""Final-answer extraction: named policies, normalisation, and the statements combined.
 
-A completion's *final answer* is what a marker names: ``answer=N``, ``答案=N`` / ``得数为N``,
-``#### N``, ``\\boxed{...}``, "The answer is N", or (only where no marker is present and the
-policy allows it) the last line.  Text is normalised first: full-width characters to ASCII (NFKC:
-``１２`` -> ``12``, ``＝`` -> ``=``), Chinese punctuation (``。`` ``，`` ``：``), U+2212 and other
-dashes to ``-``, ``×`` ``÷`` to ``*`` ``/``.
+A completion's *final answer* is what a marker names: ``answer=N`` / ``answer: N`` (or
+``Answer $N$`` opening a line), ``答案=N`` / ``得数为N``, ``#### N``, ``\\boxed{...}``, "The
+answer is N", or (only where no marker is present and the policy allows it) the last line.  Text is
+normalised first: full-width characters to ASCII (NFKC: ``１２`` -> ``12``, ``＝`` -> ``=``), Chinese
+punctuation (``。`` ``，`` ``：``), U+2212 and other dashes to ``-``, ``×`` ``÷`` to ``*`` ``/``.  When
+the completion closes a reasoning block (``</think>``) and writes anything after it, only what
+follows is read: the reasoning before it is not the answer.
 
-A stated value is read strictly: only its first sentence is the value, and it must be clean
-(``kind="number"``: a number after cleaning, e.g. ``$1,250.``, ``18 apples``, ``1/2``;
-``kind="maths"``, the default: a maths expression, not a sentence).  What is not clean is never
-handed over, so free text cannot fall through to an expression parser that would pick a number
-out of it.  The rules, by the ``reason`` they report:
-
-* ``negated``: ``not 18``, ``isn't 18``, ``18 is wrong``, ``\\boxed{18} is not the answer``: no
-  answer; a value the completion both states and negates (``#### 18`` ... ``18 is wrong``) neither.
-  ``retracted``: a later sentence withdraws it ("That's not right.", "No."): no answer.
-* contrast: exactly ``M, not N`` / ``not N but M`` / ``M rather than N`` / ``M instead of N``
-  names M (N is negated).
-* ``revised``: a new value after a stated one is *ambiguous*: a later sentence that is a bare
-  other number, restates one ("It's 18."), or has a correction cue ("Oops, 18", "Wait, actually
-  it's 18", "... no, 18", "I mean 18") and ends with another number; a later marked statement
-  of another value.  Explanations after the answer with other numbers and no cue are allowed.
-* ``hedged``: ``about 18``, ``~18``, ``18?``, ``18 or so``, ``18ish``: no answer.  ``range`` /
-  ``several``: ``between 17 and 19``, ``17 to 19``, ``18 or 19``, a bare list ``17, 18`` (outside a
-  box read as maths), ``17-19`` read as a number: *ambiguous*.
-* ``conditional``: ``If she sold 24, the answer is 18``, ``the answer is 18 if we ignore the
-  tax``, ``\\boxed{18}, assuming no tax``: no answer (state the answer in a sentence of its own).
-* ``prose``: a sentence with a number in it (an echo of the question: "Tom has 18 apples.") is
-  no answer, as the last line or after a marker.
-
-Two statements with different values (``#### 5`` and ``\\boxed{6}``, two boxes) are *ambiguous*
-(``distinct``; ``Extraction.spans`` lets a maths check find that ``1/2`` and ``0.5`` are one
-value); two values in one statement (``20 or 9``, ``答案=20或9``) are *ambiguous* (``several``):
-a verifier scores them 0 and says so, because rewarding the first (or any) of several answers
-teaches hedging.  When a marker is present the last line is not read, even if every marked value
-was rejected.
+Each statement is read strictly by ``answer_rules`` (its module docstring lists the rules): a value
+that is negated, hedged, a range, conditional, revised or prose is no answer; so is one in a sentence
+that opens with a condition ("If she sold 24, the answer is 18") or says it repeats the question
+("The question says she sold \\boxed{18} clips"), and a box in a question ("\\boxed{18} clips?").
+Across statements: two statements with different values (``#### 5`` and ``\\boxed{6}``, two boxes)
+are *ambiguous* (``distinct``; ``Extraction.spans`` lets a maths check find that ``1/2`` and
+``0.5`` are one value); two values in one statement (``20 or 9``, ``答案=20或9``) are *ambiguous*
+(``several``): a verifier scores them 0 and says so, because rewarding the first (or any) of several
+answers teaches hedging.  A value that one statement states and another negates is no answer
+(``negated``); a later statement of another value revises it (``revised``).  "Final Answer: The
+final answer is N" is one statement.  When a marker is present the last line is not read, even if
+every marked value was rejected.
 """
 
 from __future__ import annotations
@@ -43,6 +28,19 @@ import re
 import unicodedata
 from dataclasses import dataclass
 from typing import NamedTuple
+
+from veriloop.verifiers.answer_rules import (
+    Read,
+    boxed_spans,
+    clean_value,
+    conditional_prefix,
+    numeric_key,
+    read_value,
+    revision,
+)
+
+__all__ = ["DEFAULT_POLICIES", "KINDS", "MARKER_POLICIES", "POLICIES", "SPAN_POLICIES", "Extraction", "clean_value",
+           "extract_answer", "normalize_text", "numeric_key"]  # fmt: skip
 
 # Characters NFKC leaves alone that mean ASCII punctuation, a minus sign or an operator in answers.
 _TRANSLATE = str.maketrans({
@@ -58,111 +56,12 @@ def normalize_text(text: str) -> str:
     return re.sub(r"<<[^<>]*>>", "", unicodedata.normalize("NFKC", text).translate(_TRANSLATE))
 
 
-_NUMBER = re.compile(r"^[-+]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?$")
-_NUM = r"[-+]?\$?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?%?"
-_NUM_IN_TEXT = re.compile(r"(?<![A-Za-z0-9_.$])(-?)\$?((?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?|\.\d+)(?![\d])")
-_NUMBER_KIND = re.compile(  # a number after cleaning: plain, percent, a fraction
-    r"^[-+]?(?:(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?|\.\d+)%?$|^[-+]?\d+\s*/\s*\d+$|^[-+]?\\[dt]?frac\{\d+\}\{\d+\}$"
-)
-
-# Cue words (lower case).  A value that contains one is not a clean answer; which list names why.
-NEGATION = frozenset("not no never isn't isnt aren't wasn't won't can't cannot don't doesn't nope neither nor "
-                     "wrong incorrect false none".split())  # fmt: skip
-HEDGE = frozenset("about approximately approx approximate around roughly nearly almost probably perhaps possibly "
-                  "maybe likely unlikely estimate estimated guess ish circa some somewhere close between range "
-                  "least most more less fewer over under like think believe sure unsure bet".split())  # fmt: skip
-ALTERNATIVE = frozenset("or either".split())
-CONDITIONAL = frozenset("if unless assuming assume suppose supposing provided providing given otherwise whether "
-                        "when whenever".split())  # fmt: skip
-CORRECTION = frozenset("wait oops actually sorry correction mistake mistaken hmm rather instead scratch recheck "
-                       "recalculate redo typo oh uh um err no nope corrected revise revised reconsider miscalculated "
-                       "kidding jk joking lol".split())  # fmt: skip
-_CORRECTION_PHRASE = re.compile(r"\b(?:i\s+mean|hold\s+on|should\s+(?:be|have\s+been)|make\s+(?:that|it)|"
-                                r"correct\s+answer)\b", re.IGNORECASE)
-_REVISING_HEDGE = frozenset("or either maybe perhaps possibly probably approximately approx about around "
-                            "roughly".split())  # fmt: skip
-CUES = NEGATION | HEDGE | ALTERNATIVE | CONDITIONAL | CORRECTION
-# Words of a sentence (never of a unit or a maths expression).
-STOPWORDS = frozenset("the is are was were be been it its it's this that that's these those and but as for with i we "
-                      "you he she they his her their our has have had will would could can do does did get got "
-                      "what how many much which who then so thus therefore hence answer equals because since to "
-                      "than there here my me".split())  # fmt: skip
-MATH_WORDS = frozenset("sin cos tan cot sec csc sinh cosh tanh arcsin arccos arctan log ln lg exp sqrt pi max min "
-                       "gcd lcm mod deg det dim ker lim sup inf infty infinity arg cis".split())  # fmt: skip
-_ATTACHED_UNITS = frozenset("km cm mm kg mg lb lbs oz ft mph hr hrs min mins sec secs ml cal kcal".split())
-_CJK_CUES = {  # characters that make a Chinese value negated, several, hedged or conditional
-    "negated": "不非没错", "several": "或还", "hedged": "约概左右差吗呢吧", "conditional": "如若假设",
-}  # fmt: skip
-_CONDITIONAL_PREFIX = frozenset("if unless assuming suppose supposing provided otherwise".split())
-
-_WORD = re.compile(r"[A-Za-z]+(?:'[a-z]+)?")
-_NEGATED_NUMBER = re.compile(
-    rf"(?:\bnot|n't|\bnever|\bno)\s+(?:be\s+|equal\s+to\s+|exactly\s+)?({_NUM})"
-    rf"|({_NUM})\s*(?:[A-Za-z]+\s+)?(?:is|was|seems|would\s+be)?\s*(?:wrong|incorrect|false|not\s+(?:right|correct|"
-    rf"the\s+answer)|a\s+mistake)\b"
-)
-_CONTRAST = [
-    re.compile(rf"^(?P<m>{_NUM})(?:\s+[A-Za-z]+)?\s*,?\s*(?:and\s+|but\s+)?not\s+(?P<n>{_NUM})(?:\s+[A-Za-z]+)?$"),
-    re.compile(rf"^not\s+(?P<n>{_NUM})(?:\s+[A-Za-z]+)?(?:\s*[,;]\s*|\s+)(?:but\s+)?(?P<m>{_NUM})(?:\s+[A-Za-z]+)?$"),
-    re.compile(rf"^(?P<m>{_NUM})(?:\s+[A-Za-z]+)?\s+(?:rather\s+than|instead\s+of)\s+(?P<n>{_NUM})(?:\s+[A-Za-z]+)?$"),
-]
-_RANGE = re.compile(rf"{_NUM}\s*(?:-|to|through|thru|~)\s*{_NUM}|\bbetween\s+{_NUM}\s+and\s+{_NUM}")
-_RESTATED = re.compile(rf"^(?:so\s+)?(?:it|that|this)(?:'s|\s+is|\s+was)\s+({_NUM})\W*$", re.IGNORECASE)
-_LIST = re.compile(rf"^{_NUM}(?:\s*(?:,|\band\b|&|\s)\s*{_NUM})+$")
-_BOUNDARY = re.compile(r"[.!?]+(?=\s|$)")
-_HEDGE_SIGNS = re.compile(r"[~\u2248\u2243\u223c\u00b1]|\\approx|\\sim\b")
-_RETRACTED = re.compile(  # a later sentence that withdraws the answer without naming a new one
-    r"\b(?:that|this|it)(?:'s|\s+is|\s+was)\s+(?:wrong|incorrect|not\s+(?:right|correct)|a\s+mistake)\b"
-    r"|\b(?:doesn't|does\s+not|don't)\s+(?:look|seem|sound)\s+right\b|^\W*(?:no|nope|not\s+really|wrong)\W*$",
-    re.IGNORECASE,
-)
-
-
-def numeric_key(value: str) -> str:
-    """A comparison key: numbers without thousands separators, ``+`` or trailing zeros."""
-    v = value.replace("$", "").strip()
-    if _NUMBER.match(v):
-        v = re.sub(r"^(-?)0+(?=\d)", r"\1", v.replace(",", "").lstrip("+"))  # 018 -> 18
-        if "." in v:
-            v = v.rstrip("0").rstrip(".")
-        return "0" if v in ("-0", "") else v
-    return re.sub(r"\s+", "", v)
-
-
-def _numbers(text: str) -> set[str]:
-    return {numeric_key(m.group(1) + m.group(2)) for m in _NUM_IN_TEXT.finditer(text)}
-
-
-def _last_number(text: str) -> str | None:
-    found = list(_NUM_IN_TEXT.finditer(text))
-    return numeric_key(found[-1].group(1) + found[-1].group(2)) if found else None
-
-
-def _negated_numbers(text: str) -> frozenset[str]:
-    """Numbers the text negates: "not 18", "isn't 18", "18 is wrong"."""
-    return frozenset(numeric_key(g.replace("$", "")) for m in _NEGATED_NUMBER.finditer(text) for g in m.groups() if g)
-
-
-def _words(text: str) -> list[str]:
-    """Words outside LaTeX commands, lower case."""
-    return [w.lower() for w in _WORD.findall(re.sub(r"\\[A-Za-z]+", " ", text))]
-
-
-def _boxed_spans(text: str) -> list[tuple[str, int, int]]:
-    """``(content, start, end)`` of every ``\\boxed{...}`` / ``\\fbox{...}``, braces balanced."""
-    out, i = [], 0
-    while True:
-        m = re.compile(r"\\(?:boxed|fbox)\s*\{").search(text, i)
-        if not m:
-            return out
-        depth, j = 1, m.end()
-        while j < len(text) and depth:
-            depth += {"{": 1, "}": -1}.get(text[j], 0)
-            j += 1
-        if depth:  # unbalanced: no answer from this box
-            return out
-        out.append((text[m.end() : j - 1], m.start(), j))
-        i = j
+def after_reasoning(text: str) -> str:
+    """What follows the last ``</think>``, when anything does; else the whole text (tags as line breaks)."""
+    cut = text.rfind("</think>")
+    if cut >= 0 and text[cut + len("</think>") :].strip():
+        return text[cut + len("</think>") :]
+    return re.sub(r"</?think>", "\n", text)
 
 
 def _after_marker(pattern: str):
@@ -193,13 +92,16 @@ def _last_line(text: str) -> list[tuple[str, int, int]]:
 
 # name -> function(text) -> [(raw value, start, end)].  Order is the documented priority.
 SPAN_POLICIES = {
-    "boxed": _boxed_spans,
+    "boxed": boxed_spans,
     "gsm8k": _after_marker(r"(?:^|\n)[ \t]*####[ \t]*"),
-    "answer": _after_marker(r"(?:^|[\s;,])answer[ \t]*[=:][ \t]*"),
+    # "answer: N", "answer=N"; "Answer $N$" / "Answer \[N\]" opening a line (delimited maths closed on it)
+    "answer": _after_marker(r"(?:^|[\s;,])answer[ \t]*[=:][ \t]*"
+                            r"|(?:^|\n)[ \t]*(?:final[ \t]+)?answer[ \t]+"
+                            r"(?=\$\$?[^$\n]*[^$\s][^$\n]*\$|\\\[[^\n]*\S[^\n]*\\\]|\\\([^\n]*\S[^\n]*\\\))"),
     "答案": _after_marker(r"(?:答案|得数)[ \t]*(?:[=:]|是|为)[ \t]*"),
     "the-answer-is": _after_marker(r"\b(?:the\s+)?(?:final\s+)?answer\s+is(?![\w'])[ \t]*:?[ \t]*"),
     "last-line": _last_line,
-}
+}  # fmt: skip
 
 
 def _values_only(find):
@@ -211,6 +113,7 @@ POLICIES = {name: _values_only(find) for name, find in SPAN_POLICIES.items()}
 MARKER_POLICIES = ("boxed", "gsm8k", "answer", "答案", "the-answer-is")
 DEFAULT_POLICIES = (*MARKER_POLICIES, "last-line")
 KINDS = ("maths", "number")
+_NESTED_MARKER = re.compile(r"\s*\**\s*(?:the\s+)?(?:final\s+)?answer\s+is(?![\w'])", re.IGNORECASE)
 
 
 def _policy(name: str):
@@ -238,169 +141,11 @@ class Extraction:
     spans: tuple[str, ...] = ()  # the accepted statements' raw values (boxes whole), for a maths parser
 
 
-_FILLER = re.compile(r"^(?:therefore|thus|so|then|just|exactly|equal to|:)[\s,]*", re.IGNORECASE)
-_UNIT = r"\(?[A-Za-z][A-Za-z ./]*(?:\^?[23])?\)?"  # "pints", "miles per hour", "cm^2", "(dollars)"
-_NUMBER_WITH_UNIT = re.compile(  # number, %, then unit words / an attached unit (18km) / a Chinese measure word
-    rf"^\$?\s*({_NUM[:-2]}(?:\s*/\s*\d+)?)(\s*%)?(?:\s+({_UNIT})|([A-Za-z]+)|\s*([\u4e00-\u9fff]{{1,3}}))?$"
-)
-_MATHS_WITH_UNIT = re.compile(rf"^(\S.*[\d}}])\s+({_UNIT})$")  # "12\pi square units", "\frac{{3}}{{4}} of the pizza"
-_NOT_IN_UNITS = CUES | (STOPWORDS - {"the"})
-
-
-def _unit_tail_ok(tail: str | None, attached: str | None, cjk: str | None) -> bool:
-    if attached is not None:
-        return attached.lower() in _ATTACHED_UNITS
-    if cjk is not None:
-        return not any(c in cue for cue in _CJK_CUES.values() for c in cjk)
-    words = _words(tail or "")
-    return len(words) <= 4 and not any(w in _NOT_IN_UNITS or w in MATH_WORDS for w in words)
-
-
-def clean_value(value: str) -> str:
-    """Strip what surrounds an answer value: whitespace, ``$``, ``**``, filler words, a trailing period,
-    a worked expression before the last ``=`` (unless a cue word is in it), unit words after a
-    number (``120 pints`` -> ``120``; not ``18 if ...`` or ``18 is wrong``)."""
-    v = value.strip()
-    v = re.sub(r"^\$([^$]+)\$(?=\s+[A-Za-z(])", r"\1", v)  # "$18$ apples", "$\frac{3}{4}$ of the pizza"
-    v = re.sub(r"^\$+|\$+$", "", v).strip()
-    v = re.sub(r"^\\\(|\\\)$", "", v).strip()
-    v = re.sub(r"^\*+|\*+$", "", v).strip()
-    v = v.rstrip(".").strip()
-    boxed = _boxed_spans(v)
-    if len(boxed) == 1 and re.fullmatch(r"\\(?:boxed|fbox)\s*\{.*\}", v, re.DOTALL):
-        v = boxed[0][0].strip()  # "The answer is \boxed{x}" names x
-    while _FILLER.match(v) and _FILLER.match(v).end():
-        v = v[_FILLER.match(v).end() :]
-    if "=" in v and not re.search(r"[\\<>!\u2264\u2265\u2260]|==", v):  # "15 * 8 = 120" -> "120" (not x >= 5)
-        lhs, rhs = v.rsplit("=", 1)
-        if not any(w in CUES for w in _words(lhs)):
-            v = rhs.strip()
-    v = re.sub(r"\\(?:text|mathrm)\{\s*\}", "", v).strip()
-    m = _NUMBER_WITH_UNIT.match(v)
-    if m and _unit_tail_ok(m.group(3), m.group(4), m.group(5)):
-        return m.group(1) + ("%" if m.group(2) else "")
-    m = _MATHS_WITH_UNIT.match(v)
-    if m and len(m.group(2)) > 1 and _unit_tail_ok(m.group(2), None, None):
-        return m.group(1).strip()
-    return v
-
-
-def _is_clean(v: str, kind: str) -> bool:
-    """Is the cleaned value an answer of this kind (a number; a maths expression, not a sentence)?"""
-    if not re.search(r"[0-9A-Za-z\\]", v) or _HEDGE_SIGNS.search(v) or re.search(r"\?|[A-Za-z]'[A-Za-z]", v):
-        return False  # a question, a hedge sign, a contraction ("isn't 18") are not maths
-    if kind == "number":
-        return bool(_NUMBER_KIND.match(v))
-    if re.search(r"[\u3040-\u9fff]", re.sub(r"\\(?:text|mbox|mathrm)\{[^{}]*\}", "", v)):
-        return False
-    for inner in re.findall(r"\\(?:text|mbox|mathrm|textbf)\{([^{}]*)\}", v):  # words allowed: \text{Monday}
-        words = _words(inner)
-        if len(words) >= 3 or any(w in CUES or (w in STOPWORDS and w != "and") for w in words):
-            return False
-    outside = re.sub(r"\\(?:text|mbox|mathrm|textbf)\{[^{}]*\}", " ", v)
-    return not any(
-        len(w) > 1 and w not in MATH_WORDS and (w in CUES or w in STOPWORDS or len(w) >= 4) for w in _words(outside)
-    )
-
-
-@dataclass(frozen=True)
-class _Read:
-    """How one stated value reads: ``answer`` (value), ``several`` (values), ``not`` (reason), ``empty``."""
-
-    kind: str
-    value: str = ""
-    reason: str = ""
-    span: str = ""  # the raw text of the value as stated (a box kept whole), for a maths parser
-    negated: frozenset[str] = frozenset()
-    numbers: frozenset[str] = frozenset()
-
-
-def _classify(v: str, rest: str) -> _Read:
-    """Why ``v`` (with ``rest``, the remainder of its line) is not a clean answer."""
-    text = f"{v} {rest}"
-    words, nums = set(_words(text)), _numbers(text)
-    cjk = {why for why, chars in _CJK_CUES.items() if any(c in text for c in chars)}
-    negated = _negated_numbers(text)
-    if negated or words & NEGATION or "negated" in cjk:
-        return _Read("not", reason="negated", negated=negated, numbers=frozenset(nums))
-    if words & CONDITIONAL or "conditional" in cjk:
-        return _Read("not", reason="conditional", numbers=frozenset(nums))
-    several = len(nums) > 1
-    if several and (_RANGE.search(text) or words & {"between", "range"}):
-        return _Read("several", reason="range", numbers=frozenset(nums))
-    if several and (words & (ALTERNATIVE | CORRECTION | HEDGE) or "several" in cjk):
-        return _Read("several", reason="several", numbers=frozenset(nums))
-    if words & (HEDGE | ALTERNATIVE) or _HEDGE_SIGNS.search(text) or "hedged" in cjk or "several" in cjk:
-        return _Read("not", reason="hedged", numbers=frozenset(nums))
-    return _Read("not", reason="prose", numbers=frozenset(nums))
-
-
-def _first_sentence(raw: str) -> tuple[str, str, bool]:
-    """``(head, rest, question)``: the value's first sentence, what follows it, whether it ended in ``?``."""
-    m = _BOUNDARY.search(raw)
-    if not m:
-        return raw.strip(), "", False
-    return raw[: m.start()].strip(), raw[m.end() :].strip(), "?" in m.group()
-
-
-def _read_value(raw: str, kind: str, after: str = "", boxed: bool = False) -> _Read:
-    """Read one stated value; ``after`` is the rest of the sentence outside it (after a box).  A bare
-    list of numbers (``17, 18``) is several answers, except in a box read as maths (a set of solutions)."""
-    head, rest, question = _first_sentence(raw)
-    v, negated, span = clean_value(head), frozenset(), head
-    for pattern in _CONTRAST:
-        m = pattern.match(v)
-        if m and numeric_key(m["m"].strip("$%")) != numeric_key(m["n"].strip("$%")):
-            v, negated, span = clean_value(m["m"]), frozenset({numeric_key(m["n"].replace("$", ""))}), m["m"]
-            break
-    if not re.search(r"[0-9A-Za-z\\]", v) and not re.search(r"\d", rest):
-        return _Read("empty")
-    if not _is_clean(v, kind):
-        return _classify(head, f"{after} {rest}")
-    if (kind == "number" or not boxed) and _LIST.match(v) and len(_numbers(v)) > 1:
-        return _Read("several", reason="several", numbers=frozenset(_numbers(v)))
-    if question:
-        return _Read("not", reason="hedged", numbers=frozenset(_numbers(head)))
-    key = numeric_key(v)
-    if after:  # "\boxed{18} or so", "\boxed{18} is wrong", "\boxed{17}, not 18" (a contrast: 17)
-        qualified = _revision(after, key, same_line=True)
-        if qualified is not None:
-            return qualified
-        words, others = set(_words(after)), _negated_numbers(after) - {key}
-        if words & ALTERNATIVE and re.search(r"\\(?:boxed|fbox)|\d", after):  # "\boxed{a} or \boxed{b}"
-            return _Read("several", reason="several", numbers=frozenset(_numbers(after)) | {key})
-        if words & (CUES - NEGATION) or _HEDGE_SIGNS.search(after) or words & NEGATION and not others:
-            return _classify(f"{head} {after}", "")
-        negated |= others
-    revised = _revision(rest, key, same_line=True)
-    if revised is not None:
-        return revised
-    return _Read("answer", v, negated=negated, numbers=frozenset({key}), span=f"\\boxed{{{span}}}" if boxed else span)
-
-
-def _revision(tail: str, key: str, same_line: bool = False) -> _Read | None:
-    """Does text after a stated answer withdraw, qualify or revise it?"""
-    lead = re.match(r"^[\s$)]*(?:(?:is|was|seems|would\s+be)\s+)?(?:wrong|incorrect|false|a\s+mistake|not\s+(?:right|"
-                    r"correct|the\s+answer|it)\b)", tail, re.I)
-    if lead:
-        return _Read("not", reason="negated", negated=frozenset({key}))
-    for n, line in enumerate(tail.splitlines()):
-        for sentence in re.split(r"(?<=[.!?])\s+", line):
-            words, new = set(_words(sentence)), _last_number(sentence)  # a revision ends with the new value
-            new = new if new not in (None, key) else None
-            if key in _negated_numbers(sentence):
-                return _Read("not", reason="negated", negated=frozenset({key}))
-            if same_line and n == 0 and words & CONDITIONAL:
-                return _Read("not", reason="conditional")
-            if same_line and n == 0 and (words & _REVISING_HEDGE or _HEDGE_SIGNS.search(sentence)) and new:
-                return _Read("several", reason="several", numbers=frozenset({key, new}))
-            if _RETRACTED.search(sentence.strip()):
-                return _Read("not", reason="retracted", negated=frozenset({key}))
-            bare = re.fullmatch(rf"[\s*$(]*{_NUM}[\s*.!)]*", sentence) or _RESTATED.match(sentence.strip())
-            cue = words & CORRECTION or _CORRECTION_PHRASE.search(sentence) or any(c in sentence for c in "错改")
-            if (bare or cue) and new:
-                return _Read("several", reason="revised", numbers=frozenset({key, new}))
-    return None
+_BOUNDARY = re.compile(r"[.!?]+(?=\s|$)")
+# a sentence that says it repeats the question: what it states is an echo, not an answer
+_QUOTING = re.compile(r"\b(?:question|problem)\s+(?:says|said|states|stated|tells|told|gives|gave|mentions)\b"
+                      r"|\baccording\s+to\s+the\s+(?:question|problem)\b|\b(?:restat|repeat)\w*\s+the\s+question\b"
+                      r"|\bas\s+(?:given|stated)\s+in\s+the\s+(?:question|problem)\b", re.IGNORECASE)
 
 
 def _sentence_prefix(text: str, start: int) -> str:
@@ -414,20 +159,28 @@ def _sentence_prefix(text: str, start: int) -> str:
     return prefix
 
 
-def _read_statement(text: str, name: str, raw: str, start: int, end: int, kind: str) -> _Read:
-    if set(_words(_sentence_prefix(text, start))) & _CONDITIONAL_PREFIX:
-        return _Read("not", reason="conditional") if re.search(r"\S", raw) else _Read("empty")
+def _read_statement(text: str, name: str, raw: str, start: int, end: int, kind: str) -> Read:
+    prefix = _sentence_prefix(text, start)
+    if not re.search(r"\S", raw):
+        return Read("empty")
+    if conditional_prefix(prefix):  # "If she sold 24, the answer is 18."
+        return Read("not", reason="conditional")
+    if _QUOTING.search(prefix):  # "The question says she sold \boxed{18} clips": an echo
+        return Read("not", reason="prose")
     after = ""
     if name == "boxed":  # the rest of the sentence after the box qualifies it too ("\boxed{18} or so")
-        after = re.split(r"(?<=[.!?])\s|\n", text[end:], maxsplit=1)[0].strip(" $.")
-    return _read_value(raw, kind, after, boxed=name == "boxed")
+        after = re.split(r"(?<=[.!?])\s|\n", text[end:], maxsplit=1)[0].strip(" $")
+        if after.endswith("?"):  # "... to \boxed{18} friends?": a question, not an answer
+            return Read("not", reason="hedged")
+        after = after.rstrip(".").strip(" $")
+    return read_value(raw, kind, after, boxed=name == "boxed", stated=name != "boxed")
 
 
 class _Statement(NamedTuple):
     policy: str
     start: int  # where the statement (its marker) starts in the normalised text
     end: int  # where its value ends
-    read: _Read
+    read: Read
 
 
 def extract_answer(text: str, policies: tuple[str, ...] = DEFAULT_POLICIES, kind: str = "maths") -> Extraction:
@@ -440,12 +193,13 @@ def extract_answer(text: str, policies: tuple[str, ...] = DEFAULT_POLICIES, kind
     if kind not in KINDS:
         raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
     finders = {name: _policy(name) for name in policies}
-    text = normalize_text(text)
+    text = after_reasoning(normalize_text(text))
     found = [_Statement(name, s, e, _read_statement(text, name, raw, s, e, kind))
-             for name, find in finders.items() if name != "last-line" for raw, s, e in find(text)]  # fmt: skip
+             for name, find in finders.items() if name != "last-line" for raw, s, e in find(text)
+             if not (name == "answer" and "the-answer-is" in finders and _NESTED_MARKER.match(raw))]  # fmt: skip
     found = [x for x in found if x.read.kind != "empty"]
     if not found and "last-line" in finders:
-        found = [_Statement("last-line", s, e, _read_value(raw, kind)) for raw, s, e in _last_line(text)]
+        found = [_Statement("last-line", s, e, read_value(raw, kind, last_line=True)) for raw, s, e in _last_line(text)]
         found = [x for x in found if x.read.kind != "empty"]
     if not found:
         return Extraction("none", reason="no final answer")
@@ -469,7 +223,7 @@ def extract_answer(text: str, policies: tuple[str, ...] = DEFAULT_POLICIES, kind
     last_end = max(x.end for x in answers)
     if any(x.start >= last_end and x.read.numbers - {key} for x in found):  # a later statement of another value
         return Extraction("ambiguous", None, (value,), answers[0].policy, "revised")
-    revised = _revision(text[last_end:], key, same_line=True)
+    revised = revision(text[last_end:], key, same_line=True)
     if revised is not None:
         status = "ambiguous" if revised.kind == "several" else "none"
         return Extraction(status, None, (value,), answers[0].policy, revised.reason)

@@ -220,7 +220,7 @@ class MathAnswer(Verifier):
         golds = [self.reference_text(r) if self.read_spans else self.reference_answer(r) for r in references]
         for i, c in enumerate(completions):
             if not self.read_spans:  # gsm8k: one cleaned answer string
-                found = extract_answer(c, self.policies)
+                found = extract_answer(c, self.policies, kind="number")  # a GSM8K answer is a number
                 if found.status == "none":
                     verdicts[i] = self._outcome("no_answer", "no final answer found")
                 elif found.status == "ambiguous":
@@ -321,7 +321,7 @@ class MathAnswer(Verifier):
 class GSM8K(MathAnswer):
     """GSM8K: references as ``... #### N`` (the dataset's form) or a bare number."""
 
-    name, version = "gsm8k", "1"
+    name, version = "gsm8k", "2"
     reference_policies = ("gsm8k",)
     read_spans = False
 

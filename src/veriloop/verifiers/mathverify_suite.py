@@ -10,8 +10,9 @@ verdicts agree; the others test a non-default option (latex-only extraction, ``f
 ``data/math_verify_differences.json`` lists every applicable case where the ``math`` verifier
 (default options) disagrees, each with the policy that explains it: one of ours in ``mathequiv``
 (``kind: equivalence``, listed by case in ``EQUIVALENCE_POLICIES``) or a rule of the answer reader
-in ``answers.py`` (``kind: answer-reading``, the rule the verdict names).  A difference that neither
-explains is an error (``classify`` raises).  The test keeps the file exact; ``python -m
+(``answers.py`` / ``answer_rules.py``, ``kind: answer-reading``, the rule the verdict names; or
+``maths.py``'s reading of an unmarked last line by its last delimited maths).  A difference that
+none explains is an error (``classify`` raises).  The test keeps the file exact; ``python -m
 veriloop.verifiers.mathverify_suite`` prints the measure, ``--write`` rewrites the file after a
 deliberate change of policy.
 """
@@ -84,19 +85,23 @@ EQUIVALENCE_POLICIES = {
 }
 # Of those, the cases whose reference the verifier refuses (VerifierError): not audit cases.
 REFERENCE_ERRORS = {"test_numina_cases.py::test_numina_cases[24]", "test_open_thoughts.py::test_open_thoughts[7]"}
-# The answer reader's rules (answers.py), by the reason a verdict names.
+# The answer reader's rules (answer_rules.py, answers.py), by the reason a verdict names.
 READING_RULES = {
-    "prose": "a sentence with a number in it is prose, not an answer",
-    "conditional": "an answer in a sentence with a condition (if, when, given, ...) is no answer",
+    "prose": "a sentence with a number in it is prose, not an answer (it may be quoted from the question)",
+    "conditional": "an answer in a sentence with a condition (if, suppose, assuming; given, when opening a clause) "
+    "is no answer",
     "negated": "a statement that negates a number (not 10, ...) is no answer",
     "retracted": "an answer the text takes back is no answer",
-    "hedged": "an approximate answer (\\approx, about, ~) is a hedge, no answer",
+    "hedged": "an approximate answer (x \\approx 11, about, ~) is a hedge, no answer",
     "several": "one statement that names several numbers is ambiguous",
     "range": "a range of values (between 2000 and 3000, 17-19) in the answer's statement is ambiguous",
     "revised": "a different number after the stated answer revises it: ambiguous",
     "distinct": "final answers with different values (several boxes) are ambiguous, unless they are the parts "
     "of a set answer",
+    "last-maths": "an unmarked last line that is a sentence names its last delimited maths, never a plain number "
+    "in its prose: the number stated in prose is not read",
 }
+_FILES = {"last-maths": "maths.py", "distinct": "answers.py"}
 
 
 @dataclass(frozen=True)
@@ -160,6 +165,8 @@ def measure(verifier) -> Agreement:
         try:
             v = verifier.verify(c.pred, c.gold)
             got, why = int(v.score == 1.0), f"{v.outcome}: {v.details}"
+            if v.outcome in ("wrong", "parse_error") and _read_by_last_maths(c.pred):
+                why = f"{v.outcome} (last-maths): {v.details}"
         except VerifierError as e:  # a reference we cannot read: no reward, so not an agreement with 1
             got, why = 0, f"VerifierError: {e}"
         if got != c.expected:
@@ -168,17 +175,30 @@ def measure(verifier) -> Agreement:
                      [c.id for c in cases if not c.applies], differences)  # fmt: skip
 
 
+def _read_by_last_maths(completion: str) -> bool:
+    """No marker, and the answer reader takes no answer from the last line: the math verifier's
+    verdict is on the last delimited maths of that line (``maths.delimited_maths``)."""
+    from veriloop.verifiers.answers import MARKER_POLICIES, POLICIES, extract_answer, normalize_text
+    from veriloop.verifiers.maths import mask_maths
+
+    text = normalize_text(completion)
+    unmarked = not any(v.strip() for p in MARKER_POLICIES for v in POLICIES[p](text))
+    return unmarked and extract_answer(mask_maths(completion)[0]).status == "none"
+
+
 def classify(differences: dict[str, str]) -> dict[str, dict]:
     """``{id: {"kind", "rule"}}`` for each difference (id -> our verdict); raises on one that no
     documented policy explains."""
     out, unexplained = {}, []
     for i, why in differences.items():
-        m = re.match(r"(?:no_answer: no final answer found|ambiguous: several final answers) \((\w+)\)", why)
+        m = re.match(r"(?:no_answer: no final answer found|ambiguous: several final answers|wrong|parse_error) "
+                     r"\(([\w-]+)\)", why)
         reason = m.group(1) if m else ("distinct" if why.startswith("ambiguous: several different") else "")
         if i in EQUIVALENCE_POLICIES:
             out[i] = {"kind": "equivalence", "rule": EQUIVALENCE_POLICIES[i]}
         elif reason in READING_RULES:
-            out[i] = {"kind": "answer-reading", "rule": f"{READING_RULES[reason]} (answers.py: {reason})"}
+            where = _FILES.get(reason, "answer_rules.py")
+            out[i] = {"kind": "answer-reading", "rule": f"{READING_RULES[reason]} ({where}: {reason})"}
         else:
             unexplained.append(f"{i}: {why}")
     if unexplained:
@@ -210,6 +230,14 @@ def audit_cases() -> list[AuditCase]:
 
 def main(argv: list[str]) -> None:
     from veriloop.verifiers import get
+
+    if "-h" in argv or "--help" in argv:
+        print("usage: python -m veriloop.verifiers.mathverify_suite [--write]\n\n"
+              "Measure the math verifier's agreement with math-verify's own tests (default options) and\n"
+              "list every difference with the policy behind it.\n\n"
+              "  --write  rewrite data/math_verify_differences.json from this run (after a deliberate\n"
+              "           change of policy; fails if a difference has no documented policy)")  # fmt: skip
+        return
 
     verifier = get("math")
     try:
