@@ -231,7 +231,12 @@ def main() -> None:
     ap.add_argument("--grpo_steps", type=int, default=200, help="steps of each GRPO run")
     ap.add_argument("--grpo_runs", default=",".join(GRPO_RUNS), help="grpo stage runs: " + ", ".join(GRPO_RUNS))
     ap.add_argument("--quick", action="store_true", help="tiny sizes: checks that every stage runs")
+    ap.add_argument("--threads", type=int, default=0, help="torch CPU threads; 0 = torch's default")
     args = ap.parse_args()
+    if args.threads:
+        import torch
+
+        torch.set_num_threads(args.threads)
     if args.quick:
         args.problems, args.grpo_steps = min(args.problems, 8), min(args.grpo_steps, 2)
     out = Path(args.out)
