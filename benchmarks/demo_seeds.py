@@ -8,7 +8,8 @@ continued-SFT control for the same wall time, GRPO on the process reward) once p
 ``OUT/seed-S``, then prints the demo's table with ``mean ± sd`` over the seeds.  A seed whose
 directory already holds a finished demo is read instead of run again, so seeds can run in
 separate processes (``--seeds 1`` and ``--seeds 2`` side by side, then ``--seeds 0,1,2``).  The base and
-the teacher do not depend on the seed.  About 20-25 minutes per seed on two cores.
+the teacher do not depend on the seed.  About 35-42 minutes per seed on two cores at one torch thread
+(``--threads 1``) next to another benchmark.
 """
 
 from __future__ import annotations

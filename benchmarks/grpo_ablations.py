@@ -4,8 +4,8 @@
 
 Each variant trains from the shipped base with the demo's defaults except the named change,
 then reports held-out greedy accuracy, the right-answer-wrong-steps rate and wall time
-(``mean ± sd`` over ``--seeds`` when several are given).  Takes 3-7 minutes per variant and seed
-on two cores.  Skipping flat groups (``update.skip_zero_advantage``) only leaves out rows whose
+(``mean ± sd`` over ``--seeds`` when several are given).  Takes 4-12 minutes per variant and seed
+on two cores at one torch thread.  Skipping flat groups (``update.skip_zero_advantage``) only leaves out rows whose
 gradient is exactly 0, so it changes nothing while the KL sits in the loss; at ``kl.beta 0`` it
 is a pure saving, which the two ``kl_beta 0`` rows show.
 """

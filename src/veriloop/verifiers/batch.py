@@ -82,7 +82,7 @@ class VerifySummary:
     def text(self) -> str:
         counts = ", ".join(f"{k or 'scored'} {v}" for k, v in sorted(self.outcomes.items()))
         return (f"{self.rows} rows in {self.seconds:.1f} s ({self.rows / max(self.seconds, 1e-9):.0f} rows/s, "
-                f"{self.workers} workers); mean score {self.mean_score:.4f}; outcomes: {counts}")  # fmt: skip
+                f"{self.workers} worker{'s' if self.workers != 1 else ''}); mean score {self.mean_score:.4f}; outcomes: {counts}")  # fmt: skip
 
 
 def verify_file(name: str, input_path: str, output_path: str, options: dict | None = None, workers: int = 0,
