@@ -1,8 +1,8 @@
 """PRM from automatic labels, test-time strategies against compute, process-supervised GRPO.
 
-    python benchmarks/prm_search.py                 # every stage (about 50 minutes on two cores)
+    python benchmarks/prm_search.py                 # every stage (about 90 minutes on two cores at --threads 1)
     python benchmarks/prm_search.py --stages search  # one stage, reusing the earlier ones' files
-    python benchmarks/prm_search.py --quick          # every stage at toy sizes (a smoke test)
+    python benchmarks/prm_search.py --quick --out /tmp/q  # every stage at toy sizes (a smoke test, kept apart)
 
 Stages (files under --out, default runs/bench-prm):
 
