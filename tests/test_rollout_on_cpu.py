@@ -165,7 +165,7 @@ def test_record_validation():
     with pytest.raises(ValueError, match="behaviour log-probs"):
         make_record(behavior_logprobs=[-0.1])
     with pytest.raises(ValueError, match="finish_reason"):
-        make_record(finish_reason="stop")
+        make_record(finish_reason="timeout")
     for bad in (float("nan"), float("inf"), None):
         with pytest.raises(ValueError, match="non-finite reward"):
             check_reward(make_record(reward=bad))

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from veriloop.io import atomic_write_jsonl, read_jsonl
 
-FINISH_REASONS = ("eos", "length", "error")
+FINISH_REASONS = ("eos", "length", "stop", "error")  # stop: a token of the sampler's stop_ids, kept
 
 
 @dataclass
@@ -28,7 +28,7 @@ class Record:
     reference: str
     prompt_ids: list[int]
     completion_ids: list[int]  # EOS included when finish_reason == "eos"
-    completion: str  # decoded text, special tokens removed
+    completion: str  # decoded text without the final EOS; other special tokens stay visible (completion_text)
     behavior_logprobs: list[float] | None  # per completion token, nats, under `sampling`; None: not sampled
     sampling: dict  # temperature, top_k, top_p, max_new_tokens, seed
     policy_version: int

@@ -1,6 +1,6 @@
 """Sequential revision (Snell et al. 2024): a model that rewrites a wrong attempt into a right one.
 
-Training data (``veriloop search revision-pairs``): sample several solutions per training
+Training data (``veriloop revision-pairs``): sample several solutions per training
 problem; pair every distinct wrong solution with the right solution of the same problem at the
 smallest edit distance (Levenshtein, on characters), so the model learns to *correct* an attempt
 rather than to ignore it and write any right answer.  With ``keep_right`` (default) each right
@@ -53,7 +53,7 @@ def closest_pairs(wrong: list[str], right: list[str]) -> list[tuple[str, str, in
 
 @dataclass
 class RevisionPairsConfig:
-    """``veriloop search revision-pairs``: wrong -> right demonstrations for a revision model."""
+    """``veriloop revision-pairs``: wrong -> right demonstrations for a revision model."""
 
     policy: str = field(default="builtin:base", metadata={"help": "policy whose attempts are revised"})
     output: str = field(default="runs/revision-pairs.jsonl", metadata={"help": "JSONL demonstrations"})

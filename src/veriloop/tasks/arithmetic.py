@@ -10,7 +10,8 @@ and every division is exact.  Train, validation and held-out problems are separa
 of the expression text, so the splits never share a problem whatever the seeds.
 
 The *teacher* writes the traces that SFT imitates.  It can be imperfect in systematic
-ways (all off in ``TeacherConfig()``'s zero rates; the shipped base used the defaults):
+ways; ``TeacherConfig()``'s defaults (both slips at 0.6, compensated) are what the shipped base
+was fine-tuned on, and ``TeacherConfig.perfect()`` turns every slip off:
 
 * ``multiplication_slip``: a multiplication ``a*b`` is computed as ``a+b`` and the wrong
   value is carried on: a class of problems (those with a ``*``) the teacher gets wrong.

@@ -3,10 +3,10 @@
 1. evaluate the shipped base (greedy, sampled, pass@k, process, wrong steps) and the
    teacher it was fine-tuned on;
 2. train it with GRPO (outcome reward by default);
-3. train a second run from the same base with the process reward (the seeds' lesson:
-   does the reward see the steps?);
-4. continue SFT on the teacher's traces from the same base for the same wall time as
+3. continue SFT on the teacher's traces from the same base for the same wall time as
    the GRPO run (the control: is it the extra compute or the reward that helps?);
+4. train a third run from the same base with GRPO on the process reward (the seeds'
+   lesson: does the reward see the steps?);
 5. evaluate each, print a before/after table, write ``summary.json``.
 """
 
