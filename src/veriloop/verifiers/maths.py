@@ -72,6 +72,9 @@ _CUT_RELATION = re.compile(r"[<>!]=|==|[<>≤≥≠]|[A-Za-z][^=]*=")
 
 _PLACEHOLDER = re.compile(r"\\vlmath([a-z]{3})")
 _NUMBER_LIKE = re.compile(r"^\s*[-+]?(?:(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?|\.\d+)\s*(?:\\?%)?\s*$")
+# What a rejected verdict on an unmarked sentence's last delimited maths says it read (mathverify_suite
+# classifies by it).
+LAST_MATHS = "(last-maths) read from the last delimited maths of an unmarked sentence"
 _HEDGE_MARK = re.compile(r"\\approx|\\sim\b|\\simeq|[~\u2248\u2243\u223c?]")
 
 
@@ -217,6 +220,7 @@ class MathAnswer(Verifier):
             raise ValueError(f"{len(completions)} completions but {len(references)} references")
         verdicts: list[Verdict | None] = [None] * len(completions)
         jobs: list[tuple[int, Callable, tuple]] = []  # (row, function, args) for the worker pool
+        last_maths: set[int] = set()  # rows whose value is the last delimited maths of an unmarked line
         golds = [self.reference_text(r) if self.read_spans else self.reference_answer(r) for r in references]
         for i, c in enumerate(completions):
             if not self.read_spans:  # gsm8k: one cleaned answer string
@@ -234,6 +238,9 @@ class MathAnswer(Verifier):
             if isinstance(values, Verdict):
                 verdicts[i] = values
                 continue
+            values, via_last_maths = values
+            if via_last_maths:
+                last_maths.add(i)
             plain = self._plain(golds[i], values)
             if plain is not None:
                 verdicts[i] = self._outcome(*plain)
@@ -249,9 +256,13 @@ class MathAnswer(Verifier):
                 if outcome == "gold_error":
                     raise VerifierError(detail)
                 verdicts[i] = self._outcome(outcome, detail)
+        for i in last_maths:  # say which reading a rejected value came from
+            v = verdicts[i]
+            if v is not None and v.outcome != "correct":
+                verdicts[i] = self._outcome(v.outcome, f"{LAST_MATHS}: {v.details}")
         return verdicts  # type: ignore[return-value]
 
-    def _values(self, completion: str) -> list[str] | Verdict:
+    def _values(self, completion: str) -> tuple[list[str], bool] | Verdict:
         """The stated answer(s) to judge (``maths_form``), or the verdict when there is nothing to judge.
 
         ``extract_answer`` decides: its rules against negated, hedged, conditional and revised
@@ -268,18 +279,18 @@ class MathAnswer(Verifier):
         last_line = unmarked and "last-line" in self.policies
         if last_line and "\n" in _last_block(normalize_text(completion)):  # a display block ends the text
             block = delimited_maths(completion, numbers=True)
-            return [block] if block else self._outcome("no_answer", "no final answer found")
+            return ([block], False) if block else self._outcome("no_answer", "no final answer found")
         if found.status == "ok":
-            return [maths_form(s) for s in spans] or [unmask(found.answer or "", names)]
+            return [maths_form(s) for s in spans] or [unmask(found.answer or "", names)], False
         if found.status == "ambiguous":
             if getattr(found, "reason", "") == "distinct" and spans:
-                return [maths_form(s) for s in spans]
+                return [maths_form(s) for s in spans], False
             shown = [unmask(v, names) for v in found.candidates]
             return self._outcome("ambiguous", f"several final answers ({found.reason}): {shown}")
         reason = getattr(found, "reason", "")
         fallback = delimited_maths(completion) if last_line else None
         if fallback is not None and reason in ("prose", "no final answer", ""):
-            return [fallback]
+            return [fallback], True
         return self._outcome("no_answer", f"no final answer found ({reason or 'none'})")
 
     def _plain(self, gold: str, values: list[str]) -> tuple[str, str] | None:

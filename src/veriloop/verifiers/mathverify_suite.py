@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from veriloop.verifiers.audit import AuditCase
+from veriloop.verifiers.maths import LAST_MATHS
 
 DATA = Path(__file__).resolve().parent / "data"
 CASES_FILE, DIFFERENCES_FILE = DATA / "math_verify_cases.jsonl", DATA / "math_verify_differences.json"
@@ -165,25 +166,16 @@ def measure(verifier) -> Agreement:
         try:
             v = verifier.verify(c.pred, c.gold)
             got, why = int(v.score == 1.0), f"{v.outcome}: {v.details}"
-            if v.outcome in ("wrong", "parse_error") and _read_by_last_maths(c.pred):
-                why = f"{v.outcome} (last-maths): {v.details}"
+            if v.details.startswith(LAST_MATHS):  # the verifier says it judged the last delimited maths
+                details = v.details[len(LAST_MATHS) + 2 :]
+                label = " (last-maths)" if v.outcome in ("wrong", "parse_error") else ""
+                why = f"{v.outcome}{label}: {details}"
         except VerifierError as e:  # a reference we cannot read: no reward, so not an agreement with 1
             got, why = 0, f"VerifierError: {e}"
         if got != c.expected:
             differences[c.id] = why[:300]
     return Agreement(len(applicable), len(applicable) - len(differences),
                      [c.id for c in cases if not c.applies], differences)  # fmt: skip
-
-
-def _read_by_last_maths(completion: str) -> bool:
-    """No marker, and the answer reader takes no answer from the last line: the math verifier's
-    verdict is on the last delimited maths of that line (``maths.delimited_maths``)."""
-    from veriloop.verifiers.answers import MARKER_POLICIES, POLICIES, extract_answer, normalize_text
-    from veriloop.verifiers.maths import mask_maths
-
-    text = normalize_text(completion)
-    unmarked = not any(v.strip() for p in MARKER_POLICIES for v in POLICIES[p](text))
-    return unmarked and extract_answer(mask_maths(completion)[0]).status == "none"
 
 
 def classify(differences: dict[str, str]) -> dict[str, dict]:
