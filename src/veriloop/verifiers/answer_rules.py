@@ -104,7 +104,7 @@ _RANGE = re.compile(rf"{_NUM}\s*(?:-|to|through|thru|~)\s*{_NUM}|\bbetween\s+{_N
 _RESTATED = re.compile(rf"^(?:so\s+)?(?:it|that|this|the\s+(?:final\s+)?(?:answer|result|total|value))"
                        rf"(?:'s|\s+is|\s+was)\s+({_NUM})\W*$", re.IGNORECASE)
 _LIST = re.compile(rf"^{_NUM}(?:\s*(?:,|\band\b|&|\s)\s*{_NUM})+$")
-_BOUNDARY = re.compile(r"[.!?]+(?=\s|$)")
+SENTENCE_END = re.compile(r"[.!?]+(?=\s|$)")
 _HEDGE_SIGNS = re.compile(r"[~\u2248\u2243\u223c\u00b1]|\\approx|\\sim\b")
 # "x = 1/3 \approx 0.33": an exact value, then a decimal approximation of it
 _EXACT_THEN_APPROX = re.compile(r"^(?P<exact>[^=]+=.+?)\s*(?:\\approx|\u2248)\s*[-+]?(?:\d+(?:\.\d*)?|\.\d+)$")
@@ -309,7 +309,7 @@ def _classify_line(line: str) -> Read:
 
 def _first_sentence(raw: str) -> tuple[str, str, bool]:
     """``(head, rest, question)``: the value's first sentence, what follows it, whether it ended in ``?``."""
-    m = _BOUNDARY.search(raw)
+    m = SENTENCE_END.search(raw)
     if not m:
         return raw.strip(), "", False
     return raw[: m.start()].strip(), raw[m.end() :].strip(), "?" in m.group()

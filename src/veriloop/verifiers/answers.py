@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from veriloop.verifiers.answer_rules import (
+    SENTENCE_END,
     Read,
     boxed_spans,
     clean_value,
@@ -141,7 +142,6 @@ class Extraction:
     spans: tuple[str, ...] = ()  # the accepted statements' raw values (boxes whole), for a maths parser
 
 
-_BOUNDARY = re.compile(r"[.!?]+(?=\s|$)")
 # a sentence that says it repeats the question: what it states is an echo, not an answer
 _QUOTING = re.compile(r"\b(?:question|problem)\s+(?:says|said|states|stated|tells|told|gives|gave|mentions)\b"
                       r"|\baccording\s+to\s+the\s+(?:question|problem)\b|\b(?:restat|repeat)\w*\s+the\s+question\b"
@@ -152,7 +152,7 @@ def _sentence_prefix(text: str, start: int) -> str:
     """The part of the sentence before ``start`` (and the sentence before it, if this one opens with
     "then": "Suppose she sold 24. Then the answer is 18.")."""
     before = text[:start]
-    cut = max(before.rfind("\n"), before.rfind(";"), *(m.end() - 1 for m in _BOUNDARY.finditer(before)))
+    cut = max(before.rfind("\n"), before.rfind(";"), *(m.end() - 1 for m in SENTENCE_END.finditer(before)))
     prefix = before[cut + 1 :]
     if re.match(r"\s*(?:then|in\s+that\s+case)\b", prefix, re.IGNORECASE) and cut > 0:
         prefix = _sentence_prefix(text, cut) + " " + prefix
