@@ -37,9 +37,9 @@ from common import fmt, parse_seeds, silence_hub_progress  # noqa: E402
 from veriloop.evaluation.evaluate import EvalConfig, evaluate  # noqa: E402
 from veriloop.models.loading import load_policy  # noqa: E402
 from veriloop.tasks.base import split_problems  # noqa: E402
-from veriloop.training.config import build_config  # noqa: E402
+from veriloop.config import build_config  # noqa: E402
 from veriloop.training.recipes import RECIPES  # noqa: E402
-from veriloop.training.run_config import TrainConfig  # noqa: E402
+from veriloop.training.config import TrainConfig  # noqa: E402
 from veriloop.training.trainer import Trainer  # noqa: E402
 
 ORDER = ["grpo", "dr_grpo", "gspo", "dapo", "rloo", "reinforce", "ppo", "online_rft", "rft", "distill", "dpo", "sft",

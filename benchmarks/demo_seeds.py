@@ -22,8 +22,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import fmt, parse_seeds, silence_hub_progress  # noqa: E402
 
-from veriloop.training.config import build_config  # noqa: E402
-from veriloop.training.demo import DemoConfig, run_demo  # noqa: E402
+from veriloop.config import build_config  # noqa: E402
+from veriloop.demo import DemoConfig, run_demo  # noqa: E402
 
 ROWS = [("greedy_accuracy", "greedy accuracy"), ("pass@8", "pass@8 (T = 1, unbiased)"),
         ("sampled_accuracy", "sampled accuracy (T = 1)"), ("process_rate", "process-correct rate"),

@@ -24,8 +24,8 @@ from common import fmt, parse_seeds, silence_hub_progress  # noqa: E402
 
 from veriloop.evaluation.evaluate import EvalConfig, evaluate  # noqa: E402
 from veriloop.models.loading import load_policy  # noqa: E402
-from veriloop.training.config import build_config  # noqa: E402
-from veriloop.training.run_config import TrainConfig  # noqa: E402
+from veriloop.config import build_config  # noqa: E402
+from veriloop.training.config import TrainConfig  # noqa: E402
 from veriloop.training.trainer import Trainer  # noqa: E402
 
 VARIANTS = {

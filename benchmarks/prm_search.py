@@ -38,8 +38,9 @@ from veriloop.models.loading import load_policy
 from veriloop.prm.label import LabelConfig, label_steps
 from veriloop.prm.train import PRMTrainConfig, train_prm
 from veriloop.search.run import SearchConfig, run_search
-from veriloop.training.config import build_config
-from veriloop.training.run_config import TaskConfig, TrainConfig
+from veriloop.config import build_config
+from veriloop.tasks.config import TaskConfig
+from veriloop.training.config import TrainConfig
 from veriloop.training.trainer import Trainer
 
 STAGES = ("completer", "label", "train", "search", "grpo", "revision")

@@ -36,6 +36,7 @@ def sampler_worker(args) -> dict:
 
     from veriloop.models.loading import load_policy
     from veriloop.rollout.sampler import SamplingParams, generate
+    from veriloop.seeding import derive_seed
 
     policy = load_policy(args.policy)
     prompts = _prompts(policy, args.prompts)
@@ -43,15 +44,9 @@ def sampler_worker(args) -> dict:
     eos, pad = policy.eos_id, policy.pad_id
 
     def ours(seed):
-        out = generate(
-            policy.model,
-            prompts,
-            params,
-            eos_id=eos,
-            pad_id=pad,
-            generator=torch.Generator().manual_seed(seed),
-            n=args.group,
-        )
+        # the rollout engine's path: one random stream per completion (seeded as the trainer seeds them)
+        row_seeds = [derive_seed(seed, "bench", i) for i in range(len(prompts) * args.group)]
+        out = generate(policy.model, prompts, params, eos_id=eos, pad_id=pad, row_seeds=row_seeds, n=args.group)
         return out.num_tokens
 
     def hf(seed):
@@ -91,8 +86,8 @@ def sampler_worker(args) -> dict:
 
 def grpo_worker(args) -> dict:
     """Mean seconds per GRPO step by stage, after one warm-up step."""
-    from veriloop.training.config import build_config
-    from veriloop.training.run_config import TrainConfig
+    from veriloop.config import build_config
+    from veriloop.training.config import TrainConfig
     from veriloop.training.trainer import Trainer
 
     with tempfile.TemporaryDirectory() as tmp:

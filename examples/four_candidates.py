@@ -36,8 +36,8 @@ from veriloop.algorithms import group_advantages
 from veriloop.models.candidates import CandidatePolicy
 from veriloop.rollout.records import RecordStore
 from veriloop.tasks.fixed import FixedTask
-from veriloop.training.config import build_config
-from veriloop.training.run_config import TrainConfig
+from veriloop.config import build_config
+from veriloop.training.config import TrainConfig
 from veriloop.training.trainer import Trainer
 from veriloop.verifiers import get as get_verifier
 

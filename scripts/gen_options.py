@@ -13,13 +13,14 @@ from veriloop.prm.label import LabelConfig
 from veriloop.prm.train import PRMTrainConfig
 from veriloop.search.revision import RevisionPairsConfig
 from veriloop.search.run import SearchConfig
-from veriloop.training.config import iter_fields
-from veriloop.training.demo import DemoConfig
-from veriloop.training.run_config import EvalRunConfig, SFTConfig, TrainConfig
+from veriloop.config import iter_fields
+from veriloop.demo import DemoConfig
+from veriloop.evaluation.run import EvalRunConfig
+from veriloop.training.config import TrainConfig
+from veriloop.training.recipes import SFT_COMMAND_DEFAULTS
 
 COMMANDS = [
     ("veriloop train", TrainConfig),
-    ("veriloop sft", SFTConfig),
     ("veriloop eval", EvalRunConfig),
     ("veriloop demo", DemoConfig),
     ("veriloop prm label", LabelConfig),
@@ -44,6 +45,10 @@ def render() -> str:
         "",
     ]
     for name, cls in COMMANDS:
+        if name == "veriloop train":
+            sft = ", ".join(f"`{k}={v}`" for k, v in SFT_COMMAND_DEFAULTS.items())
+            out += ["`veriloop sft` takes the options of `veriloop train` (it is the `sft` recipe of the one trainer), "
+                    f"starting from: {sft}.", ""]  # fmt: skip
         out += [
             f"## `{name}`",
             "",

@@ -22,7 +22,7 @@ def test_demo_small_budget(tmp_path, capsys):
         assert 0.0 <= summary[key] <= 1.0
     for sub in ("grpo", "grpo-process"):
         assert (run_dir / sub / "report.html").is_file() and (run_dir / sub / "metrics.jsonl").is_file()
-    assert (run_dir / "sft-control" / "model" / "model.safetensors").is_file()
+    assert (run_dir / "sft-control" / "final" / "model.safetensors").is_file()
     # A second demo never overwrites the first.
     again = ["demo", "--quiet", "--run_dir", str(run_dir), "--train.steps", "1", "--process_run", "false",
              "--sft_control", "false", "--train.task.arithmetic.heldout_size", "8",

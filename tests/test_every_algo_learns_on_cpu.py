@@ -1,8 +1,9 @@
 """Every `--algo` recipe trains the shipped base on the built-in task and beats it on held-out problems.
 
 Short real runs (30 steps of 8 prompts x 8 completions; PPO gets 64 prompts of one
-completion, so every method sees the same 1,920 completions), fixed seeds, greedy
-evaluation on 200 held-out problems.  ``distill`` imitates the filtered samples of the
+completion, so every method sees the same 1,920 completions), greedy evaluation on 200
+held-out problems, averaged over two fixed seeds: one 30-step run's gain varies by about
+0.03 between seeds (online_rft over seeds 0-3: 0.73-0.80), as much as the margin asked for.  ``distill`` imitates the filtered samples of the
 policy this module's ``grpo`` run produced.  ``sft`` learns from a correct teacher (the task's
 teacher with its slips off): the base was already fine-tuned to convergence on the slipping
 teacher, so more of that data cannot improve it (the benchmark shows both).  ``grpo_process``
@@ -15,14 +16,14 @@ import pytest
 
 from veriloop.evaluation.evaluate import EvalConfig, evaluate
 from veriloop.models.loading import load_policy
-from veriloop.training.config import build_config
+from veriloop.config import build_config
 from veriloop.training.recipes import RECIPES
-from veriloop.training.run_config import TrainConfig
+from veriloop.training.config import TrainConfig
 from veriloop.training.trainer import Trainer
 
 pytestmark = pytest.mark.slow
 
-STEPS, PROMPTS, GROUP, HELDOUT = 30, 8, 8, 200
+STEPS, PROMPTS, GROUP, HELDOUT, SEEDS = 30, 8, 8, 200, (0, 1)
 # Written out, not derived from RECIPES: a recipe added without a learning test here fails
 # test_every_recipe_is_covered.  distill needs grpo's policy as its teacher, so grpo comes first.
 ORDER = ["grpo", "dapo", "distill", "dpo", "dr_grpo", "grpo_process", "gspo", "online_rft", "ppo", "reinforce", "rft",
@@ -69,15 +70,20 @@ def test_every_recipe_is_covered():
 
 @pytest.mark.parametrize("algo", ORDER)
 def test_algo_improves_heldout_accuracy(algo, root, base_accuracy, request):
-    extra = {"rollout.teacher": str(root / "grpo" / "final")} if algo == "distill" else {}
+    teacher = root / "grpo" / "seed-0" / "final"  # distill imitates grpo's policy
+    extra = {"rollout.teacher": str(teacher)} if algo == "distill" else {}
     if algo == "grpo_process":
         extra = {"process.prm": request.getfixturevalue("prm_dir"), "process.outcome_weight": 1.0}
     if algo == "sft":
         extra = {"task.teacher.multiplication_slip": 0.0, "task.teacher.subtraction_slip": 0.0}
-    if algo == "distill" and not (root / "grpo" / "final").is_dir():
+    if algo == "distill" and not teacher.is_dir():
         pytest.fail("distill runs after grpo (its teacher); run the whole module")
-    cfg = build_config(TrainConfig, {}, {**settings(algo, root / algo), **extra})
-    Trainer(cfg, progress=False).train()
-    after = heldout(load_policy(str(root / algo / "final")), cfg)
-    print(f"{algo}: held-out greedy {base_accuracy:.3f} -> {after.greedy_accuracy:.3f}")
-    assert after.greedy_accuracy >= base_accuracy + 0.04, (algo, base_accuracy, after.greedy_accuracy)
+    accuracies = []
+    for seed in SEEDS:
+        run_dir = root / algo / f"seed-{seed}"
+        cfg = build_config(TrainConfig, {}, {**settings(algo, run_dir), "seed": seed, **extra})
+        Trainer(cfg, progress=False).train()
+        accuracies.append(heldout(load_policy(str(run_dir / "final")), cfg).greedy_accuracy)
+    after = sum(accuracies) / len(accuracies)
+    print(f"{algo}: held-out greedy {base_accuracy:.3f} -> {after:.3f} (seeds {SEEDS}: {accuracies})")
+    assert after >= base_accuracy + 0.04, (algo, base_accuracy, accuracies)

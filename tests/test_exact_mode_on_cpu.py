@@ -17,8 +17,8 @@ from veriloop.algorithms import kl_exact
 from veriloop.models.candidates import CandidatePolicy
 from veriloop.rollout.records import Record
 from veriloop.tasks.fixed import FixedTask
-from veriloop.training.config import build_config
-from veriloop.training.run_config import TrainConfig
+from veriloop.config import build_config
+from veriloop.training.config import TrainConfig
 from veriloop.training.trainer import Trainer
 from veriloop.verifiers import from_reward_function
 
@@ -120,7 +120,7 @@ def test_skipping_flat_groups_leaves_the_expected_update_unchanged_with_kl(tmp_p
         trainer, policy = make_trainer(tmp_path / f"{skip}", FOUR, REWARDS4, LOGITS4, G=2, algo=algo,
                                        **{"kl.beta": 0.1, "kl.placement": placement, "kl.estimator": estimator,
                                           "loss.entropy_coef": entropy, "update.skip_zero_advantage": skip})  # fmt: skip
-        trainer.reference.logits.data = torch.tensor(REF_LOGITS, dtype=torch.float64)
+        trainer.reference.policy.logits.data = torch.tensor(REF_LOGITS, dtype=torch.float64)
         deltas.append(expected_update(trainer, policy, G=2)[0])
     assert deltas[0].abs().max() > 1e-3
     assert torch.allclose(deltas[0], deltas[1], atol=1e-12)
@@ -168,7 +168,7 @@ def test_k1_differentiated_at_policy_samples_has_zero_expected_gradient():
 
 
 def test_k1_in_the_loss_is_refused_with_the_reason(tmp_path):
-    from veriloop.training.config import ConfigError
+    from veriloop.config import ConfigError
 
     with pytest.raises(ConfigError, match="zero expected gradient"):
         build_config(TrainConfig, {}, {"kl.estimator": "k1", "kl.placement": "loss", "kl.beta": 0.1})
@@ -186,7 +186,7 @@ def test_kl_in_the_loss_optimises(tmp_path, estimator, divergence):
     beta = 0.5
     trainer, policy = make_trainer(tmp_path, FOUR, [1.0] * 4, LOGITS4, G=2, algo="grpo",
                                    **{"kl.beta": beta, "kl.estimator": estimator})  # fmt: skip
-    trainer.reference.logits.data = torch.tensor(REF_LOGITS, dtype=torch.float64)
+    trainer.reference.policy.logits.data = torch.tensor(REF_LOGITS, dtype=torch.float64)
     delta, _ = expected_update(trainer, policy, G=2)
     grads = divergence_gradients(LOGITS4, REF_LOGITS)
     want = -beta * sum(w * grads[name] for name, w in divergence.items())
@@ -209,7 +209,7 @@ def test_kl_in_the_reward_optimises(tmp_path, estimator, divergence):
     beta = 0.5
     trainer, policy = make_trainer(tmp_path, FOUR, [0.0] * 4, LOGITS4, G=2, algo="reinforce",
                                    **{"kl.beta": beta, "kl.estimator": estimator, "kl.placement": "reward"})  # fmt: skip
-    trainer.reference.logits.data = torch.tensor(REF_LOGITS, dtype=torch.float64)
+    trainer.reference.policy.logits.data = torch.tensor(REF_LOGITS, dtype=torch.float64)
     delta, _ = expected_update(trainer, policy, G=2)
     grads = divergence_gradients(LOGITS4, REF_LOGITS)
     want = -beta * sum(w * grads[name] for name, w in divergence.items())
@@ -260,9 +260,9 @@ def test_expected_k3_equals_the_exact_kl(tmp_path):
     for estimator in ("k3", "exact"):
         trainer, policy = make_trainer(tmp_path / estimator, FOUR, REWARDS4, LOGITS4, G=2, algo="grpo",
                                        **{"kl.beta": 0.05, "kl.estimator": estimator})  # fmt: skip
-        trainer.reference.logits.data = torch.tensor(ref_logits, dtype=torch.float64)
+        trainer.reference.policy.logits.data = torch.tensor(ref_logits, dtype=torch.float64)
         _, mean_kl = expected_update(trainer, policy, G=2, stat="kl")
-        exact = kl_exact(torch.log_softmax(policy.logits.detach(), -1), torch.log_softmax(trainer.reference.logits, -1))
+        exact = kl_exact(torch.log_softmax(policy.logits.detach(), -1), torch.log_softmax(trainer.reference.policy.logits, -1))
         # k3 is unbiased; all-equal groups (advantage 0) still carry the KL term here (skip off).
         assert mean_kl == pytest.approx(exact.item(), abs=1e-12)
 

@@ -11,8 +11,8 @@ import pytest
 
 from veriloop.evaluation.evaluate import EvalConfig, evaluate
 from veriloop.models.loading import load_policy
-from veriloop.training.config import build_config
-from veriloop.training.run_config import TrainConfig
+from veriloop.config import build_config
+from veriloop.training.config import TrainConfig
 from veriloop.training.trainer import Trainer
 
 pytestmark = pytest.mark.slow

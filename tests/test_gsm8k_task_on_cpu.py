@@ -6,8 +6,8 @@ import pytest
 
 from veriloop.tasks import get_task
 from veriloop.tasks.jsonl import DatasetError
-from veriloop.training.config import build_config
-from veriloop.training.run_config import TrainConfig
+from veriloop.config import build_config
+from veriloop.training.config import TrainConfig
 from veriloop.verifiers import get
 
 

@@ -8,9 +8,10 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from veriloop.models.loading import BUILTIN_BASE, load_policy
 from veriloop.models.tiny import build_char_tokenizer, build_tiny_model
-from veriloop.training.config import build_config
-from veriloop.training.run_config import SFTConfig
-from veriloop.training.sft import run_sft
+from veriloop.config import build_config
+from veriloop.training.config import TrainConfig
+from veriloop.training.recipes import SFT_COMMAND_DEFAULTS
+from veriloop.training.trainer import Trainer
 
 
 def test_char_tokenizer_round_trip():
@@ -32,13 +33,13 @@ def test_default_model_size():
 
 def test_sft_learns_and_saves_a_loadable_model(tmp_path):
     cfg = build_config(
-        SFTConfig,
-        {},
+        TrainConfig,
+        SFT_COMMAND_DEFAULTS,
         {
             "run_dir": str(tmp_path / "run"),
             "export": str(tmp_path / "export"),
             "steps": 60,
-            "batch_size": 32,
+            "rollout.prompts_per_step": 32,
             "eval_every": 0,
             "model.hidden_size": 64,
             "model.intermediate_size": 128,
@@ -48,11 +49,11 @@ def test_sft_learns_and_saves_a_loadable_model(tmp_path):
             "task.arithmetic.heldout_size": 10,
         },
     )
-    run_sft(cfg, progress=False)
+    Trainer(cfg, progress=False).train()
     losses = [json.loads(line)["loss"] for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert len(losses) == 60
     assert sum(losses[-10:]) / 10 < 0.6 * sum(losses[:10]) / 10  # it learns the trace format
-    for d in (tmp_path / "run" / "model", tmp_path / "export"):
+    for d in (tmp_path / "run" / "final", tmp_path / "export"):
         model = AutoModelForCausalLM.from_pretrained(d, local_files_only=True)
         tok = AutoTokenizer.from_pretrained(d, local_files_only=True)
         assert tok("1+1?").input_ids[0] == tok.bos_token_id and model.config.vocab_size >= len(tok)

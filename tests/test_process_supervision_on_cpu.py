@@ -9,8 +9,8 @@ from veriloop.cli import main
 from veriloop.models.loading import load_policy
 from veriloop.prm.model import PRM, load_prm
 from veriloop.search.run import SearchConfig, run_search
-from veriloop.training.config import build_config
-from veriloop.training.run_config import TrainConfig
+from veriloop.config import build_config
+from veriloop.training.config import TrainConfig
 from veriloop.training.signals import ESTIMATORS, EstimatorInput
 from veriloop.training.trainer import Trainer
 
@@ -65,7 +65,7 @@ def test_grpo_with_prm_step_rewards_refreshes_and_resumes_exactly(tmp_path, prm_
     Trainer(_cfg(tmp_path / "b", prm_dir, 2), progress=False).train()
     resumed = Trainer(_cfg(tmp_path / "b", prm_dir, 3), resume=True, progress=False)
     saved = load_prm(tmp_path / "b" / "prm" / "step-000002")
-    assert torch.equal(resumed.prm.head.weight, saved.head.weight)  # the refreshed PRM, not the initial one
+    assert torch.equal(resumed.process.prm.head.weight, saved.head.weight)  # the refreshed PRM, not the initial one
     resumed.train()
     again = [json.loads(x) for x in (tmp_path / "b" / "metrics.jsonl").read_text().splitlines()]
     for key in ("reward_mean", "advantage_mean", "advantage_std", "reward_prm_min", "prm_refresh_loss"):

@@ -12,9 +12,9 @@ from veriloop.algorithms import overlong_penalty
 from veriloop.models.loading import PolicyLoadError, load_policy
 from veriloop.models.tiny import TinyModelConfig, build_char_tokenizer, build_tiny_model
 from veriloop.rollout.records import RecordStore
-from veriloop.training.config import ConfigError, build_config
+from veriloop.config import ConfigError, build_config
 from veriloop.training.metrics import TIMING_KEYS
-from veriloop.training.run_config import TrainConfig
+from veriloop.training.config import TrainConfig
 from veriloop.training.trainer import Trainer
 
 
@@ -215,7 +215,9 @@ def test_reference_reset_makes_the_current_policy_the_anchor(tiny_policy, tmp_pa
 
 
 def test_adaptive_kl_controller_moves_beta(tiny_policy, tmp_path):
-    over = {"algo": "ppo", "kl.controller": "adaptive", "kl.target": 1e-3, "kl.horizon": 16}
+    # k3 (>= 0 at every token) rather than ppo's k1, whose 16-sample estimate of a small KL can come out
+    # negative: the controller's reaction to "KL above target" must not hang on the sign of sampling noise.
+    over = {"algo": "ppo", "kl.controller": "adaptive", "kl.target": 1e-3, "kl.horizon": 16, "kl.estimator": "k3"}
     Trainer(config(tiny_policy, tmp_path, steps=3, **over), progress=False).train()
     betas = [r["kl_beta"] for r in metric_rows(tmp_path)]
     # step 1: the policy is the reference, KL ~1e-7 (float noise) < target -> beta * (1 - 0.2 * 16/16);
@@ -340,12 +342,12 @@ def test_options_that_would_do_nothing_are_refused(over, message):
 
 
 def test_sft_model_options_need_a_new_model_and_the_demo_owns_its_run_dirs():
-    from veriloop.training.demo import DemoConfig
-    from veriloop.training.run_config import SFTConfig
+    from veriloop.demo import DemoConfig
+    from veriloop.training.recipes import SFT_COMMAND_DEFAULTS
 
     with pytest.raises(ConfigError, match="apply only to policy builtin:init"):
-        build_config(SFTConfig, {}, {"policy": "builtin:base", "model.num_layers": 2})
-    assert build_config(SFTConfig, {}, {"model.num_layers": 2}).model.num_layers == 2
+        build_config(TrainConfig, SFT_COMMAND_DEFAULTS, {"policy": "builtin:base", "model.num_layers": 2})
+    assert build_config(TrainConfig, SFT_COMMAND_DEFAULTS, {"model.num_layers": 2}).model.num_layers == 2
     with pytest.raises(ConfigError, match="set --run_dir instead"):
         build_config(DemoConfig, {}, {"train.run_dir": "runs/mine"})
 

@@ -2,6 +2,10 @@
 
 Every command takes ``--config FILE.yaml`` and one ``--section.field VALUE`` flag per
 option (``veriloop <command> --help`` lists them with defaults).  Flags override the file.
+
+Exit status 2: the input is wrong (``InputError``, a config error, a missing file), said in one
+line; 1: anything else escaping a command, a bug in veriloop, shown with its traceback (``audit``
+also exits 1 when it finds false accepts or rejects); 130: interrupted.
 """
 
 from __future__ import annotations
@@ -9,40 +13,58 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import traceback
 
-from veriloop.training.config import ConfigError, add_arguments, config_from_args, to_dict
+from veriloop.config import ConfigError, add_arguments, config_from_args, to_dict
+from veriloop.errors import InputError
 
+EXIT_BUG = 1
 EXIT_USAGE = 2
 
 
 def _parser() -> argparse.ArgumentParser:
-    from veriloop.training.demo import DemoConfig, demo_defaults
-    from veriloop.training.run_config import EvalRunConfig, SFTConfig, TrainConfig
-
     parser = argparse.ArgumentParser(prog="veriloop", description=__doc__.split("\n")[0])
+    parser.add_argument("--plugin", action="append", default=[], metavar="MODULE",
+                        help="import MODULE first (repeatable): it may register tasks, verifiers, estimators, "
+                        "objectives or search strategies (veriloop.registry)")  # fmt: skip
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    _add_run_commands(sub)
+    _add_verifier_commands(sub)
+    sub.add_parser("algos", help="list the training recipes (--algo NAME) and what each sets")
+    _add_prm_and_search_commands(sub)
+    return parser
 
-    def command(name, cls, help_text, defaults=None, under=None):
-        p = (under or sub).add_parser(
-            name, help=help_text, description=help_text, formatter_class=argparse.ArgumentDefaultsHelpFormatter
-        )
-        p.add_argument("--config", metavar="FILE.yaml", help="YAML file of options (flags override it)")
-        p.add_argument("--quiet", action="store_true", help="no progress bars")
-        add_arguments(p, cls, defaults)
-        return p
 
-    command("sft", SFTConfig, "supervised fine-tuning on the task's teacher traces (makes the base)")
-    p = command("train", TrainConfig, "train a policy with any recipe (--algo, default grpo); resumable run directory")
-    p.add_argument("--resume", metavar="RUN_DIR", help="continue the run in RUN_DIR from its latest checkpoint")
-    command("eval", EvalRunConfig, "held-out evaluation: greedy/sampled accuracy, pass@k, format, process, wrong steps")
-    command(
-        "demo",
-        DemoConfig,
-        "evaluate the shipped base, train it with GRPO, evaluate again, print the table",
-        demo_defaults(),
+def _command(sub, name: str, cls, help_text: str, defaults=None) -> argparse.ArgumentParser:
+    """A command whose options are the fields of the config dataclass ``cls``."""
+    p = sub.add_parser(
+        name, help=help_text, description=help_text, formatter_class=argparse.ArgumentDefaultsHelpFormatter
     )
+    p.add_argument("--config", metavar="FILE.yaml", help="YAML file of options (flags override it)")
+    p.add_argument("--quiet", action="store_true", help="no progress bars")
+    add_arguments(p, cls, defaults)
+    return p
+
+
+def _add_run_commands(sub) -> None:
+    from veriloop.demo import DemoConfig, demo_defaults
+    from veriloop.evaluation.run import EvalRunConfig
+    from veriloop.training.config import TrainConfig
+
+    _command(sub, "sft", TrainConfig, "supervised fine-tuning on the task's teacher traces: the sft recipe from a "
+             "new built-in model (makes the base)", _sft_defaults())  # fmt: skip
+    p = _command(sub, "train", TrainConfig,
+                 "train a policy with any recipe (--algo, default grpo); resumable run directory")  # fmt: skip
+    p.add_argument("--resume", metavar="RUN_DIR", help="continue the run in RUN_DIR from its latest checkpoint")
+    _command(sub, "eval", EvalRunConfig,
+             "held-out evaluation: greedy/sampled accuracy, pass@k, format, process, wrong steps")  # fmt: skip
+    _command(sub, "demo", DemoConfig, "evaluate the shipped base, train it with GRPO, evaluate again, print the table",
+             demo_defaults())  # fmt: skip
     p = sub.add_parser("report", help="write plots/ and report.html for a run directory")
     p.add_argument("run_dir")
+
+
+def _add_verifier_commands(sub) -> None:
     sub.add_parser("verifiers", help="list the registered verifiers")
     p = sub.add_parser("verify", help="grade a JSONL file of {completion, reference} rows with a verifier")
     p.add_argument("--verifier", required=True, help="verifier name (see `veriloop verifiers`)")
@@ -58,8 +80,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--no-builtin", action="store_true", help="only the cases given with --cases")
     p.add_argument("--option", action="append", default=[], metavar="KEY=VALUE", help="verifier option")
     p.add_argument("--json", metavar="FILE", help="also write the report as JSON")
-    sub.add_parser("algos", help="list the training recipes (--algo NAME) and what each sets")
 
+
+def _add_prm_and_search_commands(sub) -> None:
     from veriloop.prm.label import LabelConfig
     from veriloop.prm.train import PRMTrainConfig
     from veriloop.search.revision import RevisionPairsConfig
@@ -67,56 +90,23 @@ def _parser() -> argparse.ArgumentParser:
 
     prm = sub.add_parser("prm", help="process reward models: label steps, train, score")
     prm_sub = prm.add_subparsers(dest="prm_command", required=True, metavar="PRM_COMMAND")
-
-    command("label", LabelConfig, "Math-Shepherd step labels: complete each step prefix N times, JSONL out",
-            under=prm_sub)  # fmt: skip
-    command("train", PRMTrainConfig, "train a PRM (or an ORM with --labels outcome) on step labels", under=prm_sub)
+    _command(prm_sub, "label", LabelConfig, "Math-Shepherd step labels: complete each step prefix N times, JSONL out")
+    _command(prm_sub, "train", PRMTrainConfig, "train a PRM (or an ORM with --labels outcome) on step labels")
     p = prm_sub.add_parser("score", help="score JSONL rows {prompt or reference, completion} with a PRM")
     p.add_argument("--prm", required=True, metavar="DIR", help="PRM directory from `veriloop prm train`")
     p.add_argument("--input", required=True, metavar="IN.jsonl")
     p.add_argument("--output", required=True, metavar="OUT.jsonl", help="the rows with step_scores and score")
     p.add_argument("--aggregation", default="", help="min | prod | last; default: the PRM's own")
-    command("search", SearchConfig, "test-time strategies at several budgets: summary.json, table, plot")
-    command(
-        "revision-pairs",
-        RevisionPairsConfig,
-        "wrong -> right demonstrations (nearest by edit distance) for a revision model",
-    )
-    return parser
+    _command(sub, "search", SearchConfig, "test-time strategies at several budgets: summary.json, table, plot")
+    _command(sub, "revision-pairs", RevisionPairsConfig,
+             "wrong -> right demonstrations (nearest by edit distance) for a revision model")  # fmt: skip
 
 
 def _run(args: argparse.Namespace) -> int:
     progress = not getattr(args, "quiet", False)
-    if args.command == "sft":
-        from veriloop.training.run_config import SFTConfig
-        from veriloop.training.sft import run_sft
-
-        row = run_sft(config_from_args(SFTConfig, args), progress=progress)
-        print(json.dumps(row, indent=2))
-    elif args.command == "train":
-        from veriloop.report.report import write_report
-        from veriloop.training.run_config import TrainConfig
-        from veriloop.training.trainer import Trainer
-
-        if args.resume:
-            cfg = _resume_config(args)
-            trainer = Trainer(cfg, resume=True, progress=progress)
-        else:
-            cfg = config_from_args(TrainConfig, args)
-            trainer = Trainer(cfg, progress=progress)
-        trainer.train()
-        write_report(cfg.run_dir)
-        print(f"run directory: {cfg.run_dir} (report.html, metrics.jsonl, final/)")
-    elif args.command == "eval":
-        from veriloop.evaluation.run import run_eval
-        from veriloop.training.run_config import EvalRunConfig
-
-        run_eval(config_from_args(EvalRunConfig, args))
-    elif args.command == "demo":
-        from veriloop.training.demo import DemoConfig, demo_defaults, run_demo
-
-        run_demo(config_from_args(DemoConfig, args, base=to_dict(demo_defaults())), progress=progress)
-    elif args.command == "report":
+    if args.command in ("sft", "train", "eval", "demo"):
+        return _run_training(args, progress)
+    if args.command == "report":
         from veriloop.report.report import write_report
 
         print(write_report(args.run_dir))
@@ -135,7 +125,49 @@ def _run(args: argparse.Namespace) -> int:
         return _audit(args)
     elif args.command == "prm":
         return _prm(args, progress)
-    elif args.command == "search":
+    elif args.command in ("search", "revision-pairs"):
+        return _search(args, progress)
+    elif args.command == "algos":
+        from veriloop.training.recipes import RECIPES
+
+        for name, recipe in RECIPES.items():
+            sets = ", ".join(f"{k}={v}" for k, v in recipe.overrides.items()) or "(the defaults)"
+            print(f"{name:<11} {recipe.description}\n{'':<11} sets: {sets}")
+    return 0
+
+
+def _run_training(args: argparse.Namespace, progress: bool) -> int:
+    if args.command in ("sft", "train"):
+        from veriloop.report.report import write_report
+        from veriloop.training.config import TrainConfig
+        from veriloop.training.recipes import SFT_COMMAND_DEFAULTS
+        from veriloop.training.trainer import Trainer
+
+        if args.command == "sft":
+            cfg = config_from_args(TrainConfig, args, base=SFT_COMMAND_DEFAULTS)
+            trainer = Trainer(cfg, progress=progress)
+        elif args.resume:
+            cfg = _resume_config(args)
+            trainer = Trainer(cfg, resume=True, progress=progress)
+        else:
+            cfg = config_from_args(TrainConfig, args)
+            trainer = Trainer(cfg, progress=progress)
+        trainer.train()
+        write_report(cfg.run_dir)
+        print(f"run directory: {cfg.run_dir} (report.html, metrics.jsonl, final/)")
+    elif args.command == "eval":
+        from veriloop.evaluation.run import EvalRunConfig, run_eval
+
+        run_eval(config_from_args(EvalRunConfig, args))
+    else:
+        from veriloop.demo import DemoConfig, demo_defaults, run_demo
+
+        run_demo(config_from_args(DemoConfig, args, base=to_dict(demo_defaults())), progress=progress)
+    return 0
+
+
+def _search(args: argparse.Namespace, progress: bool) -> int:
+    if args.command == "search":
         from veriloop.search.run import SearchConfig, run_search
 
         cfg = config_from_args(SearchConfig, args)
@@ -143,16 +175,10 @@ def _run(args: argparse.Namespace) -> int:
         print(open(f"{cfg.out}/table.md").read())
         print(f"wrote {cfg.out}/summary.json, table.md, accuracy_vs_tokens.png, results.jsonl "
               f"({summary['seconds']} s)")  # fmt: skip
-    elif args.command == "revision-pairs":
+    else:
         from veriloop.search.revision import RevisionPairsConfig, make_revision_pairs
 
         print(json.dumps(make_revision_pairs(config_from_args(RevisionPairsConfig, args), progress=progress), indent=2))
-    elif args.command == "algos":
-        from veriloop.training.recipes import RECIPES
-
-        for name, recipe in RECIPES.items():
-            sets = ", ".join(f"{k}={v}" for k, v in recipe.overrides.items()) or "(the defaults)"
-            print(f"{name:<11} {recipe.description}\n{'':<11} sets: {sets}")
     return 0
 
 
@@ -182,7 +208,7 @@ def _options(pairs: list[str]) -> dict:
     for pair in pairs:
         key, sep, value = pair.partition("=")
         if not sep or not key:
-            raise ValueError(f"--option must be KEY=VALUE, got {pair!r}")
+            raise InputError(f"--option must be KEY=VALUE, got {pair!r}")
         out[key.strip()] = yaml.safe_load(value) if value.strip() else ""
     return out
 
@@ -196,7 +222,7 @@ def _audit(args: argparse.Namespace) -> int:
         cases += load_cases(path)
     if not cases:
         known = ", ".join(sorted(BUILTIN_SUITES))
-        raise ValueError(f"no audit cases for {args.verifier!r}: built-in suites exist for {known}; add --cases FILE")
+        raise InputError(f"no audit cases for {args.verifier!r}: built-in suites exist for {known}; add --cases FILE")
     verifier = get(args.verifier, **_options(args.option))
     report = run_audit(args.verifier, verifier, cases)
     print(report.table())
@@ -213,8 +239,8 @@ def _resume_config(args: argparse.Namespace):
     """The run's own config.yaml, with any flags given on top (e.g. more --steps)."""
     from pathlib import Path
 
-    from veriloop.training.config import build_config, load_yaml, overrides_from_args
-    from veriloop.training.run_config import TrainConfig
+    from veriloop.config import build_config, load_yaml, overrides_from_args
+    from veriloop.training.config import TrainConfig
 
     saved = Path(args.resume) / "config.yaml"
     data = load_yaml(saved)
@@ -223,27 +249,47 @@ def _resume_config(args: argparse.Namespace):
     return build_config(TrainConfig, data, overrides, source=str(saved))
 
 
+def _sft_defaults():
+    from veriloop.config import build_config
+    from veriloop.training.config import TrainConfig
+    from veriloop.training.recipes import SFT_COMMAND_DEFAULTS
+
+    return build_config(TrainConfig, SFT_COMMAND_DEFAULTS)
+
+
+def _import_plugins(argv: list[str] | None) -> None:
+    """``--plugin MODULE`` registers before the parser and the config validation read the registries."""
+    from veriloop.registry import import_plugins
+
+    argv = sys.argv[1:] if argv is None else argv
+    modules = [argv[i + 1] for i, a in enumerate(argv[:-1]) if a == "--plugin"]
+    modules += [a.split("=", 1)[1] for a in argv if a.startswith("--plugin=")]
+    import_plugins(modules)
+
+
 def main(argv: list[str] | None = None) -> int:
+    try:
+        _import_plugins(argv)
+    except InputError as e:
+        print(f"veriloop: error: {e}", file=sys.stderr)
+        return EXIT_USAGE
     args = _parser().parse_args(argv)
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()  # our own bars show progress; theirs would interleave
-    from veriloop.models.loading import PolicyLoadError
-    from veriloop.tasks.jsonl import DatasetError
-    from veriloop.verifiers.base import VerifierError
-
     try:
         return _run(args)
-    except (ConfigError, PolicyLoadError, DatasetError, VerifierError, FileNotFoundError, KeyError) as e:
-        message = e.args[0] if isinstance(e, KeyError) and e.args else e
-        print(f"veriloop {args.command}: error: {message}", file=sys.stderr)
-        return EXIT_USAGE
-    except ValueError as e:
+    except (InputError, ConfigError, FileNotFoundError) as e:  # the user's input: say what, no traceback
         print(f"veriloop {args.command}: error: {e}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
         print(f"veriloop {args.command}: interrupted; checkpoints written so far are kept", file=sys.stderr)
         return 130
+    except Exception:  # anything else is a bug in veriloop: show where, and do not blame the input
+        traceback.print_exc()
+        print(f"veriloop {args.command}: internal error (a bug in veriloop, not in your input): please report it "
+              "with the command line and the traceback above", file=sys.stderr)  # fmt: skip
+        return EXIT_BUG
 
 
 if __name__ == "__main__":

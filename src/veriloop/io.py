@@ -1,6 +1,7 @@
 """Atomic files: write to a temporary name in the same directory, then rename.
 
 A reader (or a resumed run) sees either the old file or the new one, never half of one.
+Also: reading JSONL back, and the names of per-step files (``step_name`` / ``step_of``).
 """
 
 from __future__ import annotations
@@ -8,11 +9,14 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import re
 import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 
 import yaml
+
+from veriloop.errors import InputError
 
 _UMASK = os.umask(0)
 os.umask(_UMASK)
@@ -52,9 +56,40 @@ def atomic_write_jsonl(path: str | Path, rows: Iterable[dict], compress: bool = 
     atomic_write_bytes(path, gzip.compress(data, mtime=0) if compress else data)
 
 
+def step_name(step: int, prefix: str = "step-", suffix: str = "") -> str:
+    """The name of step ``step`` (>= 0): ``step-000001``, ``step-000001.jsonl.gz``,
+    ``labels-step-000001.jsonl``; six digits at least, so names sort by step."""
+    return f"{prefix}{step:06d}{suffix}"
+
+
+def step_of(name: str, prefix: str = "step-", suffix: str = "") -> int | None:
+    """The step a name made by ``step_name(step, prefix, suffix)`` carries; None for any other name."""
+    m = re.fullmatch(re.escape(prefix) + "([0-9]+)" + re.escape(suffix), name)
+    return int(m.group(1)) if m else None
+
+
+def steps_in(directory: str | Path, prefix: str = "step-", suffix: str = "") -> list[tuple[int, Path]]:
+    """``(step, path)`` of every entry of ``directory`` named by ``step_name``, in step order."""
+    directory = Path(directory)
+    found = [(step_of(p.name, prefix, suffix), p) for p in directory.iterdir()] if directory.is_dir() else []
+    return sorted((s, p) for s, p in found if s is not None)
+
+
 def read_jsonl(path: str | Path) -> list[dict]:
+    """The rows of a JSONL file (gzipped if it ends in .gz); a line that is not JSON names the file and line."""
     path = Path(path)
     raw = path.read_bytes()
     if path.suffix == ".gz":
         raw = gzip.decompress(raw)
-    return [json.loads(line) for line in raw.decode("utf-8").splitlines() if line.strip()]
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise InputError(f"{path}: not UTF-8 text ({e.reason} at byte {e.start})") from None
+    rows = []
+    for lineno, line in enumerate(text.splitlines(), start=1):
+        if line.strip():
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError as e:
+                raise InputError(f"{path}:{lineno}: not valid JSON ({e.msg})") from None
+    return rows

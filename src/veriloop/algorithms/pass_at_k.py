@@ -11,6 +11,9 @@ The product form avoids huge binomials.  Using only the first k samples
 
 from __future__ import annotations
 
+import random
+from math import comb
+
 
 def pass_at_k(n: int, c: int, k: int) -> float:
     if not (0 <= c <= n and 1 <= k <= n):
@@ -36,12 +39,21 @@ def maj_at_k(answers, correct, k: int, *, max_exact: int = 200_000, samples: int
     prod C(s_j, x_j) / C(n, k)) when there are at most ``max_exact`` of them, otherwise estimated
     from ``samples`` seeded random subsets.
     """
-    import random
-    from math import comb
-
     n = len(answers)
     if len(correct) != n or not 1 <= k <= n:
         raise ValueError(f"maj_at_k needs len(correct) == len(answers) = n and 1 <= k <= n, got n={n}, k={k}")
+    classes = _answer_classes(answers, correct)
+    sizes = [s for s, _ in classes.values()]
+    rights = [r for _, r in classes.values()]
+    abstain = n - sum(sizes)
+    if _count_vectors(sizes + [abstain], k, max_exact) <= max_exact:
+        return _exact_majority(sizes, rights, abstain, k)
+    index = {a: j for j, a in enumerate(classes)}
+    return _sampled_majority([index[a] if a is not None else -1 for a in answers], rights, k, samples, seed)
+
+
+def _answer_classes(answers, correct) -> dict:
+    """answer -> (samples giving it, whether it is right); no answer (None) is no class."""
     classes: dict = {}
     for a, c in zip(answers, correct):
         if a is None:
@@ -50,46 +62,49 @@ def maj_at_k(answers, correct, k: int, *, max_exact: int = 200_000, samples: int
         if right != bool(c):
             raise ValueError(f"answer {a!r} is marked both correct and incorrect")
         classes[a] = (size + 1, right)
-    sizes = [s for s, _ in classes.values()]
-    rights = [r for _, r in classes.values()]
-    abstain = n - sum(sizes)
-    groups = sizes + [abstain]
+    return classes
 
-    # number of count vectors (x_1..x_m, x_abstain) with sum k: a DP over classes
+
+def _count_vectors(groups: list[int], k: int, cap: int) -> int:
+    """How many count vectors (x_1..x_m) with x_j <= groups[j] sum to k: a DP, counts capped at cap + 1."""
     ways = [1] + [0] * k
-    for s in groups:  # counts capped at max_exact + 1: only "too many or not" matters
-        ways = [min(sum(ways[t - x] for x in range(0, min(s, t) + 1)), max_exact + 1) for t in range(k + 1)]
-    exact = ways[k] <= max_exact
+    for s in groups:  # only "too many or not" matters
+        ways = [min(sum(ways[t - x] for x in range(0, min(s, t) + 1)), cap + 1) for t in range(k + 1)]
+    return ways[k]
 
-    def vote(counts) -> float:
-        top = max(counts, default=0)
-        if top == 0:
-            return 0.0
-        tied = [r for x, r in zip(counts, rights) if x == top]
-        return sum(tied) / len(tied)
 
-    if exact:
-        total, out = comb(n, k), 0.0
+def _vote(counts, rights) -> float:
+    """Accuracy of the majority of ``counts`` votes per class, ties broken uniformly; 0 if nobody votes."""
+    top = max(counts, default=0)
+    if top == 0:
+        return 0.0
+    tied = [r for x, r in zip(counts, rights) if x == top]
+    return sum(tied) / len(tied)
 
-        def walk(j: int, left: int, weight: int, counts: list[int]) -> None:
-            nonlocal out
-            if j == len(sizes):
-                if left <= abstain:
-                    out += weight * comb(abstain, left) * vote(counts)
-                return
-            for x in range(0, min(sizes[j], left) + 1):
-                walk(j + 1, left - x, weight * comb(sizes[j], x), counts + [x])
 
-        walk(0, k, 1, [])
-        return out / total
-    rng = random.Random(seed)
-    index = {a: j for j, a in enumerate(classes)}
-    labels = [index[a] if a is not None else -1 for a in answers]
-    acc = 0.0
+def _exact_majority(sizes: list[int], rights: list[bool], abstain: int, k: int) -> float:
+    total, out = comb(sum(sizes) + abstain, k), 0.0
+
+    def walk(j: int, left: int, weight: int, counts: list[int]) -> None:
+        nonlocal out
+        if j == len(sizes):
+            if left <= abstain:
+                out += weight * comb(abstain, left) * _vote(counts, rights)
+            return
+        for x in range(0, min(sizes[j], left) + 1):
+            walk(j + 1, left - x, weight * comb(sizes[j], x), counts + [x])
+
+    walk(0, k, 1, [])
+    return out / total
+
+
+def _sampled_majority(labels: list[int], rights: list[bool], k: int, samples: int, seed: int) -> float:
+    """Monte-Carlo maj@k over ``samples`` seeded subsets; ``labels[i]``: sample i's class, -1 for no answer."""
+    rng, acc = random.Random(seed), 0.0
     for _ in range(samples):
-        counts = [0] * len(sizes)
-        for i in rng.sample(range(n), k):
+        counts = [0] * len(rights)
+        for i in rng.sample(range(len(labels)), k):
             if labels[i] >= 0:
                 counts[labels[i]] += 1
-        acc += vote(counts)
+        acc += _vote(counts, rights)
     return acc / samples

@@ -14,16 +14,18 @@ Definitions (all fractions of held-out problems unless said otherwise):
 
 from __future__ import annotations
 
-import math
 from dataclasses import asdict, dataclass, field
 
 import torch
 
 from veriloop.algorithms.pass_at_k import pass_at_k
+from veriloop.errors import InputError
 from veriloop.models.loading import Policy
 from veriloop.rollout.sampler import SamplingParams, completion_text, generate
 from veriloop.tasks.base import Problem
+from veriloop.tasks.jsonl import DatasetError
 from veriloop.verifiers import get as get_verifier
+from veriloop.verifiers import is_correct
 
 
 @dataclass
@@ -39,9 +41,9 @@ class EvalConfig:
 
     def __post_init__(self):
         if self.n_samples < 0:
-            raise ValueError(f"eval.n_samples must be >= 0, got {self.n_samples}")
+            raise InputError(f"eval.n_samples must be >= 0, got {self.n_samples}")
         if self.temperature <= 0 and self.n_samples > 0:
-            raise ValueError("eval.temperature must be > 0 for sampled evaluation")
+            raise InputError("eval.temperature must be > 0 for sampled evaluation")
 
 
 @dataclass
@@ -87,6 +89,8 @@ def evaluate(
     cfg = cfg or EvalConfig()
     if cfg.max_problems:
         problems = problems[: cfg.max_problems]
+    if not problems:
+        raise InputError("evaluation on an empty problem set")
     if "outcome" not in verifiers:
         raise ValueError("evaluation needs an 'outcome' verifier")
     vs = {role: get_verifier(name) for role, name in verifiers.items() if name}
@@ -94,63 +98,91 @@ def evaluate(
     texts, lengths = _complete(policy, problems, greedy, 1, cfg.batch_size, cfg.seed)
     refs = [p.reference for p in problems]
     verdicts = {role: v.verify_batch(texts, refs) for role, v in vs.items()}
-    outcome = [v.score >= 1.0 for v in verdicts["outcome"]]
-    fmt = [v.score >= 1.0 for v in verdicts["format"]] if "format" in vs else None
-    proc = [v.score >= 1.0 for v in verdicts["process"]] if "process" in vs else None
+    outcome = [is_correct(v) for v in verdicts["outcome"]]
+    fmt = [is_correct(v) for v in verdicts["format"]] if "format" in vs else None
+    proc = [is_correct(v) for v in verdicts["process"]] if "process" in vs else None
     wrong_steps = [o and not p for o, p in zip(outcome, proc)] if proc else None
-    n = len(problems)
+    by_tag = _by_tag(problems, outcome, wrong_steps)
+    sampled_acc, pass_at = None, {}
+    if cfg.n_samples > 0:
+        sampled_acc, pass_at = _sampled(policy, problems, vs["outcome"], cfg, ks, by_tag)
+    return EvalResult(
+        num_problems=len(problems),
+        greedy_accuracy=_mean(outcome),
+        format_rate=_mean(fmt) if fmt else float("nan"),
+        process_rate=_mean(proc) if proc else None,
+        wrong_steps_rate=_mean(wrong_steps) if wrong_steps else None,
+        sampled_accuracy=sampled_acc,
+        pass_at=pass_at,
+        by_tag=by_tag,
+        mean_completion_tokens=_mean(lengths),
+        examples=_examples(problems, texts, outcome, proc, verdicts["process" if proc else "outcome"]),
+    )
 
-    def mean(xs):
-        return sum(xs) / len(xs) if xs else float("nan")
 
+def _mean(xs) -> float:
+    return sum(xs) / len(xs) if xs else float("nan")
+
+
+def _by_tag(problems: list[Problem], outcome: list[bool], wrong_steps: list[bool] | None) -> dict[str, dict]:
+    """Greedy accuracy (and wrong-steps rate) of each problem class."""
     by_tag: dict[str, dict[str, float]] = {}
     for tag in sorted({t for p in problems for t in p.tags}):
         idx = [i for i, p in enumerate(problems) if tag in p.tags]
-        row = {"count": len(idx), "greedy_accuracy": mean([outcome[i] for i in idx])}
+        row = {"count": len(idx), "greedy_accuracy": _mean([outcome[i] for i in idx])}
         if wrong_steps:
-            row["wrong_steps_rate"] = mean([wrong_steps[i] for i in idx])
+            row["wrong_steps_rate"] = _mean([wrong_steps[i] for i in idx])
         by_tag[tag] = row
+    return by_tag
 
-    sampled_acc, pass_at = None, {}
-    if cfg.n_samples > 0:
-        params = SamplingParams(temperature=cfg.temperature, max_new_tokens=cfg.max_new_tokens)
-        s_texts, _ = _complete(policy, problems, params, cfg.n_samples, cfg.batch_size, cfg.seed + 1)
-        s_refs = [r for r in refs for _ in range(cfg.n_samples)]
-        s_ok = [v.score >= 1.0 for v in vs["outcome"].verify_batch(s_texts, s_refs)]
-        correct = [sum(s_ok[i * cfg.n_samples : (i + 1) * cfg.n_samples]) for i in range(n)]
-        sampled_acc = sum(correct) / (n * cfg.n_samples)
+
+def _sampled(policy: Policy, problems: list[Problem], verifier, cfg: EvalConfig, ks: tuple[int, ...],
+             by_tag: dict[str, dict]) -> tuple[float, dict[str, float]]:  # fmt: skip
+    """Sampled accuracy and pass@k over ``cfg.n_samples`` samples per problem; adds pass@k to ``by_tag``."""
+    n, refs = len(problems), [p.reference for p in problems]
+    params = SamplingParams(temperature=cfg.temperature, max_new_tokens=cfg.max_new_tokens)
+    s_texts, _ = _complete(policy, problems, params, cfg.n_samples, cfg.batch_size, cfg.seed + 1)
+    s_refs = [r for r in refs for _ in range(cfg.n_samples)]
+    s_ok = [is_correct(v) for v in verifier.verify_batch(s_texts, s_refs)]
+    correct = [sum(s_ok[i * cfg.n_samples : (i + 1) * cfg.n_samples]) for i in range(n)]
+    sampled_acc = sum(correct) / (n * cfg.n_samples)
+    pass_at = {}
+    for k in ks:
+        if k <= cfg.n_samples:
+            pass_at[str(k)] = _mean([pass_at_k(cfg.n_samples, c, k) for c in correct])
+    for tag, row in by_tag.items():
+        idx = [i for i, p in enumerate(problems) if tag in p.tags]
         for k in ks:
             if k <= cfg.n_samples:
-                pass_at[str(k)] = mean([pass_at_k(cfg.n_samples, c, k) for c in correct])
-        for tag, row in by_tag.items():
-            idx = [i for i, p in enumerate(problems) if tag in p.tags]
-            for k in ks:
-                if k <= cfg.n_samples:
-                    row[f"pass@{k}"] = mean([pass_at_k(cfg.n_samples, correct[i], k) for i in idx])
+                row[f"pass@{k}"] = _mean([pass_at_k(cfg.n_samples, correct[i], k) for i in idx])
+    return sampled_acc, pass_at
 
-    examples = [
+
+def _examples(problems, texts, outcome, proc, verdicts) -> list[dict]:
+    """The first 20 greedy completions, with their outcome (and process) and the verdict's details."""
+    return [
         {
             "prompt": p.prompt,
             "completion": t,
             "outcome": float(o),
             "process": float(proc[i]) if proc else None,
-            "details": verdicts["process" if proc else "outcome"][i].details,
+            "details": verdicts[i].details,
         }
         for i, (p, t, o) in enumerate(zip(problems[:20], texts[:20], outcome[:20]))
     ]
-    result = EvalResult(
-        num_problems=n,
-        greedy_accuracy=mean(outcome),
-        format_rate=mean(fmt) if fmt else float("nan"),
-        process_rate=mean(proc) if proc else None,
-        wrong_steps_rate=mean(wrong_steps) if wrong_steps else None,
-        sampled_accuracy=sampled_acc,
-        pass_at=pass_at,
-        by_tag=by_tag,
-        mean_completion_tokens=mean(lengths),
-        examples=examples,
-    )
-    for name in ("greedy_accuracy",):
-        if math.isnan(getattr(result, name)):
-            raise ValueError("evaluation on an empty problem set")
-    return result
+
+
+def validation_metrics(policy, task, verifiers: dict[str, str], max_problems: int) -> dict:
+    """Greedy accuracy (and the wrong-steps rate where the task has one) on the first ``max_problems`` of the
+    task's validation split, for monitoring during training; {} when the task has no validation split."""
+    try:
+        problems = task.validation()[:max_problems]
+    except DatasetError:  # a JSONL dataset given without validation rows: nothing to monitor
+        return {}
+    if not problems:
+        return {}
+    result = evaluate(policy, problems, verifiers, EvalConfig(n_samples=0))
+    out = {"validation_greedy_accuracy": result.greedy_accuracy}
+    if result.wrong_steps_rate is not None:
+        out["validation_wrong_steps_rate"] = result.wrong_steps_rate
+    return out

@@ -2,14 +2,35 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 import torch
 
-from veriloop.evaluation.evaluate import EvalResult, evaluate
+from veriloop.evaluation.evaluate import EvalConfig, EvalResult, evaluate
 from veriloop.evaluation.teacher import evaluate_teacher
 from veriloop.io import atomic_write_json
 from veriloop.models.loading import load_policy
 from veriloop.tasks.base import split_problems
-from veriloop.training.run_config import EvalRunConfig
+from veriloop.tasks.config import TaskConfig
+
+
+
+@dataclass
+class EvalRunConfig:
+    """``veriloop eval``: held-out evaluation of a policy (and of the task's teacher)."""
+
+    policy: str = field(default="builtin:base", metadata={"help": "model directory or builtin:base"})
+    split: str = field(
+        default="heldout", metadata={"help": "heldout (report) | validation (choices and tuning read this one)"}
+    )
+    out: str = field(default="", metadata={"help": "write the result as JSON here"})
+    threads: int = field(default=0, metadata={"help": "torch CPU threads; 0 = torch's default"})
+    task: TaskConfig = field(default_factory=TaskConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
+
+    def __post_init__(self):
+        if self.split not in ("heldout", "validation"):
+            raise ValueError(f"split must be heldout or validation, got {self.split!r}")
 
 
 def format_result(name: str, r: EvalResult, split: str = "heldout") -> str:

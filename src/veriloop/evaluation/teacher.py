@@ -7,6 +7,7 @@ import random
 from veriloop.tasks.base import Problem
 from veriloop.tasks.jsonl import DatasetError
 from veriloop.verifiers import get as get_verifier
+from veriloop.verifiers import is_correct
 
 
 def evaluate_teacher(task, problems: list[Problem], verifiers: dict[str, str], draws: int = 8, seed: int = 0) -> dict:
@@ -22,10 +23,10 @@ def evaluate_teacher(task, problems: list[Problem], verifiers: dict[str, str], d
     except DatasetError:  # a dataset without a demonstration for every evaluated row has no teacher to score
         return {}
     refs = [p.reference for p in problems for _ in range(draws)]
-    outcome = [v.score >= 1 for v in get_verifier(verifiers["outcome"]).verify_batch(texts, refs)]
+    outcome = [is_correct(v) for v in get_verifier(verifiers["outcome"]).verify_batch(texts, refs)]
     out = {"accuracy": sum(outcome) / len(outcome)}
     if verifiers.get("process"):
-        process = [v.score >= 1 for v in get_verifier(verifiers["process"]).verify_batch(texts, refs)]
+        process = [is_correct(v) for v in get_verifier(verifiers["process"]).verify_batch(texts, refs)]
         out["process_rate"] = sum(process) / len(process)
         out["wrong_steps_rate"] = sum(o and not p for o, p in zip(outcome, process)) / len(outcome)
     return out

@@ -51,13 +51,19 @@ class CandidatePolicy(torch.nn.Module):
         return [0]  # the distribution does not depend on the prompt
 
     @torch.no_grad()
-    def sample(self, prompt_ids: list[list[int]], params: SamplingParams, *, generator, n: int) -> Generation:
+    def sample(self, prompt_ids: list[list[int]], params: SamplingParams, *, generator=None, n: int,
+               row_seeds: list[int] | None = None) -> Generation:  # fmt: skip
+        """``row_seeds``: one stream per completion (as the sampler's), else ``generator`` for the batch."""
         if params.temperature == 0:
             idx = torch.full((len(prompt_ids) * n,), int(self.logits.argmax()))
             lps = torch.zeros(idx.shape[0], dtype=self.logits.dtype)
         else:
             lp = sampling_logprobs(self.logits.detach(), params.temperature, params.top_k, params.top_p)
-            idx = torch.multinomial(lp.exp(), len(prompt_ids) * n, replacement=True, generator=generator)
+            if row_seeds is not None:
+                idx = torch.cat([torch.multinomial(lp.exp(), 1, generator=torch.Generator().manual_seed(s))
+                                 for s in row_seeds])  # fmt: skip
+            else:
+                idx = torch.multinomial(lp.exp(), len(prompt_ids) * n, replacement=True, generator=generator)
             lps = lp[idx]
         return Generation([[int(i)] for i in idx], [[float(v)] for v in lps], ["eos"] * idx.shape[0])
 

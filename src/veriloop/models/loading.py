@@ -18,6 +18,7 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerBase
 
+from veriloop.errors import InputError
 from veriloop.io import atomic_write_json
 from veriloop.models.batch import PolicyBatch, completion_logits
 from veriloop.models.tiny import build_char_tokenizer, build_tiny_model
@@ -26,7 +27,7 @@ from veriloop.rollout.sampler import Generation, completion_text, generate
 BUILTIN_BASE = Path(__file__).resolve().parent.parent / "assets" / "base"
 
 
-class PolicyLoadError(ValueError):
+class PolicyLoadError(InputError):
     """The model directory or its tokenizer cannot be used as a policy."""
 
 
@@ -54,10 +55,10 @@ class Policy:
     def encode_prompt(self, text: str) -> list[int]:
         return self.tokenizer(text).input_ids
 
-    def sample(self, prompt_ids: list[list[int]], params, *, generator: torch.Generator, n: int,
-               stop_ids: tuple[int, ...] = ()) -> Generation:  # fmt: skip
+    def sample(self, prompt_ids: list[list[int]], params, *, generator: torch.Generator | None = None, n: int,
+               stop_ids: tuple[int, ...] = (), row_seeds: list[int] | None = None) -> Generation:  # fmt: skip
         return generate(self.model, prompt_ids, params, eos_id=self.eos_id, pad_id=self.pad_id, generator=generator,
-                        n=n, stop_ids=stop_ids)  # fmt: skip
+                        row_seeds=row_seeds, n=n, stop_ids=stop_ids)  # fmt: skip
 
     def completion_text(self, ids: list[int], finish_reason: str) -> str:
         return completion_text(self.tokenizer, ids, finish_reason)
@@ -81,14 +82,15 @@ def resolve_path(path: str) -> str:
     return path
 
 
-def load_policy(path: str, seed: int = 0):
+def load_policy(path: str, seed: int = 0, init_config=None):
     """Load model + tokenizer from ``path`` in float32 on CPU, checking they fit together.
 
-    A directory written by ``CandidatePolicy.save`` loads as a ``CandidatePolicy``.
+    ``builtin:init`` is a new tiny model (``init_config``: a ``TinyModelConfig``, default one if None)
+    initialised from ``seed``.  A directory written by ``CandidatePolicy.save`` loads as a ``CandidatePolicy``.
     """
     if path == "builtin:init":
-        tok = build_char_tokenizer()
-        return Policy(build_tiny_model(tok, seed=seed), tok, path)
+        tok = build_char_tokenizer(init_config.max_positions) if init_config is not None else build_char_tokenizer()
+        return Policy(build_tiny_model(tok, init_config, seed=seed), tok, path)
     real = resolve_path(path)
     if not os.path.isdir(real):
         hint = " (the shipped base is missing: remake it with `make base`)" if path == "builtin:base" else ""

@@ -25,13 +25,16 @@ from dataclasses import dataclass, field
 import torch
 from tqdm import tqdm
 
+from veriloop.errors import InputError
 from veriloop.io import atomic_write_jsonl
 from veriloop.models.loading import load_policy
+from veriloop.models.solutions import sample_solutions
 from veriloop.prm.steps import split_steps
 from veriloop.rollout.sampler import SamplingParams
-from veriloop.tasks.base import SPLITS, draw_problems
-from veriloop.training.run_config import TaskConfig
+from veriloop.tasks.base import check_split, draw_problems
+from veriloop.tasks.config import TaskConfig
 from veriloop.verifiers import get as get_verifier
+from veriloop.verifiers import is_correct
 
 
 @dataclass
@@ -52,13 +55,12 @@ class LabelConfig:
     sampling: SamplingParams = field(default_factory=SamplingParams)
 
     def __post_init__(self):
-        if self.split not in SPLITS:
-            raise ValueError(f"split must be one of {SPLITS}, got {self.split!r}")
+        check_split(self.split)
         for name in ("problems", "solutions", "completions", "batch_prompts"):
             if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+                raise InputError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.sampling.temperature <= 0:
-            raise ValueError("labelling samples: sampling.temperature must be > 0")
+            raise InputError("labelling samples: sampling.temperature must be > 0")
 
 
 def label_solutions(
@@ -99,7 +101,7 @@ def label_solutions(
         refs = [solutions[chunk[j // N][0]][0].reference for j in range(len(texts))]
         for j, v in enumerate(verifier.verify_batch(texts, refs)):
             s, k, _ = chunk[j // N]
-            hits[s][k] += v.score == 1.0
+            hits[s][k] += is_correct(v)
         bar.update(len(texts))
     bar.close()
     provenance = {**provenance, "completions": N, "verifier": verifier.tag, "sampling": sampling.as_dict(),
@@ -108,12 +110,12 @@ def label_solutions(
     for s, ((problem, text), steps) in enumerate(zip(solutions, split)):
         if not steps:
             continue
-        soft = [hits[s][k] / N for k in range(len(steps) - 1)] + [float(outcomes[s].score == 1.0)]
+        soft = [hits[s][k] / N for k in range(len(steps) - 1)] + [float(is_correct(outcomes[s]))]
         rows.append({
             "problem_id": problem.id, "prompt": problem.prompt, "reference": problem.reference,
             "completion": text, "steps": [st.text for st in steps], "step_spans": [[st.start, st.end] for st in steps],
             "soft_labels": soft, "hard_labels": [float(x > 0) for x in soft],
-            "outcome": float(outcomes[s].score == 1.0), "provenance": provenance,
+            "outcome": float(is_correct(outcomes[s])), "provenance": provenance,
         })  # fmt: skip
     return rows
 
@@ -129,13 +131,11 @@ def label_steps(cfg: LabelConfig, progress: bool = True, *, policy=None, complet
     problems = draw_problems(task, cfg.split, cfg.problems, cfg.seed)
     gen = torch.Generator().manual_seed(cfg.seed)
     solutions = []  # (problem, completion text): S per problem from the policy
-    for i in range(0, len(problems), cfg.batch_prompts):
-        chunk = problems[i : i + cfg.batch_prompts]
-        out = policy.sample([policy.encode_prompt(p.prompt) for p in chunk], cfg.sampling, generator=gen,
-                            n=cfg.solutions)  # fmt: skip
-        for j, (ids, finish) in enumerate(zip(out.completion_ids, out.finish_reasons)):
+    for chunk, texts, finishes in sample_solutions(policy, problems, cfg.sampling, gen, cfg.solutions,
+                                                   cfg.batch_prompts):  # fmt: skip
+        for j, (text, finish) in enumerate(zip(texts, finishes)):
             if finish == "eos":  # a truncated solution has no final answer to label the last step with
-                solutions.append((chunk[j // cfg.solutions], policy.completion_text(ids, finish)))
+                solutions.append((chunk[j // cfg.solutions], text))
     provenance = {
         "policy": getattr(policy, "source", cfg.policy),
         "completer": getattr(completer, "source", cfg.completer or cfg.policy),

@@ -26,8 +26,10 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
 
+from veriloop.errors import InputError
 from veriloop.io import atomic_write_json
 from veriloop.models.loading import Policy, load_policy, save_policy
+from veriloop.models.value_head import ValueHead
 from veriloop.prm.steps import split_steps, step_read_positions
 
 AGGREGATIONS = ("min", "prod", "last")
@@ -37,7 +39,7 @@ PRM_LOSSES = ("bce", "soft_ce", "mse")
 def aggregate(step_scores: list[float], how: str = "min") -> float:
     """One score for a solution from its step scores; a solution without steps scores 0."""
     if how not in AGGREGATIONS:
-        raise ValueError(f"aggregation must be one of {AGGREGATIONS}, got {how!r}")
+        raise InputError(f"aggregation must be one of {AGGREGATIONS}, got {how!r}")
     if not step_scores:
         return 0.0
     if how == "min":
@@ -50,11 +52,11 @@ def aggregate(step_scores: list[float], how: str = "min") -> float:
 def prm_loss(logits: torch.Tensor, labels: torch.Tensor, loss: str) -> torch.Tensor:
     """Mean loss over labelled steps; ``logits`` and ``labels`` are 1-D and aligned."""
     if loss not in PRM_LOSSES:
-        raise ValueError(f"PRM loss must be one of {PRM_LOSSES}, got {loss!r}")
+        raise InputError(f"PRM loss must be one of {PRM_LOSSES}, got {loss!r}")
     if loss == "mse":
         return ((torch.sigmoid(logits) - labels) ** 2).mean()
     if loss == "bce" and not bool(((labels == 0) | (labels == 1)).all()):
-        raise ValueError("loss bce needs hard labels (0/1); use soft_ce or mse for soft labels")
+        raise InputError("loss bce needs hard labels (0/1); use soft_ce or mse for soft labels")
     return torch.nn.functional.binary_cross_entropy_with_logits(logits, labels)
 
 
@@ -65,10 +67,7 @@ class PRM(torch.nn.Module):
         super().__init__()
         self.policy = backbone
         self.backbone = backbone.model
-        hidden = self.backbone.config.hidden_size
-        self.head = torch.nn.Linear(hidden, 1)
-        torch.nn.init.zeros_(self.head.weight)
-        torch.nn.init.zeros_(self.head.bias)
+        self.head = ValueHead(self.backbone.config.hidden_size)
         self.splitter, self.prompt_template = splitter, prompt_template
         self.meta = dict(meta or {})
 
@@ -93,7 +92,7 @@ class PRM(torch.nn.Module):
             ids[i, : len(s)] = torch.tensor(s, dtype=torch.long)
             mask[i, : len(s)] = 1
         hidden = self.backbone.base_model(input_ids=ids, attention_mask=mask).last_hidden_state
-        logits = self.head(hidden).squeeze(-1)  # [N, L]
+        logits = self.head(hidden)  # [N, L]
         return [logits[i, r] for i, r in enumerate(reads)]
 
     @torch.no_grad()
@@ -111,7 +110,7 @@ class PRM(torch.nn.Module):
 
     def prompt_for(self, reference: str) -> str:
         if not self.prompt_template:
-            raise ValueError("this PRM needs the prompts: it was saved without a prompt_template")
+            raise InputError("this PRM needs the prompts: it was saved without a prompt_template")
         return self.prompt_template.format(reference=reference)
 
     def save(self, path: str | Path, extra: dict | None = None) -> None:
@@ -132,7 +131,10 @@ def load_prm(path: str | Path) -> PRM:
         raise FileNotFoundError(
             f"{str(path)!r} is not a PRM directory (no prm.json; train one with `veriloop prm train`)"
         )
-    meta = json.loads(meta_file.read_text())
+    try:
+        meta = json.loads(meta_file.read_text())
+    except json.JSONDecodeError as e:
+        raise InputError(f"{str(meta_file)!r} is not valid JSON ({e.msg})") from None
     backbone = load_policy(str(path))
     prm = PRM(backbone, meta.get("splitter", "semicolon"), meta.get("prompt_template", ""), meta)
     prm.head.load_state_dict(load_file(path / "prm_head.safetensors"))

@@ -18,6 +18,8 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from veriloop.errors import UnknownNameError
+
 
 @dataclass(frozen=True)
 class Step:
@@ -49,7 +51,7 @@ SEPARATORS = {"semicolon": ";", "lines": "\n"}  # what a step-by-step generator 
 
 def split_steps(text: str, splitter: str = "semicolon") -> list[Step]:
     if splitter not in SPLITTERS:
-        raise ValueError(f"unknown step splitter {splitter!r}; known: {sorted(SPLITTERS)}")
+        raise UnknownNameError(f"unknown step splitter {splitter!r}; known: {sorted(SPLITTERS)}")
     return SPLITTERS[splitter](text)
 
 

@@ -22,6 +22,7 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
+from veriloop.errors import InputError
 from veriloop.io import atomic_write_json, atomic_write_jsonl, read_jsonl
 from veriloop.models.loading import load_policy
 from veriloop.prm.metrics import roc_auc
@@ -65,17 +66,17 @@ class PRMTrainConfig:
 
     def __post_init__(self):
         if self.labels not in LABEL_KINDS:
-            raise ValueError(f"labels must be one of {LABEL_KINDS}, got {self.labels!r}")
+            raise InputError(f"labels must be one of {LABEL_KINDS}, got {self.labels!r}")
         if self.loss not in PRM_LOSSES:
-            raise ValueError(f"loss must be one of {PRM_LOSSES}, got {self.loss!r}")
+            raise InputError(f"loss must be one of {PRM_LOSSES}, got {self.loss!r}")
         if self.loss == "bce" and self.labels == "soft":
-            raise ValueError("loss bce needs 0/1 targets: use labels hard|outcome, or loss soft_ce|mse for soft")
+            raise InputError("loss bce needs 0/1 targets: use labels hard|outcome, or loss soft_ce|mse for soft")
         if self.aggregation not in AGGREGATIONS:
-            raise ValueError(f"aggregation must be one of {AGGREGATIONS}, got {self.aggregation!r}")
+            raise InputError(f"aggregation must be one of {AGGREGATIONS}, got {self.aggregation!r}")
         if self.select not in SELECT:
-            raise ValueError(f"select must be one of {SELECT}, got {self.select!r}")
+            raise InputError(f"select must be one of {SELECT}, got {self.select!r}")
         if self.epochs < 1 or self.batch_size < 1 or self.lr <= 0:
-            raise ValueError("epochs and batch_size must be >= 1 and lr > 0")
+            raise InputError("epochs and batch_size must be >= 1 and lr > 0")
 
 
 def load_labels(path: str) -> list[dict]:
@@ -84,13 +85,13 @@ def load_labels(path: str) -> list[dict]:
         raise FileNotFoundError(f"label file {path!r} does not exist (make one with `veriloop prm label`)")
     rows = list(read_jsonl(path))
     if not rows:
-        raise ValueError(f"label file {path!r} has no rows")
+        raise InputError(f"label file {path!r} has no rows")
     for i, r in enumerate(rows, start=1):
         missing = [k for k in REQUIRED if k not in r]
         if missing:
-            raise ValueError(f"{path}: row {i} lacks {missing}")
+            raise InputError(f"{path}: row {i} lacks {missing}")
         if not (len(r["steps"]) == len(r["soft_labels"]) == len(r["hard_labels"])):
-            raise ValueError(f"{path}: row {i} has {len(r['steps'])} steps but {len(r['soft_labels'])} soft and "
+            raise InputError(f"{path}: row {i} has {len(r['steps'])} steps but {len(r['soft_labels'])} soft and "
                              f"{len(r['hard_labels'])} hard labels")  # fmt: skip
     return rows
 
@@ -180,7 +181,7 @@ def fit_prm(
     for i, r in enumerate(rows, start=1):
         seq, reads = prm.encode(r["prompt"], r["completion"])
         if len(reads) != len(r["steps"]):
-            raise ValueError(f"{where}: row {i}: the {prm.splitter!r} splitter finds {len(reads)} steps, the file "
+            raise InputError(f"{where}: row {i}: the {prm.splitter!r} splitter finds {len(reads)} steps, the file "
                              f"labels {len(r['steps'])}")  # fmt: skip
         encoded.append((seq, reads, torch.tensor(targets(r, labels, cumulative), dtype=torch.float32)))
     params = list(prm.parameters())
@@ -222,7 +223,7 @@ def train_prm(cfg: PRMTrainConfig, progress: bool = True) -> dict:
     val_rows = load_labels(cfg.val_data) if cfg.val_data else []
     eval_rows = load_labels(cfg.eval_data) if cfg.eval_data else []
     if cfg.select == "exact_checker" and val_rows and exact_step_labels(val_rows) is None:
-        raise ValueError(f"select exact_checker needs a task with an exact process checker; {cfg.val_data} has none")
+        raise InputError(f"select exact_checker needs a task with an exact process checker; {cfg.val_data} has none")
     torch.manual_seed(cfg.seed)
     provenance = rows[0].get("provenance", {})
     prm = PRM(load_policy(cfg.backbone), provenance.get("splitter", "semicolon"), provenance.get("prompt_template", ""))
@@ -262,7 +263,7 @@ def score_file(prm_dir: str, input_path: str, output_path: str, aggregation: str
     rows = list(read_jsonl(input_path))
     for i, r in enumerate(rows, start=1):
         if "completion" not in r or ("prompt" not in r and "reference" not in r):
-            raise ValueError(f"{input_path}: row {i} needs completion and prompt (or reference)")
+            raise InputError(f"{input_path}: row {i} needs completion and prompt (or reference)")
     prompts = [r["prompt"] if "prompt" in r else prm.prompt_for(r["reference"]) for r in rows]
     scores = prm.score(prompts, [r["completion"] for r in rows])
     out = [{**r, "step_scores": [round(s, 6) for s in sc], "score": aggregate(sc, how)} for r, sc in zip(rows, scores)]

@@ -11,7 +11,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from veriloop.io import atomic_write_text  # noqa: E402
+from veriloop.io import atomic_write_text, read_jsonl  # noqa: E402
 from veriloop.rollout.records import RecordStore  # noqa: E402
 
 PANELS = [
@@ -27,7 +27,7 @@ def _rows(run_dir: Path) -> list[dict]:
     path = run_dir / "metrics.jsonl"
     if not path.is_file():
         return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return read_jsonl(path)
 
 
 def write_plots(run_dir: Path, rows: list[dict]) -> list[Path]:

@@ -15,7 +15,8 @@ import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from veriloop.io import atomic_write_jsonl, read_jsonl
+from veriloop.errors import InputError
+from veriloop.io import atomic_write_jsonl, read_jsonl, step_name, steps_in
 
 FINISH_REASONS = ("eos", "length", "stop", "error")  # stop: a token of the sampler's stop_ids, kept
 
@@ -63,9 +64,10 @@ class Record:
 
 
 def check_reward(record: Record) -> None:
-    """A reward must be a finite number before anything trains on it."""
+    """A reward must be a finite number before anything trains on it; another comes from the verifier the
+    user chose, so it is an input error."""
     if record.reward is None or not isinstance(record.reward, (int, float)) or not math.isfinite(record.reward):
-        raise ValueError(
+        raise InputError(
             f"non-finite reward {record.reward!r} from verifier {record.verifier!r} for problem "
             f"{record.problem_id!r} (completion {record.completion!r}); refusing to train on it"
         )
@@ -78,7 +80,7 @@ class RecordStore:
         self.root = Path(root)
 
     def path(self, step: int) -> Path:
-        return self.root / f"step-{step:06d}.jsonl.gz"
+        return self.root / step_name(step, suffix=".jsonl.gz")
 
     def write(self, step: int, records: list[Record]) -> Path:
         p = self.path(step)
@@ -97,7 +99,7 @@ class RecordStore:
         return [self.read(s) for s in self.steps()]
 
     def steps(self) -> list[int]:
-        return sorted(int(p.name[5:11]) for p in self.root.glob("step-*.jsonl.gz"))
+        return [s for s, _ in steps_in(self.root, suffix=".jsonl.gz")]
 
     def remove_after(self, step: int) -> None:
         for s in self.steps():

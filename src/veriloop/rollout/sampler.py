@@ -8,7 +8,9 @@
   records for each token is the one of the distribution that actually drew it;
 * drops finished rows from the batch (and from the cache) as soon as they emit EOS,
   so a batch costs what its live rows cost, not its longest row times its size;
-* draws every random number from the ``torch.Generator`` it is given.
+* draws every random number either from per-row streams (``row_seeds``: completion i's
+  token at decode step t uses ``u = splitmix64(row_seeds[i], t)``, so a row's tokens do
+  not depend on which other rows share its batch) or from one ``torch.Generator``.
 
 ``temperature == 0`` is greedy decoding; its behaviour distribution is a point mass,
 so the recorded log-probs are 0.
@@ -81,10 +83,45 @@ def _left_pad(prompts: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torc
     return ids, mask
 
 
-def _draw(logprobs: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
-    """Inverse-CDF sampling from rows of log-probs; never returns a token of probability 0."""
+def _signed(x: int) -> int:
+    """The int64 with the bits of ``x mod 2**64`` (torch has no uint64 arithmetic)."""
+    x &= (1 << 64) - 1
+    return x - (1 << 64) if x >= 1 << 63 else x
+
+
+_GOLDEN, _MIX1, _MIX2 = (_signed(c) for c in (0x9E3779B97F4A7C15, 0xBF58476D1CE4E5B9, 0x94D049BB133111EB))
+
+
+def _shift_right(x: torch.Tensor, k: int) -> torch.Tensor:
+    return (x >> k) & ((1 << (64 - k)) - 1)  # logical, not arithmetic: the bits are unsigned
+
+
+def splitmix64(seeds: torch.Tensor, t: int) -> torch.Tensor:
+    """The (t+1)-th output of SplitMix64 started at each seed (int64 bits; int64 products wrap mod 2**64)."""
+    z = seeds + _signed((t + 1) * 0x9E3779B97F4A7C15)
+    z = (z ^ _shift_right(z, 30)) * _MIX1
+    z = (z ^ _shift_right(z, 27)) * _MIX2
+    return z ^ _shift_right(z, 31)
+
+
+class RowStreams:
+    """One counter-based random stream per completion: the uniform of row i at decode step t is
+    the top 24 bits of ``splitmix64(seed_i, t)`` (a float32 in [0, 1), like ``torch.rand``).
+    A row's draws depend only on its own seed and the step, never on the rows beside it."""
+
+    def __init__(self, seeds: list[int]):
+        self.seeds = torch.tensor(seeds, dtype=torch.long)
+
+    def uniforms(self, rows: torch.Tensor, step: int) -> torch.Tensor:
+        bits = _shift_right(splitmix64(self.seeds[rows], step), 40)
+        return bits.to(torch.float32) * (1.0 / (1 << 24))
+
+
+def _draw(logprobs: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+    """Inverse-CDF sampling from rows of log-probs at uniforms ``u`` ``[rows]``; never returns a token of
+    probability 0."""
     cdf = torch.cumsum(logprobs.exp(), dim=-1)
-    u = torch.rand(cdf.shape[0], 1, generator=generator, dtype=cdf.dtype) * cdf[:, -1:]
+    u = u.to(cdf.dtype)[:, None] * cdf[:, -1:]
     return torch.searchsorted(cdf, u, right=True).squeeze(1).clamp_(max=cdf.shape[1] - 1)
 
 
@@ -119,6 +156,7 @@ def generate(
     eos_id: int,
     pad_id: int,
     generator: torch.Generator | None = None,
+    row_seeds: list[int] | None = None,
     n: int = 1,
     engine: str = "auto",
     stop_ids: tuple[int, ...] = (),
@@ -129,11 +167,18 @@ def generate(
     model's own forward with transformers' cache) or ``"auto"`` (static where supported).
     ``stop_ids``: tokens that also end a row (finish reason ``"stop"``, the token kept), e.g.
     a step separator when a search extends a solution one step at a time.
+    ``row_seeds`` (one per completion, prompt-major) gives each completion its own stream, so
+    that splitting or reordering the batch changes no token; otherwise ``generator`` draws for
+    the whole batch at once.
     """
     if not prompts or any(len(p) == 0 for p in prompts):
         raise ValueError("generate needs a non-empty list of non-empty prompts")
+    if row_seeds is not None:
+        if len(row_seeds) != len(prompts) * n:
+            raise ValueError(f"row_seeds: {len(row_seeds)} seeds for {len(prompts)} prompts x {n} samples")
+        generator = RowStreams(row_seeds)
     if params.temperature > 0 and generator is None:
-        raise ValueError("sampling with temperature > 0 needs a torch.Generator (determinism)")
+        raise ValueError("sampling with temperature > 0 needs a torch.Generator or row_seeds (determinism)")
     if engine not in ("auto", "static", "hf"):
         raise ValueError(f"engine must be auto, static or hf, got {engine!r}")
     was_training = model.training
@@ -184,7 +229,11 @@ def _sample_loop(decoder, logits, next_pos, params: SamplingParams, eos_id: int,
             token_lp = torch.zeros(tokens.shape[0])
         else:
             lp = sampling_logprobs(logits, params.temperature, params.top_k, params.top_p)
-            tokens = _draw(lp, generator)
+            if isinstance(generator, RowStreams):
+                u = generator.uniforms(rows, step)
+            else:  # one stream for the batch: as many draws as live-batch rows (finished ones included)
+                u = torch.rand(lp.shape[0], generator=generator)
+            tokens = _draw(lp, u)
             token_lp = lp.gather(1, tokens[:, None]).squeeze(1)
         live_rows = rows[alive]
         out_tokens[live_rows, step] = tokens[alive]

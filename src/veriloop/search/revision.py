@@ -24,12 +24,15 @@ from dataclasses import dataclass, field
 import torch
 from rapidfuzz.distance import Levenshtein
 
+from veriloop.errors import InputError
 from veriloop.io import atomic_write_jsonl
 from veriloop.models.loading import load_policy
+from veriloop.models.solutions import sample_solutions
 from veriloop.rollout.sampler import SamplingParams
-from veriloop.tasks.base import SPLITS, draw_problems
-from veriloop.training.run_config import TaskConfig
+from veriloop.tasks.base import check_split, draw_problems
+from veriloop.tasks.config import TaskConfig
 from veriloop.verifiers import get as get_verifier
+from veriloop.verifiers import is_correct
 
 REVISION_SEPARATOR = "|"  # ends the attempt inside a revision prompt
 
@@ -68,12 +71,11 @@ class RevisionPairsConfig:
     sampling: SamplingParams = field(default_factory=SamplingParams)
 
     def __post_init__(self):
-        if self.split not in SPLITS:
-            raise ValueError(f"split must be one of {SPLITS}, got {self.split!r}")
+        check_split(self.split)
         if self.problems < 1 or self.samples < 2:
-            raise ValueError("problems must be >= 1 and samples >= 2 (a pair needs a wrong and a right one)")
+            raise InputError("problems must be >= 1 and samples >= 2 (a pair needs a wrong and a right one)")
         if self.sampling.temperature <= 0:
-            raise ValueError("revision pairs: sampling.temperature must be > 0")
+            raise InputError("revision pairs: sampling.temperature must be > 0")
 
 
 def make_revision_pairs(cfg: RevisionPairsConfig, progress: bool = True, *, policy=None, task=None) -> dict:
@@ -84,16 +86,12 @@ def make_revision_pairs(cfg: RevisionPairsConfig, progress: bool = True, *, poli
     problems = draw_problems(task, cfg.split, cfg.problems, cfg.seed)
     gen = torch.Generator().manual_seed(cfg.seed)
     rows, with_pair = [], 0
-    for i in range(0, len(problems), 128):
-        chunk = problems[i : i + 128]
-        out = policy.sample([policy.encode_prompt(p.prompt) for p in chunk], cfg.sampling, generator=gen,
-                            n=cfg.samples)  # fmt: skip
-        texts = [policy.completion_text(c, f) for c, f in zip(out.completion_ids, out.finish_reasons)]
+    for chunk, texts, _ in sample_solutions(policy, problems, cfg.sampling, gen, cfg.samples, batch=128):
         verdicts = verifier.verify_batch(texts, [chunk[j // cfg.samples].reference for j in range(len(texts))])
         for b, p in enumerate(chunk):
             group = range(b * cfg.samples, (b + 1) * cfg.samples)
-            right = [texts[j] for j in group if verdicts[j].score == 1.0]
-            wrong = [texts[j] for j in group if verdicts[j].score != 1.0]
+            right = [texts[j] for j in group if is_correct(verdicts[j])]
+            wrong = [texts[j] for j in group if not is_correct(verdicts[j])]
             pairs = closest_pairs(wrong, right)
             with_pair += bool(pairs)
             if cfg.keep_right and pairs:  # only where the problem also has wrong attempts: a balanced lesson
@@ -105,7 +103,7 @@ def make_revision_pairs(cfg: RevisionPairsConfig, progress: bool = True, *, poli
                                             "seed": cfg.seed, "verifier": verifier.tag,
                                             "sampling": cfg.sampling.as_dict()}})  # fmt: skip
     if not rows:
-        raise ValueError(
+        raise InputError(
             "no wrong/right pairs: every problem was all right or all wrong; draw more problems or samples"
         )
     atomic_write_jsonl(cfg.output, rows)

@@ -17,21 +17,27 @@ Correctness is the task's outcome verifier on the chosen solution.  The run dire
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 import torch
 from tqdm import tqdm
 
+from veriloop.errors import InputError
 from veriloop.io import atomic_write_json, atomic_write_jsonl, atomic_write_text
 from veriloop.models.loading import load_policy
+from veriloop.models.solutions import sample_solutions
 from veriloop.rollout.sampler import SamplingParams
 from veriloop.search.lm import LMProposer, PRMScorer, VerifierScorer
-from veriloop.search.strategies import NEEDS_SCORER, STRATEGIES, SearchSettings, Strategies
+from veriloop.registry import STRATEGIES
+from veriloop.search.strategies import SearchSettings, Strategies
 from veriloop.seeding import derive_seed
 from veriloop.tasks.base import split_problems
-from veriloop.training.run_config import TaskConfig
+from veriloop.tasks.config import TaskConfig
 from veriloop.verifiers import get as get_verifier
+from veriloop.verifiers import is_correct
+
+_DEFAULTS = SearchSettings()  # the strategies' own defaults, which the options below keep
 
 
 @dataclass
@@ -58,15 +64,25 @@ class SearchConfig:
     out: str = field(default="runs/search", metadata={"help": "run directory (summary.json, plot, table)"})
     seed: int = field(default=0, metadata={"help": "seed of every draw"})
     threads: int = field(default=0, metadata={"help": "torch CPU threads; 0 = torch's default"})
-    expand: int = field(default=4, metadata={"help": "beam/lookahead/mcts: steps sampled per expanded node"})
-    max_steps: int = field(default=12, metadata={"help": "beam/lookahead/mcts: longest solution, in steps"})
-    lookahead: int = field(default=1, metadata={"help": "lookahead: greedy steps rolled out before scoring"})
-    uct_c: float = field(default=1.0, metadata={"help": "mcts: UCT exploration constant c"})
-    mcts_value: str = field(default="prm", metadata={"help": "mcts: value of a node from the prm or the verifier"})
+    # one option per field of the strategies' SearchSettings (``settings()``), with its defaults
+    expand: int = field(
+        default=_DEFAULTS.expand, metadata={"help": "beam/lookahead/mcts: steps sampled per expanded node"}
+    )
+    max_steps: int = field(
+        default=_DEFAULTS.max_steps, metadata={"help": "beam/lookahead/mcts: longest solution, in steps"}
+    )
+    lookahead: int = field(
+        default=_DEFAULTS.lookahead, metadata={"help": "lookahead: greedy steps rolled out before scoring"}
+    )
+    uct_c: float = field(default=_DEFAULTS.uct_c, metadata={"help": "mcts: UCT exploration constant c"})
+    mcts_value: str = field(
+        default=_DEFAULTS.mcts_value, metadata={"help": "mcts: value of a node from the prm or the verifier"}
+    )
     aggregation: str = field(default="", metadata={"help": "PRM aggregate: min | prod | last; '' = the PRM's own"})
     revision_policy: str = field(default="", metadata={"help": "revision: model trained on wrong -> right pairs"})
     revision_select: str = field(
-        default="prm", metadata={"help": "revision: choose over the chain by prm | majority | last"}
+        default=_DEFAULTS.revision_select,
+        metadata={"help": "revision: choose over the chain by prm | majority | last"},
     )
     task: TaskConfig = field(default_factory=TaskConfig)
     sampling: SamplingParams = field(default_factory=SamplingParams)
@@ -74,29 +90,34 @@ class SearchConfig:
     def __post_init__(self):
         unknown = [s for s in self.strategy_list() if s not in STRATEGIES]
         if unknown:
-            raise ValueError(f"strategy: unknown {unknown}; known: {list(STRATEGIES)}")
+            raise InputError(f"strategy: unknown {unknown}; known: {list(STRATEGIES)}")
         if any(b < 1 for b in self.budget_list()):
-            raise ValueError(f"budgets must be >= 1, got {self.budgets!r}")
+            raise InputError(f"budgets must be >= 1, got {self.budgets!r}")
         edges = self.edge_list()
         if edges != sorted(edges) or any(not 0 < e < 1 for e in edges):
-            raise ValueError(f"bin_edges must increase within (0, 1), got {self.bin_edges!r}")
+            raise InputError(f"bin_edges must increase within (0, 1), got {self.bin_edges!r}")
         if self.revision_select not in ("prm", "majority", "last"):
-            raise ValueError(f"revision_select must be prm, majority or last, got {self.revision_select!r}")
+            raise InputError(f"revision_select must be prm, majority or last, got {self.revision_select!r}")
         if "revision" in self.strategy_list() and not self.revision_policy:
-            raise ValueError("strategy revision needs --revision_policy DIR (see `veriloop revision-pairs`)")
+            raise InputError("strategy revision needs --revision_policy DIR (see `veriloop revision-pairs`)")
         if self.scorer not in ("prm", "verifier"):
-            raise ValueError(f"scorer must be prm or verifier, got {self.scorer!r}")
+            raise InputError(f"scorer must be prm or verifier, got {self.scorer!r}")
         step_level = [s for s in self.strategy_list() if s in ("beam", "lookahead")]
         if self.scorer == "verifier" and step_level:
-            raise ValueError(f"scorer=verifier judges whole solutions only; {step_level} need step scores (a PRM)")
+            raise InputError(f"scorer=verifier judges whole solutions only; {step_level} need step scores (a PRM)")
         if self.mcts_value not in ("prm", "verifier"):
-            raise ValueError(f"mcts_value must be prm or verifier, got {self.mcts_value!r}")
+            raise InputError(f"mcts_value must be prm or verifier, got {self.mcts_value!r}")
         if self.split not in ("heldout", "validation"):
-            raise ValueError(f"split must be heldout or validation, got {self.split!r}")
+            raise InputError(f"split must be heldout or validation, got {self.split!r}")
         if self.problems < 1 or self.bin_samples < 1 or self.expand < 1 or self.max_steps < 1:
-            raise ValueError("problems, bin_samples, expand and max_steps must be >= 1")
+            raise InputError("problems, bin_samples, expand and max_steps must be >= 1")
         if self.sampling.temperature <= 0:
-            raise ValueError("search samples: sampling.temperature must be > 0")
+            raise InputError("search samples: sampling.temperature must be > 0")
+
+    def settings(self, aggregation: str) -> SearchSettings:
+        """The strategies' settings from these options, with ``aggregation`` resolved ('' = the PRM's own)."""
+        return SearchSettings(**{**{f.name: getattr(self, f.name) for f in fields(SearchSettings)},
+                                 "aggregation": aggregation})  # fmt: skip
 
     def strategy_list(self) -> list[str]:
         return [s.strip() for s in self.strategy.split(",") if s.strip()]
@@ -105,13 +126,13 @@ class SearchConfig:
         try:
             return sorted({int(b) for b in self.budgets.split(",") if b.strip()})
         except ValueError:
-            raise ValueError(f"budgets must be integers separated by commas, got {self.budgets!r}") from None
+            raise InputError(f"budgets must be integers separated by commas, got {self.budgets!r}") from None
 
     def edge_list(self) -> list[float]:
         try:
             return [float(e) for e in self.bin_edges.split(",") if e.strip()]
         except ValueError:
-            raise ValueError(f"bin_edges must be numbers separated by commas, got {self.bin_edges!r}") from None
+            raise InputError(f"bin_edges must be numbers separated by commas, got {self.bin_edges!r}") from None
 
 
 def bin_names(edges: list[float]) -> list[str]:
@@ -127,13 +148,9 @@ def difficulty(policy, problems, verifier, cfg: SearchConfig) -> list[float]:
     """Each problem's pass rate over ``bin_samples`` samples of the policy."""
     gen = torch.Generator().manual_seed(derive_seed(cfg.seed, "bins"))
     rates = []
-    for i in range(0, len(problems), 64):
-        chunk = problems[i : i + 64]
-        out = policy.sample([policy.encode_prompt(p.prompt) for p in chunk], cfg.sampling, generator=gen,
-                            n=cfg.bin_samples)  # fmt: skip
-        texts = [policy.completion_text(c, f) for c, f in zip(out.completion_ids, out.finish_reasons)]
+    for chunk, texts, _ in sample_solutions(policy, problems, cfg.sampling, gen, cfg.bin_samples, batch=64):
         refs = [chunk[j // cfg.bin_samples].reference for j in range(len(texts))]
-        ok = [v.score == 1.0 for v in verifier.verify_batch(texts, refs)]
+        ok = [is_correct(v) for v in verifier.verify_batch(texts, refs)]
         rates += [sum(ok[j : j + cfg.bin_samples]) / cfg.bin_samples for j in range(0, len(ok), cfg.bin_samples)]
     return rates
 
@@ -170,51 +187,15 @@ def run_search(cfg: SearchConfig, progress: bool = True, *, policy=None, prm=Non
         from veriloop.prm.model import load_prm
 
         prm = load_prm(cfg.prm)
-    scored = [s for s in cfg.strategy_list() if s in NEEDS_SCORER or (s == "mcts" and cfg.mcts_value == "prm")
-              or (s == "revision" and cfg.revision_select == "prm")]  # fmt: skip
-    if scored and prm is None and cfg.scorer == "prm":
-        raise ValueError(f"strategies {scored} score solutions with a PRM: give --prm DIR (from `veriloop prm train`)")
+    settings = _settings(cfg, prm)
     problems = split_problems(task, cfg.split)[: cfg.problems]
     if not problems:
-        raise ValueError(f"task {task.name!r} has no {cfg.split} problems to search on")
-    splitter = getattr(task, "step_splitter", "lines")
-    aggregation = cfg.aggregation or (prm.meta.get("aggregation", "min") if prm is not None else "min")
-    settings = SearchSettings(cfg.expand, cfg.max_steps, cfg.lookahead, cfg.uct_c, cfg.mcts_value, aggregation,
-                              cfg.revision_select)  # fmt: skip
-    proposer = LMProposer(policy, cfg.sampling, splitter)
-    reviser = LMProposer(load_policy(cfg.revision_policy), cfg.sampling, splitter) if cfg.revision_policy else None
-    scorer = VerifierScorer(verifier) if cfg.scorer == "verifier" else PRMScorer(prm) if prm is not None else None
-    strategies = Strategies(proposer, scorer, settings, reviser=reviser)
+        raise InputError(f"task {task.name!r} has no {cfg.split} problems to search on")
+    strategies = _strategies(cfg, task, policy, prm, verifier, settings)
     edges, names = cfg.edge_list(), bin_names(cfg.edge_list())
     rates = difficulty(policy, problems, verifier, cfg)
     bins = [bin_of(r, edges) for r in rates]
-
-    plan = [(s, b) for s in cfg.strategy_list() for b in ([1] if s == "single" else cfg.budget_list())]
-    bar = tqdm(total=len(plan) * len(problems), desc="search", unit="problem", disable=not progress,
-               dynamic_ncols=True)  # fmt: skip
-    results, cells = [], {}
-    for s, b in plan:
-        rows = []
-        for i, p in enumerate(problems):
-            # Common random numbers: every strategy at budget b on problem p starts from one seed, so
-            # best-of-N, majority and weighted vote at equal N choose among the very same N samples.
-            proposer.reseed(derive_seed(cfg.seed, b, p.id))
-            if reviser is not None:
-                reviser.reseed(derive_seed(cfg.seed, b, p.id, "revise"))
-            strategies.outcome_check = lambda text, ref=p.reference: verifier.verify(text, ref).score
-            if isinstance(scorer, VerifierScorer):
-                scorer.reference = p.reference
-            out = strategies.run(s, p.prompt, b)
-            correct = verifier.verify(out.text, p.reference).score == 1.0
-            rows.append({"strategy": s, "budget": b, "problem_id": p.id, "bin": names[bins[i]],
-                         "pass_rate": rates[i], "answer": out.answer, "completion": out.text, "correct": correct,
-                         "tokens": out.cost.tokens, "prm_calls": out.cost.prm_calls,
-                         "seconds": round(out.cost.seconds, 4), "candidates": out.candidates})  # fmt: skip
-            bar.update(1)
-        results += rows
-        cells.setdefault(s, {})[str(b)] = _cell(rows, bins, names)
-        bar.set_postfix(last=f"{s}@{b} acc={cells[s][str(b)]['accuracy']:.3f}")
-    bar.close()
+    results, cells = _run_cells(cfg, strategies, verifier, problems, rates, bins, progress)
     summary = {
         "policy": cfg.policy, "prm": cfg.prm, "scorer": cfg.scorer, "task": task.name, "problems": len(problems),
         "bins": {n: {"problems": bins.count(k), "mean_pass_rate": _mean([r for r, x in zip(rates, bins) if x == k])}
@@ -230,6 +211,61 @@ def run_search(cfg: SearchConfig, progress: bool = True, *, policy=None, prm=Non
     atomic_write_text(out_dir / "table.md", table(summary))
     plot(summary, out_dir / "accuracy_vs_tokens.png")
     return summary
+
+
+def _settings(cfg: SearchConfig, prm) -> SearchSettings:
+    """The strategies' settings; an InputError if a chosen strategy needs a PRM and none is given."""
+    aggregation = cfg.aggregation or (prm.meta.get("aggregation", "min") if prm is not None else "min")
+    settings = cfg.settings(aggregation)
+    scored = [s for s in cfg.strategy_list() if settings.needs_scorer(s)]
+    if scored and prm is None and cfg.scorer == "prm":
+        raise InputError(f"strategies {scored} score solutions with a PRM: give --prm DIR (from `veriloop prm train`)")
+    return settings
+
+
+def _strategies(cfg: SearchConfig, task, policy, prm, verifier, settings: SearchSettings) -> Strategies:
+    splitter = getattr(task, "step_splitter", "lines")
+    proposer = LMProposer(policy, cfg.sampling, splitter)
+    reviser = LMProposer(load_policy(cfg.revision_policy), cfg.sampling, splitter) if cfg.revision_policy else None
+    scorer = VerifierScorer(verifier) if cfg.scorer == "verifier" else PRMScorer(prm) if prm is not None else None
+    return Strategies(proposer, scorer, settings, reviser=reviser)
+
+
+def _run_cells(cfg: SearchConfig, strategies: Strategies, verifier, problems, rates: list[float], bins: list[int],
+               progress: bool) -> tuple[list[dict], dict]:  # fmt: skip
+    """Every (strategy, budget) on every problem: the result rows, and per strategy and budget its cell."""
+    names = bin_names(cfg.edge_list())
+    plan = [(s, b) for s in cfg.strategy_list() for b in ([1] if s == "single" else cfg.budget_list())]
+    bar = tqdm(total=len(plan) * len(problems), desc="search", unit="problem", disable=not progress,
+               dynamic_ncols=True)  # fmt: skip
+    results, cells = [], {}
+    for s, b in plan:
+        rows = []
+        for i, p in enumerate(problems):
+            rows.append({"strategy": s, "budget": b, "problem_id": p.id, "bin": names[bins[i]], "pass_rate": rates[i],
+                         **_solve(cfg, strategies, verifier, s, b, p)})  # fmt: skip
+            bar.update(1)
+        results += rows
+        cells.setdefault(s, {})[str(b)] = _cell(rows, bins, names)
+        bar.set_postfix(last=f"{s}@{b} acc={cells[s][str(b)]['accuracy']:.3f}")
+    bar.close()
+    return results, cells
+
+
+def _solve(cfg: SearchConfig, strategies: Strategies, verifier, strategy: str, budget: int, p) -> dict:
+    """One strategy at one budget on one problem: its answer, whether it is right, and its cost."""
+    # Common random numbers: every strategy at budget b on problem p starts from one seed, so
+    # best-of-N, majority and weighted vote at equal N choose among the very same N samples.
+    strategies.proposer.reseed(derive_seed(cfg.seed, budget, p.id))
+    if strategies.reviser is not None:
+        strategies.reviser.reseed(derive_seed(cfg.seed, budget, p.id, "revise"))
+    strategies.outcome_check = lambda text, ref=p.reference: verifier.verify(text, ref).score
+    if isinstance(strategies.scorer, VerifierScorer):
+        strategies.scorer.reference = p.reference
+    out = strategies.run(strategy, p.prompt, budget)
+    return {"answer": out.answer, "completion": out.text, "correct": is_correct(verifier.verify(out.text, p.reference)),
+            "tokens": out.cost.tokens, "prm_calls": out.cost.prm_calls, "seconds": round(out.cost.seconds, 4),
+            "candidates": out.candidates}  # fmt: skip
 
 
 def _mean(xs) -> float | None:

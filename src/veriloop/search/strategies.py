@@ -36,11 +36,20 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from veriloop.errors import InputError
 from veriloop.prm.model import aggregate
+from veriloop.registry import STRATEGIES
 from veriloop.verifiers.answers import MARKER_POLICIES, extract_answer, numeric_key
 
-STRATEGIES = ("single", "best_of_n", "majority", "weighted_vote", "beam", "lookahead", "mcts", "revision")
-NEEDS_SCORER = ("best_of_n", "weighted_vote", "beam", "lookahead")  # and mcts with PRM values
+
+
+@dataclass(frozen=True)
+class Strategy:
+    """A registered strategy: ``run(strategies, prompt, budget, cost) -> Outcome`` and what it needs."""
+
+    run: Callable[..., Outcome]
+    needs_scorer: Callable[[SearchSettings], bool] = lambda settings: False  # ranks with a PRM under settings
+    needs_reviser: bool = False  # a revision model (--revision_policy)
 
 
 @dataclass
@@ -84,6 +93,8 @@ def answer_key(text: str) -> str | None:
 
 @dataclass
 class SearchSettings:
+    """How the strategies search; ``veriloop search`` has one option of the same name for each."""
+
     expand: int = 4  # beam/lookahead/mcts: steps sampled per expanded node
     max_steps: int = 12  # beam/lookahead/mcts: longest solution in steps
     lookahead: int = 1  # lookahead: greedy steps rolled out before scoring
@@ -91,6 +102,10 @@ class SearchSettings:
     mcts_value: str = "prm"  # mcts: prm | verifier
     aggregation: str = "min"  # PRM aggregate used to choose among finished solutions
     revision_select: str = "prm"  # revision: prm | majority | last
+
+    def needs_scorer(self, strategy: str) -> bool:
+        """Whether ``strategy`` ranks solutions or steps with a scorer (a PRM) under these settings."""
+        return STRATEGIES.get(strategy).needs_scorer(self)
 
 
 @dataclass
@@ -102,18 +117,15 @@ class Strategies:
     reviser: Proposer | None = None  # revision: the revision model, prompted with revision_prompt()
 
     def run(self, name: str, prompt: str, budget: int) -> Outcome:
-        if name not in STRATEGIES:
-            raise ValueError(f"unknown strategy {name!r}; known: {list(STRATEGIES)}")
+        strategy = STRATEGIES.get(name)  # an unknown name: UnknownNameError listing the known ones
         if budget < 1:
-            raise ValueError(f"budget must be >= 1, got {budget}")
-        needs_scorer = (name in NEEDS_SCORER or (name == "mcts" and self.settings.mcts_value == "prm")
-                        or (name == "revision" and self.settings.revision_select == "prm"))  # fmt: skip
-        if name == "revision" and self.reviser is None:
-            raise ValueError("strategy 'revision' needs a revision model (--revision_policy DIR)")
-        if needs_scorer and self.scorer is None:
-            raise ValueError(f"strategy {name!r} needs a scorer (a PRM: --prm DIR)")
+            raise InputError(f"budget must be >= 1, got {budget}")
+        if strategy.needs_reviser and self.reviser is None:
+            raise InputError(f"strategy {name!r} needs a revision model (--revision_policy DIR)")
+        if strategy.needs_scorer(self.settings) and self.scorer is None:
+            raise InputError(f"strategy {name!r} needs a scorer (a PRM: --prm DIR)")
         cost, t0 = Cost(), time.perf_counter()
-        out = getattr(self, "_" + name)(prompt, budget, cost)
+        out = strategy.run(self, prompt, budget, cost)
         cost.seconds = time.perf_counter() - t0
         out.cost = cost
         return out
@@ -273,3 +285,17 @@ class _Node:
         if self.visits == 0:
             return math.inf  # every child is tried once before any is tried twice
         return self.q + c * math.sqrt(math.log(max(parent_visits, 1)) / (1 + self.visits))
+
+
+def _always(settings: SearchSettings) -> bool:
+    return True
+
+
+STRATEGIES.register("single", Strategy(Strategies._single))
+STRATEGIES.register("best_of_n", Strategy(Strategies._best_of_n, _always))
+STRATEGIES.register("majority", Strategy(Strategies._majority))
+STRATEGIES.register("weighted_vote", Strategy(Strategies._weighted_vote, _always))
+STRATEGIES.register("beam", Strategy(Strategies._beam, _always))
+STRATEGIES.register("lookahead", Strategy(Strategies._lookahead, _always))
+STRATEGIES.register("mcts", Strategy(Strategies._mcts, lambda s: s.mcts_value == "prm"))
+STRATEGIES.register("revision", Strategy(Strategies._revision, lambda s: s.revision_select == "prm", needs_reviser=True))

@@ -35,6 +35,7 @@ import re
 from dataclasses import dataclass, field
 from fractions import Fraction
 
+from veriloop.errors import InputError
 from veriloop.tasks.base import Problem, register_task
 from veriloop.tasks.expressions import (
     Node,
@@ -136,22 +137,22 @@ class ArithmeticConfig:
 
     def __post_init__(self):
         if self.digits < 1 or self.digits > 4:
-            raise ValueError(f"arithmetic.digits must be in [1, 4], got {self.digits}")
+            raise InputError(f"arithmetic.digits must be in [1, 4], got {self.digits}")
         if not 1 <= self.min_ops <= self.max_ops <= 6:
-            raise ValueError(
+            raise InputError(
                 "arithmetic.min_ops/max_ops must satisfy 1 <= min_ops <= max_ops <= 6, "
                 f"got {self.min_ops}, {self.max_ops}"
             )
         if self.max_factor < 2:
-            raise ValueError(f"arithmetic.max_factor must be >= 2, got {self.max_factor}")
+            raise InputError(f"arithmetic.max_factor must be >= 2, got {self.max_factor}")
         if self.max_value < 10:
-            raise ValueError(f"arithmetic.max_value must be >= 10, got {self.max_value}")
+            raise InputError(f"arithmetic.max_value must be >= 10, got {self.max_value}")
         if not 0.0 < self.heldout_share < 1.0:
-            raise ValueError(f"arithmetic.heldout_share must be in (0, 1), got {self.heldout_share}")
+            raise InputError(f"arithmetic.heldout_share must be in (0, 1), got {self.heldout_share}")
         if self.heldout_size < 0 or self.validation_size < 0:
-            raise ValueError("arithmetic.heldout_size and validation_size must be >= 0")
+            raise InputError("arithmetic.heldout_size and validation_size must be >= 0")
         if not 0.0 < self.validation_share < 1.0 - self.heldout_share:
-            raise ValueError(
+            raise InputError(
                 f"arithmetic.validation_share must be in (0, 1 - heldout_share), got {self.validation_share}"
             )
         self.weights()  # validates op_weights
@@ -161,15 +162,15 @@ class ArithmeticConfig:
         for part in self.op_weights.split(","):
             op, sep, w = part.strip().partition(":")
             if not sep or op not in "+-*/" or len(op) != 1:
-                raise ValueError(f"arithmetic.op_weights: cannot read {part!r} (expected 'op:weight', op in + - * /)")
+                raise InputError(f"arithmetic.op_weights: cannot read {part!r} (expected 'op:weight', op in + - * /)")
             try:
                 out[op] = float(w)
             except ValueError:
-                raise ValueError(f"arithmetic.op_weights: weight {w!r} of {op!r} is not a number") from None
+                raise InputError(f"arithmetic.op_weights: weight {w!r} of {op!r} is not a number") from None
             if out[op] < 0:
-                raise ValueError(f"arithmetic.op_weights: weight of {op!r} is negative")
+                raise InputError(f"arithmetic.op_weights: weight of {op!r} is negative")
         if sum(out.values()) <= 0:
-            raise ValueError("arithmetic.op_weights: all weights are zero")
+            raise InputError("arithmetic.op_weights: all weights are zero")
         return out
 
 
@@ -196,7 +197,7 @@ class TeacherConfig:
         for name in ("multiplication_slip", "subtraction_slip", "wrong_step_rate"):
             v = getattr(self, name)
             if not 0.0 <= v <= 1.0:
-                raise ValueError(f"teacher.{name} must be in [0, 1], got {v}")
+                raise InputError(f"teacher.{name} must be in [0, 1], got {v}")
 
     @classmethod
     def perfect(cls) -> TeacherConfig:
@@ -289,7 +290,7 @@ class ArithmeticGenerator:
             node = self._tree(n, rng)
             if node is not None:
                 return node
-        raise RuntimeError(f"could not draw a problem satisfying {self.cfg}; loosen max_value / max_factor")
+        raise InputError(f"could not draw a problem satisfying {self.cfg}; loosen max_value / max_factor")
 
 
 def problem_tags(node: Node) -> tuple[str, ...]:

@@ -7,9 +7,11 @@ rewards or models.  Tasks are chosen by name from the config: ``get_task(name, *
 from __future__ import annotations
 
 import random
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
+
+from veriloop.errors import InputError
+from veriloop.registry import TASKS
 
 
 @dataclass(frozen=True)
@@ -40,24 +42,26 @@ class Task(Protocol):
         """The fixed validation set, disjoint from train and held-out: what choices and tuning read."""
 
 
-_TASKS: dict[str, Callable[..., Task]] = {}
-
-
 def register_task(name: str):
+    """Decorator: ``@register_task("name")`` on a factory taking the task's options (``registry.TASKS``)."""
+
     def wrap(factory):
-        _TASKS[name] = factory
-        return factory
+        return TASKS.register(name, factory, replace=True)
 
     return wrap
 
 
 def get_task(name: str, **options) -> Task:
-    if name not in _TASKS:
-        raise KeyError(f"unknown task {name!r}; known tasks: {sorted(_TASKS)}")
-    return _TASKS[name](**options)
+    return TASKS.get(name)(**options)
 
 
 SPLITS = ("train", "validation", "heldout")
+
+
+def check_split(split: str) -> None:
+    """``split`` names one of ``SPLITS``, or an InputError says which it may name."""
+    if split not in SPLITS:
+        raise InputError(f"split must be one of {SPLITS}, got {split!r}")
 
 
 def split_problems(task: Task, split: str) -> list[Problem]:
@@ -66,17 +70,16 @@ def split_problems(task: Task, split: str) -> list[Problem]:
         return task.heldout()
     if split == "validation":
         return task.validation()
-    raise ValueError(f"split must be validation or heldout, got {split!r}")
+    raise InputError(f"split must be validation or heldout, got {split!r}")
 
 
 def draw_problems(task: Task, split: str, n: int, seed: int) -> list[Problem]:
     """``n`` problems of ``split``: the first ``n`` of a fixed set, or ``n`` train draws seeded by ``seed``."""
     if split == "train":
         return task.train_batch(n, random.Random(seed))
-    if split not in SPLITS:
-        raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
+    check_split(split)
     return split_problems(task, split)[:n]
 
 
 def task_names() -> list[str]:
-    return sorted(_TASKS)
+    return TASKS.names()

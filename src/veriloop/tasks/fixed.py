@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import random
 
+from veriloop.errors import InputError
 from veriloop.tasks.base import Problem, register_task
 
 
@@ -14,7 +15,7 @@ class FixedTask:
 
     def __init__(self, prompt: str, reference: str, verifier: str = "arithmetic-outcome"):
         if not prompt or not reference:
-            raise ValueError("task fixed needs a prompt and a reference")
+            raise InputError("task fixed needs a prompt and a reference")
         pid = "fixed-" + hashlib.sha256(f"{prompt}\n{reference}".encode()).hexdigest()[:12]
         self.problem = Problem(pid, prompt, reference, ("fixed",))
         self.default_verifier = verifier

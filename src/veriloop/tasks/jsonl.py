@@ -13,10 +13,11 @@ import random
 from collections.abc import Iterator
 from pathlib import Path
 
+from veriloop.errors import InputError
 from veriloop.tasks.base import Problem, register_task
 
 
-class DatasetError(ValueError):
+class DatasetError(InputError):
     """A dataset file or row that cannot be used."""
 
 

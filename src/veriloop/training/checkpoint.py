@@ -18,7 +18,8 @@ from pathlib import Path
 
 import torch
 
-from veriloop.io import atomic_write_json
+from veriloop.errors import InputError
+from veriloop.io import atomic_write_json, atomic_write_yaml, step_name, steps_in
 from veriloop.rollout.records import RecordStore
 
 
@@ -31,20 +32,33 @@ class RunState:
 
 
 def checkpoint_dir(run_dir: Path, step: int) -> Path:
-    return run_dir / "checkpoints" / f"step-{step:06d}"
+    return run_dir / "checkpoints" / step_name(step)
 
 
 def list_checkpoints(run_dir: Path) -> list[Path]:
-    root = run_dir / "checkpoints"
-    if not root.is_dir():
-        return []
-    done = [p for p in root.glob("step-*") if p.is_dir() and (p / "trainer_state.json").is_file()]
-    return sorted(done, key=lambda p: int(p.name[5:]))
+    return [p for _, p in steps_in(run_dir / "checkpoints") if p.is_dir() and (p / "trainer_state.json").is_file()]
 
 
 def find_latest_checkpoint(run_dir: Path) -> Path | None:
     found = list_checkpoints(run_dir)
     return found[-1] if found else None
+
+
+def open_run_dir(run_dir: Path, config: dict, resume: bool) -> Path | None:
+    """The checkpoint to resume from (resume), or a new run: refuse a directory that holds one, write config.yaml."""
+    if resume:
+        checkpoint = find_latest_checkpoint(run_dir)
+        if checkpoint is None:
+            raise FileNotFoundError(f"nothing to resume in {str(run_dir)!r}: no complete checkpoint")
+        return checkpoint
+    if (run_dir / "metrics.jsonl").exists() or list_checkpoints(run_dir):
+        raise InputError(
+            f"run directory {str(run_dir)!r} already holds a run; continue it with "
+            f"`veriloop train --resume {run_dir}` or choose another --run_dir"
+        )
+    run_dir.mkdir(parents=True, exist_ok=True)
+    atomic_write_yaml(run_dir / "config.yaml", config)
+    return None
 
 
 def save_checkpoint(run_dir: Path, state: RunState, policy, optimizer: torch.optim.Optimizer, keep: int, *,

@@ -1,225 +1,273 @@
-"""Config dataclasses <-> YAML files <-> command-line flags, with errors that name the key.
+"""The ``veriloop train`` option tree: the sections training owns, and the whole tree.
 
-Every config is a tree of dataclasses whose fields carry a default and a one-line
-``help``.  ``add_arguments`` turns the tree into ``--section.field`` flags (so ``--help``
-documents every option), ``build_config`` merges defaults <- YAML <- flags and checks
-each key and value, and ``to_dict`` writes the result back out for the run directory.
+Each package owns its own section (``task`` in ``tasks/config.py``, ``rollout`` in
+``rollout/config.py``, ``process`` in ``prm/config.py``, ``optim`` in ``training/optim.py``);
+the generic dataclass <-> YAML <-> flags machinery is ``veriloop/config.py``.  Validation
+asks the registries (``veriloop/registry.py``): an estimator or objective registered from
+outside the package is checked by what it declares, exactly like a built-in one.
 """
 
 from __future__ import annotations
 
-import argparse
-import dataclasses
-import difflib
-import types
-import typing
-from pathlib import Path
-from typing import Any
+from dataclasses import dataclass, field
 
-import yaml
-
-
-class ConfigError(ValueError):
-    """A config file or flag names an unknown key or holds a bad value."""
-
-
-def _hints(cls) -> dict[str, Any]:
-    return typing.get_type_hints(cls)
+from veriloop.algorithms.advantages import STD_MODES
+from veriloop.algorithms.aggregation import AGGREGATION_MODES
+from veriloop.algorithms.kl import KL_ESTIMATORS
+from veriloop.models.tiny import TinyModelConfig
+from veriloop.prm.config import ProcessConfig
+from veriloop.registry import ESTIMATORS, OBJECTIVES
+from veriloop.rollout.config import RolloutConfig
+from veriloop.rollout.sampler import SamplingParams
+from veriloop.tasks.config import TaskConfig
+from veriloop.training import estimators as _estimators  # noqa: F401  (registers the built-in estimators)
+from veriloop.training import objectives as _objectives  # noqa: F401  (registers the built-in objectives)
+from veriloop.training.optim import OptimConfig
+from veriloop.training.recipes import recipe_overrides
 
 
-def _is_dataclass_type(tp) -> bool:
-    return isinstance(tp, type) and dataclasses.is_dataclass(tp)
+@dataclass
+class AdvantageConfig:
+    """How rewards become advantages (the gradient coefficient of each token)."""
+
+    estimator: str = field(
+        default="grpo", metadata={"help": "a registered estimator: grpo | dr_grpo | rloo | reinforce | gae | filter | one | process (PRM)"}
+    )
+    std: str = field(default="population", metadata={"help": "grpo group std: population | sample | none"})
+    eps: float = field(default=1e-6, metadata={"help": "added to the group std (adv_eps; not the clip width)"})
+    baseline: str = field(default="none", metadata={"help": "reinforce baseline: none | batch | constant"})
+    baseline_value: float = field(default=0.0, metadata={"help": "reinforce constant baseline b (baseline=constant)"})
+    gamma: float = field(default=1.0, metadata={"help": "gae discount"})
+    lam: float = field(default=0.95, metadata={"help": "gae lambda"})
+    accept_threshold: float = field(
+        default=1.0, metadata={"help": "estimator filter (RFT, distill, DPO pairs): accepted where reward >= this"}
+    )
+
+    def __post_init__(self):
+        ESTIMATORS.get(self.estimator)  # an unknown name is refused with the known ones
+        if self.std not in STD_MODES:
+            raise ValueError(f"advantage.std must be one of {STD_MODES}, got {self.std!r}")
+        if self.baseline not in ("none", "batch", "constant"):
+            raise ValueError(f"advantage.baseline must be none, batch or constant, got {self.baseline!r}")
+        if self.eps < 0 or not 0 <= self.gamma <= 1 or not 0 <= self.lam <= 1:
+            raise ValueError("advantage.eps must be >= 0 and gamma, lam in [0, 1]")
 
 
-def _scalar_type(tp):
-    """int | float | str | bool for a field type (Optional[...] unwrapped)."""
-    origin = typing.get_origin(tp)
-    if origin in (typing.Union, types.UnionType):
-        args = [a for a in typing.get_args(tp) if a is not type(None)]
-        if len(args) == 1:
-            return args[0]
-    return tp
+@dataclass
+class LossConfig:
+    """The policy objective and how per-token values become one loss."""
+
+    policy_loss: str = field(default="clip", metadata={"help": "a registered objective: clip | dual-clip | gspo | pg | likelihood | dpo"})
+    clip_eps_low: float = field(default=0.2, metadata={"help": "ratio clip below 1 - clip_eps_low"})
+    clip_eps_high: float = field(default=0.2, metadata={"help": "ratio clip above 1 + clip_eps_high"})
+    clip_ratio_c: float = field(default=3.0, metadata={"help": "dual-clip bound c (> 1) for negative advantages"})
+    aggregation: str = field(
+        default="seq-mean-token-mean", metadata={"help": "seq-mean-token-mean | token-mean | seq-mean-token-sum-norm"}
+    )
+    entropy_coef: float = field(default=0.0, metadata={"help": "entropy bonus weight (added to the objective)"})
+    dpo_beta: float = field(default=0.1, metadata={"help": "DPO beta"})
+    tis_cap: float = field(
+        default=0.0,
+        metadata={"help": "truncated importance sampling: recompute old log-probs, weight by min(ratio, cap); 0 = off"},
+    )
+
+    def __post_init__(self):
+        OBJECTIVES.get(self.policy_loss)
+        if self.aggregation not in AGGREGATION_MODES:
+            raise ValueError(f"loss.aggregation must be one of {AGGREGATION_MODES}, got {self.aggregation!r}")
+        if self.clip_eps_low < 0 or self.clip_eps_high < 0:
+            raise ValueError("loss.clip_eps_low and clip_eps_high must be >= 0")
+        if self.clip_ratio_c <= 1:
+            raise ValueError(f"loss.clip_ratio_c must be > 1, got {self.clip_ratio_c}")
+        if self.dpo_beta <= 0 or self.tis_cap < 0:
+            raise ValueError("loss.dpo_beta must be > 0 and loss.tis_cap >= 0")
 
 
-def _convert(value: Any, tp, key: str) -> Any:
-    tp = _scalar_type(tp)
-    if tp is bool:
-        if isinstance(value, bool):
-            return value
-        if isinstance(value, str) and value.lower() in ("true", "1", "yes", "on"):
-            return True
-        if isinstance(value, str) and value.lower() in ("false", "0", "no", "off"):
-            return False
-        raise ConfigError(f"{key}: expected true/false, got {value!r}")
-    if tp is int:
-        if isinstance(value, bool):
-            raise ConfigError(f"{key}: expected an integer, got {value!r}")
-        try:
-            f = float(value)
-        except (TypeError, ValueError):
-            raise ConfigError(f"{key}: expected an integer, got {value!r}") from None
-        if f != int(f):
-            raise ConfigError(f"{key}: expected an integer, got {value!r}")
-        return int(f)
-    if tp is float:
-        try:
-            return float(value)
-        except (TypeError, ValueError):
-            raise ConfigError(f"{key}: expected a number, got {value!r}") from None
-    if tp is str:
-        if isinstance(value, (dict, list)):
-            raise ConfigError(f"{key}: expected a string, got {value!r}")
-        return str(value)
-    return value
+@dataclass
+class KLConfig:
+    """KL to a frozen reference: estimator, weight, placement, control, refresh."""
+
+    beta: float = field(default=0.1, metadata={"help": "KL weight; 0 = no reference model and no reference pass"})
+    estimator: str = field(default="k3", metadata={"help": "k1 | k2 | k3 | exact (sum over the vocabulary)"})
+    placement: str = field(default="loss", metadata={"help": "loss (GRPO) | reward (PPO-RLHF: subtracted per token)"})
+    controller: str = field(
+        default="fixed", metadata={"help": "fixed | adaptive (Ziegler et al.: beta steered towards kl.target)"}
+    )
+    target: float = field(default=6.0, metadata={"help": "adaptive controller: target KL per completion (nats)"})
+    horizon: int = field(default=10000, metadata={"help": "adaptive controller: horizon in completions"})
+    reset_every: int = field(
+        default=0, metadata={"help": "iterative RL: set the reference to the current policy every N steps; 0 = never"}
+    )
+
+    def __post_init__(self):
+        if self.beta < 0:
+            raise ValueError(f"kl.beta must be >= 0, got {self.beta}")
+        if self.estimator not in KL_ESTIMATORS:
+            raise ValueError(f"kl.estimator must be one of {KL_ESTIMATORS}, got {self.estimator!r}")
+        if self.placement not in ("loss", "reward"):
+            raise ValueError(f"kl.placement must be loss or reward, got {self.placement!r}")
+        if self.controller not in ("fixed", "adaptive"):
+            raise ValueError(f"kl.controller must be fixed or adaptive, got {self.controller!r}")
+        if self.placement == "reward" and self.estimator == "exact":
+            raise ValueError("kl.placement=reward needs a per-token estimator (k1, k2 or k3), not exact")
+        if self.reset_every < 0:
+            raise ValueError(f"kl.reset_every must be >= 0, got {self.reset_every}")
+        if self.placement == "loss" and self.estimator == "k1" and self.beta > 0:
+            # d/dtheta k1 = d/dtheta log pi, and E_pi[d log pi] = 0: the term would do nothing on average.
+            raise ValueError(
+                "kl.estimator=k1 with kl.placement=loss is refused: differentiating k1 = log(pi/ref) at samples "
+                "from pi has zero expected gradient, so the KL term would only add noise. In the loss use k2 "
+                "(gradient of KL(pi||ref)), k3 (gradient of KL(ref||pi)) or exact; or put k1 in the reward "
+                "(kl.placement=reward), where it gives the gradient of KL(pi||ref)"
+            )
 
 
-def _unknown(key: str, known: list[str]) -> ConfigError:
-    close = difflib.get_close_matches(key.split(".")[-1], known, n=1)
-    hint = f" (did you mean {close[0]!r}?)" if close else ""
-    return ConfigError(f"unknown config key {key!r}{hint}; known keys here: {', '.join(sorted(known))}")
+@dataclass
+class UpdateConfig:
+    """How many optimizer steps one batch feeds, and in what pieces."""
+
+    inner_updates: int = field(default=2, metadata={"help": "mu: passes over each batch"})
+    mini_batches: int = field(default=1, metadata={"help": "optimizer steps per pass (the batch split into this many)"})
+    micro_batch_size: int = field(
+        default=128, metadata={"help": "sequences per forward/backward (gradient accumulation)"}
+    )
+    skip_zero_advantage: bool = field(
+        default=True,
+        metadata={"help": "leave out completions whose gradient is exactly 0 (advantage 0 everywhere and no KL or "
+                  "entropy term in the loss), so skipping never changes the update"},
+    )
+    mask_truncated: bool = field(
+        default=False, metadata={"help": "leave completions cut at max_new_tokens out of the loss"}
+    )
+
+    def __post_init__(self):
+        for name in ("inner_updates", "mini_batches", "micro_batch_size"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"update.{name} must be >= 1, got {getattr(self, name)}")
 
 
-def _build(cls, data: dict, prefix: str):
-    if not isinstance(data, dict):
-        raise ConfigError(f"{prefix or 'config'}: expected a mapping of keys, got {data!r}")
-    hints = _hints(cls)
-    names = [f.name for f in dataclasses.fields(cls) if f.init]
-    for key in data:
-        if key not in names:
-            raise _unknown(prefix + key, names)
-    defaults_for = getattr(cls, "config_defaults", None)
-    if defaults_for is not None:  # e.g. TrainConfig: the chosen recipe's defaults sit under the given keys
-        tree: dict = {}
-        for key, value in defaults_for(data).items():
-            _set_dotted(tree, key, value)
-        data = _merge(tree, data)
-    kwargs = {}
-    for f in dataclasses.fields(cls):
-        if not f.init or f.name not in data:
-            continue
-        tp, key = hints[f.name], prefix + f.name
-        if _is_dataclass_type(tp):
-            given = data[f.name] or {}
-            if not isinstance(given, dict):
-                raise ConfigError(f"{key}: expected a section of keys, got {given!r}")
-            # Start from this field's own default (which may differ from tp's defaults).
-            default = f.default_factory() if f.default_factory is not dataclasses.MISSING else tp()
-            kwargs[f.name] = _build(tp, _merge(_shallow(default), given), key + ".")
-        else:
-            kwargs[f.name] = _convert(data[f.name], tp, key)
-    try:
-        return cls(**kwargs)
-    except ConfigError:
-        raise
-    except (ValueError, TypeError) as e:
-        raise ConfigError(str(e)) from None
+@dataclass
+class CriticConfig:
+    """The value model of estimator gae (PPO proper): the policy's backbone plus a scalar head."""
+
+    lr: float = field(default=1e-4, metadata={"help": "critic learning rate (AdamW)"})
+    value_clip: float = field(
+        default=0.2, metadata={"help": "clip value updates to +-this around the old values; 0 = off"}
+    )
+    warmup_steps: int = field(
+        default=0, metadata={"help": "the first N steps train only the critic (the policy is not updated)"}
+    )
+
+    def __post_init__(self):
+        if self.lr <= 0 or self.value_clip < 0 or self.warmup_steps < 0:
+            raise ValueError("critic.lr must be > 0, value_clip and warmup_steps >= 0")
 
 
-def _shallow(obj) -> dict:
-    """Field values of a dataclass instance, nested dataclasses as dicts."""
-    return {
-        f.name: (
-            _shallow(getattr(obj, f.name)) if dataclasses.is_dataclass(getattr(obj, f.name)) else getattr(obj, f.name)
-        )
-        for f in dataclasses.fields(obj)
-        if f.init
-    }
+@dataclass
+class TrainConfig:
+    """``veriloop train``: one loop for SFT, RFT, DPO, REINFORCE, RLOO, PPO, GRPO and variants."""
 
+    algo: str = field(default="grpo", metadata={"help": "recipe whose defaults apply (see `veriloop algos`)"})
+    policy: str = field(
+        default="builtin:base", metadata={"help": "model directory, builtin:base, or builtin:init (a new tiny model)"}
+    )
+    reference: str = field(default="", metadata={"help": "KL/DPO reference model; empty = the starting policy"})
+    run_dir: str = field(default="runs/grpo", metadata={"help": "where config, metrics, records, checkpoints go"})
+    seed: int = field(default=0, metadata={"help": "run seed: every random draw derives from it"})
+    steps: int = field(default=200, metadata={"help": "training steps (one batch of B x G completions each)"})
+    max_minutes: float = field(default=0.0, metadata={"help": "stop after this much wall time; 0 = no limit"})
+    max_samples: int = field(
+        default=0, metadata={"help": "stop once this many completions were sampled (sample budget); 0 = no limit"}
+    )
+    verifier: str = field(default="arithmetic", metadata={"help": "reward verifier (see `veriloop verifiers`)"})
+    checkpoint_every: int = field(default=20, metadata={"help": "save a resumable checkpoint every N steps"})
+    keep_checkpoints: int = field(default=2, metadata={"help": "how many recent checkpoints to keep"})
+    save_rollouts: bool = field(default=True, metadata={"help": "write every record to rollouts/step-N.jsonl.gz"})
+    threads: int = field(default=0, metadata={"help": "torch CPU threads; 0 = torch's default"})
+    export: str = field(default="", metadata={"help": "also save the final model here (e.g. src/veriloop/assets/base)"})
+    eval_every: int = field(default=0, metadata={"help": "greedy validation accuracy every N steps; 0 = never"})
+    eval_problems: int = field(default=200, metadata={"help": "validation problems in the periodic evaluation"})
+    task: TaskConfig = field(default_factory=TaskConfig)
+    sampling: SamplingParams = field(default_factory=lambda: SamplingParams(temperature=0.7, max_new_tokens=64))
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    advantage: AdvantageConfig = field(default_factory=AdvantageConfig)
+    loss: LossConfig = field(default_factory=LossConfig)
+    kl: KLConfig = field(default_factory=KLConfig)
+    update: UpdateConfig = field(default_factory=UpdateConfig)
+    critic: CriticConfig = field(default_factory=CriticConfig)
+    process: ProcessConfig = field(default_factory=ProcessConfig)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    model: TinyModelConfig = field(default_factory=TinyModelConfig)
 
-def _set_dotted(tree: dict, key: str, value: Any) -> None:
-    parts = key.split(".")
-    node = tree
-    for p in parts[:-1]:
-        node = node.setdefault(p, {})
-        if not isinstance(node, dict):
-            raise ConfigError(f"{key}: {p!r} is not a section")
-    node[parts[-1]] = value
+    @staticmethod
+    def config_defaults(data: dict) -> dict:
+        """The recipe named by ``algo`` supplies defaults under the user's own keys."""
+        return recipe_overrides(str(data.get("algo", "grpo")))
 
+    def __post_init__(self):
+        if self.steps < 1:
+            raise ValueError(f"steps must be >= 1, got {self.steps}")
+        if self.checkpoint_every < 1 or self.keep_checkpoints < 1:
+            raise ValueError("checkpoint_every and keep_checkpoints must be >= 1")
+        if self.max_samples < 0 or self.max_minutes < 0 or self.eval_every < 0:
+            raise ValueError("max_samples, max_minutes and eval_every must be >= 0 (0 = no limit / never)")
+        if self.rollout.overlong_buffer > self.sampling.max_new_tokens:
+            raise ValueError(
+                f"rollout.overlong_buffer ({self.rollout.overlong_buffer}) must be <= sampling.max_new_tokens "
+                f"({self.sampling.max_new_tokens}): the penalty ramps over the last tokens before the limit"
+            )
+        if self.rollout.source != "task-teacher" and self.sampling.temperature <= 0 and self.rollout.group_size > 1:
+            raise ValueError("sampling.temperature must be > 0 when sampling groups (greedy groups have no variance)")
+        if self.policy != "builtin:init" and self.model != TinyModelConfig():
+            raise ValueError(
+                f"model.* options shape a new built-in model and apply only to policy builtin:init; policy "
+                f"{self.policy!r} is loaded with its own architecture"
+            )
+        self._check_estimator_and_objective(ESTIMATORS.get(self.advantage.estimator),
+                                            OBJECTIVES.get(self.loss.policy_loss))  # fmt: skip
+        self._refuse_options_that_would_do_nothing(ESTIMATORS.get(self.advantage.estimator))
 
-def _merge(base: dict, extra: dict) -> dict:
-    out = dict(base)
-    for k, v in extra.items():
-        if isinstance(v, dict) and isinstance(out.get(k), dict):
-            out[k] = _merge(out[k], v)
-        else:
-            out[k] = v
-    return out
+    def _check_estimator_and_objective(self, estimator, objective) -> None:
+        """What the registered entries declare they need, against what is configured."""
+        est, loss, G = self.advantage.estimator, self.loss.policy_loss, self.rollout.group_size
+        if G < estimator.min_group_size:
+            raise ValueError(
+                f"rollout.group_size must be >= {estimator.min_group_size} for estimator {est}, got {G}: a group "
+                "of one completion has nothing to be compared with (its advantage is 0)"
+            )
+        if G < objective.min_group_size:
+            raise ValueError(f"loss.policy_loss={loss} needs rollout.group_size >= {objective.min_group_size} "
+                             "to form accepted/rejected pairs")  # fmt: skip
+        objective.check(self)
+        if objective.per_completion_advantage and estimator.per_token:
+            raise ValueError(f"loss.policy_loss={loss} needs one advantage per completion, not {est}'s per-token ones")
+        if objective.coefficients == "coefficient" and estimator.kind != "coefficient":
+            raise ValueError(f"loss.policy_loss={loss} takes no advantages: set advantage.estimator filter or one")
+        if objective.coefficients == "advantage" and estimator.kind == "coefficient":
+            raise ValueError(f"loss.policy_loss={loss} needs an advantage estimator, not {est}")
+        if estimator.needs_prm and not self.process.prm:
+            raise ValueError(f"advantage.estimator={est} needs process.prm (a PRM directory from `veriloop prm train`)")
+        if estimator.needs_prm and self.process.outcome_weight > 0 and G < 2:
+            raise ValueError("process.outcome_weight > 0 needs rollout.group_size >= 2 (group-normalised outcomes)")
+        if self.rollout.source == "task-teacher" and not objective.learns_from_demonstrations:
+            raise ValueError("rollout.source=task-teacher has no behaviour log-probs: use loss.policy_loss likelihood")
 
+    def _refuse_options_that_would_do_nothing(self, estimator) -> None:
+        """An option the chosen method never reads is an error, not a silent no-op.
 
-def load_yaml(path: str | Path) -> dict:
-    p = Path(path)
-    if not p.is_file():
-        raise ConfigError(f"config file {str(p)!r} does not exist")
-    try:
-        data = yaml.safe_load(p.read_text()) or {}
-    except yaml.YAMLError as e:
-        raise ConfigError(f"config file {str(p)!r} is not valid YAML: {e}") from None
-    if not isinstance(data, dict):
-        raise ConfigError(f"config file {str(p)!r} must hold a mapping at the top level")
-    return data
-
-
-def build_config(cls, yaml_data: dict | None = None, overrides: dict[str, Any] | None = None, source: str = ""):
-    """``cls`` defaults, then ``yaml_data``, then dotted ``overrides`` ({"kl.beta": "0.02"})."""
-    data = dict(yaml_data or {})
-    for key, value in (overrides or {}).items():
-        _set_dotted(data, key, value)
-    try:
-        return _build(cls, data, "")
-    except ConfigError as e:
-        raise ConfigError(f"{source}: {e}" if source else str(e)) from None
-
-
-def to_dict(cfg) -> dict:
-    return dataclasses.asdict(cfg)
-
-
-def iter_fields(cls, prefix: str = ""):
-    """(dotted key, type, default, help) for every leaf field of the config tree."""
-    hints = _hints(cls)
-    for f in dataclasses.fields(cls):
-        if not f.init:
-            continue
-        tp = hints[f.name]
-        if _is_dataclass_type(tp):
-            yield from iter_fields(tp, prefix + f.name + ".")
-            continue
-        if f.default is not dataclasses.MISSING:
-            default = f.default
-        elif f.default_factory is not dataclasses.MISSING:
-            default = f.default_factory()
-        else:
-            default = None
-        yield prefix + f.name, tp, default, f.metadata.get("help", "")
-
-
-def add_arguments(parser: argparse.ArgumentParser, cls, defaults=None) -> None:
-    """One ``--a.b`` flag per leaf field; values stay strings until ``build_config``."""
-    group = parser.add_argument_group("options (also settable in the YAML file given with --config)")
-    shown = defaults if defaults is not None else cls()
-    for key, tp, _default, help_text in iter_fields(cls):
-        value = shown
-        for part in key.split("."):
-            value = getattr(value, part)
-        kind = getattr(_scalar_type(tp), "__name__", str(tp))
-        group.add_argument(
-            f"--{key}",
-            dest=f"opt::{key}",
-            default=None,
-            metavar=kind.upper(),
-            help=f"{help_text} (default: {value!r})".replace("%", "%%"),  # argparse formats help with %
-        )
-
-
-def overrides_from_args(args: argparse.Namespace) -> dict[str, str]:
-    return {k[5:]: v for k, v in vars(args).items() if k.startswith("opt::") and v is not None}
-
-
-def config_from_args(cls, args: argparse.Namespace, base: dict | None = None):
-    """Defaults <- ``base`` (command presets) <- ``--config`` YAML <- flags."""
-    data = dict(base or {})
-    source = ""
-    if getattr(args, "config", None):
-        data = _merge(data, load_yaml(args.config))
-        source = args.config
-    return build_config(cls, data, overrides_from_args(args), source=source)
+        A value differing from the field's default counts as set (setting the default explicitly is harmless).
+        """
+        est, adv, default = self.advantage.estimator, self.advantage, AdvantageConfig()
+        if "std" not in estimator.reads and (adv.std != default.std or adv.eps != default.eps):
+            hint = " (Dr. GRPO only centres: r - mean; for std-normalised advantages use estimator grpo)"
+            readers = " and ".join(n for n, e in ESTIMATORS.items() if "std" in e.reads)
+            raise ValueError(
+                f"advantage.std / advantage.eps are read only by estimators {readers}; estimator {est} "
+                f"ignores them{hint if est == 'dr_grpo' else ''}"
+            )
+        if not estimator.needs_critic and self.critic != CriticConfig():
+            raise ValueError(f"critic.* options apply only to estimator gae (PPO's value model), not {est}")
+        if not estimator.needs_prm and self.process != ProcessConfig():
+            raise ValueError(f"process.* options apply only to estimator process (--algo grpo_process), not {est}")
+        if "baseline" not in estimator.reads and (adv.baseline != default.baseline or adv.baseline_value != 0.0):
+            raise ValueError(f"advantage.baseline / baseline_value are read only by estimator reinforce, not {est}")

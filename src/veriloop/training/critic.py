@@ -17,8 +17,9 @@ import torch
 
 from veriloop.algorithms import aggregate_loss
 from veriloop.models.batch import PolicyBatch, select
+from veriloop.models.value_head import ValueHead
+from veriloop.training.config import TrainConfig
 from veriloop.training.optim import clip_grad_norm
-from veriloop.training.run_config import TrainConfig
 
 
 class ValueModel(torch.nn.Module):
@@ -26,17 +27,14 @@ class ValueModel(torch.nn.Module):
         super().__init__()
         self.backbone = copy.deepcopy(policy_model.get_decoder())  # the transformer without the LM head
         self.backbone.requires_grad_(True)
-        hidden = policy_model.config.hidden_size
-        self.head = torch.nn.Linear(hidden, 1)
-        torch.nn.init.zeros_(self.head.weight)
-        torch.nn.init.zeros_(self.head.bias)
+        self.head = ValueHead(policy_model.config.hidden_size)
 
     def forward(self, batch: PolicyBatch) -> torch.Tensor:
         """``[N, T]``: the value of the state before each completion token."""
         out = self.backbone(input_ids=batch.input_ids, attention_mask=batch.attention_mask, use_cache=False)
         h = out.last_hidden_state
         idx = batch.logit_index[:, :, None].expand(-1, -1, h.shape[-1])
-        return self.head(torch.gather(h, 1, idx)).squeeze(-1).float()
+        return self.head(torch.gather(h, 1, idx)).float()
 
 
 class ScalarValue(torch.nn.Module):

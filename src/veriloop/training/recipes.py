@@ -26,11 +26,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from veriloop.errors import UnknownNameError
+
 
 @dataclass(frozen=True)
 class Recipe:
     description: str
     overrides: dict  # dotted config keys -> values, applied under the user's YAML and flags
+    made_by: str = "veriloop train"  # the command named in the final model's provenance file
 
 
 _LIKELIHOOD = {"advantage.estimator": "filter", "loss.policy_loss": "likelihood", "kl.beta": 0.0,
@@ -84,15 +87,17 @@ RECIPES: dict[str, Recipe] = {
         },
     ),  # fmt: skip
     "sft": Recipe(
-        "SFT: the task's own traces, coefficient 1",
+        "SFT: the task's own traces, coefficient 1, token-mean cross-entropy",
         {
             **_LIKELIHOOD,
             "advantage.estimator": "one",
             "rollout.source": "task-teacher",
             "rollout.group_size": 1,
             "rollout.prompts_per_step": 128,
+            "loss.aggregation": "token-mean",
             "optim.lr": 2e-4,
         },
+        made_by="veriloop sft",
     ),  # fmt: skip
     "rft": Recipe(
         "RFT: samples of the frozen initial policy, coefficient 1[accepted]",
@@ -122,5 +127,19 @@ RECIPES: dict[str, Recipe] = {
 
 def recipe_overrides(name: str) -> dict:
     if name not in RECIPES:
-        raise KeyError(f"unknown algo {name!r}; known: {', '.join(sorted(RECIPES))}")
+        raise UnknownNameError(f"unknown algo {name!r}; known: {', '.join(sorted(RECIPES))}")
     return dict(RECIPES[name].overrides, algo=name)
+
+
+# ``veriloop sft``: the sft recipe from a new built-in model (how the shipped base is made), with the
+# optimizer settings of a run from scratch; the recipe alone (``train --algo sft``) continues a model.
+SFT_COMMAND_DEFAULTS = {
+    "algo": "sft",
+    "policy": "builtin:init",
+    "run_dir": "runs/sft",
+    "steps": 3000,
+    "eval_every": 500,
+    "save_rollouts": False,
+    "checkpoint_every": 500,
+    "optim": {"lr": 2e-3, "weight_decay": 0.01, "warmup_steps": 200, "schedule": "cosine"},
+}

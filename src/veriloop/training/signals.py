@@ -1,33 +1,24 @@
 """Scored records -> the learning signal: the gradient coefficient of every token.
 
-``ESTIMATORS`` is the registry the trainer uses for every variant: each entry turns the
-rewards ``[B, G]`` (and, for ``gae``, the critic's values) into per-token advantages
-``[N, T]`` by calling the pure functions of ``veriloop.algorithms``.  The likelihood recipes
-use ``one`` (SFT: coefficient 1 on every trace, whatever the verifier says) or ``filter``
-(RFT, distillation: ``1[reward >= accept_threshold]``); DPO pairs accepted with rejected
-completions of one prompt.  With ``kl.placement == "reward"`` the KL penalty
-is subtracted from the reward before any of this (per token for ``gae``, summed per
-completion otherwise).
+``learning_signal`` is stage 4 of the loop.  With ``kl.placement == "reward"`` the KL penalty
+is subtracted from the reward first (per token for ``gae``, summed per completion otherwise);
+the configured estimator (``training/estimators.py``) turns the rewards into advantages; the
+objective (or the default rule) chooses the rows to learn from; reference log-probs are
+computed for those rows only, and only when something reads them.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import NamedTuple
 
 import torch
 
-from veriloop.algorithms import (
-    gae_advantages,
-    group_advantages,
-    kl_estimate,
-    process_advantages,
-    reinforce_advantages,
-    rloo_advantages,
-)
-from veriloop.models.batch import PolicyBatch, build_policy_batch
+from veriloop.algorithms import kl_estimate
+from veriloop.models.batch import PolicyBatch, build_policy_batch, select
+from veriloop.registry import ESTIMATORS
 from veriloop.rollout.records import Record
-from veriloop.training.run_config import TrainConfig
+from veriloop.training.estimators import EstimatorInput
+from veriloop.training.logprobs import reference_temperature, temperature_of
 
 
 class LearningBatch(NamedTuple):
@@ -48,55 +39,12 @@ class LearningBatch(NamedTuple):
         return len(self.records)
 
 
-class EstimatorInput(NamedTuple):
-    rewards: torch.Tensor  # [B, G] sequence rewards (KL-shaped when placement is reward)
-    mask: torch.Tensor  # [B*G, T] completion tokens
-    token_rewards: torch.Tensor | None  # [B*G, T] for gae: terminal reward and per-token KL penalty
-    values: torch.Tensor | None  # [B*G, T] critic values (gae)
-    step_rewards: torch.Tensor | None = None  # [B*G, T] PRM score of the step closing at each token (process)
-    step_ends: torch.Tensor | None = None  # [B*G, T] true where a step closes (process)
-
-
-def _broadcast(per_seq: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    # float64 throughout the signal: exact mode compares expectations to 1e-12
-    return per_seq.reshape(-1, 1).double() * mask.double()
-
-
-def _gae(x: EstimatorInput, cfg: TrainConfig) -> torch.Tensor:
-    mask = x.mask.double()
-    adv, _ = gae_advantages(x.token_rewards.double(), x.values.double(), mask, cfg.advantage.gamma, cfg.advantage.lam)
-    return adv
-
-
-def _accepted(x: EstimatorInput, cfg: TrainConfig) -> torch.Tensor:
-    return _broadcast((x.rewards >= cfg.advantage.accept_threshold).to(x.mask.dtype), x.mask)
-
-
-def _process(x: EstimatorInput, cfg: TrainConfig) -> torch.Tensor:
-    """``w_p * process_advantages(PRM step rewards) + w_o * group_advantages(outcome rewards)``."""
-    B, G = x.rewards.shape
-    shape = (B, G, x.mask.shape[1])
-    proc = process_advantages(x.step_rewards.double().view(shape), x.step_ends.view(shape), x.mask.view(shape),
-                              cfg.advantage.std, cfg.advantage.eps).view(B * G, -1)  # fmt: skip
-    adv = cfg.process.process_weight * proc
-    if cfg.process.outcome_weight:
-        outcome = group_advantages(x.rewards, cfg.advantage.std, cfg.advantage.eps)
-        adv = adv + cfg.process.outcome_weight * _broadcast(outcome, x.mask)
-    return adv * x.mask.double()
-
-
-ESTIMATORS: dict[str, Callable[[EstimatorInput, TrainConfig], torch.Tensor]] = {
-    "grpo": lambda x, c: _broadcast(group_advantages(x.rewards, c.advantage.std, c.advantage.eps), x.mask),
-    "dr_grpo": lambda x, c: _broadcast(group_advantages(x.rewards, "none"), x.mask),
-    "rloo": lambda x, c: _broadcast(rloo_advantages(x.rewards), x.mask),
-    "reinforce": lambda x, c: _broadcast(
-        reinforce_advantages(x.rewards, c.advantage.baseline, c.advantage.baseline_value), x.mask
-    ),
-    "gae": _gae,
-    "filter": _accepted,
-    "one": lambda x, c: torch.ones(x.mask.shape, dtype=torch.float64) * x.mask,
-    "process": _process,
-}
+class Signal(NamedTuple):
+    batch: LearningBatch | None  # None: nothing to learn from this step
+    rewards: torch.Tensor  # [B, G]
+    advantages: torch.Tensor  # [N, T]
+    mask: torch.Tensor  # [N, T] completion tokens
+    stats: dict  # what this stage measured (the KL in the reward)
 
 
 def records_batch(records: list[Record], pad_id: int) -> tuple[PolicyBatch, torch.Tensor | None]:
@@ -134,7 +82,7 @@ def kept_share(mask: torch.Tensor, rows: torch.Tensor, aggregation: str) -> floa
     return rows.numel() / mask.shape[0]
 
 
-def zero_advantage_means_zero_gradient(cfg: TrainConfig, kl_beta: float) -> bool:
+def zero_advantage_means_zero_gradient(cfg, kl_beta: float) -> bool:
     """Is a row whose advantage is 0 at every token free of gradient?
 
     Only when nothing else sits in its loss: no KL term (``beta == 0``, or the KL is in the
@@ -146,13 +94,73 @@ def zero_advantage_means_zero_gradient(cfg: TrainConfig, kl_beta: float) -> bool
     return not kl_in_loss and cfg.loss.entropy_coef == 0
 
 
-def dpo_pairs(rewards: torch.Tensor, threshold: float) -> list[tuple[int, int]]:
-    """(chosen, rejected) flat indices: accepted and rejected completions of one prompt, zipped in order."""
-    B, G = rewards.shape
-    pairs = []
-    for b in range(B):
-        row = rewards[b].tolist()
-        accepted = [b * G + g for g in range(G) if row[g] >= threshold]
-        rejected = [b * G + g for g in range(G) if row[g] < threshold]
-        pairs.extend(zip(accepted, rejected))
-    return pairs
+class SignalMaker:
+    """Stage 4: records -> ``Signal``, reading the roles that hold what it needs (reference, critic, PRM)."""
+
+    def __init__(self, cfg, objective, pad_id: int, reference=None, critic=None, process=None):
+        self.cfg, self.objective, self.pad_id = cfg, objective, pad_id
+        self.reference, self.critic, self.process = reference, critic, process
+        self.estimator = ESTIMATORS.get(cfg.advantage.estimator)
+
+    def __call__(self, records: list[Record], beta: float) -> Signal:
+        cfg, G = self.cfg, self.cfg.rollout.group_size
+        rewards = torch.tensor([r.reward for r in records], dtype=torch.float64).view(-1, G)
+        batch, behavior = records_batch(records, self.pad_id)
+        mask = batch.completion_mask
+        shaped, token_rewards, stats = self._kl_in_reward(rewards, batch, behavior, beta)
+        values = self.critic.values(batch) if self.critic is not None else None
+        if self.estimator.per_token and token_rewards is None:
+            token_rewards = terminal_rewards(rewards, mask)
+        steps = self.process.step_rewards(records, mask) if self.process is not None else (None, None)
+        advantages = self.estimator(EstimatorInput(shaped, mask, token_rewards, values, *steps), cfg)
+        rows, pairs = self.select_rows(records, rewards, advantages, beta)
+        if rows.numel() == 0:
+            return Signal(None, rewards, advantages, mask, stats)
+        sub = select(batch, rows)
+        T = sub.completion_ids.shape[1]
+        ref = self._reference(sub, beta)
+        # Likelihood recipes (coefficients 0/1): the verifier's filter chooses the data, and the loss is the
+        # mean over what it kept, as fine-tuning on the filtered set would be.  Elsewhere rows left out for
+        # a zero advantage keep their place in the normaliser, so skipping changes nothing.
+        filtered = pairs is not None or self.estimator.kind == "coefficient"
+        lb = LearningBatch(
+            records=[records[i] for i in rows.tolist()], batch=sub,
+            behavior=behavior[rows, :T] if behavior is not None else None, advantages=advantages[rows, :T],
+            ref_logprobs=ref, returns=(advantages + values.double())[rows, :T] if values is not None else None,
+            old_values=values[rows, :T] if values is not None else None, pairs=pairs,
+            kept_share=1.0 if filtered else kept_share(mask, rows, cfg.loss.aggregation))  # fmt: skip
+        return Signal(lb, rewards, advantages, mask, stats)
+
+    def _kl_in_reward(self, rewards, batch, behavior, beta):
+        """KL in the reward: (shaped rewards [B, G], token rewards [N, T] or None, stats)."""
+        cfg = self.cfg
+        if not (beta > 0 and cfg.kl.placement == "reward"):
+            return rewards, None, {}
+        ref_all = self.reference.logprobs(batch, temperature_of(cfg.sampling), full=False)
+        mask = batch.completion_mask
+        penalty = kl_penalty(behavior, ref_all, mask, cfg.kl.estimator)
+        stats = {"kl": float(penalty.sum() / mask.sum().clamp(min=1)),  # per token: the "kl" metric
+                 "kl_per_completion": float(penalty.sum(dim=1).mean())}  # what the adaptive controller tracks
+        shaped = rewards - beta * penalty.sum(dim=1).view(-1, cfg.rollout.group_size)
+        return shaped, terminal_rewards(rewards, mask) - beta * penalty, stats
+
+    def _reference(self, sub: PolicyBatch, beta: float):
+        """Reference log-probs of the kept rows: for the KL in the loss (whole distributions for the exact
+        KL), or for an objective that reads them (DPO); None when nothing does."""
+        kl_in_loss = beta > 0 and self.cfg.kl.placement == "loss"
+        if not (kl_in_loss or self.objective.needs_reference):
+            return None
+        full = kl_in_loss and self.cfg.kl.estimator == "exact"
+        return self.reference.logprobs(sub, reference_temperature(self.objective, self.cfg.sampling), full)
+
+    def select_rows(self, records, rewards, advantages, beta) -> tuple[torch.Tensor, torch.Tensor | None]:
+        chosen = self.objective.select_rows(records, rewards, advantages, self.cfg)
+        if chosen is not None:
+            return chosen
+        keep = torch.ones(len(records), dtype=torch.bool)
+        skip = self.cfg.update.skip_zero_advantage and zero_advantage_means_zero_gradient(self.cfg, beta)
+        if skip or self.estimator.kind == "coefficient":
+            keep &= (advantages != 0).any(dim=1)
+        if self.cfg.update.mask_truncated:  # a cut-off completion has no verdict on its ending: leave it out
+            keep &= torch.tensor([not r.truncated for r in records])
+        return keep.nonzero().squeeze(1), None

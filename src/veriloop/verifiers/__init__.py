@@ -5,7 +5,6 @@
 
 from veriloop.verifiers import arithmetic as _arithmetic  # noqa: F401  (registers the arithmetic verifiers)
 from veriloop.verifiers import code as _code  # noqa: F401  (registers code)
-from veriloop.verifiers import learned as _learned  # noqa: F401  (registers prm)
 from veriloop.verifiers import maths as _maths  # noqa: F401  (registers math, gsm8k)
 from veriloop.verifiers.base import (
     Verdict,
@@ -13,6 +12,7 @@ from veriloop.verifiers.base import (
     VerifierError,
     from_reward_function,
     get,
+    is_correct,
     names,
     register,
 )
@@ -25,6 +25,7 @@ __all__ = [
     "WeightedVerifier",
     "from_reward_function",
     "get",
+    "is_correct",
     "names",
     "register",
 ]

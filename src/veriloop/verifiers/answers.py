@@ -29,6 +29,7 @@ import unicodedata
 from dataclasses import dataclass
 from typing import NamedTuple
 
+from veriloop.errors import InputError
 from veriloop.verifiers.answer_rules import (
     SENTENCE_END,
     Read,
@@ -123,7 +124,7 @@ def _policy(name: str):
         return SPAN_POLICIES[name]
     if name.startswith("prefix=") and name[7:].strip():
         return _after_marker(rf"(?<![A-Za-z0-9_]){re.escape(name[7:].strip())}[ \t]*[=:][ \t]*")
-    raise ValueError(f"unknown answer policies {[name]}; known: {list(POLICIES)} or 'prefix=WORD'")
+    raise InputError(f"unknown answer policies {[name]}; known: {list(POLICIES)} or 'prefix=WORD'")
 
 
 @dataclass(frozen=True)

@@ -37,6 +37,7 @@ import unicodedata
 from decimal import Decimal, InvalidOperation
 from functools import lru_cache
 
+from veriloop.errors import InputError
 from veriloop.tasks.arithmetic import (
     DEFAULT_ANSWER_PREFIX,
     NUMBER,
@@ -47,7 +48,7 @@ from veriloop.tasks.arithmetic import (
 )
 from veriloop.tasks.expressions import ExpressionError, Node, internal_nodes, parse_expression
 from veriloop.verifiers.answers import MARKER_POLICIES, extract_answer, normalize_text
-from veriloop.verifiers.base import Verdict, Verifier, VerifierError, register
+from veriloop.verifiers.base import Verdict, Verifier, VerifierError, is_correct, register
 from veriloop.verifiers.composite import WeightedVerifier
 
 FORMAT_REQUIRE = ("trace", "ending")
@@ -185,7 +186,7 @@ def sound_steps(completion: str, reference: str, prefix: str = DEFAULT_ANSWER_PR
             steps.append(Step(int(m.group(1)), m.group(2), int(m.group(3)), int(m.group(4))))
             ok = _sound_prefix(steps, root)
         elif ok:  # not an equation: sound only as the final answer of a correct trace
-            ok = seg is segments[-1] and ArithmeticProcess(prefix).verify(completion, reference).score == 1.0
+            ok = seg is segments[-1] and is_correct(ArithmeticProcess(prefix).verify(completion, reference))
         out.append(ok)
     return out
 
@@ -195,7 +196,7 @@ class _Arithmetic(Verifier):
 
     def __init__(self, answer_prefix: str = DEFAULT_ANSWER_PREFIX):
         if not answer_prefix or ";" in answer_prefix or "=" in answer_prefix:
-            raise ValueError(f"answer_prefix must be a non-empty word without ';' or '=', got {answer_prefix!r}")
+            raise InputError(f"answer_prefix must be a non-empty word without ';' or '=', got {answer_prefix!r}")
         self.answer_prefix = answer_prefix
 
     def _outcome(self, outcome: str, components: dict[str, float], score: float, details: str = "") -> Verdict:
@@ -220,7 +221,7 @@ class ArithmeticFormat(_Arithmetic):
     def __init__(self, answer_prefix: str = DEFAULT_ANSWER_PREFIX, require: str = "trace"):
         super().__init__(answer_prefix)
         if require not in FORMAT_REQUIRE:
-            raise ValueError(f"require must be one of {FORMAT_REQUIRE}, got {require!r}")
+            raise InputError(f"require must be one of {FORMAT_REQUIRE}, got {require!r}")
         self.require = require
 
     def check(self, completion: str) -> str:

@@ -13,6 +13,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 
 from veriloop.tasks.jsonl import DatasetError, jsonl_objects
+from veriloop.verifiers.base import is_correct
 
 
 @dataclass(frozen=True)
@@ -286,7 +287,8 @@ def run_audit(name: str, verifier, cases: list[AuditCase]) -> AuditReport:
     groups: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0, 0])
     failures = []
     for c, v in zip(cases, verdicts):
-        wrong = v.score > 0 if c.expect == "reject" else v.score < 1
+        # a reject case must earn nothing at all; an accept case must be correct
+        wrong = v.score > 0 if c.expect == "reject" else not is_correct(v)
         g = groups[(c.category, c.expect)]
         g[0] += 1
         g[1] += int(wrong)

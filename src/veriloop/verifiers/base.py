@@ -15,6 +15,9 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from veriloop.errors import InputError
+from veriloop.registry import VERIFIERS
+
 
 @dataclass(frozen=True)
 class Verdict:
@@ -46,7 +49,15 @@ class Verdict:
     steps: tuple[float, ...] = ()
 
 
-class VerifierError(ValueError):
+def is_correct(verdict: Verdict) -> bool:
+    """Whether a verdict counts as right (accuracy, pass rates, step labels, search): full marks.
+
+    ``score >= 1``: the built-in verifiers score in [0, 1], so for them this is ``score == 1``.
+    """
+    return verdict.score >= 1.0
+
+
+class VerifierError(InputError):
     """The verifier cannot judge: e.g. the reference itself is invalid (an error, not a reward)."""
 
 
@@ -70,31 +81,27 @@ class Verifier:
         return Verdict(float(score), dict(components), self.tag, details)
 
 
-_VERIFIERS: dict[str, Callable[..., Verifier]] = {}
-
-
 def register(name: str):
-    """Decorator: ``@register("my-verifier")`` on a class or factory taking keyword options."""
+    """Decorator: ``@register("my-verifier")`` on a class or factory taking keyword options
+    (``veriloop.registry.VERIFIERS``; registering a name again replaces it, as a notebook re-run does)."""
 
     def wrap(factory):
-        _VERIFIERS[name] = factory
-        return factory
+        return VERIFIERS.register(name, factory, replace=True)
 
     return wrap
 
 
 def get(name: str, **options) -> Verifier:
     """Build the verifier registered as ``name`` with ``options``."""
-    if name not in _VERIFIERS:
-        raise KeyError(f"unknown verifier {name!r}; known verifiers: {sorted(_VERIFIERS)}")
+    factory = VERIFIERS.get(name)
     try:
-        return _VERIFIERS[name](**options)
+        return factory(**options)
     except TypeError as e:
-        raise ValueError(f"bad options for verifier {name!r}: {e}") from None
+        raise InputError(f"bad options for verifier {name!r}: {e}") from None
 
 
 def names() -> list[str]:
-    return sorted(_VERIFIERS)
+    return VERIFIERS.names()
 
 
 class FunctionVerifier(Verifier):

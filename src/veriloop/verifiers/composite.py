@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from veriloop.errors import InputError
 from veriloop.verifiers.base import Verdict, Verifier, get, register
 
 
@@ -17,9 +18,9 @@ class WeightedVerifier(Verifier):
 
     def __init__(self, weights: dict[str, float], options: dict[str, dict] | None = None, outcome_from: str = ""):
         if not weights:
-            raise ValueError("weighted verifier needs at least one part in weights")
+            raise InputError("weighted verifier needs at least one part in weights")
         if outcome_from and outcome_from not in weights:
-            raise ValueError(f"outcome_from {outcome_from!r} is not one of the parts {list(weights)}")
+            raise InputError(f"outcome_from {outcome_from!r} is not one of the parts {list(weights)}")
         self.outcome_from = outcome_from
         options = options or {}
         self.parts = [(get(n, **options.get(n, {})), float(w)) for n, w in weights.items()]
@@ -57,13 +58,22 @@ class LengthPenalty(Verifier):
 
     def __init__(self, max_chars: int = 2000, buffer: int = 500):
         if not 0 < buffer <= max_chars:
-            raise ValueError(f"length: need 0 < buffer <= max_chars, got buffer={buffer}, max_chars={max_chars}")
+            raise InputError(f"length: need 0 < buffer <= max_chars, got buffer={buffer}, max_chars={max_chars}")
         self.max_chars, self.buffer = max_chars, buffer
 
     def verify(self, completion: str, reference: str) -> Verdict:
-        n, start = len(completion), self.max_chars - self.buffer
-        penalty = 0.0 if n <= start else (-1.0 if n > self.max_chars else (start - n) / self.buffer)
+        penalty = _overlong_penalty(len(completion), self.max_chars, self.buffer)
         return self._verdict(penalty, {"length_penalty": penalty})
+
+
+def _overlong_penalty(length: int, max_len: int, buffer: int) -> float:
+    """The trainer's own ramp (``algorithms.shaping``) on one length.  Imported here, not at the top:
+    only a length verifier loads torch, not every process that grades with the verifiers."""
+    import torch
+
+    from veriloop.algorithms.shaping import overlong_penalty
+
+    return float(overlong_penalty(torch.tensor([length]), max_len, buffer)[0])
 
 
 register("weighted")(WeightedVerifier)

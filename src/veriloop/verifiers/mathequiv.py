@@ -48,6 +48,8 @@ from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from fractions import Fraction
 
+from veriloop.errors import InputError
+
 PERCENT_POLICIES = ("number", "fraction", "either")
 # math-verify warns on every call that its own (signal) time limit is off: ours is the pool's.
 logging.getLogger("math_verify").setLevel(logging.ERROR)
@@ -79,9 +81,9 @@ class MathOptions:
 
     def __post_init__(self):
         if self.percent not in PERCENT_POLICIES:
-            raise ValueError(f"percent must be one of {PERCENT_POLICIES}, got {self.percent!r}")
+            raise InputError(f"percent must be one of {PERCENT_POLICIES}, got {self.percent!r}")
         if self.rel_tol < 0 or self.float_rounding < 0:
-            raise ValueError("rel_tol and float_rounding must be >= 0")
+            raise InputError("rel_tol and float_rounding must be >= 0")
 
 
 def plain_number(text: str) -> tuple[Decimal, bool] | None:

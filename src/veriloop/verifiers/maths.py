@@ -28,6 +28,7 @@ import re
 import threading
 from collections.abc import Callable
 
+from veriloop.errors import InputError
 from veriloop.verifiers.answers import (
     DEFAULT_POLICIES,
     MARKER_POLICIES,
@@ -180,9 +181,9 @@ class MathAnswer(Verifier):
             policies = tuple(p.strip() for p in policies.split(",") if p.strip())
         unknown = [p for p in policies if p not in POLICIES]
         if unknown or not policies:
-            raise ValueError(f"unknown answer policies {unknown}; known: {list(POLICIES)}")
+            raise InputError(f"unknown answer policies {unknown}; known: {list(POLICIES)}")
         if timeout <= 0:
-            raise ValueError(f"timeout must be > 0 seconds, got {timeout}")
+            raise InputError(f"timeout must be > 0 seconds, got {timeout}")
         self.policies = tuple(policies)
         self.options = MathOptions(percent, unreduced_fractions, rel_tol, float_rounding)
         self.timeout, self.workers = timeout, workers

@@ -26,6 +26,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from veriloop.io import read_jsonl
 from veriloop.verifiers.audit import AuditCase
 from veriloop.verifiers.maths import LAST_MATHS
 
@@ -123,7 +124,7 @@ class Case:
 
 def load_cases(path: Path = CASES_FILE) -> tuple[dict, list[Case]]:
     """(header, cases): the header names the source repository, commit and licence."""
-    rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    rows = read_jsonl(path)
     header, cases = rows[0], []
     for r in rows[1:]:
         options = {k: r[k] for k in ("match_types", "precision", "strict", "allow_set_relation_comp", "harness")}
@@ -157,7 +158,7 @@ class Agreement:
 
 def measure(verifier) -> Agreement:
     """Run ``verifier`` (the ``math`` verifier at its default options) on every applicable case."""
-    from veriloop.verifiers.base import VerifierError
+    from veriloop.verifiers.base import VerifierError, is_correct
 
     _, cases = load_cases()
     applicable = [c for c in cases if c.applies]
@@ -165,7 +166,7 @@ def measure(verifier) -> Agreement:
     for c in applicable:
         try:
             v = verifier.verify(c.pred, c.gold)
-            got, why = int(v.score == 1.0), f"{v.outcome}: {v.details}"
+            got, why = int(is_correct(v)), f"{v.outcome}: {v.details}"
             if v.details.startswith(LAST_MATHS):  # the verifier says it judged the last delimited maths
                 details = v.details[len(LAST_MATHS) + 2 :]
                 label = " (last-maths)" if v.outcome in ("wrong", "parse_error") else ""

@@ -41,6 +41,8 @@ import threading
 import time
 from dataclasses import dataclass, field
 
+from veriloop.errors import InputError
+
 OUTCOMES = ("pass", "fail", "timeout", "crash", "violation", "output_limit")
 
 
@@ -55,7 +57,7 @@ class SandboxLimits:
 
     def __post_init__(self):
         if self.wall_seconds <= 0 or self.cpu_seconds < 1 or self.memory_mb < 64 or self.output_bytes < 1:
-            raise ValueError(f"bad sandbox limits: {self}")
+            raise InputError(f"bad sandbox limits: {self}")
 
 
 @dataclass(frozen=True)
@@ -386,7 +388,12 @@ def _supervise(proc, token, bundle, ctrl_in_w, ctrl_out_r, stdin, limits, starte
         _kill_group(proc)
     for t in threads:
         t.join(timeout=2)
-    wall = time.monotonic() - started
+    return _ending(proc, token, out, control, overflow, timed_out, limits, time.monotonic() - started)
+
+
+def _ending(proc, token, out, control, overflow, timed_out, limits, wall) -> RunResult:
+    """How the run ended: what the harness reported on the control pipe (the first report of each
+    kind), the limits it hit, and the exit status."""
     stdout = bytes(out[: limits.output_bytes]).decode("utf-8", errors="replace")
     reports = [ln[len(token) + 1 :].split(" ", 1) for ln in control.decode("utf-8", errors="replace").splitlines()
                if ln.startswith(token + " ")]  # fmt: skip

@@ -1,4 +1,8 @@
-"""Learned verifiers: a process reward model saved by ``veriloop prm train``.
+"""The learned verifier ``prm``: a process reward model saved by ``veriloop prm train``.
+
+It registers into ``veriloop.registry.VERIFIERS`` through the package's ``veriloop.plugins``
+entry point (pyproject.toml), so ``verifiers.get("prm", ...)`` finds it without the verifiers
+package importing this higher layer.
 
 ``get("prm", path=DIR, aggregation="min"|"prod"|"last")``.  The verdict's ``steps`` holds
 the step scores, ``score`` their aggregate.  A PRM reads the prompt too: pass ``prompts=`` to
@@ -13,6 +17,8 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
+from veriloop.errors import InputError
+from veriloop.prm.model import AGGREGATIONS, aggregate, load_prm
 from veriloop.verifiers.base import Verdict, Verifier, VerifierError, register
 
 
@@ -27,17 +33,15 @@ def _digest(path: Path) -> str:
 
 class PRMVerifier(Verifier):
     def __init__(self, path: str = "", aggregation: str = "", batch_size: int = 64):
-        from veriloop.prm.model import AGGREGATIONS, load_prm
-
         if not path:
-            raise ValueError("the prm verifier needs path=<directory written by `veriloop prm train`>")
+            raise InputError("the prm verifier needs path=<directory written by `veriloop prm train`>")
         try:
             self.prm = load_prm(path)
         except FileNotFoundError as e:
             raise VerifierError(str(e)) from None
         self.aggregation = aggregation or self.prm.meta.get("aggregation", "min")
         if self.aggregation not in AGGREGATIONS:
-            raise ValueError(f"prm aggregation must be one of {AGGREGATIONS}, got {self.aggregation!r}")
+            raise InputError(f"prm aggregation must be one of {AGGREGATIONS}, got {self.aggregation!r}")
         self.name = self.prm.meta.get("kind", "prm")
         self.version = _digest(Path(path))
         self.batch_size = batch_size
@@ -46,8 +50,6 @@ class PRMVerifier(Verifier):
         return self.verify_batch([completion], [reference], None if prompt is None else [prompt])[0]
 
     def verify_batch(self, completions: list[str], references: list[str], prompts: list[str] | None = None):
-        from veriloop.prm.model import aggregate
-
         if prompts is None:
             try:
                 prompts = [self.prm.prompt_for(r) for r in references]

@@ -24,9 +24,8 @@ from veriloop.evaluation.teacher import evaluate_teacher
 from veriloop.io import atomic_write_json, atomic_write_yaml
 from veriloop.models.loading import load_policy
 from veriloop.report.report import write_report
-from veriloop.training.config import to_dict
-from veriloop.training.run_config import OptimConfig, SFTConfig, TrainConfig
-from veriloop.training.sft import run_sft
+from veriloop.config import build_config, to_dict
+from veriloop.training.config import TrainConfig
 from veriloop.training.trainer import Trainer
 
 
@@ -105,18 +104,13 @@ def _train(cfg: TrainConfig, run_dir: Path, verifier: str, progress: bool) -> tu
 
 
 def _continue_sft(cfg: DemoConfig, run_dir: Path, seconds: float, progress: bool) -> Path:
-    sft = SFTConfig(
-        policy=cfg.train.policy,
-        run_dir=str(run_dir),
-        seed=cfg.train.seed,
-        steps=10**7,
-        max_minutes=seconds / 60,
-        eval_every=0,
-        task=cfg.train.task,
-        optim=OptimConfig(lr=cfg.sft_lr, weight_decay=0.01),
-    )
-    run_sft(sft, progress=progress)
-    return run_dir / "model"
+    """The sft recipe of the same trainer, from the same base, for ``seconds`` of wall time."""
+    sft = build_config(TrainConfig, {"algo": "sft", "policy": cfg.train.policy, "run_dir": str(run_dir),
+                                     "seed": cfg.train.seed, "steps": 10**7, "max_minutes": seconds / 60,
+                                     "save_rollouts": False, "checkpoint_every": 10**7, "task": to_dict(cfg.train.task),
+                                     "optim": {"lr": cfg.sft_lr, "weight_decay": 0.01}})  # fmt: skip
+    Trainer(sft, progress=progress).train()
+    return run_dir / "final"
 
 
 def run_demo(cfg: DemoConfig, progress: bool = True) -> dict:
@@ -127,33 +121,37 @@ def run_demo(cfg: DemoConfig, progress: bool = True) -> dict:
     out.mkdir(parents=True, exist_ok=True)
     atomic_write_yaml(out / "demo.yaml", to_dict(cfg))
     task = cfg.train.task.build()
-    problems = task.heldout()
-    verifiers = cfg.train.task.eval_verifiers()
+    problems, verifiers = task.heldout(), cfg.train.task.eval_verifiers()
     print(f"demo directory: {out}\nevaluating the base ({cfg.train.policy}) on {len(problems)} held-out problems ...")
-    base = evaluate(load_policy(cfg.train.policy), problems, verifiers, cfg.eval)
+    results = {"base": evaluate(load_policy(cfg.train.policy), problems, verifiers, cfg.eval)}
     teacher = evaluate_teacher(task, problems, verifiers)
-    columns = {"base": _row(base)}
-    results = {"base": base.as_dict()}
-    print(f"base greedy accuracy {base.greedy_accuracy:.3f}; training with GRPO ({cfg.train.verifier} reward) ...")
+
+    def evaluated(name: str, model_dir: Path) -> None:
+        results[name] = evaluate(load_policy(str(model_dir)), problems, verifiers, cfg.eval)
+
+    print(f"base greedy accuracy {results['base'].greedy_accuracy:.3f}; training with GRPO "
+          f"({cfg.train.verifier} reward) ...")  # fmt: skip
     final_dir, train_s = _train(cfg.train, out / "grpo", cfg.train.verifier, progress)
-    final = evaluate(load_policy(str(final_dir)), problems, verifiers, cfg.eval)
-    columns["grpo"] = _row(final)
-    results["grpo"] = final.as_dict()
-    process = control = None
+    evaluated("grpo", final_dir)
     if cfg.sft_control:
         print(f"continuing SFT from the same base for {train_s / 60:.1f} minutes (the control) ...")
-        control_dir = _continue_sft(cfg, out / "sft-control", train_s, progress)
-        control = evaluate(load_policy(str(control_dir)), problems, verifiers, cfg.eval)
-        columns["sft-control"] = _row(control)
-        results["sft-control"] = control.as_dict()
+        evaluated("sft-control", _continue_sft(cfg, out / "sft-control", train_s, progress))
     if cfg.process_run:
         print(f"training from the same base with the {cfg.process_verifier} reward ...")
-        process_dir, _ = _train(cfg.train, out / "grpo-process", cfg.process_verifier, progress)
-        process = evaluate(load_policy(str(process_dir)), problems, verifiers, cfg.eval)
-        columns["grpo-process"] = _row(process)
-        results["grpo-process"] = process.as_dict()
+        evaluated("grpo-process", _train(cfg.train, out / "grpo-process", cfg.process_verifier, progress)[0])
     print()
-    table = _print_table(columns, teacher)
+    table = _print_table({name: _row(r) for name, r in results.items()}, teacher)
+    summary = _summary(cfg, results, teacher, train_s, time.time() - started, len(problems), out)
+    atomic_write_json(out / "summary.json", summary)
+    atomic_write_json(out / "eval.json", {"teacher": teacher, **{k: r.as_dict() for k, r in results.items()}})
+    (out / "table.txt").write_text(table + "\n")
+    write_report(out)
+    print(f"\nsummary: {out / 'summary.json'}; report: {out / 'report.html'}")
+    return summary
+
+
+def _summary(cfg: DemoConfig, results: dict, teacher: dict, train_s: float, total_s: float, n: int, out: Path):
+    base, final = results["base"], results["grpo"]
     summary = {
         "base_accuracy": base.greedy_accuracy,
         "final_accuracy": final.greedy_accuracy,
@@ -165,22 +163,19 @@ def run_demo(cfg: DemoConfig, progress: bool = True) -> dict:
         "teacher_wrong_steps_rate": teacher.get("wrong_steps_rate"),
         "reward": cfg.train.verifier,
         "train_seconds": round(train_s, 1),
-        "total_seconds": round(time.time() - started, 1),
-        "heldout_problems": len(problems),
+        "total_seconds": round(total_s, 1),
+        "heldout_problems": n,
         "seed": cfg.train.seed,
         "run_dir": str(out),
     }
-    if process is not None:
+    if "grpo-process" in results:
+        process = results["grpo-process"]
         summary.update(
             process_final_accuracy=process.greedy_accuracy, process_final_wrong_steps_rate=process.wrong_steps_rate
         )
-    if control is not None:
+    if "sft-control" in results:
+        control = results["sft-control"]
         summary.update(
             sft_control_accuracy=control.greedy_accuracy, sft_control_wrong_steps_rate=control.wrong_steps_rate
         )
-    atomic_write_json(out / "summary.json", summary)
-    atomic_write_json(out / "eval.json", {"teacher": teacher, **results})
-    (out / "table.txt").write_text(table + "\n")
-    write_report(out)
-    print(f"\nsummary: {out / 'summary.json'}; report: {out / 'report.html'}")
     return summary

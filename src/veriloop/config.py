@@ -1,0 +1,227 @@
+"""Config dataclasses <-> YAML files <-> command-line flags, with errors that name the key.
+
+Every config is a tree of dataclasses whose fields carry a default and a one-line
+``help``.  ``add_arguments`` turns the tree into ``--section.field`` flags (so ``--help``
+documents every option), ``build_config`` merges defaults <- YAML <- flags and checks
+each key and value, and ``to_dict`` writes the result back out for the run directory.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import difflib
+import types
+import typing
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from veriloop.errors import InputError
+
+
+class ConfigError(InputError):
+    """A config file or flag names an unknown key or holds a bad value."""
+
+
+def _hints(cls) -> dict[str, Any]:
+    return typing.get_type_hints(cls)
+
+
+def _is_dataclass_type(tp) -> bool:
+    return isinstance(tp, type) and dataclasses.is_dataclass(tp)
+
+
+def _scalar_type(tp):
+    """int | float | str | bool for a field type (Optional[...] unwrapped)."""
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        if len(args) == 1:
+            return args[0]
+    return tp
+
+
+def _convert(value: Any, tp, key: str) -> Any:
+    tp = _scalar_type(tp)
+    if tp is bool:
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.lower() in ("true", "1", "yes", "on"):
+            return True
+        if isinstance(value, str) and value.lower() in ("false", "0", "no", "off"):
+            return False
+        raise ConfigError(f"{key}: expected true/false, got {value!r}")
+    if tp is int:
+        if isinstance(value, bool):
+            raise ConfigError(f"{key}: expected an integer, got {value!r}")
+        try:
+            f = float(value)
+        except (TypeError, ValueError):
+            raise ConfigError(f"{key}: expected an integer, got {value!r}") from None
+        if f != int(f):
+            raise ConfigError(f"{key}: expected an integer, got {value!r}")
+        return int(f)
+    if tp is float:
+        try:
+            return float(value)
+        except (TypeError, ValueError):
+            raise ConfigError(f"{key}: expected a number, got {value!r}") from None
+    if tp is str:
+        if isinstance(value, (dict, list)):
+            raise ConfigError(f"{key}: expected a string, got {value!r}")
+        return str(value)
+    return value
+
+
+def _unknown(key: str, known: list[str]) -> ConfigError:
+    close = difflib.get_close_matches(key.split(".")[-1], known, n=1)
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    return ConfigError(f"unknown config key {key!r}{hint}; known keys here: {', '.join(sorted(known))}")
+
+
+def _build(cls, data: dict, prefix: str):
+    if not isinstance(data, dict):
+        raise ConfigError(f"{prefix or 'config'}: expected a mapping of keys, got {data!r}")
+    hints = _hints(cls)
+    names = [f.name for f in dataclasses.fields(cls) if f.init]
+    for key in data:
+        if key not in names:
+            raise _unknown(prefix + key, names)
+    defaults_for = getattr(cls, "config_defaults", None)
+    if defaults_for is not None:  # e.g. TrainConfig: the chosen recipe's defaults sit under the given keys
+        tree: dict = {}
+        for key, value in defaults_for(data).items():
+            _set_dotted(tree, key, value)
+        data = _merge(tree, data)
+    kwargs = {}
+    for f in dataclasses.fields(cls):
+        if not f.init or f.name not in data:
+            continue
+        tp, key = hints[f.name], prefix + f.name
+        if _is_dataclass_type(tp):
+            given = data[f.name] or {}
+            if not isinstance(given, dict):
+                raise ConfigError(f"{key}: expected a section of keys, got {given!r}")
+            # Start from this field's own default (which may differ from tp's defaults).
+            default = f.default_factory() if f.default_factory is not dataclasses.MISSING else tp()
+            kwargs[f.name] = _build(tp, _merge(_shallow(default), given), key + ".")
+        else:
+            kwargs[f.name] = _convert(data[f.name], tp, key)
+    try:
+        return cls(**kwargs)
+    except ConfigError:
+        raise
+    except (ValueError, TypeError) as e:
+        raise ConfigError(str(e)) from None
+
+
+def _shallow(obj) -> dict:
+    """Field values of a dataclass instance, nested dataclasses as dicts."""
+    return {
+        f.name: (
+            _shallow(getattr(obj, f.name)) if dataclasses.is_dataclass(getattr(obj, f.name)) else getattr(obj, f.name)
+        )
+        for f in dataclasses.fields(obj)
+        if f.init
+    }
+
+
+def _set_dotted(tree: dict, key: str, value: Any) -> None:
+    parts = key.split(".")
+    node = tree
+    for p in parts[:-1]:
+        node = node.setdefault(p, {})
+        if not isinstance(node, dict):
+            raise ConfigError(f"{key}: {p!r} is not a section")
+    node[parts[-1]] = value
+
+
+def _merge(base: dict, extra: dict) -> dict:
+    out = dict(base)
+    for k, v in extra.items():
+        if isinstance(v, dict) and isinstance(out.get(k), dict):
+            out[k] = _merge(out[k], v)
+        else:
+            out[k] = v
+    return out
+
+
+def load_yaml(path: str | Path) -> dict:
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError(f"config file {str(p)!r} does not exist")
+    try:
+        data = yaml.safe_load(p.read_text()) or {}
+    except yaml.YAMLError as e:
+        raise ConfigError(f"config file {str(p)!r} is not valid YAML: {e}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"config file {str(p)!r} must hold a mapping at the top level")
+    return data
+
+
+def build_config(cls, yaml_data: dict | None = None, overrides: dict[str, Any] | None = None, source: str = ""):
+    """``cls`` defaults, then ``yaml_data``, then dotted ``overrides`` ({"kl.beta": "0.02"})."""
+    data = dict(yaml_data or {})
+    for key, value in (overrides or {}).items():
+        _set_dotted(data, key, value)
+    try:
+        return _build(cls, data, "")
+    except ConfigError as e:
+        raise ConfigError(f"{source}: {e}" if source else str(e)) from None
+
+
+def to_dict(cfg) -> dict:
+    return dataclasses.asdict(cfg)
+
+
+def iter_fields(cls, prefix: str = ""):
+    """(dotted key, type, default, help) for every leaf field of the config tree."""
+    hints = _hints(cls)
+    for f in dataclasses.fields(cls):
+        if not f.init:
+            continue
+        tp = hints[f.name]
+        if _is_dataclass_type(tp):
+            yield from iter_fields(tp, prefix + f.name + ".")
+            continue
+        if f.default is not dataclasses.MISSING:
+            default = f.default
+        elif f.default_factory is not dataclasses.MISSING:
+            default = f.default_factory()
+        else:
+            default = None
+        yield prefix + f.name, tp, default, f.metadata.get("help", "")
+
+
+def add_arguments(parser: argparse.ArgumentParser, cls, defaults=None) -> None:
+    """One ``--a.b`` flag per leaf field; values stay strings until ``build_config``."""
+    group = parser.add_argument_group("options (also settable in the YAML file given with --config)")
+    shown = defaults if defaults is not None else cls()
+    for key, tp, _default, help_text in iter_fields(cls):
+        value = shown
+        for part in key.split("."):
+            value = getattr(value, part)
+        kind = getattr(_scalar_type(tp), "__name__", str(tp))
+        group.add_argument(
+            f"--{key}",
+            dest=f"opt::{key}",
+            default=None,
+            metavar=kind.upper(),
+            help=f"{help_text} (default: {value!r})".replace("%", "%%"),  # argparse formats help with %
+        )
+
+
+def overrides_from_args(args: argparse.Namespace) -> dict[str, str]:
+    return {k[5:]: v for k, v in vars(args).items() if k.startswith("opt::") and v is not None}
+
+
+def config_from_args(cls, args: argparse.Namespace, base: dict | None = None):
+    """Defaults <- ``base`` (command presets) <- ``--config`` YAML <- flags."""
+    data = dict(base or {})
+    source = ""
+    if getattr(args, "config", None):
+        data = _merge(data, load_yaml(args.config))
+        source = args.config
+    return build_config(cls, data, overrides_from_args(args), source=source)

@@ -1,0 +1,160 @@
+"""Rollout engines: requests in, records out, weights in by version.
+
+The controller never calls a sampler itself.  It cuts each round of rollout work into
+``RolloutRequest``s of fixed composition (``rollout.request_groups`` groups each) and hands
+them to an engine.  A request carries everything its records depend on - the problems, the
+group index of each, the sampling settings, one seed per completion, the weights version
+the engine must hold - so the records are the same whichever engine serves it, and however
+many engines share the work.
+
+* ``LocalEngine``: the KV-cached sampler (``rollout/sampler.py``) on a policy in this process.
+* ``TaskTeacherEngine``: the task's own demonstrations (SFT data); nothing is sampled.
+
+A new engine (a Ray worker, a vLLM server) implements ``generate(request) -> records`` and
+``load_weights(named_tensors, version) -> digest``; see the README's architecture section.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import torch
+
+from veriloop.errors import InputError
+from veriloop.rollout.records import Record
+from veriloop.rollout.sampler import SamplingParams
+from veriloop.seeding import derive_seed
+from veriloop.tasks.base import Problem
+
+FROZEN = -1  # the policy version of a source that never changes (initial policy, teacher, task traces)
+
+
+@dataclass(frozen=True)
+class RolloutRequest:
+    """``group_size`` completions of each problem; completion ``b * group_size + k`` draws from ``row_seeds[...]``."""
+
+    request_id: str
+    step: int
+    round: int
+    problems: tuple[Problem, ...]
+    group_indices: tuple[int, ...]  # each problem's group index within its round (names its group_id)
+    group_size: int
+    sampling: SamplingParams
+    row_seeds: tuple[int, ...]  # one per completion: derive_seed(run seed, step, round, group, sample)
+    weights_version: int  # the policy version the engine must hold (FROZEN: a frozen source)
+    source: str = "policy"  # provenance written into every record's sampling settings
+
+    def __post_init__(self):
+        if len(self.group_indices) != len(self.problems):
+            raise ValueError(f"request {self.request_id}: {len(self.group_indices)} group indices for "
+                             f"{len(self.problems)} problems")  # fmt: skip
+        if len(self.row_seeds) != len(self.problems) * self.group_size:
+            raise ValueError(f"request {self.request_id}: {len(self.row_seeds)} row seeds for "
+                             f"{len(self.problems)} x {self.group_size} completions")  # fmt: skip
+
+    def group_id(self, b: int) -> str:
+        return f"{self.step}-{self.round}-{self.group_indices[b]}"
+
+
+def build_requests(seed: int, step: int, round_: int, problems: list[Problem], group_size: int,
+                   sampling: SamplingParams, weights_version: int, source: str,
+                   request_groups: int = 0) -> list[RolloutRequest]:  # fmt: skip
+    """A round's work as requests of ``request_groups`` groups each (0: one request for the round).
+
+    The cut depends only on the configuration, never on how many engines there are, and each
+    completion's seed only on (run seed, step, round, group, sample): records are a function of
+    the request alone.
+    """
+    per = request_groups or max(len(problems), 1)
+    requests = []
+    for first in range(0, len(problems), per):
+        groups = tuple(range(first, min(first + per, len(problems))))
+        seeds = tuple(derive_seed(seed, step, f"rollout/{round_}", g, k) for g in groups for k in range(group_size))
+        requests.append(RolloutRequest(
+            request_id=f"{step}-{round_}-{first}", step=step, round=round_,
+            problems=tuple(problems[g] for g in groups), group_indices=groups, group_size=group_size,
+            sampling=sampling, row_seeds=seeds, weights_version=weights_version, source=source))  # fmt: skip
+    return requests
+
+
+def weights_digest(named_tensors: Iterable[tuple[str, torch.Tensor]]) -> str:
+    """SHA-256 of the weights' names, dtypes, shapes and bytes, in name order: equal iff bit-identical."""
+    h = hashlib.sha256()
+    for name, t in sorted(named_tensors, key=lambda item: item[0]):
+        t = t.detach().cpu().contiguous()
+        h.update(f"{name}|{t.dtype}|{tuple(t.shape)}|".encode())
+        h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes())
+    return h.hexdigest()
+
+
+class LocalEngine:
+    """The local KV-cached sampler on ``policy``, stamping each record with the version it holds."""
+
+    def __init__(self, policy, version: int = 0):
+        self.policy, self.version = policy, version
+
+    def load_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]], version: int) -> str:
+        """Copy the named tensors in (a no-op for tensors it already shares with the learner), hold
+        ``version``, return the digest of the weights now held."""
+        own = self.policy.model.state_dict()
+        with torch.no_grad():
+            for name, t in named_tensors:
+                if name not in own:
+                    raise KeyError(f"load_weights: the engine's model has no tensor {name!r}")
+                if own[name].data_ptr() != t.data_ptr():
+                    own[name].copy_(t)
+        self.version = version
+        return weights_digest(own.items())
+
+    def generate(self, request: RolloutRequest) -> list[Record]:
+        if request.weights_version != self.version:
+            raise RuntimeError(f"request {request.request_id} wants weights version {request.weights_version}; "
+                               f"this engine holds {self.version}")  # fmt: skip
+        policy, G = self.policy, request.group_size
+        prompt_ids = [policy.encode_prompt(p.prompt) for p in request.problems]
+        created = time.time()
+        gen = policy.sample(prompt_ids, request.sampling, row_seeds=list(request.row_seeds), n=G)
+        records = []
+        for i, (ids, lps, finish) in enumerate(zip(gen.completion_ids, gen.logprobs, gen.finish_reasons)):
+            b, p = i // G, request.problems[i // G]
+            sampling = {**request.sampling.as_dict(), "seed": request.row_seeds[i], "source": request.source}
+            records.append(Record(
+                problem_id=p.id, group_id=request.group_id(b), prompt=p.prompt, reference=p.reference,
+                prompt_ids=prompt_ids[b], completion_ids=ids, completion=policy.completion_text(ids, finish),
+                behavior_logprobs=lps, sampling=sampling, policy_version=self.version, finish_reason=finish,
+                created_at=created))  # fmt: skip
+        return records
+
+
+class TaskTeacherEngine:
+    """The task's own traces (SFT data): no model sampled them, so no behaviour log-probs.
+
+    Completion ``i`` is written with ``random.Random(row_seeds[i])``: as partition-free as sampling.
+    """
+
+    version = FROZEN
+
+    def __init__(self, task, policy):
+        if not hasattr(task, "teacher_completion"):
+            raise InputError(f"task {task.name!r} has no demonstrations for rollout.source=task-teacher (sft)")
+        self.task, self.policy = task, policy
+
+    def load_weights(self, named_tensors, version: int) -> str:
+        raise RuntimeError("the task's teacher holds no weights")
+
+    def generate(self, request: RolloutRequest) -> list[Record]:
+        tok, G, records = self.policy.tokenizer, request.group_size, []
+        for i, seed in enumerate(request.row_seeds):
+            p = request.problems[i // G]
+            text = self.task.teacher_completion(p, random.Random(seed))
+            records.append(Record(
+                problem_id=p.id, group_id=request.group_id(i // G), prompt=p.prompt, reference=p.reference,
+                prompt_ids=self.policy.encode_prompt(p.prompt),
+                completion_ids=tok(text, add_special_tokens=False).input_ids + [self.policy.eos_id],
+                completion=text, behavior_logprobs=None, sampling={"source": "task-teacher", "seed": seed},
+                policy_version=FROZEN, finish_reason="eos", created_at=time.time()))  # fmt: skip
+        return records

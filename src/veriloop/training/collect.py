@@ -1,0 +1,117 @@
+"""Stages 1-3 of the loop and the data-source policy: which scored records a step learns from.
+
+A sampling round draws prompts from the task (seeded by run seed, step, round), cuts them
+into rollout requests of fixed composition (``rollout/engine.py``), has the engine serve
+them and the verifier score every record (plus DAPO's overlong ramp).  On top of rounds:
+
+* dynamic sampling (DAPO): keep groups whose rewards differ, sample more rounds to fill B;
+* groups holding a verdict with outcome ``error`` are dropped (no advantage from a failed check);
+* ``rollout.lag``: learn from the batch sampled ``lag`` steps earlier (the queue is checkpointed);
+* ``rollout.max_staleness``: drop groups sampled more than that many policy versions ago.
+
+Every call returns its statistics; nothing is left on the object for someone to pop.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections import deque
+
+import torch
+
+from veriloop.algorithms import overlong_penalty
+from veriloop.rollout.engine import FROZEN, build_requests
+from veriloop.rollout.records import Record, check_reward
+from veriloop.seeding import derive_seed
+
+
+def _groups(records: list[Record], G: int) -> list[list[Record]]:
+    return [records[i : i + G] for i in range(0, len(records), G)]
+
+
+class Collector:
+    def __init__(self, cfg, task, engine, verifier, pending: deque):
+        self.cfg, self.task, self.engine, self.verifier = cfg, task, engine, verifier
+        self.pending = pending  # batches sampled ahead (rollout.lag), saved with each checkpoint
+
+    def collect(self, step: int, version: int) -> tuple[list[Record], list[Record], dict]:
+        """(records to learn from this step, every record sampled this step, statistics incl. ``times``)."""
+        r, stats = self.cfg.rollout, {"times": {"generate": 0.0, "verify": 0.0}}
+        sampled = learn = self.sample_round(step, 0, version, stats["times"])
+        if r.dynamic_sampling:
+            learn, sampled = self.fill_with_variance(step, sampled, version, stats)
+        learn = self.without_verifier_errors(learn, stats)
+        if r.lag:
+            self.pending.append(learn)
+            if len(self.pending) <= r.lag:
+                return [], sampled, stats  # warming up: the first batches are still in flight
+            learn = self.pending.popleft()
+        return self.fresh_enough(learn, version, stats), sampled, stats
+
+    def sample_round(self, step: int, round_: int, version: int, times: dict) -> list[Record]:
+        cfg, t0 = self.cfg, time.time()
+        rng = random.Random(derive_seed(cfg.seed, step, f"prompts/{round_}"))
+        problems = self.task.train_batch(cfg.rollout.prompts_per_step, rng)
+        source = cfg.rollout.source
+        requests = build_requests(cfg.seed, step, round_, problems, cfg.rollout.group_size, cfg.sampling,
+                                  version if source == "policy" else FROZEN, source,
+                                  cfg.rollout.request_groups)  # fmt: skip
+        records = [rec for request in requests for rec in self.engine.generate(request)]
+        t1 = time.time()
+        self.score(records)
+        times["generate"] += t1 - t0
+        times["verify"] += time.time() - t1
+        return records
+
+    def score(self, records: list[Record]) -> None:
+        """Verdicts (and the overlong ramp) onto the records; a non-finite reward is refused."""
+        verdicts = self.verifier.verify_batch([r.completion for r in records], [r.reference for r in records])
+        now, buffer = time.time(), self.cfg.rollout.overlong_buffer
+        penalties = [0.0] * len(records)
+        if buffer:
+            lengths = torch.tensor([len(r.completion_ids) for r in records])
+            penalties = overlong_penalty(lengths, self.cfg.sampling.max_new_tokens, buffer).tolist()
+        for r, v, pen in zip(records, verdicts, penalties):
+            r.reward, r.reward_components, r.verifier = v.score + pen, dict(v.components), v.version
+            if buffer:
+                r.reward_components["overlong"] = pen
+            r.verdict_details, r.verdict_outcome, r.verified_at = v.details, v.outcome, now
+            check_reward(r)
+
+    def fill_with_variance(self, step: int, records: list[Record], version: int, stats: dict):
+        """Dynamic sampling (DAPO): (the kept groups, at most B of them; every record sampled, dropped ones too)."""
+        r, G = self.cfg.rollout, self.cfg.rollout.group_size
+        sampled, kept = list(records), self._varied_groups(records)
+        stats["groups_sampled"] = len(records) // G
+        stats["zero_variance_fraction_before"] = 1 - len(kept) / (len(records) // G)
+        for round_ in range(1, r.max_resample_rounds + 1):
+            if len(kept) >= r.prompts_per_step:
+                break
+            more = self.sample_round(step, round_, version, stats["times"])
+            sampled += more
+            stats["groups_sampled"] += len(more) // G
+            kept += self._varied_groups(more)
+        return [rec for group in kept[: r.prompts_per_step] for rec in group], sampled
+
+    def _varied_groups(self, records: list[Record]) -> list[list[Record]]:
+        return [g for g in _groups(records, self.cfg.rollout.group_size) if len({rec.reward for rec in g}) > 1]
+
+    def without_verifier_errors(self, records: list[Record], stats: dict) -> list[Record]:
+        """Drop whole groups holding a verdict with the outcome ``error`` (the verifier failed, e.g. a
+        maths worker crashed): its score says nothing about the completion, so no advantage may come from it."""
+        groups = _groups(records, self.cfg.rollout.group_size)
+        kept = [g for g in groups if all(rec.verdict_outcome != "error" for rec in g)]
+        if len(kept) < len(groups):
+            stats["error_groups_dropped"] = len(groups) - len(kept)
+        return [rec for g in kept for rec in g]
+
+    def fresh_enough(self, records: list[Record], version: int, stats: dict) -> list[Record]:
+        """Drop whole groups sampled more than ``max_staleness`` policy versions ago."""
+        limit = self.cfg.rollout.max_staleness
+        if not limit or self.cfg.rollout.source != "policy":
+            return records
+        groups = _groups(records, self.cfg.rollout.group_size)
+        kept = [g for g in groups if g[0].policy_version >= version - limit]
+        stats["stale_groups_dropped"] = len(groups) - len(kept)
+        return [rec for g in kept for rec in g]

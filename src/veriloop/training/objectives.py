@@ -1,0 +1,127 @@
+"""Policy objectives: what the learner maximises, and what each needs from a learning batch.
+
+Each entry of the registry ``OBJECTIVES`` is an ``Objective`` declaring its needs - the
+kind of coefficient it takes (advantages or 0/1 weights), the behaviour log-probs as ratio
+denominators, reference log-probs, pairs - and the distribution its log-probs are taken
+under (``distribution``, see ``training/logprobs.py``).  The learner runs
+``objective.passes(...)``: token objectives share the learner's token passes, DPO runs
+passes over pairs.  Neither the learner nor the trainer compares objective names.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from veriloop.algorithms import (
+    clipped_surrogate,
+    dual_clip_surrogate,
+    gspo_surrogate,
+    likelihood_objective,
+    pg_objective,
+)
+from veriloop.registry import OBJECTIVES
+
+
+def dpo_pairs(rewards: torch.Tensor, threshold: float) -> list[tuple[int, int]]:
+    """(chosen, rejected) flat indices: accepted and rejected completions of one prompt, zipped in order."""
+    B, G = rewards.shape
+    pairs = []
+    for b in range(B):
+        row = rewards[b].tolist()
+        accepted = [b * G + g for g in range(G) if row[g] >= threshold]
+        rejected = [b * G + g for g in range(G) if row[g] < threshold]
+        pairs.extend(zip(accepted, rejected))
+    return pairs
+
+
+class Objective:
+    """A per-token objective ``per_token(logprobs, denominators, advantages, mask, loss_cfg)`` to maximise."""
+
+    description = ""
+    coefficients = "advantage"  # the estimator kind it takes: "advantage" | "coefficient" (0/1 weights)
+    needs_behavior = True  # ratio denominators: the records' behaviour log-probs
+    needs_reference = False  # reference log-probs whatever kl.beta (DPO's anchor)
+    per_completion_advantage = False  # reads one advantage per completion (GSPO's sequence ratio)
+    learns_from_demonstrations = False  # can train on traces no model sampled (task-teacher)
+    min_group_size = 1
+    distribution = "sampling"  # log-probs under the sampler's distribution ("sampling") or the model's ("model")
+
+    def per_token(self, lp, den, adv, mask, c) -> torch.Tensor:
+        raise NotImplementedError
+
+    def check(self, cfg) -> None:
+        """Refuse configurations this objective cannot honour (raise ValueError naming the option)."""
+
+    def select_rows(self, records, rewards, advantages, cfg):
+        """``(rows, pairs)`` to learn from; ``None`` = the trainer's default row selection."""
+        return None
+
+    def passes(self, learner, lb, kl_beta: float, gen: torch.Generator) -> dict:
+        return learner.token_passes(self, lb, kl_beta, gen)
+
+
+class _Ratio(Objective):
+    def __init__(self, fn, description: str, per_completion: bool = False):
+        self.fn, self.description, self.per_completion_advantage = fn, description, per_completion
+
+    def per_token(self, lp, den, adv, mask, c) -> torch.Tensor:
+        return self.fn(lp, den, adv, mask, c)
+
+
+class Likelihood(Objective):
+    """``sum adv_t * log pi(y_t)``: SFT, RFT and distillation with 0/1 coefficients."""
+
+    description = "coefficient x log-likelihood (SFT, RFT, distillation)"
+    coefficients, needs_behavior, learns_from_demonstrations, distribution = "coefficient", False, True, "model"
+
+    def per_token(self, lp, den, adv, mask, c) -> torch.Tensor:
+        return likelihood_objective(lp, adv)
+
+
+class DPO(Objective):
+    """DPO on (accepted, rejected) pairs of one prompt: whole-sequence log-prob sums against the reference."""
+
+    description = "-log sigmoid(beta * margin) on accepted/rejected pairs"
+    coefficients, needs_behavior, needs_reference, min_group_size, distribution = "coefficient", False, True, 2, "model"
+
+    def check(self, cfg) -> None:
+        if cfg.advantage.estimator != "filter":
+            raise ValueError("loss.policy_loss=dpo pairs accepted with rejected: set advantage.estimator filter")
+        default = type(cfg.loss)()  # the defaults, to see what the user set
+        ignored = [f"loss.{k}" for k in ("aggregation", "entropy_coef", "tis_cap")
+                   if getattr(cfg.loss, k) != getattr(default, k)]  # fmt: skip
+        if cfg.kl.beta > 0:
+            ignored.append("kl.beta")
+        if ignored:
+            raise ValueError(
+                f"{', '.join(ignored)} do not apply to loss.policy_loss=dpo: its loss is -log sigmoid(beta * "
+                "margin) of whole-sequence log-prob sums against the reference (the reference is its KL "
+                "anchor, weighted by loss.dpo_beta); there is no per-token aggregation, entropy bonus or "
+                "rollout-engine correction"
+            )
+
+    def select_rows(self, records, rewards, advantages, cfg):
+        flat_pairs = dpo_pairs(rewards, cfg.advantage.accept_threshold)
+        members = sorted({i for p in flat_pairs for i in p})
+        where = {row: k for k, row in enumerate(members)}
+        pairs = torch.tensor([[where[a], where[b]] for a, b in flat_pairs], dtype=torch.long).view(-1, 2)
+        return torch.tensor(members, dtype=torch.long), pairs
+
+    def passes(self, learner, lb, kl_beta: float, gen: torch.Generator) -> dict:
+        return learner.pair_passes(lb, gen)
+
+
+OBJECTIVES.register("clip", _Ratio(
+    lambda lp, den, adv, mask, c: clipped_surrogate(torch.exp(lp - den), adv, c.clip_eps_low, c.clip_eps_high),
+    "PPO clipped surrogate"))  # fmt: skip
+OBJECTIVES.register("dual-clip", _Ratio(
+    lambda lp, den, adv, mask, c: dual_clip_surrogate(torch.exp(lp - den), adv, c.clip_eps_low, c.clip_eps_high,
+                                                      c.clip_ratio_c),
+    "dual-clip surrogate (bounded below for negative advantages)"))  # fmt: skip
+OBJECTIVES.register("gspo", _Ratio(
+    lambda lp, den, adv, mask, c: gspo_surrogate(lp, den, adv[:, 0], mask, c.clip_eps_low, c.clip_eps_high),
+    "GSPO: clipped sequence-level (length-normalised) ratio", per_completion=True))  # fmt: skip
+OBJECTIVES.register("pg", _Ratio(lambda lp, den, adv, mask, c: pg_objective(torch.exp(lp - den), adv),
+                                 "ratio x advantage, unclipped (REINFORCE with importance weights)"))  # fmt: skip
+OBJECTIVES.register("likelihood", Likelihood())
+OBJECTIVES.register("dpo", DPO())
