@@ -1,4 +1,5 @@
-"""Imports only go down the layers (README, "Layout"): no upward import, lazy ones inside functions included."""
+"""Structure: imports only go down the layers (README, "Layout"), lazy ones inside functions included; functions
+stay under 60 lines."""
 
 import ast
 from pathlib import Path
@@ -49,3 +50,12 @@ def test_no_upward_imports():
             if target in LAYER and LAYER[target] > LAYER[own]:
                 upward.append(f"{path.relative_to(ROOT.parent)}:{line}: {own} imports {target}")
     assert not upward, "upward imports:\n" + "\n".join(upward)
+
+
+def test_every_function_is_under_60_lines():
+    long = []
+    for path in sorted(ROOT.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno - node.lineno + 1 >= 60:
+                long.append(f"{path.relative_to(ROOT.parent)}:{node.lineno} {node.name}: {node.end_lineno - node.lineno + 1}")
+    assert not long, "split these into named steps:\n" + "\n".join(long)
