@@ -11,6 +11,7 @@ from veriloop import cli, verifiers
 from veriloop.algorithms import overlong_penalty
 from veriloop.models.loading import PolicyLoadError, load_policy
 from veriloop.models.tiny import TinyModelConfig, build_char_tokenizer, build_tiny_model
+from veriloop.rollout.engine import weights_digest
 from veriloop.rollout.records import RecordStore
 from veriloop.config import ConfigError, build_config
 from veriloop.training.metrics import TIMING_KEYS
@@ -112,6 +113,22 @@ RESUMABLE = {
         "rollout.overlong_buffer": 4,
     },
 }
+
+
+def test_the_learner_saves_and_loads_its_own_state(tiny_policy, tmp_path):
+    trained = Trainer(config(tiny_policy, tmp_path / "a", steps=2), progress=False)
+    trained.train()  # two optimizer steps: Adam's moments and step counts are not zero
+    trained.learner.save(tmp_path / "learner")
+    fresh = Trainer(config(tiny_policy, tmp_path / "b", steps=2), progress=False)
+    assert weights_digest(fresh.learner.weights()) != weights_digest(trained.learner.weights())
+    assert not fresh.learner.optimizer.state_dict()["state"]
+    fresh.learner.load(tmp_path / "learner")
+    assert weights_digest(fresh.learner.weights()) == weights_digest(trained.learner.weights())
+    want, got = trained.learner.optimizer.state_dict(), fresh.learner.optimizer.state_dict()
+    assert want["state"].keys() == got["state"].keys() and want["state"]
+    for key, moments in want["state"].items():
+        for name, value in moments.items():
+            assert torch.equal(torch.as_tensor(got["state"][key][name]), torch.as_tensor(value)), (key, name)
 
 
 @pytest.mark.parametrize("over", RESUMABLE.values(), ids=RESUMABLE.keys())

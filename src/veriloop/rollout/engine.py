@@ -139,9 +139,14 @@ class TaskTeacherEngine:
     version = FROZEN
 
     def __init__(self, task, policy):
+        self.require_demonstrations(task)
+        self.task, self.policy = task, policy
+
+    @staticmethod
+    def require_demonstrations(task) -> None:
+        """Refuse a task that writes no traces (the controller asks before it creates the run directory)."""
         if not hasattr(task, "teacher_completion"):
             raise InputError(f"task {task.name!r} has no demonstrations for rollout.source=task-teacher (sft)")
-        self.task, self.policy = task, policy
 
     def load_weights(self, named_tensors, version: int) -> str:
         raise RuntimeError("the task's teacher holds no weights")

@@ -1,7 +1,7 @@
 """Resumable checkpoints: ``checkpoints/step-N/`` written whole or not at all.
 
-Each holds ``model/`` (``save_pretrained``: safetensors weights, config, tokenizer),
-``optimizer.pt``, ``rng.pt`` (torch and Python RNG states) and ``trainer_state.json``; and,
+Each holds the learner's state (``Learner.save``: ``model/``, ``save_pretrained``'s safetensors
+weights, config and tokenizer; ``optimizer.pt``), ``rng.pt`` (torch and Python RNG states) and ``trainer_state.json``; and,
 where the run has them, ``critic.pt``, ``reference/`` (after an iterative-RL reset) and
 ``pending/`` (batches sampled ahead with ``rollout.lag``).  The directory is built under a temporary name and renamed
 into place, so a crash mid-write leaves the previous checkpoint as the latest.
@@ -61,16 +61,15 @@ def open_run_dir(run_dir: Path, config: dict, resume: bool) -> Path | None:
     return None
 
 
-def save_checkpoint(run_dir: Path, state: RunState, policy, optimizer: torch.optim.Optimizer, keep: int, *,
-                    critic=None, reference=None, pending: list | None = None) -> Path:  # fmt: skip
-    """Policy, optimizer, RNG, trainer state; the critic, a reset reference and batches in flight if any."""
+def save_checkpoint(run_dir: Path, state: RunState, learner, keep: int, *, critic=None, reference=None,
+                    pending: list | None = None) -> Path:  # fmt: skip
+    """Learner (weights, optimizer), RNG, trainer state; the critic, a reset reference and batches in flight if any."""
     final = checkpoint_dir(run_dir, state.step)
     tmp = final.with_name(f".{final.name}.tmp")
     if tmp.exists():
         shutil.rmtree(tmp)
     tmp.mkdir(parents=True)
-    policy.save(tmp / "model")
-    torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
+    learner.save(tmp)
     torch.save({"torch": torch.get_rng_state(), "python": random.getstate()}, tmp / "rng.pt")
     if critic is not None:
         torch.save(critic.state_dict(), tmp / "critic.pt")
@@ -87,10 +86,9 @@ def save_checkpoint(run_dir: Path, state: RunState, policy, optimizer: torch.opt
     return final
 
 
-def load_checkpoint(path: Path, optimizer: torch.optim.Optimizer, critic=None, reference=None,
-                    pending=None) -> RunState:  # fmt: skip
+def load_checkpoint(path: Path, learner, critic=None, reference=None, pending=None) -> RunState:
     state = RunState(**json.loads((path / "trainer_state.json").read_text()))
-    optimizer.load_state_dict(torch.load(path / "optimizer.pt", weights_only=True))
+    learner.load(path)
     rng = torch.load(path / "rng.pt", weights_only=False)
     torch.set_rng_state(rng["torch"])
     random.setstate(rng["python"])

@@ -15,6 +15,7 @@ recomputed old log-prob and each token is weighted by ``min(pi_old / pi_behavior
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 
 import torch
 
@@ -28,6 +29,7 @@ from veriloop.algorithms import (
     kl_exact,
 )
 from veriloop.models.batch import select
+from veriloop.models.loading import load_policy
 from veriloop.registry import OBJECTIVES
 from veriloop.training.logprobs import token_logprobs
 from veriloop.training.optim import build_optimizer, clip_grad_norm, set_lr
@@ -83,6 +85,18 @@ class Learner:
     def weights(self) -> list[tuple[str, torch.Tensor]]:
         """The policy's weights as named tensors (what a rollout engine's ``load_weights`` takes)."""
         return list(self.policy.model.state_dict().items())
+
+    def save(self, directory: Path) -> None:
+        """The learner's state in a checkpoint: ``model/`` (safetensors) and ``optimizer.pt``."""
+        self.policy.save(directory / "model")
+        torch.save(self.optimizer.state_dict(), directory / "optimizer.pt")
+
+    def load(self, directory: Path) -> None:
+        """Resume from ``save``'s files: the weights of ``model/`` and the optimizer's moments and step."""
+        saved = load_policy(str(directory / "model")).model.state_dict()
+        with torch.no_grad():
+            self.policy.model.load_state_dict(saved)
+        self.optimizer.load_state_dict(torch.load(directory / "optimizer.pt", weights_only=True))
 
     # ------------------------------------------------------------------ passes
 

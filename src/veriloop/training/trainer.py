@@ -30,7 +30,6 @@ from tqdm import tqdm
 
 from veriloop.algorithms import AdaptiveKLController, FixedKLController
 from veriloop.config import to_dict
-from veriloop.errors import InputError
 from veriloop.evaluation.evaluate import validation_metrics
 from veriloop.io import atomic_write_json
 from veriloop.models.loading import load_policy
@@ -63,8 +62,8 @@ class Trainer:
         # Everything that can be wrong with the input fails here, before the run directory exists.
         self.task = task or cfg.task.build()
         self.verifier = verifier or get_verifier(cfg.verifier)
-        if cfg.rollout.source == "task-teacher" and not hasattr(self.task, "teacher_completion"):
-            raise InputError(f"task {cfg.task.name!r} has no demonstrations for rollout.source=task-teacher (sft)")
+        if cfg.rollout.source == "task-teacher":
+            TaskTeacherEngine.require_demonstrations(self.task)
         start = policy if policy is not None else load_policy(cfg.policy, seed=cfg.seed, init_config=cfg.model)
         checkpoint = open_run_dir(self.run_dir, to_dict(cfg), resume)
         self.store, self.metrics = RecordStore(self.run_dir / "rollouts"), MetricsLog(self.run_dir / "metrics.jsonl")
@@ -195,7 +194,7 @@ class Trainer:
 
     def _restore(self, checkpoint: Path) -> None:
         reference = self.reference.policy if self.reference is not None else None
-        self.state = load_checkpoint(checkpoint, self.learner.optimizer, self.critic, reference, self.pending)
+        self.state = load_checkpoint(checkpoint, self.learner, self.critic, reference, self.pending)
         self.kl_control.beta = self.state.kl_beta
         self.metrics.truncate(self.state.step)
         self.store.remove_after(self.state.step)
@@ -219,9 +218,8 @@ class Trainer:
 
     def checkpoint(self) -> Path:
         reference = self.reference.policy if self.reference is not None and self.state.reference_step else None
-        return save_checkpoint(self.run_dir, self.state, self.policy, self.learner.optimizer,
-                               self.cfg.keep_checkpoints, critic=self.critic, reference=reference,
-                               pending=list(self.pending))  # fmt: skip
+        return save_checkpoint(self.run_dir, self.state, self.learner, self.cfg.keep_checkpoints,
+                               critic=self.critic, reference=reference, pending=list(self.pending))  # fmt: skip
 
     def save_final(self) -> None:
         """``final/`` (and ``export`` if set): the model, with how it was made beside it."""
