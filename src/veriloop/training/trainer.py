@@ -90,9 +90,11 @@ class Trainer:
 
     def train(self) -> dict:
         cfg, first = self.cfg, self.state.step + 1
-        # With a time budget the step count is only a cap: show rate and elapsed time, not a fake ETA.
+        # With a time or sample budget the step count is only a cap: show rate and elapsed time, not a fake
+        # ETA (tqdm reads total=None as len(range); inf is its "unknown").
+        budget = cfg.max_minutes or cfg.max_samples
         bar = tqdm(range(first, cfg.steps + 1), desc=cfg.algo, unit="step", initial=first - 1,
-                   total=None if cfg.max_minutes else cfg.steps, disable=not self.progress, dynamic_ncols=True)  # fmt: skip
+                   total=float("inf") if budget else cfg.steps, disable=not self.progress, dynamic_ncols=True)  # fmt: skip
         self.started = time.time()
         sampled = sum(r.get("sampled_records", 0) for r in self.metrics.rows)  # a resumed run counts its past
         for step in bar:
