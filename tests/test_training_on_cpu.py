@@ -179,11 +179,12 @@ def test_max_samples_is_a_sample_budget(tiny_policy, tmp_path):
     assert (tmp_path / "checkpoints" / "step-000003").is_dir() and (tmp_path / "final").is_dir()
 
 
-def test_a_sample_budget_shows_no_eta_from_the_step_cap(tiny_policy, tmp_path, capsys):
-    # the demo's continued-SFT control runs on a sample budget with steps as a 10^7 cap: no "1180 hours left"
-    Trainer(config(tiny_policy, tmp_path, steps=10_000_000, max_samples=16), progress=True).train()
+@pytest.mark.parametrize("budget", [{"max_minutes": 1e-6}, {"max_samples": 16}], ids=["time", "samples"])
+def test_a_budget_shows_no_eta_from_the_step_cap(tiny_policy, tmp_path, capsys, budget):
+    # the demo's continued-SFT control runs on a time budget with steps as a 10^7 cap: no "1180 hours left"
+    Trainer(config(tiny_policy, tmp_path, steps=10_000_000, **budget), progress=True).train()
     shown = "".join(capsys.readouterr())
-    assert "stopping after step 1" in shown and "/10000000" not in shown
+    assert f"stopping after step 1: {next(iter(budget))}=" in shown and "/10000000" not in shown
 
 
 def test_overlong_shaping_is_a_reward_component(tiny_policy, tmp_path):

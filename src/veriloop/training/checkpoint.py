@@ -1,10 +1,11 @@
 """Resumable checkpoints: ``checkpoints/step-N/`` written whole or not at all.
 
 Each holds the learner's state (``Learner.save``: ``model/``, ``save_pretrained``'s safetensors
-weights, config and tokenizer; ``optimizer.pt``), ``rng.pt`` (torch and Python RNG states) and ``trainer_state.json``; and,
-where the run has them, ``critic.pt``, ``reference/`` (after an iterative-RL reset) and
-``pending/`` (batches sampled ahead with ``rollout.lag``).  The directory is built under a temporary name and renamed
-into place, so a crash mid-write leaves the previous checkpoint as the latest.
+weights, config and tokenizer; ``optimizer.pt``), ``rng.pt`` (torch and Python RNG states) and
+``trainer_state.json``; and, where the run has them, ``critic.pt``, ``reference/`` (after an
+iterative-RL reset) and ``pending/`` (batches sampled ahead with ``rollout.lag``).  The directory
+is built under a temporary name and renamed into place, so a crash mid-write leaves the previous
+checkpoint as the latest.
 """
 
 from __future__ import annotations
