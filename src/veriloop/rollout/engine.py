@@ -110,6 +110,10 @@ class LocalEngine:
         self.version = version
         return weights_digest(own.items())
 
+    def hold(self, version: int) -> None:
+        """Hold ``version`` without a copy: the engine samples from the learner's own tensors, already updated."""
+        self.version = version
+
     def generate(self, request: RolloutRequest) -> list[Record]:
         if request.weights_version != self.version:
             raise RuntimeError(f"request {request.request_id} wants weights version {request.weights_version}; "

@@ -21,6 +21,7 @@ methods is configuration (``training/recipes.py``).  Conventions:
 
 from __future__ import annotations
 
+import copy
 import time
 from collections import deque
 from pathlib import Path
@@ -67,7 +68,8 @@ class Trainer:
         start = policy if policy is not None else load_policy(cfg.policy, seed=cfg.seed, init_config=cfg.model)
         checkpoint = open_run_dir(self.run_dir, to_dict(cfg), resume)
         self.store, self.metrics = RecordStore(self.run_dir / "rollouts"), MetricsLog(self.run_dir / "metrics.jsonl")
-        self.policy = load_policy(str(checkpoint / "model")) if checkpoint else start
+        # resuming: a copy of the start whose weights and optimizer the learner reads from the checkpoint (once)
+        self.policy = copy.deepcopy(start) if checkpoint else start
         self.state, self.pending = RunState(kl_beta=cfg.kl.beta), deque()
         self.learner = Learner(self.policy, cfg, on_step=self._count_version)
         self.reference = ReferencePolicy.build(cfg, start, self.learner.objective)
@@ -164,8 +166,9 @@ class Trainer:
             self.reference.reset_to(self.policy)  # iterative RL (DeepSeekMath, Algorithm 1)
             self.state.reference_step = step
         if self.engine.version not in (FROZEN, self.state.policy_version):
-            # the SHA-256 of the weights the engine now holds (a remote engine's reply is checked against it)
-            self.weights_digest = self.engine.load_weights(self.learner.weights(), self.state.policy_version)
+            # The local engine samples from the learner's own tensors: the update already put the new weights in
+            # place, so there is nothing to copy or hash (an engine in another process gets load_weights).
+            self.engine.hold(self.state.policy_version)
 
     def validate(self, step: int) -> dict:
         """Greedy accuracy on the validation split every ``eval_every`` steps (never the held-out set)."""
