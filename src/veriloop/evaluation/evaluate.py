@@ -70,8 +70,8 @@ def _complete(policy: Policy, problems: list[Problem], params: SamplingParams, n
     per_batch = max(1, batch // max(n, 1))
     for i in range(0, len(problems), per_batch):
         chunk = problems[i : i + per_batch]
-        ids = [tok(p.prompt).input_ids for p in chunk]
-        out = generate(policy.model, ids, params, eos_id=policy.eos_id, pad_id=policy.pad_id, generator=gen, n=n)
+        ids = [policy.encode_prompt(p.prompt) for p in chunk]  # the chat template where the policy uses one
+        out = generate(policy.model, ids, params, eos_id=policy.end_ids, pad_id=policy.pad_id, generator=gen, n=n)
         for c, finish in zip(out.completion_ids, out.finish_reasons):
             texts.append(completion_text(tok, c, finish))
             lengths.append(len(c))
@@ -172,17 +172,18 @@ def _examples(problems, texts, outcome, proc, verdicts) -> list[dict]:
     ]
 
 
-def validation_metrics(policy, task, verifiers: dict[str, str], max_problems: int) -> dict:
+def validation_metrics(policy, task, verifiers: dict[str, str], max_problems: int, split: str = "validation") -> dict:
     """Greedy accuracy (and the wrong-steps rate where the task has one) on the first ``max_problems`` of the
-    task's validation split, for monitoring during training; {} when the task has no validation split."""
+    task's ``split`` (validation, or heldout for a test-set curve), for monitoring during training; {} when
+    the task has no such split.  Keys: ``<split>_greedy_accuracy``, ``<split>_wrong_steps_rate``."""
     try:
-        problems = task.validation()[:max_problems]
+        problems = (task.validation() if split == "validation" else task.heldout())[:max_problems]
     except DatasetError:  # a JSONL dataset given without validation rows: nothing to monitor
         return {}
     if not problems:
         return {}
     result = evaluate(policy, problems, verifiers, EvalConfig(n_samples=0))
-    out = {"validation_greedy_accuracy": result.greedy_accuracy}
+    out = {f"{split}_greedy_accuracy": result.greedy_accuracy}
     if result.wrong_steps_rate is not None:
-        out["validation_wrong_steps_rate"] = result.wrong_steps_rate
+        out[f"{split}_wrong_steps_rate"] = result.wrong_steps_rate
     return out

@@ -9,10 +9,10 @@ import torch
 from veriloop.evaluation.evaluate import EvalConfig, EvalResult, evaluate
 from veriloop.evaluation.teacher import evaluate_teacher
 from veriloop.io import atomic_write_json
-from veriloop.models.loading import load_policy
+from veriloop.models.device import Placement
+from veriloop.models.loading import PromptFormat, load_policy
 from veriloop.tasks.base import split_problems
 from veriloop.tasks.config import TaskConfig
-
 
 
 @dataclass
@@ -25,6 +25,8 @@ class EvalRunConfig:
     )
     out: str = field(default="", metadata={"help": "write the result as JSON here"})
     threads: int = field(default=0, metadata={"help": "torch CPU threads; 0 = torch's default"})
+    device: str = field(default="auto", metadata={"help": "auto (cuda when present) | cpu | cuda | cuda:N"})
+    dtype: str = field(default="float32", metadata={"help": "float32 | bfloat16 | float16"})
     task: TaskConfig = field(default_factory=TaskConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
 
@@ -59,7 +61,8 @@ def run_eval(cfg: EvalRunConfig) -> dict:
     if cfg.eval.max_problems:
         problems = problems[: cfg.eval.max_problems]
     verifiers = cfg.task.eval_verifiers()
-    policy = load_policy(cfg.policy)
+    prompts = PromptFormat(cfg.task.chat_template, cfg.task.system_prompt)
+    policy = load_policy(cfg.policy, placement=Placement.of(cfg.device, cfg.dtype), prompts=prompts)
     result = evaluate(policy, problems, verifiers, cfg.eval)
     print(format_result(cfg.policy, result, cfg.split))
     teacher = evaluate_teacher(task, problems, verifiers)

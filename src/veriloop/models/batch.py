@@ -50,12 +50,41 @@ def build_policy_batch(prompts: list[list[int]], completions: list[list[int]], p
     return PolicyBatch(input_ids, attention, index, comp, cmask)
 
 
+def to_device(batch: PolicyBatch, device: torch.device) -> PolicyBatch:
+    return batch if batch.input_ids.device == device else PolicyBatch(*(t.to(device) for t in batch))
+
+
 def completion_logits(model: torch.nn.Module, batch: PolicyBatch) -> torch.Tensor:
-    """``[N, Tc, V]`` float32 logits that predict each completion token."""
+    """``[N, Tc, V]`` float32 logits that predict each completion token (on the model's device)."""
+    batch = to_device(batch, model.get_input_embeddings().weight.device)
     out = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask, use_cache=False)
     logits = out.logits
     idx = batch.logit_index[:, :, None].expand(-1, -1, logits.shape[-1])
     return torch.gather(logits, 1, idx).float()
+
+
+# Model types whose logits are exactly ``get_output_embeddings()(last_hidden_state)``, up to the
+# final soft-capping (gemma2/3) applied in ``logits_from_hidden``: the chunked LM head
+# (``training/logprobs.py``) serves them; any other model computes its logits itself.
+HIDDEN_PATH_MODEL_TYPES = ("llama", "qwen2", "qwen3", "mistral", "gemma", "gemma2", "gemma3_text", "phi3", "gpt2")
+
+
+def completion_hidden(model: torch.nn.Module, batch: PolicyBatch) -> torch.Tensor:
+    """``[N, Tc, H]`` final hidden states (after the last norm) at the positions that predict each
+    completion token: what the LM head turns into ``completion_logits``."""
+    batch = to_device(batch, model.get_input_embeddings().weight.device)
+    hidden = model.get_decoder()(input_ids=batch.input_ids, attention_mask=batch.attention_mask,
+                                 use_cache=False).last_hidden_state  # fmt: skip
+    idx = batch.logit_index[:, :, None].expand(-1, -1, hidden.shape[-1])
+    return torch.gather(hidden, 1, idx)
+
+
+def logits_from_hidden(model: torch.nn.Module, hidden: torch.Tensor) -> torch.Tensor:
+    logits = model.get_output_embeddings()(hidden)
+    cap = getattr(model.config, "final_logit_softcapping", None)
+    if cap:  # gemma2/3: logits = cap * tanh(logits / cap)
+        logits = torch.tanh(logits / cap) * cap
+    return logits
 
 
 def select(batch: PolicyBatch, rows: torch.Tensor) -> PolicyBatch:

@@ -80,6 +80,8 @@ class CandidatePolicy(torch.nn.Module):
         save_file({"logits": self.logits.detach().clone()}, str(path / "candidates.safetensors"))
         atomic_write_json(path / "candidates.json", {"candidates": self.candidates})
 
+    save_merged = save  # no adapters: what a run deploys is what it saves
+
     @classmethod
     def load(cls, path: str | Path) -> CandidatePolicy:
         path = Path(path)

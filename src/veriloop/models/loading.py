@@ -12,7 +12,7 @@ from __future__ import annotations
 import copy
 import json
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -20,15 +20,56 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenize
 
 from veriloop.errors import InputError
 from veriloop.io import atomic_write_json
-from veriloop.models.batch import PolicyBatch, completion_logits
+from veriloop.models.batch import (
+    HIDDEN_PATH_MODEL_TYPES,
+    PolicyBatch,
+    completion_hidden,
+    completion_logits,
+    logits_from_hidden,
+)
+from veriloop.models.device import Placement
+from veriloop.models.lora import add_adapters, is_adapted, merged_copy, save_adapter
 from veriloop.models.tiny import build_char_tokenizer, build_tiny_model
 from veriloop.rollout.sampler import Generation, completion_text, generate
+from veriloop.tasks.config import CHAT_TEMPLATE_MODES
 
 BUILTIN_BASE = Path(__file__).resolve().parent.parent / "assets" / "base"
 
 
 class PolicyLoadError(InputError):
     """The model directory or its tokenizer cannot be used as a policy."""
+
+
+@dataclass(frozen=True)
+class PromptFormat:
+    """How a problem's prompt text becomes token ids.
+
+    ``chat_template``: ``auto`` puts the prompt through the tokenizer's chat template when it has
+    one (as the user turn, after ``system_prompt`` when one is given, with the generation prompt
+    that opens the assistant's turn); ``none`` tokenizes the plain text.  The ids the sampler
+    reads are the record's ``prompt_ids``: the learner scores exactly those, never re-tokenised text.
+    """
+
+    chat_template: str = "auto"
+    system_prompt: str = ""
+
+    def __post_init__(self):
+        if self.chat_template not in CHAT_TEMPLATE_MODES:
+            raise InputError(f"task.chat_template must be one of {CHAT_TEMPLATE_MODES}, got {self.chat_template!r}")
+
+    def uses_template(self, tokenizer) -> bool:
+        return self.chat_template == "auto" and bool(getattr(tokenizer, "chat_template", None))
+
+    def encode(self, tokenizer, text: str) -> list[int]:
+        if not self.uses_template(tokenizer):
+            if self.system_prompt:
+                raise InputError("task.system_prompt needs a chat template, and this tokenizer has none "
+                                 "(or task.chat_template is none)")  # fmt: skip
+            return tokenizer(text).input_ids
+        messages = [{"role": "system", "content": self.system_prompt}] if self.system_prompt else []
+        messages.append({"role": "user", "content": text})
+        rendered = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        return tokenizer(rendered, add_special_tokens=False).input_ids  # the template writes any BOS itself
 
 
 @dataclass
@@ -43,21 +84,38 @@ class Policy:
     model: torch.nn.Module
     tokenizer: PreTrainedTokenizerBase
     source: str  # what was asked for (path or builtin name)
+    prompts: PromptFormat = field(default_factory=lambda: PromptFormat())
 
     @property
     def eos_id(self) -> int:
         return self.tokenizer.eos_token_id
 
     @property
+    def end_ids(self) -> tuple[int, ...]:
+        """Every token that ends a completion: the tokenizer's EOS and all of generation_config's
+        (an instruct model may list several, e.g. ``<|im_end|>`` and ``<|endoftext|>``)."""
+        listed = getattr(getattr(self.model, "generation_config", None), "eos_token_id", None)
+        listed = [] if listed is None else [listed] if isinstance(listed, int) else list(listed)
+        return tuple(dict.fromkeys([self.eos_id, *listed]))
+
+    @property
     def pad_id(self) -> int:
         return self.tokenizer.pad_token_id
 
+    @property
+    def vocab_size(self) -> int:
+        return self.model.get_output_embeddings().weight.shape[0]
+
+    @property
+    def device(self) -> torch.device:
+        return self.model.get_input_embeddings().weight.device
+
     def encode_prompt(self, text: str) -> list[int]:
-        return self.tokenizer(text).input_ids
+        return self.prompts.encode(self.tokenizer, text)
 
     def sample(self, prompt_ids: list[list[int]], params, *, generator: torch.Generator | None = None, n: int,
                stop_ids: tuple[int, ...] = (), row_seeds: list[int] | None = None) -> Generation:  # fmt: skip
-        return generate(self.model, prompt_ids, params, eos_id=self.eos_id, pad_id=self.pad_id, generator=generator,
+        return generate(self.model, prompt_ids, params, eos_id=self.end_ids, pad_id=self.pad_id, generator=generator,
                         row_seeds=row_seeds, n=n, stop_ids=stop_ids)  # fmt: skip
 
     def completion_text(self, ids: list[int], finish_reason: str) -> str:
@@ -66,14 +124,39 @@ class Policy:
     def completion_logits(self, batch: PolicyBatch) -> torch.Tensor:
         return completion_logits(self.model, batch)
 
+    def completion_hidden(self, batch: PolicyBatch) -> torch.Tensor:
+        """Final hidden states at the completion positions (the chunked LM head's input)."""
+        if getattr(self.model.config, "model_type", None) not in HIDDEN_PATH_MODEL_TYPES:
+            raise NotImplementedError(f"no hidden-state path for model_type {self.model.config.model_type!r}")
+        return completion_hidden(self.model, batch)
+
+    @property
+    def has_hidden_path(self) -> bool:
+        return getattr(getattr(self.model, "config", None), "model_type", None) in HIDDEN_PATH_MODEL_TYPES
+
+    def logits_from_hidden(self, hidden: torch.Tensor) -> torch.Tensor:
+        return logits_from_hidden(self.model, hidden)
+
     def save(self, path: str | Path) -> None:
+        """A loadable directory; for a LoRA policy, the adapter and the tokenizer (``save_merged`` for both)."""
         save_policy(self.model, self.tokenizer, path)
+
+    def save_merged(self, path: str | Path) -> None:
+        """``path``: the model a user deploys (a LoRA policy's adapters merged in), and ``path/adapter/``."""
+        if not is_adapted(self.model):
+            return self.save(path)
+        save_policy(merged_copy(self.model), self.tokenizer, path)
+        save_adapter(self.model, Path(path) / "adapter")
+
+    def with_adapters(self, cfg, seed: int = 0) -> Policy:
+        """This policy with fresh LoRA adapters (``models/lora.py``), initialised from ``seed``; only they train."""
+        return Policy(add_adapters(self.model, cfg, seed), self.tokenizer, self.source, self.prompts)
 
     def frozen_copy(self) -> Policy:
         """An independent copy with gradients off (a reference or a behaviour snapshot)."""
         model = copy.deepcopy(self.model).eval()
         model.requires_grad_(False)
-        return Policy(model, self.tokenizer, self.source)
+        return Policy(model, self.tokenizer, self.source, self.prompts)
 
 
 def resolve_path(path: str) -> str:
@@ -82,15 +165,19 @@ def resolve_path(path: str) -> str:
     return path
 
 
-def load_policy(path: str, seed: int = 0, init_config=None):
-    """Load model + tokenizer from ``path`` in float32 on CPU, checking they fit together.
+def load_policy(path: str, seed: int = 0, init_config=None, *, placement: Placement | None = None,
+                prompts: PromptFormat | None = None):  # fmt: skip
+    """Load model + tokenizer from ``path`` (``placement``: device and dtype, default float32 on CPU),
+    checking they fit together.
 
     ``builtin:init`` is a new tiny model (``init_config``: a ``TinyModelConfig``, default one if None)
     initialised from ``seed``.  A directory written by ``CandidatePolicy.save`` loads as a ``CandidatePolicy``.
     """
+    placement, prompts = placement or Placement(), prompts or PromptFormat()
     if path == "builtin:init":
         tok = build_char_tokenizer(init_config.max_positions) if init_config is not None else build_char_tokenizer()
-        return Policy(build_tiny_model(tok, init_config, seed=seed), tok, path)
+        model = build_tiny_model(tok, init_config, seed=seed).to(placement.device, placement.dtype)
+        return Policy(model, tok, path, prompts)
     real = resolve_path(path)
     if not os.path.isdir(real):
         hint = " (the shipped base is missing: remake it with `make base`)" if path == "builtin:base" else ""
@@ -106,12 +193,12 @@ def load_policy(path: str, seed: int = 0, init_config=None):
     except (OSError, ValueError) as e:
         raise PolicyLoadError(f"cannot load a tokenizer from {real!r}: {e}") from None
     try:
-        model = AutoModelForCausalLM.from_pretrained(real, local_files_only=True, dtype=torch.float32)
+        model = AutoModelForCausalLM.from_pretrained(real, local_files_only=True, dtype=placement.dtype)
     except (OSError, ValueError) as e:
         raise PolicyLoadError(f"cannot load a causal LM from {real!r}: {e}") from None
     check_compatible(model, tok, real)
-    model.eval()
-    return Policy(model, tok, path)
+    model.to(placement.device).eval()
+    return Policy(model, tok, path, prompts)
 
 
 def save_policy(model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase, path: str | Path) -> None:

@@ -130,7 +130,7 @@ class LocalEngine:
                 problem_id=p.id, group_id=request.group_id(b), prompt=p.prompt, reference=p.reference,
                 prompt_ids=prompt_ids[b], completion_ids=ids, completion=policy.completion_text(ids, finish),
                 behavior_logprobs=lps, sampling=sampling, policy_version=self.version, finish_reason=finish,
-                created_at=created))  # fmt: skip
+                created_at=created, finish_token=ids[-1] if finish in ("eos", "stop") and ids else None))  # fmt: skip
         return records
 
 
@@ -165,5 +165,6 @@ class TaskTeacherEngine:
                 prompt_ids=self.policy.encode_prompt(p.prompt),
                 completion_ids=tok(text, add_special_tokens=False).input_ids + [self.policy.eos_id],
                 completion=text, behavior_logprobs=None, sampling={"source": "task-teacher", "seed": seed},
-                policy_version=FROZEN, finish_reason="eos", created_at=time.time()))  # fmt: skip
+                policy_version=FROZEN, finish_reason="eos", created_at=time.time(),
+                finish_token=self.policy.eos_id))  # fmt: skip
         return records

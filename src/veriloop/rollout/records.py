@@ -41,6 +41,7 @@ class Record:
     verdict_outcome: str = ""  # the verdict's kind: correct, wrong, no_answer, ambiguous, timeout, error, ...
     created_at: float = 0.0  # unix time of sampling
     verified_at: float = 0.0
+    finish_token: int | None = None  # the id that ended it (one of the model's end tokens, or a stop id); None: length
 
     def __post_init__(self):
         if self.finish_reason not in FINISH_REASONS:

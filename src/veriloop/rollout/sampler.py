@@ -130,17 +130,20 @@ class _HFDecoder:
 
     def __init__(self, model, cache, mask):
         self.model, self.cache, self.mask = model, cache, mask
+        self.device = mask.device
 
     def select(self, rows: torch.Tensor) -> None:
+        rows = rows.to(self.device)
         self.cache.batch_select_indices(rows)
         self.mask = self.mask[rows]
 
     def step(self, tokens: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-        self.mask = torch.cat([self.mask, torch.ones((self.mask.shape[0], 1), dtype=self.mask.dtype)], dim=1)
+        ones = torch.ones((self.mask.shape[0], 1), dtype=self.mask.dtype, device=self.device)
+        self.mask = torch.cat([self.mask, ones], dim=1)
         out = self.model(
-            input_ids=tokens[:, None],
+            input_ids=tokens.to(self.device)[:, None],
             attention_mask=self.mask,
-            position_ids=positions[:, None],
+            position_ids=positions.to(self.device)[:, None],
             cache=self.cache,
             use_cache=True,
         )
@@ -153,7 +156,7 @@ def generate(
     prompts: list[list[int]],
     params: SamplingParams,
     *,
-    eos_id: int,
+    eos_id: int | tuple[int, ...],
     pad_id: int,
     generator: torch.Generator | None = None,
     row_seeds: list[int] | None = None,
@@ -183,7 +186,8 @@ def generate(
         raise ValueError(f"engine must be auto, static or hf, got {engine!r}")
     was_training = model.training
     model.eval()
-    ids, mask = _left_pad(prompts, pad_id)
+    device = next(model.parameters()).device
+    ids, mask = (t.to(device) for t in _left_pad(prompts, pad_id))
     positions = (mask.cumsum(dim=1) - 1).clamp(min=0)
     cache = DynamicCache()
     out = model(
@@ -195,17 +199,22 @@ def generate(
         logits = logits.repeat_interleave(n, dim=0)
         mask = mask.repeat_interleave(n, dim=0)
         positions = positions.repeat_interleave(n, dim=0)
-    total, width = logits.shape[0], mask.shape[1]
-    use_static = engine == "static" or (
-        engine == "auto" and static_decode.supports(model, width + params.max_new_tokens)
-    )
-    if use_static:
-        decoder = static_decode.StaticDecoder(model, total, width + params.max_new_tokens, cache, mask)
-    else:
-        decoder = _HFDecoder(model, cache, mask)
-    result = _sample_loop(decoder, logits, positions[:, -1] + 1, params, eos_id, generator, stop_ids)
+    decoder = _decoder(model, engine, cache, mask, mask.shape[1] + params.max_new_tokens)
+    result = _sample_loop(decoder, logits, positions[:, -1].cpu() + 1, params, eos_id, generator, stop_ids)
     model.train(was_training)
     return result
+
+
+def _decoder(model, engine: str, cache, mask: torch.Tensor, max_len: int):
+    """The static-cache decoder where it serves the model (``auto``, ``static``), else transformers' forward."""
+    use_static = engine != "hf" and static_decode.supports(model, max_len)
+    if engine == "static" and not use_static:
+        kind = getattr(getattr(model, "config", None), "model_type", type(model).__name__)
+        raise ValueError(f"engine static does not serve {kind!r} at this length (families: "
+                         f"{', '.join(static_decode.SUPPORTED_MODEL_TYPES)}); use engine auto or hf")  # fmt: skip
+    if use_static:
+        return static_decode.StaticDecoder(model, mask.shape[0], max_len, cache, mask)
+    return _HFDecoder(model, cache, mask)
 
 
 # Finished rows leave the batch once they are this share of it: compacting the cache
@@ -213,8 +222,13 @@ def generate(
 COMPACT_SHARE = 0.125
 
 
-def _sample_loop(decoder, logits, next_pos, params: SamplingParams, eos_id: int, generator, stop_ids=()) -> Generation:
+def _sample_loop(decoder, logits, next_pos, params: SamplingParams, eos_id, generator, stop_ids=()) -> Generation:
+    """Token-by-token sampling.  The logits live on the model's device; the bookkeeping (which rows
+    are alive, the tokens and log-probs so far) and every random number live on the CPU, so the
+    same seeds draw the same uniforms on any device.  ``eos_id``: one id or several (an instruct
+    model's end tokens); the record keeps the token that ended it."""
     total, steps = logits.shape[0], params.max_new_tokens
+    eos_ids = torch.tensor(sorted({eos_id} if isinstance(eos_id, int) else set(eos_id)), dtype=torch.long)
     rows = torch.arange(total)  # row i of the live batch is sample rows[i]
     alive = torch.ones(total, dtype=torch.bool)  # rows of the live batch still generating
     out_tokens = torch.full((total, steps), -1, dtype=torch.long)  # [N, T]; -1 after the end
@@ -225,7 +239,7 @@ def _sample_loop(decoder, logits, next_pos, params: SamplingParams, eos_id: int,
     greedy = params.temperature == 0
     for step in range(steps):
         if greedy:
-            tokens = logits.argmax(dim=-1)
+            tokens = logits.argmax(dim=-1).cpu()
             token_lp = torch.zeros(tokens.shape[0])
         else:
             lp = sampling_logprobs(logits, params.temperature, params.top_k, params.top_p)
@@ -233,12 +247,13 @@ def _sample_loop(decoder, logits, next_pos, params: SamplingParams, eos_id: int,
                 u = generator.uniforms(rows, step)
             else:  # one stream for the batch: as many draws as live-batch rows (finished ones included)
                 u = torch.rand(lp.shape[0], generator=generator)
-            tokens = _draw(lp, u)
-            token_lp = lp.gather(1, tokens[:, None]).squeeze(1)
+            drawn = _draw(lp, u.to(lp.device))
+            token_lp = lp.gather(1, drawn[:, None]).squeeze(1).float().cpu()
+            tokens = drawn.cpu()
         live_rows = rows[alive]
         out_tokens[live_rows, step] = tokens[alive]
         out_lp[live_rows, step] = token_lp[alive]
-        done = (tokens == eos_id) & alive
+        done = torch.isin(tokens, eos_ids) & alive
         ended_by_eos[rows[done]] = True
         if stops.numel():
             stopped = torch.isin(tokens, stops) & alive & ~done

@@ -24,6 +24,8 @@ SUPPORTED_MODEL_TYPES = ("llama", "qwen2", "qwen3", "mistral")
 
 def supports(model: torch.nn.Module, max_len: int) -> bool:
     cfg = getattr(model, "config", None)
+    if hasattr(model, "peft_config"):  # LoRA: the adapted projections are not plain weight matrices
+        return False
     if cfg is None or getattr(cfg, "model_type", None) not in SUPPORTED_MODEL_TYPES:
         return False
     window = getattr(cfg, "sliding_window", None)
@@ -58,21 +60,21 @@ class StaticDecoder:
         self.scaling = self.head_dim**-0.5
         self.layers = list(self.inner.layers)
         self.fused = [self._fuse(layer) for layer in self.layers]
-        dtype = self.inner.embed_tokens.weight.dtype
+        dtype, self.device = self.inner.embed_tokens.weight.dtype, self.inner.embed_tokens.weight.device
         P = prefill_mask.shape[1]
         shape = (batch, self.kv_heads, max_len, self.head_dim)
-        self.keys = [torch.zeros(shape, dtype=dtype) for _ in self.layers]
-        self.values = [torch.zeros(shape, dtype=dtype) for _ in self.layers]
+        self.keys = [torch.zeros(shape, dtype=dtype, device=self.device) for _ in self.layers]
+        self.values = [torch.zeros(shape, dtype=dtype, device=self.device) for _ in self.layers]
         for i, layer_cache in enumerate(prefill_cache.layers):
             self.keys[i][:, :, :P] = layer_cache.keys
             self.values[i][:, :, :P] = layer_cache.values
         # Additive attention bias [B, 1, 1, L]: 0 where a key may be attended, -inf elsewhere
         # (left padding, and columns not written yet).
-        self.bias = torch.full((batch, 1, 1, max_len), float("-inf"), dtype=dtype)
+        self.bias = torch.full((batch, 1, 1, max_len), float("-inf"), dtype=dtype, device=self.device)
         self.bias[:, 0, 0, :P].masked_fill_(prefill_mask.bool(), 0.0)
         self.column = P  # where the next token's key/value go
         # cos/sin of every rotary position, computed once by the model's own rotary module.
-        positions = torch.arange(max_len)[None, :]
+        positions = torch.arange(max_len, device=self.device)[None, :]
         self.cos_table, self.sin_table = (t[0] for t in self.inner.rotary_emb(self.keys[0], positions))
 
     @staticmethod
@@ -83,14 +85,15 @@ class StaticDecoder:
         if attn.q_proj.bias is not None:
             b_qkv = torch.cat([attn.q_proj.bias, attn.k_proj.bias, attn.v_proj.bias])
         w_gu = torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight])
-        return w_qkv, b_qkv, w_gu
+        b_gu = torch.cat([mlp.gate_proj.bias, mlp.up_proj.bias]) if mlp.gate_proj.bias is not None else None
+        return w_qkv, b_qkv, w_gu, b_gu
 
     def select(self, rows: torch.Tensor) -> None:
         """Keep only ``rows`` of the batch (finished rows leave); copies only the filled columns."""
-        filled = self.column
+        filled, rows = self.column, rows.to(self.device)
 
         def compact(buf: torch.Tensor) -> torch.Tensor:
-            out = torch.empty((rows.shape[0], *buf.shape[1:]), dtype=buf.dtype)
+            out = torch.empty((rows.shape[0], *buf.shape[1:]), dtype=buf.dtype, device=buf.device)
             out[:, :, :filled] = buf[rows, :, :filled]
             return out
 
@@ -102,6 +105,7 @@ class StaticDecoder:
     def step(self, tokens: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         """Logits ``[B, V]`` after appending ``tokens[B]`` at rotary positions ``positions[B]``."""
         B, col = tokens.shape[0], self.column
+        tokens, positions = tokens.to(self.device), positions.to(self.device)
         h = self.inner.embed_tokens(tokens)[:, None, :]  # [B, 1, C]
         cos = self.cos_table[positions][:, None, None, :]  # [B, 1, 1, D]
         sin = self.sin_table[positions][:, None, None, :]
@@ -110,7 +114,7 @@ class StaticDecoder:
         groups = self.heads // self.kv_heads
         q_size, kv_size = self.heads * self.head_dim, self.kv_heads * self.head_dim
         for i, layer in enumerate(self.layers):
-            w_qkv, b_qkv, w_gu = self.fused[i]
+            w_qkv, b_qkv, w_gu, b_gu = self.fused[i]
             attn = layer.self_attn
             x = _rms_norm(layer.input_layernorm, h)
             qkv = F.linear(x, w_qkv, b_qkv)  # [B, 1, q + 2 kv]
@@ -132,7 +136,7 @@ class StaticDecoder:
             out = torch.matmul(torch.softmax(scores, dim=-1), values)  # [B, Hkv, g, D]
             h = h + attn.o_proj(out.reshape(B, 1, q_size))
             x = _rms_norm(layer.post_attention_layernorm, h)
-            gate, up = F.linear(x, w_gu).chunk(2, dim=-1)
+            gate, up = F.linear(x, w_gu, b_gu).chunk(2, dim=-1)  # llama's mlp_bias: biases of both
             h = h + layer.mlp.down_proj(layer.mlp.act_fn(gate) * up)
         self.column += 1
         return self.model.lm_head(_rms_norm(self.inner.norm, h))[:, 0].float()

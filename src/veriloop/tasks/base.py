@@ -42,6 +42,11 @@ class Task(Protocol):
         """The fixed validation set, disjoint from train and held-out: what choices and tuning read."""
 
 
+# prompt_style boxed: what instruct models are asked in maths RL (the verifiers read \boxed{...})
+BOXED_INSTRUCTION = "\nPlease reason step by step, and put your final answer within \\boxed{}."
+PROMPT_STYLES = ("plain", "boxed")
+
+
 def register_task(name: str):
     """Decorator: ``@register_task("name")`` on a factory taking the task's options (``registry.TASKS``)."""
 

@@ -3,6 +3,8 @@
 Rows are the dataset's ``{"question": ..., "answer": "...\\n#### N"}``.  The prompt is the
 question followed by ``prompt_suffix``; the reference is the whole solution (the ``gsm8k``
 verifier reads its ``#### N``); the solution is also the demonstration ``--algo sft`` imitates.
+``prompt_style boxed`` asks instead for the final answer in ``\\boxed{}`` (the instruction instruct
+models are trained with; the verifier reads either form), and its demonstrations end with the box.
 A copy of the dataset ships in ``veriloop/data/gsm8k`` (train 7,473, test 1,319 rows) and is
 the default; ``--task.data`` / ``--task.heldout_data`` point at other files of the same form.
 The validation split is the train rows whose question hashes below ``VALIDATION_SHARE`` (5%,
@@ -15,7 +17,7 @@ import hashlib
 import random
 from pathlib import Path
 
-from veriloop.tasks.base import Problem, register_task
+from veriloop.tasks.base import BOXED_INSTRUCTION, Problem, register_task
 from veriloop.tasks.jsonl import DatasetError, jsonl_objects
 
 DATA_DIR = Path(__file__).resolve().parent.parent / "data" / "gsm8k"
@@ -48,7 +50,10 @@ class GSM8KTask:
     step_splitter = "lines"  # veriloop.prm.split_steps: one step per non-blank line
 
     def __init__(self, data: str = "", heldout_data: str = "", prompt_suffix: str = DEFAULT_SUFFIX,
-                 heldout_size: int = 0):  # fmt: skip
+                 heldout_size: int = 0, prompt_style: str = "plain"):  # fmt: skip
+        self.prompt_style = prompt_style
+        if prompt_style == "boxed":
+            prompt_suffix = BOXED_INSTRUCTION
         rows, train_solutions = load_gsm8k(data or DATA_DIR / "train.jsonl", "train", prompt_suffix)
         self._validation = [p for p in rows if _in_validation(p.prompt)]
         self.train = [p for p in rows if not _in_validation(p.prompt)]
@@ -67,10 +72,14 @@ class GSM8KTask:
         return self._validation
 
     def teacher_completion(self, problem: Problem, rng: random.Random) -> str:
-        """The dataset's worked solution (SFT data)."""
-        return self.solutions[problem.id]
+        """The dataset's worked solution (SFT data); in the boxed style its ``#### N`` line becomes a box."""
+        solution = self.solutions[problem.id]
+        if self.prompt_style != "boxed":
+            return solution
+        body, _, answer = solution.rpartition("####")
+        return f"{body.rstrip()}\nThe answer is \\boxed{{{answer.strip()}}}."
 
 
 @register_task("gsm8k")
-def _gsm8k(data: str = "", heldout_data: str = "", heldout_size: int = 0, **_):
-    return GSM8KTask(data, heldout_data, heldout_size=heldout_size)
+def _gsm8k(data: str = "", heldout_data: str = "", heldout_size: int = 0, prompt_style: str = "plain", **_):
+    return GSM8KTask(data, heldout_data, heldout_size=heldout_size, prompt_style=prompt_style)

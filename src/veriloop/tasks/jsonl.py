@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from veriloop.errors import InputError
-from veriloop.tasks.base import Problem, register_task
+from veriloop.tasks.base import BOXED_INSTRUCTION, Problem, register_task
 
 
 class DatasetError(InputError):
@@ -48,8 +48,9 @@ def jsonl_objects(path: str | Path, what: str = "dataset file") -> Iterator[tupl
         raise DatasetError(f"{what} {str(path)!r} has no rows")
 
 
-def load_problems(path: str, demonstrations: dict | None = None) -> list[Problem]:
-    """Problems of ``path``; ``demonstrations`` (if given) collects ``id -> (completion or None, file:line)``."""
+def load_problems(path: str, demonstrations: dict | None = None, suffix: str = "") -> list[Problem]:
+    """Problems of ``path`` (``suffix`` appended to each prompt); ``demonstrations`` (if given) collects
+    ``id -> (completion or None, file:line)``."""
     p = Path(path)
     out = []
     for where, lineno, row in jsonl_objects(path):
@@ -67,7 +68,7 @@ def load_problems(path: str, demonstrations: dict | None = None) -> list[Problem
         pid = str(row.get("id", f"{p.name}:{lineno}"))
         if demonstrations is not None:
             demonstrations[pid] = (completion, where)
-        out.append(Problem(pid, row["prompt"], row["reference"], tuple(tags)))
+        out.append(Problem(pid, row["prompt"] + suffix, row["reference"], tuple(tags)))
     return out
 
 
@@ -76,13 +77,14 @@ class JsonlTask:
     step_splitter = "lines"
 
     def __init__(self, data: str, heldout_data: str = "", verifier: str = "arithmetic-outcome",
-                 validation_data: str = ""):  # fmt: skip
+                 validation_data: str = "", prompt_style: str = "plain"):  # fmt: skip
         if not data and not heldout_data:
             raise DatasetError("task jsonl needs task.data (train rows) and/or task.heldout_data (eval rows)")
         self.demonstrations: dict[str, tuple[str | None, str]] = {}
-        self.train = load_problems(data, self.demonstrations) if data else []
-        self._heldout = load_problems(heldout_data, self.demonstrations) if heldout_data else []
-        self._validation = load_problems(validation_data, self.demonstrations) if validation_data else []
+        suffix = BOXED_INSTRUCTION if prompt_style == "boxed" else ""  # e.g. MATH rows with --task.verifier math
+        self.train = load_problems(data, self.demonstrations, suffix) if data else []
+        self._heldout = load_problems(heldout_data, self.demonstrations, suffix) if heldout_data else []
+        self._validation = load_problems(validation_data, self.demonstrations, suffix) if validation_data else []
         self.default_verifier = verifier
 
     def train_batch(self, n: int, rng: random.Random) -> list[Problem]:
@@ -110,5 +112,5 @@ class JsonlTask:
 
 @register_task("jsonl")
 def _jsonl(data: str = "", heldout_data: str = "", verifier: str = "arithmetic-outcome", validation_data: str = "",
-           **_):  # fmt: skip
-    return JsonlTask(data, heldout_data, verifier, validation_data)
+           prompt_style: str = "plain", **_):  # fmt: skip
+    return JsonlTask(data, heldout_data, verifier, validation_data, prompt_style)

@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from veriloop.algorithms.advantages import STD_MODES
 from veriloop.algorithms.aggregation import AGGREGATION_MODES
 from veriloop.algorithms.kl import KL_ESTIMATORS
+from veriloop.models.device import DTYPES, Placement
+from veriloop.models.lora import LoraConfig
 from veriloop.models.tiny import TinyModelConfig
 from veriloop.prm.config import ProcessConfig
 from veriloop.registry import ESTIMATORS, OBJECTIVES
@@ -24,6 +26,7 @@ from veriloop.training import estimators as _estimators  # noqa: F401  (register
 from veriloop.training import objectives as _objectives  # noqa: F401  (registers the built-in objectives)
 from veriloop.training.optim import OptimConfig
 from veriloop.training.recipes import recipe_overrides
+from veriloop.training.tracking import check_report_to
 
 
 @dataclass
@@ -131,6 +134,18 @@ class UpdateConfig:
     micro_batch_size: int = field(
         default=128, metadata={"help": "sequences per forward/backward (gradient accumulation)"}
     )
+    max_tokens_per_micro_batch: int = field(
+        default=0,
+        metadata={"help": "also cut micro-batches so rows x longest (prompt + completion) <= this; 0 = off"},
+    )
+    logprob_chunk_tokens: int = field(
+        default=0,
+        metadata={"help": "completion tokens per LM-head chunk (log-probs and entropy without [N, T, V] in "
+                  "float32); 0 = auto (2**24 logits per chunk)"},
+    )
+    gradient_checkpointing: bool = field(
+        default=False, metadata={"help": "recompute each decoder layer's activations in the backward pass"}
+    )
     skip_zero_advantage: bool = field(
         default=True,
         metadata={"help": "leave out completions whose gradient is exactly 0 (advantage 0 everywhere and no KL or "
@@ -144,6 +159,9 @@ class UpdateConfig:
         for name in ("inner_updates", "mini_batches", "micro_batch_size"):
             if getattr(self, name) < 1:
                 raise ValueError(f"update.{name} must be >= 1, got {getattr(self, name)}")
+        for name in ("max_tokens_per_micro_batch", "logprob_chunk_tokens"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"update.{name} must be >= 0 (0 = off / auto), got {getattr(self, name)}")
 
 
 @dataclass
@@ -187,6 +205,20 @@ class TrainConfig:
     export: str = field(default="", metadata={"help": "also save the final model here (e.g. src/veriloop/assets/base)"})
     eval_every: int = field(default=0, metadata={"help": "greedy validation accuracy every N steps; 0 = never"})
     eval_problems: int = field(default=200, metadata={"help": "validation problems in the periodic evaluation"})
+    eval_split: str = field(
+        default="validation",
+        metadata={"help": "split of the periodic evaluation: validation (what choices read) | heldout (a curve of "
+                  "the test set: no choice may be made from it)"},
+    )
+    device: str = field(default="auto", metadata={"help": "auto (cuda when present) | cpu | cuda | cuda:N"})
+    dtype: str = field(
+        default="float32", metadata={"help": "weights of policy, reference, sampler: float32 | bfloat16 | float16 "
+                                     "(log-softmax, ratios, KL, loss and optimizer state stay float32)"},
+    )
+    report_to: str = field(
+        default="none", metadata={"help": "experiment tracking: none | tensorboard | wandb | mlflow (comma-separated "
+                                  "for several; wandb offline unless WANDB_MODE=online)"},
+    )
     task: TaskConfig = field(default_factory=TaskConfig)
     sampling: SamplingParams = field(default_factory=lambda: SamplingParams(temperature=0.7, max_new_tokens=64))
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
@@ -197,7 +229,12 @@ class TrainConfig:
     critic: CriticConfig = field(default_factory=CriticConfig)
     process: ProcessConfig = field(default_factory=ProcessConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)
+    lora: LoraConfig = field(default_factory=LoraConfig)
     model: TinyModelConfig = field(default_factory=TinyModelConfig)
+
+    def placement(self) -> Placement:
+        """The resolved device and dtype (an absent GPU is an InputError here, before anything loads)."""
+        return Placement.of(self.device, self.dtype)
 
     @staticmethod
     def config_defaults(data: dict) -> dict:
@@ -209,6 +246,14 @@ class TrainConfig:
             raise ValueError(f"steps must be >= 1, got {self.steps}")
         if self.checkpoint_every < 1 or self.keep_checkpoints < 1:
             raise ValueError("checkpoint_every and keep_checkpoints must be >= 1")
+        if self.dtype not in DTYPES:
+            raise ValueError(f"dtype must be one of {tuple(DTYPES)}, got {self.dtype!r}")
+        if self.eval_split not in ("validation", "heldout"):
+            raise ValueError(f"eval_split must be validation or heldout, got {self.eval_split!r}")
+        check_report_to(self.report_to)
+        if self.lora.enabled and self.kl.reset_every:
+            raise ValueError("kl.reset_every with lora: the reference is the base under the adapters and cannot "
+                             "be moved to the policy; train without lora or without the reset")  # fmt: skip
         if self.max_samples < 0 or self.max_minutes < 0 or self.eval_every < 0:
             raise ValueError("max_samples, max_minutes and eval_every must be >= 0 (0 = no limit / never)")
         if self.rollout.overlong_buffer > self.sampling.max_new_tokens:

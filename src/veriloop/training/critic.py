@@ -16,10 +16,10 @@ import copy
 import torch
 
 from veriloop.algorithms import aggregate_loss
-from veriloop.models.batch import PolicyBatch, select
+from veriloop.models.batch import PolicyBatch, select, to_device
 from veriloop.models.value_head import ValueHead
 from veriloop.training.config import TrainConfig
-from veriloop.training.optim import clip_grad_norm
+from veriloop.training.optim import OptimConfig, backward_scaled, build_optimizer, clip_grad_norm
 
 
 class ValueModel(torch.nn.Module):
@@ -27,14 +27,16 @@ class ValueModel(torch.nn.Module):
         super().__init__()
         self.backbone = copy.deepcopy(policy_model.get_decoder())  # the transformer without the LM head
         self.backbone.requires_grad_(True)
-        self.head = ValueHead(policy_model.config.hidden_size)
+        device = policy_model.get_input_embeddings().weight.device
+        self.head = ValueHead(policy_model.config.hidden_size).to(device)  # float32 whatever the backbone's dtype
 
     def forward(self, batch: PolicyBatch) -> torch.Tensor:
-        """``[N, T]``: the value of the state before each completion token."""
+        """``[N, T]``: the value of the state before each completion token (float32, on the CPU)."""
+        batch = to_device(batch, self.head.weight.device)
         out = self.backbone(input_ids=batch.input_ids, attention_mask=batch.attention_mask, use_cache=False)
         h = out.last_hidden_state
         idx = batch.logit_index[:, :, None].expand(-1, -1, h.shape[-1])
-        return self.head(torch.gather(h, 1, idx)).float()
+        return self.head(torch.gather(h, 1, idx).float()).cpu()
 
 
 class ScalarValue(torch.nn.Module):
@@ -53,7 +55,10 @@ class Critic:
         self.cfg = cfg
         is_lm = hasattr(policy.model, "get_decoder") and hasattr(policy.model, "config")
         self.model = ValueModel(policy.model) if is_lm else ScalarValue()
-        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=cfg.critic.lr)
+        if all(p.dtype in (torch.float32, torch.float64) for p in self.model.parameters()):
+            self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=cfg.critic.lr)
+        else:  # a low-precision backbone: float32 masters (AdamW's default decay, on matrices)
+            self.optimizer = build_optimizer(self.model, OptimConfig(lr=cfg.critic.lr, weight_decay=0.01))
 
     @torch.no_grad()
     def values(self, batch: PolicyBatch) -> torch.Tensor:
@@ -84,10 +89,10 @@ class Critic:
                         clipped = old + (v - old).clamp(-c.value_clip, c.value_clip)
                         loss_t = torch.maximum(loss_t, (clipped - ret) ** 2)
                     loss = 0.5 * aggregate_loss(loss_t, mask, "token-mean")
-                    (loss * float(mask.sum()) / max(float(mb_mask.sum()), 1.0)).backward()
+                    backward_scaled(self.optimizer, loss * float(mask.sum()) / max(float(mb_mask.sum()), 1.0))
                     total += float(loss.detach()) * float(mask.sum())
                     count += float(mask.sum())
-                clip_grad_norm(self.model, self.cfg.optim.grad_clip)
+                clip_grad_norm(self.model, self.cfg.optim.grad_clip, self.optimizer)
                 self.optimizer.step()
         return {"value_loss": total / max(count, 1.0)}
 

@@ -19,21 +19,48 @@ from pathlib import Path
 
 import torch
 
-from veriloop.algorithms import (
-    aggregate_loss,
-    aggregation_weight,
-    clip_fractions,
-    dpo_loss,
-    entropy_from_logprobs,
-    kl_estimate,
-    kl_exact,
-)
-from veriloop.models.batch import select
+from veriloop.algorithms import aggregate_loss, aggregation_weight, clip_fractions, dpo_loss, kl_estimate, kl_exact
+from veriloop.models.batch import select, to_device
 from veriloop.models.loading import load_policy
+from veriloop.models.lora import is_adapted, load_adapter_weights
 from veriloop.registry import OBJECTIVES
-from veriloop.training.logprobs import token_logprobs
-from veriloop.training.optim import build_optimizer, clip_grad_norm, set_lr
+from veriloop.training.logprobs import TokenLogprobs, completion_logprobs
+from veriloop.training.optim import backward_scaled, build_optimizer, clip_grad_norm, set_lr
 from veriloop.training.signals import LearningBatch
+
+
+def token_budget_split(lengths: torch.Tensor, rows: torch.Tensor, max_rows: int, max_tokens: int) -> list:
+    """Greedy cut of ``rows`` (in order) so each piece has <= ``max_rows`` rows and, when ``max_tokens`` > 0,
+    ``len(piece) * max(lengths[piece]) <= max_tokens`` (a row longer than the budget goes alone)."""
+    if max_tokens <= 0:
+        return list(rows.split(max_rows))
+    pieces, start, longest = [], 0, 0
+    lens = lengths[rows].tolist()
+    for i, n in enumerate(lens):
+        width = max(longest, n)
+        if i > start and ((i - start + 1) * width > max_tokens or i - start >= max_rows):
+            pieces.append(rows[start:i])
+            start, width = i, n
+        longest = width
+    pieces.append(rows[start:])
+    return pieces
+
+
+def enable_gradient_checkpointing(model: torch.nn.Module) -> list[torch.nn.Module]:
+    """Turn on transformers' per-layer activation checkpointing; the layers it wraps (to mark as training)."""
+    from transformers.modeling_layers import GradientCheckpointingLayer
+
+    if not getattr(model, "supports_gradient_checkpointing", False):
+        raise ValueError(f"update.gradient_checkpointing: {type(model).__name__} does not support it")
+    kwargs = {"use_reentrant": False}  # the reentrant variant needs inputs that require grad (frozen embeddings)
+    if hasattr(model, "activation_checkpointing_enable"):  # transformers >= 5.2x's name
+        model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
+    else:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
+    layers = [m for m in model.modules() if isinstance(m, GradientCheckpointingLayer)]
+    if not layers:
+        raise ValueError(f"update.gradient_checkpointing: {type(model).__name__} has no checkpointable layers")
+    return layers
 
 
 class UpdateStats:
@@ -72,11 +99,16 @@ class Learner:
         self.objective = OBJECTIVES.get(cfg.loss.policy_loss)
         self.optimizer = build_optimizer(policy.model, cfg.optim)
         self.on_step = on_step  # called after every optimizer step (counts policy versions)
+        self.checkpointed_layers = []
+        if cfg.update.gradient_checkpointing:
+            self.checkpointed_layers = enable_gradient_checkpointing(policy.model)
 
     # ------------------------------------------------------------------ the role's interface
 
     def update(self, lb: LearningBatch, kl_beta: float, seed_generator: torch.Generator) -> dict:
         self.policy.model.eval()  # dropout off (as TRL's disable_dropout): the ratio starts at exactly 1
+        for layer in self.checkpointed_layers:  # transformers checkpoints a layer only in training mode;
+            layer.training = True  # the flag of the layer alone: its attention and MLP (and their dropout) stay in eval
         return self.objective.passes(self, lb, kl_beta, seed_generator)
 
     def set_lr(self, lr: float) -> None:
@@ -92,28 +124,45 @@ class Learner:
         torch.save(self.optimizer.state_dict(), directory / "optimizer.pt")
 
     def load(self, directory: Path) -> None:
-        """Resume from ``save``'s files: the weights of ``model/`` and the optimizer's moments and step."""
-        saved = load_policy(str(directory / "model")).model.state_dict()
-        with torch.no_grad():
-            self.policy.model.load_state_dict(saved)
-        self.optimizer.load_state_dict(torch.load(directory / "optimizer.pt", weights_only=True))
+        """Resume from ``save``'s files: the weights of ``model/`` (a LoRA run's: its adapter) and the
+        optimizer's moments and step."""
+        if is_adapted(self.policy.model):
+            load_adapter_weights(self.policy.model, directory / "model")
+        else:
+            saved = load_policy(str(directory / "model")).model.state_dict()
+            with torch.no_grad():
+                self.policy.model.load_state_dict(saved)
+        state = torch.load(directory / "optimizer.pt", weights_only=True, map_location=self.device)
+        self.optimizer.load_state_dict(state)
 
     # ------------------------------------------------------------------ passes
 
-    def micro_batches(self, rows: torch.Tensor):
-        return rows.split(self.cfg.update.micro_batch_size)
+    def micro_batches(self, batch, rows: torch.Tensor):
+        """``rows`` in order, cut into micro-batches of at most ``update.micro_batch_size`` sequences and, with
+        ``update.max_tokens_per_micro_batch``, at most that many padded tokens (rows x longest prompt +
+        completion); the aggregation weights keep gradient accumulation exact for any cut."""
+        return token_budget_split(batch.attention_mask.sum(dim=1), rows, self.cfg.update.micro_batch_size,
+                                  self.cfg.update.max_tokens_per_micro_batch)  # fmt: skip
 
-    def logprobs(self, sub):
-        return token_logprobs(self.policy.completion_logits(sub), sub.completion_ids, self.cfg.sampling,
-                              self.objective.distribution)  # fmt: skip
+    @property
+    def device(self) -> torch.device:
+        return getattr(self.policy, "device", torch.device("cpu"))
+
+    def sub_batch(self, lb: LearningBatch, rows: torch.Tensor):
+        """Rows of the learning batch, trimmed (``select``) and on the policy's device."""
+        return to_device(select(lb.batch, rows), self.device)
+
+    def logprobs(self, sub, want_full: bool = False) -> TokenLogprobs:
+        return completion_logprobs(self.policy, sub, self.cfg.sampling, self.objective.distribution,
+                                   want_full=want_full, chunk_tokens=self.cfg.update.logprob_chunk_tokens)  # fmt: skip
 
     @torch.no_grad()
     def old_logprobs(self, lb: LearningBatch) -> torch.Tensor:
-        """The learner's own log-probs of the batch before this step's updates (for TIS)."""
-        out = torch.zeros_like(lb.batch.completion_mask)
-        for rows in self.micro_batches(torch.arange(lb.size)):
-            lp, _ = self.logprobs(select(lb.batch, rows))
-            out[rows, : lp.shape[1]] = lp.to(out.dtype)
+        """The learner's own log-probs of the batch before this step's updates (for TIS), on the device."""
+        out = torch.zeros_like(lb.batch.completion_mask, device=self.device)
+        for rows in self.micro_batches(lb.batch, torch.arange(lb.size)):
+            lp = self.logprobs(self.sub_batch(lb, rows)).sampled
+            out[rows.to(self.device), : lp.shape[1]] = lp.to(out.dtype)
         return out
 
     def mini_batches(self, n: int, gen: torch.Generator):
@@ -122,7 +171,7 @@ class Learner:
         return order.chunk(u.mini_batches)
 
     def optimizer_step(self, stats: UpdateStats) -> None:
-        stats.grad_norms.append(clip_grad_norm(self.policy.model, self.cfg.optim.grad_clip))
+        stats.grad_norms.append(clip_grad_norm(self.policy.model, self.cfg.optim.grad_clip, self.optimizer))
         self.optimizer.step()
         self.on_step()
 
@@ -134,10 +183,10 @@ class Learner:
             for mb in self.mini_batches(lb.size, gen):
                 self.optimizer.zero_grad(set_to_none=True)
                 mb_mask, mb_loss = lb.batch.completion_mask[mb], 0.0
-                for rows in self.micro_batches(mb):
+                for rows in self.micro_batches(lb.batch, mb):
                     loss, weight = self._micro_batch_loss(objective, lb, rows, old, kl_beta if use_kl else 0.0,
                                                           mb_mask, stats, first=update_pass == 0)  # fmt: skip
-                    (loss * weight).backward()
+                    backward_scaled(self.optimizer, loss * weight)
                     mb_loss += float(loss.detach() * weight)  # the weights make this the mini-batch's loss
                 if update_pass == 0:
                     stats.acc("loss", mb_loss, 1.0)
@@ -145,51 +194,52 @@ class Learner:
         return stats.summary()
 
     def _micro_batch_loss(self, objective, lb, rows, old, kl_beta, mb_mask, stats, first: bool):
-        c, sub = self.cfg.loss, select(lb.batch, rows)
+        c, sub, dev = self.cfg.loss, self.sub_batch(lb, rows), self.device
         T, mask = sub.completion_ids.shape[1], sub.completion_mask
-        lp, full = self.logprobs(sub)
-        adv = lb.advantages[rows, :T]
+        tl = self.logprobs(sub, want_full=bool(kl_beta) and self.cfg.kl.estimator == "exact")
+        lp, adv = tl.sampled, lb.advantages[rows, :T].to(dev)
         objective_t = self._objective(objective, lp, lb, old, rows, T, adv, mask, stats, first)
         if kl_beta:
-            kl = self._kl(full, lb.ref_logprobs[rows, :T], sub.completion_ids)
+            kl = self._kl(tl, lb.ref_logprobs[rows, :T].to(dev), sub.completion_ids)
             objective_t = objective_t - kl_beta * kl
             if first:
                 kl_sum = float((kl.detach() * mask).sum())
                 stats.acc("kl", kl_sum, float(mask.sum()))
                 stats.acc("kl_per_completion", kl_sum, float(mask.shape[0]))  # the adaptive controller's
         if c.entropy_coef:
-            objective_t = objective_t + c.entropy_coef * entropy_from_logprobs(full)
+            objective_t = objective_t + c.entropy_coef * tl.entropy
         loss = -aggregate_loss(objective_t, mask, c.aggregation, max_len=self.cfg.sampling.max_new_tokens)
         if first:
-            self._first_pass_stats(stats, lp, lb.behavior[rows, :T] if lb.behavior is not None else None, full, mask)
-        return loss, aggregation_weight(mask, mb_mask, c.aggregation) * lb.kept_share
+            behavior = lb.behavior[rows, :T].to(dev) if lb.behavior is not None else None
+            self._first_pass_stats(stats, lp, behavior, tl.entropy, mask)
+        return loss, aggregation_weight(mask, mb_mask.to(dev), c.aggregation) * lb.kept_share
 
     def _objective(self, objective, lp, lb, old, rows, T, adv, mask, stats, first):
         c = self.cfg.loss
         if not objective.needs_behavior:  # likelihood: no ratio
             return objective.per_token(lp, None, adv, mask, c)
-        den = (old if old is not None else lb.behavior)[rows, :T].to(lp.dtype)
+        dev = lp.device
+        den = old[rows.to(dev), :T] if old is not None else lb.behavior[rows, :T].to(dev, lp.dtype)
         out = objective.per_token(lp, den, adv, mask, c)
         ratio = torch.exp(lp.detach() - den)
         stats.ratios(ratio, adv.expand_as(ratio), mask, c)
         if old is not None:  # truncated IS: pi_old(learner) / pi_behavior(rollout engine), capped
-            w = torch.exp(den - lb.behavior[rows, :T].to(lp.dtype)).clamp(max=c.tis_cap)
+            w = torch.exp(den - lb.behavior[rows, :T].to(dev, lp.dtype)).clamp(max=c.tis_cap)
             out = out * w
             if first:
                 stats.acc("tis_weight", float((w * mask).sum()), float(mask.sum()))
         return out
 
-    def _kl(self, full, ref, ids) -> torch.Tensor:
+    def _kl(self, tl: TokenLogprobs, ref, ids) -> torch.Tensor:
         est = self.cfg.kl.estimator
         if est == "exact":  # the whole next-token distribution at each visited position
-            return kl_exact(full, ref.to(full.dtype))
-        lp_full = full.gather(-1, ids[..., None]).squeeze(-1)
-        return kl_estimate(lp_full, ref.to(lp_full.dtype), est)
+            return kl_exact(tl.full, ref.to(tl.full.dtype))
+        return kl_estimate(tl.scaled, ref.to(tl.scaled.dtype), est)
 
     @torch.no_grad()
-    def _first_pass_stats(self, stats: UpdateStats, lp, behavior, full, mask) -> None:
+    def _first_pass_stats(self, stats: UpdateStats, lp, behavior, entropy, mask) -> None:
         valid, n = mask.bool(), float(mask.sum())
-        stats.acc("entropy", float(entropy_from_logprobs(full)[valid].sum()), n)
+        stats.acc("entropy", float(entropy[valid].sum()), n)
         if behavior is not None:  # the rollout engine's log-probs vs the learner's, before any update
             diff = (lp.detach() - behavior.to(lp.dtype)).abs()
             stats.acc("logprob_mismatch", float(diff[valid].sum()), n)
@@ -202,18 +252,18 @@ class Learner:
             for mb in self.mini_batches(pairs.shape[0], gen):
                 self.optimizer.zero_grad(set_to_none=True)
                 for chunk in mb.split(max(1, self.cfg.update.micro_batch_size // 2)):
-                    self._pair_chunk(lb, pairs[chunk], ref_seq, mb.numel(), stats)
+                    self._pair_chunk(lb, pairs[chunk], ref_seq.to(self.device), mb.numel(), stats)
                 self.optimizer_step(stats)
         return stats.summary()
 
     def _pair_chunk(self, lb, p, ref_seq, n_pairs: int, stats: UpdateStats) -> None:
         rows = p.reshape(-1)
-        sub = select(lb.batch, rows)
-        lp, _ = self.logprobs(sub)
+        sub = self.sub_batch(lb, rows)
+        lp = self.logprobs(sub).sampled
         seq = (lp * sub.completion_mask).sum(dim=1).view(-1, 2)  # [P, (chosen, rejected)]
-        ref = ref_seq[rows].view(-1, 2).to(seq.dtype)
+        ref = ref_seq[rows.to(self.device)].view(-1, 2).to(seq.dtype)
         losses = dpo_loss(seq[:, 0], seq[:, 1], ref[:, 0], ref[:, 1], self.cfg.loss.dpo_beta)
-        (losses.sum() / n_pairs).backward()
+        backward_scaled(self.optimizer, losses.sum() / n_pairs)
         margin = ((seq[:, 0] - ref[:, 0]) - (seq[:, 1] - ref[:, 1])).detach()
         stats.acc("dpo_loss", float(losses.detach().sum()), float(len(p)))
         stats.acc("dpo_accuracy", float((margin > 0).sum()), float(len(p)))

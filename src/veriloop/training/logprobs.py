@@ -1,4 +1,4 @@
-"""Which distribution a log-prob is taken under: the rule, written once.
+"""Which distribution a log-prob is taken under, and how it is computed without ``[N, T, V]`` in float32.
 
 * ``"sampling"`` - the distribution the sampler drew from (temperature, then top-k and
   top-p): ratio objectives divide by the behaviour log-prob recorded under it, so the
@@ -7,13 +7,38 @@
 * the KL and the entropy compare the *temperature-scaled full* distributions; reference
   log-probs are taken under the KL's distribution, unless the objective itself reads them
   (DPO), then under the objective's.
+
+Memory at real vocabulary sizes: the logits of a 150k vocabulary over a micro-batch of
+8 x 512 tokens are 2.4 GB in float32.  ``completion_logprobs`` therefore runs the LM head
+over ``chunk_tokens`` completion tokens at a time (only tokens the mask keeps), casts each
+chunk's logits to float32 for the log-softmax, keeps the three numbers per token the learner
+needs (the token's log-prob under the objective's distribution and under the scaled full
+one, and the entropy), and under autograd recomputes a chunk in the backward pass instead of
+holding its logits (``torch.utils.checkpoint``).  When the whole micro-batch fits in one chunk
+it takes the plain path (the model's own logits, gathered): the same numbers bit for bit as
+before chunking existed.
 """
 
 from __future__ import annotations
 
-import torch
+from typing import NamedTuple
 
-from veriloop.algorithms import sampling_logprobs
+import torch
+from torch.utils.checkpoint import checkpoint
+
+from veriloop.algorithms import entropy_from_logprobs, sampling_logprobs
+
+# auto chunk: as many tokens as keep one chunk's float32 logits at <= 2**24 values (64 MiB)
+CHUNK_ELEMENTS = 1 << 24
+
+
+class TokenLogprobs(NamedTuple):
+    """Per completion token ``[N, T]`` (0 where the completion mask is 0)."""
+
+    sampled: torch.Tensor  # log-prob under the objective's distribution ("sampling" or "model")
+    scaled: torch.Tensor  # log-prob under the temperature-scaled full distribution (the KL's)
+    entropy: torch.Tensor  # entropy of the temperature-scaled full distribution
+    full: torch.Tensor | None = None  # [N, T, V] temperature-scaled log-softmax, only when asked (exact KL)
 
 
 def temperature_of(sampling) -> float:
@@ -31,6 +56,51 @@ def token_logprobs(logits: torch.Tensor, ids: torch.Tensor, sampling, distributi
     else:
         dist = sampling_logprobs(logits, temperature, sampling.top_k, sampling.top_p)
     return dist.gather(-1, ids[..., None]).squeeze(-1), full
+
+
+def _token_stats(logits: torch.Tensor, ids: torch.Tensor, sampling, distribution: str):
+    """(sampled, scaled, entropy) of float32 ``logits [M, V]`` at ``ids [M]``."""
+    lp, full = token_logprobs(logits.float(), ids, sampling, distribution)
+    return lp, full.gather(-1, ids[..., None]).squeeze(-1), entropy_from_logprobs(full)
+
+
+def chunk_size(vocab: int, chunk_tokens: int) -> int:
+    return chunk_tokens if chunk_tokens > 0 else max(1, CHUNK_ELEMENTS // max(vocab, 1))
+
+
+def completion_logprobs(policy, batch, sampling, distribution: str, *, want_full: bool = False,
+                        chunk_tokens: int = 0) -> TokenLogprobs:  # fmt: skip
+    """The learner's (and the reference's) per-token numbers of ``batch``'s completions.
+
+    ``chunk_tokens``: completion tokens per LM-head chunk; 0 = auto (``CHUNK_ELEMENTS`` float32
+    logits per chunk).  ``want_full`` (the exact KL reads whole distributions) takes the plain path.
+    """
+    mask = batch.completion_mask
+    chunked = getattr(policy, "has_hidden_path", False)  # exact mode's candidate policy has no LM head
+    per_chunk = chunk_size(policy.vocab_size if chunked else 1, chunk_tokens)
+    if want_full or not chunked or int(mask.sum()) <= per_chunk:
+        logits = policy.completion_logits(batch)
+        lp, full = token_logprobs(logits, batch.completion_ids, sampling, distribution)
+        scaled = full.gather(-1, batch.completion_ids[..., None]).squeeze(-1)
+        return TokenLogprobs(lp, scaled, entropy_from_logprobs(full), full if want_full else None)
+    hidden = policy.completion_hidden(batch)  # [N, T, H] in the model's dtype
+    mask = mask.to(hidden.device)
+    where = mask.reshape(-1).nonzero().squeeze(1).to(hidden.device)
+    h, ids = hidden.reshape(-1, hidden.shape[-1])[where], batch.completion_ids.reshape(-1).to(hidden.device)[where]
+
+    def stats(h_chunk, ids_chunk):
+        return _token_stats(policy.logits_from_hidden(h_chunk), ids_chunk, sampling, distribution)
+
+    pieces = []
+    for start in range(0, h.shape[0], per_chunk):
+        args = (h[start : start + per_chunk], ids[start : start + per_chunk])
+        grad = torch.is_grad_enabled() and args[0].requires_grad
+        pieces.append(checkpoint(stats, *args, use_reentrant=False) if grad else stats(*args))
+    out = []
+    for values in zip(*pieces):
+        flat = torch.zeros(mask.numel(), dtype=torch.float32, device=hidden.device)
+        out.append(flat.index_put((where,), torch.cat(values)).view(mask.shape))
+    return TokenLogprobs(*out)
 
 
 def reference_temperature(objective, sampling) -> float:

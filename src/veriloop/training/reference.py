@@ -11,11 +11,17 @@ import torch
 
 from veriloop.models.batch import PolicyBatch, select
 from veriloop.models.loading import load_policy
+from veriloop.models.lora import AdapterDisabledPolicy
+from veriloop.rollout.sampler import SamplingParams
+from veriloop.training.logprobs import completion_logprobs
 
 
 class ReferencePolicy:
-    def __init__(self, policy, micro_batch_size: int):
-        self.policy, self.micro_batch_size = policy, micro_batch_size
+    """Runs under ``no_grad`` (no activations kept), one micro-batch at a time, the LM head chunked
+    as the learner's; the log-probs come back on the CPU, where the learning batch lives."""
+
+    def __init__(self, policy, micro_batch_size: int, chunk_tokens: int = 0):
+        self.policy, self.micro_batch_size, self.chunk_tokens = policy, micro_batch_size, chunk_tokens
 
     @property
     def model(self) -> torch.nn.Module:
@@ -26,8 +32,13 @@ class ReferencePolicy:
         """The configured reference (``cfg.reference``, else a frozen copy of the starting policy), or None."""
         if cfg.kl.beta <= 0 and not objective.needs_reference:
             return None  # no reference model, and no reference pass, when nothing uses it
-        frozen = load_policy(cfg.reference).frozen_copy() if cfg.reference else start.frozen_copy()
-        return cls(frozen, cfg.update.micro_batch_size)
+        if cfg.reference:
+            frozen = load_policy(cfg.reference, placement=cfg.placement(), prompts=start.prompts).frozen_copy()
+        elif cfg.lora.enabled:  # the base under the adapters: no second copy of the weights
+            frozen = AdapterDisabledPolicy(start)
+        else:
+            frozen = start.frozen_copy()
+        return cls(frozen, cfg.update.micro_batch_size, cfg.update.logprob_chunk_tokens)
 
     @torch.no_grad()
     def logprobs(self, batch: PolicyBatch, temperature: float, full: bool) -> torch.Tensor:
@@ -35,9 +46,9 @@ class ReferencePolicy:
         out = None
         for rows in torch.arange(batch.input_ids.shape[0]).split(self.micro_batch_size):
             sub = select(batch, rows)
-            lp = torch.log_softmax(self.policy.completion_logits(sub) / temperature, dim=-1)
-            if not full:
-                lp = lp.gather(-1, sub.completion_ids[..., None]).squeeze(-1)
+            tl = completion_logprobs(self.policy, sub, SamplingParams(temperature=temperature), "model",
+                                     want_full=full, chunk_tokens=self.chunk_tokens)  # fmt: skip
+            lp = (tl.full if full else tl.scaled).cpu()
             if out is None:
                 shape = (batch.input_ids.shape[0], batch.completion_ids.shape[1], *lp.shape[2:])
                 out = torch.zeros(shape, dtype=lp.dtype)

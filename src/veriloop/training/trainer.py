@@ -33,7 +33,7 @@ from veriloop.algorithms import AdaptiveKLController, FixedKLController
 from veriloop.config import to_dict
 from veriloop.evaluation.evaluate import validation_metrics
 from veriloop.io import atomic_write_json
-from veriloop.models.loading import load_policy
+from veriloop.models.loading import PromptFormat, load_policy
 from veriloop.prm.process import ProcessSupervisor
 from veriloop.registry import ESTIMATORS
 from veriloop.rollout.engine import FROZEN, LocalEngine, TaskTeacherEngine
@@ -49,6 +49,7 @@ from veriloop.training.optim import lr_at
 from veriloop.training.recipes import RECIPES
 from veriloop.training.reference import ReferencePolicy
 from veriloop.training.signals import Signal, SignalMaker
+from veriloop.training.tracking import build_tracker
 from veriloop.verifiers import get as get_verifier
 
 
@@ -65,14 +66,16 @@ class Trainer:
         self.verifier = verifier or get_verifier(cfg.verifier)
         if cfg.rollout.source == "task-teacher":
             TaskTeacherEngine.require_demonstrations(self.task)
-        start = policy if policy is not None else load_policy(cfg.policy, seed=cfg.seed, init_config=cfg.model)
+        start = policy if policy is not None else self._load_start(cfg)
         checkpoint = open_run_dir(self.run_dir, to_dict(cfg), resume)
         self.store, self.metrics = RecordStore(self.run_dir / "rollouts"), MetricsLog(self.run_dir / "metrics.jsonl")
         # resuming: a copy of the start whose weights and optimizer the learner reads from the checkpoint (once)
         self.policy = copy.deepcopy(start) if checkpoint else start
         self.state, self.pending = RunState(kl_beta=cfg.kl.beta), deque()
         self.learner = Learner(self.policy, cfg, on_step=self._count_version)
-        self.reference = ReferencePolicy.build(cfg, start, self.learner.objective)
+        # LoRA: the reference is the trained model's own base (adapters off), so it must be that model
+        self.reference = ReferencePolicy.build(cfg, self.policy if cfg.lora.enabled else start,
+                                               self.learner.objective)  # fmt: skip
         estimator = ESTIMATORS.get(cfg.advantage.estimator)
         self.critic = Critic(self.policy, cfg) if estimator.needs_critic else None
         adaptive = cfg.kl.controller == "adaptive" and cfg.kl.beta > 0
@@ -87,6 +90,14 @@ class Trainer:
         self.collector = Collector(cfg, self.task, self.engine, self.verifier, self.pending)
         self.signal = SignalMaker(cfg, self.learner.objective, self.policy.pad_id, self.reference, self.critic,
                                   self.process)  # fmt: skip
+        self.tracker = build_tracker(cfg.report_to, self.run_dir, to_dict(cfg), self.run_dir.name)
+
+    @staticmethod
+    def _load_start(cfg: TrainConfig):
+        prompts = PromptFormat(cfg.task.chat_template, cfg.task.system_prompt)
+        start = load_policy(cfg.policy, seed=cfg.seed, init_config=cfg.model, placement=cfg.placement(),
+                            prompts=prompts)  # fmt: skip
+        return start.with_adapters(cfg.lora, derive_seed(cfg.seed, 0, "lora")) if cfg.lora.enabled else start
 
     # ------------------------------------------------------------------ the loop
 
@@ -112,6 +123,7 @@ class Trainer:
                 break
         bar.close()
         self.save_final()
+        self.tracker.close()
         return self.metrics.rows[-1] if self.metrics.rows else {}
 
     def train_step(self, step: int) -> dict:
@@ -142,6 +154,7 @@ class Trainer:
                    **self.validate(step))  # fmt: skip
         self.state.step = step
         self.metrics.append(row)
+        self.tracker.log(step, row)
         return row
 
     def update(self, step: int, signal: Signal | None) -> dict:
@@ -171,10 +184,11 @@ class Trainer:
             self.engine.hold(self.state.policy_version)
 
     def validate(self, step: int) -> dict:
-        """Greedy accuracy on the validation split every ``eval_every`` steps (never the held-out set)."""
+        """Greedy accuracy on ``eval_split`` (validation unless asked otherwise) every ``eval_every`` steps."""
         if not self.cfg.eval_every or (step % self.cfg.eval_every and step != self.cfg.steps):
             return {}
-        return validation_metrics(self.policy, self.task, self.cfg.task.eval_verifiers(), self.cfg.eval_problems)
+        return validation_metrics(self.policy, self.task, self.cfg.task.eval_verifiers(), self.cfg.eval_problems,
+                                  self.cfg.eval_split)  # fmt: skip
 
     # ------------------------------------------------------------------ the parts a test may call alone
 
@@ -191,7 +205,8 @@ class Trainer:
         if src == "task-teacher":
             return TaskTeacherEngine(self.task, self.policy)
         if src == "teacher":
-            return LocalEngine(load_policy(self.cfg.rollout.teacher).frozen_copy(), FROZEN)
+            teacher = load_policy(self.cfg.rollout.teacher, placement=self.cfg.placement(), prompts=self.policy.prompts)
+            return LocalEngine(teacher.frozen_copy(), FROZEN)
         if src == "initial":  # the reference is already a frozen copy of the start when it is one
             shared = self.reference is not None and not self.cfg.reference
             return LocalEngine(self.reference.policy if shared else start.frozen_copy(), FROZEN)
@@ -234,5 +249,5 @@ class Trainer:
                 "wall_time_s": round(time.time() - getattr(self, "started", time.time()), 1),
                 "config": to_dict(self.cfg), "final": self.metrics.rows[-1] if self.metrics.rows else {}}  # fmt: skip
         for target in [self.run_dir / "final"] + ([Path(self.cfg.export)] if self.cfg.export else []):
-            self.policy.save(target)
+            self.policy.save_merged(target)  # LoRA: the merged model, and the adapter in adapter/
             atomic_write_json(target / f"{made_by.replace(' ', '_')}.json", made)
