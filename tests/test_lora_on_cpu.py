@@ -108,8 +108,9 @@ def test_lora_grpo_improves_the_built_in_task(tmp_path):
     assert after.greedy_accuracy > before.greedy_accuracy + LORA_GAIN, (before.greedy_accuracy, after.greedy_accuracy)
 
 
-# the learning rate was chosen on the validation split (benchmarks/lora_lr.py); the gain is what it must at least give
+# The learning rate is the best of 2e-4, 5e-4, 1e-3, 2e-3 on the validation split (`python benchmarks/lora_lr.py`:
+# 0.902, 0.900, 0.860, 0.723 from 0.665; full fine-tuning 0.905). The gain asked is the full GRPO test's.
 LORA_SETTINGS = {"steps": 40, "seed": 0, "checkpoint_every": 100, "rollout.prompts_per_step": 16,
                  "rollout.group_size": 8, "task.arithmetic.heldout_size": 200, "lora.r": 16, "lora.alpha": 32,
-                 "optim.lr": 5e-4, "device": "cpu"}  # fmt: skip
-LORA_GAIN = 0.08
+                 "optim.lr": 2e-4, "device": "cpu"}  # fmt: skip
+LORA_GAIN = 0.12

@@ -9,13 +9,13 @@ from hypothesis import strategies as st
 from veriloop import verifiers
 from veriloop.config import build_config
 from veriloop.errors import InputError
-from veriloop.models.batch import build_policy_batch
+from veriloop.models.batch import build_policy_batch, token_budget_split
 from veriloop.models.device import Placement, resolve_device, resolve_dtype
 from veriloop.models.loading import load_policy
 from veriloop.models.tiny import TinyModelConfig
 from veriloop.rollout.sampler import SamplingParams
 from veriloop.training.config import TrainConfig
-from veriloop.training.learner import enable_gradient_checkpointing, token_budget_split
+from veriloop.training.learner import enable_gradient_checkpointing
 from veriloop.training.logprobs import completion_logprobs
 from veriloop.training.optim import MasterWeightsOptimizer, OptimConfig, build_optimizer, clip_grad_norm
 from veriloop.training.trainer import Trainer

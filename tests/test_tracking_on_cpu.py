@@ -335,3 +335,28 @@ def test_local_backends_turn_error_reports_and_telemetry_off_by_default(tmp_path
     with pytest.raises(InputError):
         build_tracker("wandb", tmp_path / "run", CONFIG, "run-1")
     assert os.environ["WANDB_ERROR_REPORTING"] == "true"
+
+
+def test_a_training_run_reports_every_metrics_row_and_its_evaluation_curve(tmp_path, local_env):
+    """`veriloop train --report_to tensorboard --eval_every 2`: each step's row in TensorBoard, the periodic
+    evaluation in the rows and as a curve in the run's report."""
+    pytest.importorskip("tensorboard")
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from veriloop import cli
+
+    run_dir = tmp_path / "run"
+    code = cli.main(["train", "--policy", "builtin:init", "--model.hidden_size", "32", "--model.num_layers", "1",
+                     "--model.intermediate_size", "64", "--model.num_heads", "2", "--steps", "4", "--eval_every", "2",
+                     "--eval_problems", "4", "--rollout.prompts_per_step", "2", "--rollout.group_size", "2",
+                     "--sampling.max_new_tokens", "8", "--run_dir", str(run_dir), "--report_to", "tensorboard",
+                     "--device", "cpu", "--task.arithmetic.heldout_size", "4"])  # fmt: skip
+    assert code in (0, None)
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    events = EventAccumulator(str(run_dir / "tensorboard")).Reload()
+    rewards = [(e.step, e.value) for e in events.Scalars("reward_mean")]
+    assert rewards == [(r["step"], pytest.approx(r["reward_mean"])) for r in rows]
+    evals = [(e.step, e.value) for e in events.Scalars("validation_greedy_accuracy")]
+    assert [s for s, _ in evals] == [2, 4]
+    assert (run_dir / "plots" / "evaluation.png").is_file()
+    assert "plots/evaluation.png" in (run_dir / "report.html").read_text()

@@ -99,3 +99,20 @@ def select(batch: PolicyBatch, rows: torch.Tensor) -> PolicyBatch:
         sub.completion_ids[:, :Tc],
         sub.completion_mask[:, :Tc],
     )
+
+
+def token_budget_split(lengths: torch.Tensor, rows: torch.Tensor, max_rows: int, max_tokens: int) -> list:
+    """Greedy cut of ``rows`` (in order) so each piece has <= ``max_rows`` rows and, when ``max_tokens`` > 0,
+    ``len(piece) * max(lengths[piece]) <= max_tokens`` (a row longer than the budget goes alone)."""
+    if max_tokens <= 0:
+        return list(rows.split(max_rows))
+    pieces, start, longest = [], 0, 0
+    lens = lengths[rows].tolist()
+    for i, n in enumerate(lens):
+        width = max(longest, n)
+        if i > start and ((i - start + 1) * width > max_tokens or i - start >= max_rows):
+            pieces.append(rows[start:i])
+            start, width = i, n
+        longest = width
+    pieces.append(rows[start:])
+    return pieces

@@ -60,11 +60,15 @@ class PromptFormat:
     def uses_template(self, tokenizer) -> bool:
         return self.chat_template == "auto" and bool(getattr(tokenizer, "chat_template", None))
 
+    def check(self, tokenizer, where: str) -> None:
+        """Refuse a system prompt that would be dropped (checked when the policy loads, before any run starts)."""
+        if self.system_prompt and not self.uses_template(tokenizer):
+            raise InputError(f"task.system_prompt needs a chat template, and the tokenizer of {where!r} has none "
+                             "(or task.chat_template is none)")  # fmt: skip
+
     def encode(self, tokenizer, text: str) -> list[int]:
         if not self.uses_template(tokenizer):
-            if self.system_prompt:
-                raise InputError("task.system_prompt needs a chat template, and this tokenizer has none "
-                                 "(or task.chat_template is none)")  # fmt: skip
+            self.check(tokenizer, "this policy")
             return tokenizer(text).input_ids
         messages = [{"role": "system", "content": self.system_prompt}] if self.system_prompt else []
         messages.append({"role": "user", "content": text})
@@ -177,6 +181,7 @@ def load_policy(path: str, seed: int = 0, init_config=None, *, placement: Placem
     if path == "builtin:init":
         tok = build_char_tokenizer(init_config.max_positions) if init_config is not None else build_char_tokenizer()
         model = build_tiny_model(tok, init_config, seed=seed).to(placement.device, placement.dtype)
+        prompts.check(tok, path)
         return Policy(model, tok, path, prompts)
     real = resolve_path(path)
     if not os.path.isdir(real):
@@ -197,6 +202,7 @@ def load_policy(path: str, seed: int = 0, init_config=None, *, placement: Placem
     except (OSError, ValueError) as e:
         raise PolicyLoadError(f"cannot load a causal LM from {real!r}: {e}") from None
     check_compatible(model, tok, real)
+    prompts.check(tok, real)
     model.to(placement.device).eval()
     return Policy(model, tok, path, prompts)
 

@@ -21,6 +21,9 @@ PANELS = [
     ("length", ["completion_len_mean", "completion_len_max"], "tokens"),
     ("time", ["time_generate_s", "time_verify_s", "time_update_s"], "seconds per step"),
 ]
+# measured every eval_every steps only: drawn as points at those steps, and only when a run has them
+EVAL_PANEL = ("evaluation", ["validation_greedy_accuracy", "validation_wrong_steps_rate", "heldout_greedy_accuracy",
+                             "heldout_wrong_steps_rate"], "greedy accuracy / rate")  # fmt: skip
 
 
 def _rows(run_dir: Path) -> list[dict]:
@@ -34,9 +37,15 @@ def write_plots(run_dir: Path, rows: list[dict]) -> list[Path]:
     out = []
     (run_dir / "plots").mkdir(exist_ok=True)
     steps = [r["step"] for r in rows]
-    for name, keys, ylabel in PANELS:
+    evaluated = any(k in r for r in rows for k in EVAL_PANEL[1])
+    for name, keys, ylabel in PANELS + ([EVAL_PANEL] if evaluated else []):
         fig, ax = plt.subplots(figsize=(6, 3.2))
         for key in keys:
+            if name == EVAL_PANEL[0]:
+                points = [(r["step"], r[key]) for r in rows if r.get(key) is not None]
+                if points:
+                    ax.plot(*zip(*points), marker="o", label=key)
+                continue
             ys = [r.get(key) for r in rows]
             if any(y is not None for y in ys):
                 ax.plot(steps, [float("nan") if y is None else y for y in ys], label=key)

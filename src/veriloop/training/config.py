@@ -141,7 +141,7 @@ class UpdateConfig:
     logprob_chunk_tokens: int = field(
         default=0,
         metadata={"help": "completion tokens per LM-head chunk (log-probs and entropy without [N, T, V] in "
-                  "float32); 0 = auto (2**24 logits per chunk)"},
+                  "float32); 0 = auto (2**24 logits per chunk, 2**27 on a GPU)"},
     )
     gradient_checkpointing: bool = field(
         default=False, metadata={"help": "recompute each decoder layer's activations in the backward pass"}

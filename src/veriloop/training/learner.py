@@ -20,30 +20,13 @@ from pathlib import Path
 import torch
 
 from veriloop.algorithms import aggregate_loss, aggregation_weight, clip_fractions, dpo_loss, kl_estimate, kl_exact
-from veriloop.models.batch import select, to_device
+from veriloop.models.batch import select, to_device, token_budget_split
 from veriloop.models.loading import load_policy
 from veriloop.models.lora import is_adapted, load_adapter_weights
 from veriloop.registry import OBJECTIVES
 from veriloop.training.logprobs import TokenLogprobs, completion_logprobs
 from veriloop.training.optim import backward_scaled, build_optimizer, clip_grad_norm, set_lr
 from veriloop.training.signals import LearningBatch
-
-
-def token_budget_split(lengths: torch.Tensor, rows: torch.Tensor, max_rows: int, max_tokens: int) -> list:
-    """Greedy cut of ``rows`` (in order) so each piece has <= ``max_rows`` rows and, when ``max_tokens`` > 0,
-    ``len(piece) * max(lengths[piece]) <= max_tokens`` (a row longer than the budget goes alone)."""
-    if max_tokens <= 0:
-        return list(rows.split(max_rows))
-    pieces, start, longest = [], 0, 0
-    lens = lengths[rows].tolist()
-    for i, n in enumerate(lens):
-        width = max(longest, n)
-        if i > start and ((i - start + 1) * width > max_tokens or i - start >= max_rows):
-            pieces.append(rows[start:i])
-            start, width = i, n
-        longest = width
-    pieces.append(rows[start:])
-    return pieces
 
 
 def enable_gradient_checkpointing(model: torch.nn.Module) -> list[torch.nn.Module]:
@@ -152,16 +135,16 @@ class Learner:
         """Rows of the learning batch, trimmed (``select``) and on the policy's device."""
         return to_device(select(lb.batch, rows), self.device)
 
-    def logprobs(self, sub, want_full: bool = False) -> TokenLogprobs:
-        return completion_logprobs(self.policy, sub, self.cfg.sampling, self.objective.distribution,
-                                   want_full=want_full, chunk_tokens=self.cfg.update.logprob_chunk_tokens)  # fmt: skip
+    def logprobs(self, sub, want_full: bool = False, entropy: bool = True) -> TokenLogprobs:
+        return completion_logprobs(self.policy, sub, self.cfg.sampling, self.objective.distribution, want_full=want_full,
+                                   chunk_tokens=self.cfg.update.logprob_chunk_tokens, entropy=entropy)  # fmt: skip
 
     @torch.no_grad()
     def old_logprobs(self, lb: LearningBatch) -> torch.Tensor:
         """The learner's own log-probs of the batch before this step's updates (for TIS), on the device."""
         out = torch.zeros_like(lb.batch.completion_mask, device=self.device)
         for rows in self.micro_batches(lb.batch, torch.arange(lb.size)):
-            lp = self.logprobs(self.sub_batch(lb, rows)).sampled
+            lp = self.logprobs(self.sub_batch(lb, rows), entropy=False).sampled
             out[rows.to(self.device), : lp.shape[1]] = lp.to(out.dtype)
         return out
 
@@ -259,7 +242,7 @@ class Learner:
     def _pair_chunk(self, lb, p, ref_seq, n_pairs: int, stats: UpdateStats) -> None:
         rows = p.reshape(-1)
         sub = self.sub_batch(lb, rows)
-        lp = self.logprobs(sub).sampled
+        lp = self.logprobs(sub, entropy=False).sampled
         seq = (lp * sub.completion_mask).sum(dim=1).view(-1, 2)  # [P, (chosen, rejected)]
         ref = ref_seq[rows.to(self.device)].view(-1, 2).to(seq.dtype)
         losses = dpo_loss(seq[:, 0], seq[:, 1], ref[:, 0], ref[:, 1], self.cfg.loss.dpo_beta)

@@ -14,9 +14,9 @@ over ``chunk_tokens`` completion tokens at a time (only tokens the mask keeps), 
 chunk's logits to float32 for the log-softmax, keeps the three numbers per token the learner
 needs (the token's log-prob under the objective's distribution and under the scaled full
 one, and the entropy), and under autograd recomputes a chunk in the backward pass instead of
-holding its logits (``torch.utils.checkpoint``).  When the whole micro-batch fits in one chunk
-it takes the plain path (the model's own logits, gathered): the same numbers bit for bit as
-before chunking existed.
+holding its logits (``torch.utils.checkpoint``).  When the logits of every position of the
+micro-batch fit in one chunk's budget it takes the plain path (the model's own logits,
+gathered): the built-in model's numbers are the same bit for bit as before chunking existed.
 """
 
 from __future__ import annotations
@@ -35,9 +35,9 @@ CHUNK_ELEMENTS = 1 << 24
 class TokenLogprobs(NamedTuple):
     """Per completion token ``[N, T]`` (0 where the completion mask is 0)."""
 
-    sampled: torch.Tensor  # log-prob under the objective's distribution ("sampling" or "model")
+    sampled: torch.Tensor  # log-prob under the objective's distribution ("sampling", "model" or "scaled")
     scaled: torch.Tensor  # log-prob under the temperature-scaled full distribution (the KL's)
-    entropy: torch.Tensor  # entropy of the temperature-scaled full distribution
+    entropy: torch.Tensor | None  # entropy of the temperature-scaled full distribution (None when not asked)
     full: torch.Tensor | None = None  # [N, T, V] temperature-scaled log-softmax, only when asked (exact KL)
 
 
@@ -49,7 +49,9 @@ def token_logprobs(logits: torch.Tensor, ids: torch.Tensor, sampling, distributi
     """(log-probs of ``ids`` under ``distribution``, temperature-scaled full log-probs ``[.., V]``)."""
     temperature = temperature_of(sampling)
     full = torch.log_softmax(logits / temperature, dim=-1)
-    if distribution == "model":
+    if distribution == "scaled":  # the temperature-scaled full distribution itself (the KL's, the reference's)
+        dist = full
+    elif distribution == "model":
         dist = full if temperature == 1.0 else torch.log_softmax(logits, dim=-1)
     elif sampling.top_k == 0 and sampling.top_p == 1.0:
         dist = full
@@ -58,38 +60,52 @@ def token_logprobs(logits: torch.Tensor, ids: torch.Tensor, sampling, distributi
     return dist.gather(-1, ids[..., None]).squeeze(-1), full
 
 
-def _token_stats(logits: torch.Tensor, ids: torch.Tensor, sampling, distribution: str):
-    """(sampled, scaled, entropy) of float32 ``logits [M, V]`` at ``ids [M]``."""
+def _token_stats(logits: torch.Tensor, ids: torch.Tensor, sampling, distribution: str, entropy: bool):
+    """(sampled, scaled[, entropy]) of float32 ``logits [M, V]`` at ``ids [M]``."""
     lp, full = token_logprobs(logits.float(), ids, sampling, distribution)
-    return lp, full.gather(-1, ids[..., None]).squeeze(-1), entropy_from_logprobs(full)
+    scaled = full.gather(-1, ids[..., None]).squeeze(-1)
+    if not entropy:
+        return lp, scaled
+    # H = -sum p log p; entr(p) = -p log p is 0 at p = 0, and the full log-softmax of finite logits is finite
+    return lp, scaled, torch.special.entr(full.exp()).sum(dim=-1)
 
 
-def chunk_size(vocab: int, chunk_tokens: int) -> int:
-    return chunk_tokens if chunk_tokens > 0 else max(1, CHUNK_ELEMENTS // max(vocab, 1))
+def chunk_size(vocab: int, chunk_tokens: int, device: torch.device = torch.device("cpu")) -> int:
+    """Tokens per LM-head chunk: ``chunk_tokens``, or as many as keep one chunk's float32 logits within
+    ``CHUNK_ELEMENTS`` (x 8 on a GPU, where many small chunks would cost a kernel launch each)."""
+    if chunk_tokens > 0:
+        return chunk_tokens
+    budget = CHUNK_ELEMENTS * (8 if device.type == "cuda" else 1)
+    return max(1, budget // max(vocab, 1))
 
 
 def completion_logprobs(policy, batch, sampling, distribution: str, *, want_full: bool = False,
-                        chunk_tokens: int = 0) -> TokenLogprobs:  # fmt: skip
+                        chunk_tokens: int = 0, entropy: bool = True) -> TokenLogprobs:  # fmt: skip
     """The learner's (and the reference's) per-token numbers of ``batch``'s completions.
 
     ``chunk_tokens``: completion tokens per LM-head chunk; 0 = auto (``CHUNK_ELEMENTS`` float32
     logits per chunk).  ``want_full`` (the exact KL reads whole distributions) takes the plain path.
+    ``entropy=False`` (the reference) skips the entropy.
     """
     mask = batch.completion_mask
     chunked = getattr(policy, "has_hidden_path", False)  # exact mode's candidate policy has no LM head
-    per_chunk = chunk_size(policy.vocab_size if chunked else 1, chunk_tokens)
-    if want_full or not chunked or int(mask.sum()) <= per_chunk:
+    vocab = policy.vocab_size if chunked else 1
+    per_chunk = chunk_size(vocab, chunk_tokens, getattr(policy, "device", torch.device("cpu")))
+    # The plain path computes logits at every position (prompts included): taken only when all of them
+    # fit in one chunk's budget, as the built-in model's always do (its numbers stay bit for bit).
+    if want_full or not chunked or batch.input_ids.numel() <= per_chunk:
         logits = policy.completion_logits(batch)
         lp, full = token_logprobs(logits, batch.completion_ids, sampling, distribution)
         scaled = full.gather(-1, batch.completion_ids[..., None]).squeeze(-1)
-        return TokenLogprobs(lp, scaled, entropy_from_logprobs(full), full if want_full else None)
+        ent = entropy_from_logprobs(full) if entropy else None
+        return TokenLogprobs(lp, scaled, ent, full if want_full else None)
     hidden = policy.completion_hidden(batch)  # [N, T, H] in the model's dtype
     mask = mask.to(hidden.device)
     where = mask.reshape(-1).nonzero().squeeze(1).to(hidden.device)
     h, ids = hidden.reshape(-1, hidden.shape[-1])[where], batch.completion_ids.reshape(-1).to(hidden.device)[where]
 
     def stats(h_chunk, ids_chunk):
-        return _token_stats(policy.logits_from_hidden(h_chunk), ids_chunk, sampling, distribution)
+        return _token_stats(policy.logits_from_hidden(h_chunk), ids_chunk, sampling, distribution, entropy)
 
     pieces = []
     for start in range(0, h.shape[0], per_chunk):
@@ -100,7 +116,7 @@ def completion_logprobs(policy, batch, sampling, distribution: str, *, want_full
     for values in zip(*pieces):
         flat = torch.zeros(mask.numel(), dtype=torch.float32, device=hidden.device)
         out.append(flat.index_put((where,), torch.cat(values)).view(mask.shape))
-    return TokenLogprobs(*out)
+    return TokenLogprobs(*out) if entropy else TokenLogprobs(*out, None)
 
 
 def reference_temperature(objective, sampling) -> float:

@@ -132,7 +132,7 @@ class MasterWeightsOptimizer:
         return True
 
     def state_dict(self) -> dict:
-        return {"inner": self.inner.state_dict(), "masters": [m.detach().clone() for m in self.masters],
+        return {"inner": self.inner.state_dict(), "masters": [m.detach() for m in self.masters],  # saved, not copied
                 "loss_scale": self.loss_scale, "good_steps": self.good_steps}  # fmt: skip
 
     def load_state_dict(self, state: dict) -> None:

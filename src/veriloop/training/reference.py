@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from veriloop.models.batch import PolicyBatch, select
+from veriloop.models.batch import PolicyBatch, select, token_budget_split
 from veriloop.models.loading import load_policy
 from veriloop.models.lora import AdapterDisabledPolicy
 from veriloop.rollout.sampler import SamplingParams
@@ -20,8 +20,9 @@ class ReferencePolicy:
     """Runs under ``no_grad`` (no activations kept), one micro-batch at a time, the LM head chunked
     as the learner's; the log-probs come back on the CPU, where the learning batch lives."""
 
-    def __init__(self, policy, micro_batch_size: int, chunk_tokens: int = 0):
+    def __init__(self, policy, micro_batch_size: int, chunk_tokens: int = 0, max_tokens: int = 0):
         self.policy, self.micro_batch_size, self.chunk_tokens = policy, micro_batch_size, chunk_tokens
+        self.max_tokens = max_tokens  # update.max_tokens_per_micro_batch, as the learner's
 
     @property
     def model(self) -> torch.nn.Module:
@@ -38,16 +39,19 @@ class ReferencePolicy:
             frozen = AdapterDisabledPolicy(start)
         else:
             frozen = start.frozen_copy()
-        return cls(frozen, cfg.update.micro_batch_size, cfg.update.logprob_chunk_tokens)
+        u = cfg.update
+        return cls(frozen, u.micro_batch_size, u.logprob_chunk_tokens, u.max_tokens_per_micro_batch)
 
     @torch.no_grad()
     def logprobs(self, batch: PolicyBatch, temperature: float, full: bool) -> torch.Tensor:
         """Log-probs of the completion tokens ``[N, T]`` (or whole distributions ``[N, T, V]`` with ``full``)."""
         out = None
-        for rows in torch.arange(batch.input_ids.shape[0]).split(self.micro_batch_size):
+        rows_all = torch.arange(batch.input_ids.shape[0])
+        lengths = batch.attention_mask.sum(dim=1)
+        for rows in token_budget_split(lengths, rows_all, self.micro_batch_size, self.max_tokens):
             sub = select(batch, rows)
-            tl = completion_logprobs(self.policy, sub, SamplingParams(temperature=temperature), "model",
-                                     want_full=full, chunk_tokens=self.chunk_tokens)  # fmt: skip
+            tl = completion_logprobs(self.policy, sub, SamplingParams(temperature=temperature), "scaled",
+                                     want_full=full, chunk_tokens=self.chunk_tokens, entropy=False)  # fmt: skip
             lp = (tl.full if full else tl.scaled).cpu()
             if out is None:
                 shape = (batch.input_ids.shape[0], batch.completion_ids.shape[1], *lp.shape[2:])
