@@ -15,6 +15,7 @@ from veriloop.algorithms.advantages import STD_MODES
 from veriloop.algorithms.aggregation import AGGREGATION_MODES
 from veriloop.algorithms.kl import KL_ESTIMATORS
 from veriloop.models.device import DTYPES, Placement
+from veriloop.models.loading import PromptFormat
 from veriloop.models.lora import LoraConfig
 from veriloop.models.tiny import TinyModelConfig
 from veriloop.prm.config import ProcessConfig
@@ -231,6 +232,10 @@ class TrainConfig:
     optim: OptimConfig = field(default_factory=OptimConfig)
     lora: LoraConfig = field(default_factory=LoraConfig)
     model: TinyModelConfig = field(default_factory=TinyModelConfig)
+
+    def prompt_format(self) -> PromptFormat:
+        """How every policy of the run (start, reference, teacher) turns a prompt into ids."""
+        return PromptFormat(self.task.chat_template, self.task.system_prompt)
 
     def placement(self) -> Placement:
         """The resolved device and dtype (an absent GPU is an InputError here, before anything loads)."""

@@ -34,7 +34,7 @@ class ReferencePolicy:
         if cfg.kl.beta <= 0 and not objective.needs_reference:
             return None  # no reference model, and no reference pass, when nothing uses it
         if cfg.reference:
-            frozen = load_policy(cfg.reference, placement=cfg.placement(), prompts=start.prompts).frozen_copy()
+            frozen = load_policy(cfg.reference, placement=cfg.placement(), prompts=cfg.prompt_format()).frozen_copy()
         elif cfg.lora.enabled:  # the base under the adapters: no second copy of the weights
             frozen = AdapterDisabledPolicy(start)
         else:

@@ -33,7 +33,7 @@ from veriloop.algorithms import AdaptiveKLController, FixedKLController
 from veriloop.config import to_dict
 from veriloop.evaluation.evaluate import validation_metrics
 from veriloop.io import atomic_write_json
-from veriloop.models.loading import PromptFormat, load_policy
+from veriloop.models.loading import load_policy
 from veriloop.prm.process import ProcessSupervisor
 from veriloop.registry import ESTIMATORS
 from veriloop.rollout.engine import FROZEN, LocalEngine, TaskTeacherEngine
@@ -94,9 +94,8 @@ class Trainer:
 
     @staticmethod
     def _load_start(cfg: TrainConfig):
-        prompts = PromptFormat(cfg.task.chat_template, cfg.task.system_prompt)
         start = load_policy(cfg.policy, seed=cfg.seed, init_config=cfg.model, placement=cfg.placement(),
-                            prompts=prompts)  # fmt: skip
+                            prompts=cfg.prompt_format())  # fmt: skip
         return start.with_adapters(cfg.lora, derive_seed(cfg.seed, 0, "lora")) if cfg.lora.enabled else start
 
     # ------------------------------------------------------------------ the loop
@@ -205,7 +204,8 @@ class Trainer:
         if src == "task-teacher":
             return TaskTeacherEngine(self.task, self.policy)
         if src == "teacher":
-            teacher = load_policy(self.cfg.rollout.teacher, placement=self.cfg.placement(), prompts=self.policy.prompts)
+            teacher = load_policy(self.cfg.rollout.teacher, placement=self.cfg.placement(),
+                                  prompts=self.cfg.prompt_format())  # fmt: skip
             return LocalEngine(teacher.frozen_copy(), FROZEN)
         if src == "initial":  # the reference is already a frozen copy of the start when it is one
             shared = self.reference is not None and not self.cfg.reference
