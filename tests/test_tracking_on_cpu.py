@@ -360,3 +360,14 @@ def test_a_training_run_reports_every_metrics_row_and_its_evaluation_curve(tmp_p
     assert [s for s, _ in evals] == [2, 4]
     assert (run_dir / "plots" / "evaluation.png").is_file()
     assert "plots/evaluation.png" in (run_dir / "report.html").read_text()
+
+
+def test_a_missing_tracker_package_stops_the_run_before_its_directory_exists(tmp_path, monkeypatch, local_env):
+    from veriloop import cli
+
+    monkeypatch.setitem(sys.modules, "wandb", None)
+    run_dir = tmp_path / "run"
+    code = cli.main(["train", "--policy", "builtin:init", "--model.hidden_size", "32", "--model.num_layers", "1",
+                     "--model.intermediate_size", "64", "--model.num_heads", "2", "--steps", "1",
+                     "--run_dir", str(run_dir), "--report_to", "wandb", "--device", "cpu"])  # fmt: skip
+    assert code == 2 and not run_dir.exists()

@@ -233,12 +233,18 @@ class Tracker:
             raise failure
 
 
-def build_tracker(report_to: str, run_dir: Path, config: dict, run_name: str) -> Tracker:
-    """A Tracker over the backends named in ``report_to``, each of which has logged ``config``."""
+def check_installed(report_to: str) -> tuple[str, ...]:
+    """The backends of ``report_to``, each importable (else an InputError naming its extra); nothing is started."""
     names = _parse(report_to)
     for name in names:
         _stays_local(name)
         _import(name)
+    return names
+
+
+def build_tracker(report_to: str, run_dir: Path, config: dict, run_name: str) -> Tracker:
+    """A Tracker over the backends named in ``report_to``, each of which has logged ``config``."""
+    names = check_installed(report_to)
     if not names:
         return Tracker()
     run_dir = Path(run_dir)

@@ -49,7 +49,7 @@ from veriloop.training.optim import lr_at
 from veriloop.training.recipes import RECIPES
 from veriloop.training.reference import ReferencePolicy
 from veriloop.training.signals import Signal, SignalMaker
-from veriloop.training.tracking import build_tracker
+from veriloop.training.tracking import build_tracker, check_installed
 from veriloop.verifiers import get as get_verifier
 
 
@@ -67,6 +67,7 @@ class Trainer:
         if cfg.rollout.source == "task-teacher":
             TaskTeacherEngine.require_demonstrations(self.task)
         start = policy if policy is not None else self._load_start(cfg)
+        check_installed(cfg.report_to)
         checkpoint = open_run_dir(self.run_dir, to_dict(cfg), resume)
         self.store, self.metrics = RecordStore(self.run_dir / "rollouts"), MetricsLog(self.run_dir / "metrics.jsonl")
         # resuming: a copy of the start whose weights and optimizer the learner reads from the checkpoint (once)
