@@ -5,7 +5,6 @@ recomputation (<= 1e-5 in float32), and a GRPO step with the KL to a reference r
 import pytest
 import torch
 
-from veriloop import verifiers
 from veriloop.config import build_config
 from veriloop.models.batch import build_policy_batch
 from veriloop.models.loading import load_policy
@@ -19,15 +18,6 @@ from veriloop.training.trainer import Trainer
 TEXTS = [f"{a} + {b} = {a + b}. Question: what is {a} times {b}? Answer: {a * b}." for a in range(30) for b in range(9)]
 SAMPLING = SamplingParams(temperature=0.8, top_k=20, top_p=0.9, max_new_tokens=24)
 STATIC = {"llama", "qwen2", "qwen3", "mistral"}  # the families the static-cache decoder serves
-
-
-@verifiers.register("test-arch-digits")
-class Digits(verifiers.Verifier):
-    name, version = "test-arch-digits", "1"
-
-    def verify(self, completion, reference):
-        score = sum(c.isdigit() for c in completion) / max(len(completion), 1)
-        return self._verdict(score, {"digits": score})
 
 
 @pytest.fixture(scope="module")
@@ -61,7 +51,7 @@ def test_recorded_logprobs_equal_the_learners_recomputation(model_dirs, arch, en
 @pytest.mark.parametrize("arch", ARCHITECTURES)
 def test_a_grpo_step_runs(model_dirs, arch, tmp_path):
     cfg = build_config(TrainConfig, {}, {
-        "policy": model_dirs[arch], "run_dir": str(tmp_path / "run"), "steps": 1, "verifier": "test-arch-digits",
+        "policy": model_dirs[arch], "run_dir": str(tmp_path / "run"), "steps": 1, "verifier": "test-digit-share",
         "rollout.prompts_per_step": 2, "rollout.group_size": 4, "sampling.max_new_tokens": 12, "kl.beta": 0.05,
         "optim.lr": 1e-3, "device": "cpu", "task.arithmetic.heldout_size": 4, "save_rollouts": False})  # fmt: skip
     trainer = Trainer(cfg, progress=False)

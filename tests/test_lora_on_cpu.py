@@ -20,21 +20,8 @@ pytest.importorskip("peft")
 
 TINY = {"policy": "builtin:init", "model.hidden_size": 32, "model.intermediate_size": 64, "model.num_layers": 2,
         "model.num_heads": 2, "rollout.prompts_per_step": 4, "rollout.group_size": 4, "sampling.max_new_tokens": 10,
-        "kl.beta": 0.05, "verifier": "test-lora-digits", "optim.lr": 1e-2, "lora.r": 4, "lora.alpha": 8,
+        "kl.beta": 0.05, "verifier": "test-digit-share", "optim.lr": 1e-2, "lora.r": 4, "lora.alpha": 8,
         "checkpoint_every": 1, "device": "cpu", "task.arithmetic.heldout_size": 8}  # fmt: skip
-
-
-@pytest.fixture(autouse=True, scope="module")
-def dense_verifier():
-    from veriloop import verifiers
-
-    @verifiers.register("test-lora-digits")
-    class Digits(verifiers.Verifier):
-        name, version = "test-lora-digits", "1"
-
-        def verify(self, completion, reference):
-            score = sum(c.isdigit() for c in completion) / max(len(completion), 1)
-            return self._verdict(score, {"digits": score})
 
 
 def trainer(tmp_path, name, resume=False, **over):

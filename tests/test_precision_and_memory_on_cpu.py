@@ -6,7 +6,6 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from veriloop import verifiers
 from veriloop.config import build_config
 from veriloop.errors import InputError
 from veriloop.models.batch import build_policy_batch, token_budget_split
@@ -19,18 +18,6 @@ from veriloop.training.learner import enable_gradient_checkpointing
 from veriloop.training.logprobs import completion_logprobs
 from veriloop.training.optim import MasterWeightsOptimizer, OptimConfig, build_optimizer, clip_grad_norm
 from veriloop.training.trainer import Trainer
-
-
-@verifiers.register("test-dense-digits")
-class DenseDigits(verifiers.Verifier):
-    """Share of digits: a reward a random tiny model varies on (the arithmetic verifier scores it 0 everywhere)."""
-
-    name, version = "test-dense-digits", "1"
-
-    def verify(self, completion, reference):
-        score = sum(c.isdigit() for c in completion) / max(len(completion), 1)
-        return self._verdict(score, {"digits": score})
-
 
 SMALL = TinyModelConfig(hidden_size=32, intermediate_size=64, num_layers=2, num_heads=2)
 
@@ -105,7 +92,7 @@ def tiny_run(tmp_path, name, **over):
             "model.num_heads": 2, "run_dir": str(tmp_path / name), "steps": 1, "rollout.prompts_per_step": 4,
             "rollout.group_size": 4, "sampling.max_new_tokens": 10, "kl.beta": 0.05,
             "update.micro_batch_size": 16, "optim.lr": 1e-3, "save_rollouts": False, "device": "cpu",
-            "verifier": "test-dense-digits"}  # fmt: skip
+            "verifier": "test-digit-share"}  # fmt: skip
     return Trainer(build_config(TrainConfig, {}, {**base, **over}), progress=False)
 
 

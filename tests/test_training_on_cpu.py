@@ -9,25 +9,14 @@ import torch
 
 from veriloop import cli, verifiers
 from veriloop.algorithms import overlong_penalty
+from veriloop.config import ConfigError, build_config
 from veriloop.models.loading import PolicyLoadError, load_policy
 from veriloop.models.tiny import TinyModelConfig, build_char_tokenizer, build_tiny_model
 from veriloop.rollout.engine import weights_digest
 from veriloop.rollout.records import RecordStore
-from veriloop.config import ConfigError, build_config
-from veriloop.training.metrics import TIMING_KEYS
 from veriloop.training.config import TrainConfig
+from veriloop.training.metrics import TIMING_KEYS
 from veriloop.training.trainer import Trainer
-
-
-@verifiers.register("test-digit-share")
-class DigitShare(verifiers.Verifier):
-    """Share of digits in the completion: a dense reward a random tiny model varies on."""
-
-    name, version = "test-digit-share", "1"
-
-    def verify(self, completion, reference):
-        score = sum(c.isdigit() for c in completion) / max(len(completion), 1)
-        return self._verdict(score, {"digits": score})
 
 
 @verifiers.register("test-nan")
