@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 DATA_SOURCES = ("policy", "initial", "teacher", "task-teacher")
+ENGINES = ("local", "ray")
+MODES = ("sync", "async")
 
 
 @dataclass
@@ -25,8 +27,10 @@ class RolloutConfig:
     max_resample_rounds: int = field(default=3, metadata={"help": "extra sampling rounds per step (dynamic sampling)"})
     lag: int = field(default=0, metadata={"help": "train on records sampled this many steps earlier (off-policy)"})
     max_staleness: int = field(
-        default=0, metadata={"help": "drop records more than this many policy versions old; 0 = no limit"}
-    )
+        default=0,
+        metadata={"help": "sync: drop groups more than this many policy versions old; async: admission bound (no "
+                  "request is issued that could be consumed older than this; nothing is dropped); 0 = no limit"},
+    )  # fmt: skip
     overlong_buffer: int = field(
         default=0, metadata={"help": "DAPO overlong shaping: length penalty over the last N tokens; 0 = off"}
     )
@@ -36,7 +40,39 @@ class RolloutConfig:
                   "serve them); 0 = each sampling round in one request"},
     )  # fmt: skip
 
+    engine: str = field(
+        default="local", metadata={"help": "local (the sampler in this process) | ray (rollout.workers Ray actors)"}
+    )
+    workers: int = field(default=1, metadata={"help": "rollout engines (Ray actors) for engine=ray"})
+    mode: str = field(
+        default="sync",
+        metadata={"help": "sync (deterministic: with rollout.lag L and engine=ray, later steps are sampled while "
+                  "the learner updates; equal to the one-process run) | async (engine=ray: requests run ahead "
+                  "under the rollout.max_staleness admission bound; timing-dependent)"},
+    )  # fmt: skip
+    request_timeout_s: float = field(
+        default=600.0, metadata={"help": "a rollout request (or weight push) running longer fails the run, named"}
+    )
+    max_request_retries: int = field(
+        default=3, metadata={"help": "re-issues of one request after its engine died (same seeds, same weights)"}
+    )
+
     def __post_init__(self):
+        if self.engine not in ENGINES:
+            raise ValueError(f"rollout.engine must be one of {ENGINES}, got {self.engine!r}")
+        if self.mode not in MODES:
+            raise ValueError(f"rollout.mode must be one of {MODES}, got {self.mode!r}")
+        if self.workers < 1:
+            raise ValueError(f"rollout.workers must be >= 1, got {self.workers}")
+        if self.workers > 1 and self.engine != "ray":
+            raise ValueError(f"rollout.workers={self.workers} needs rollout.engine=ray (the local engine is one)")
+        if self.mode == "async" and self.engine != "ray":
+            raise ValueError("rollout.mode=async needs rollout.engine=ray (one local engine cannot run ahead)")
+        if self.mode == "async" and (self.lag or self.dynamic_sampling):
+            raise ValueError("rollout.mode=async replaces rollout.lag (requests run ahead by themselves) and does "
+                             "not combine with dynamic_sampling; use mode=sync for either")  # fmt: skip
+        if self.request_timeout_s <= 0 or self.max_request_retries < 0:
+            raise ValueError("rollout.request_timeout_s must be > 0 and max_request_retries >= 0")
         for name in ("prompts_per_step", "group_size"):
             if getattr(self, name) < 1:
                 raise ValueError(f"rollout.{name} must be >= 1, got {getattr(self, name)}")
@@ -47,3 +83,27 @@ class RolloutConfig:
         if min(self.lag, self.max_staleness, self.max_resample_rounds, self.overlong_buffer, self.request_groups) < 0:
             raise ValueError("rollout.lag, max_staleness, max_resample_rounds, overlong_buffer and request_groups "
                              "must be >= 0")
+
+
+@dataclass
+class RayConfig:
+    """Where the Ray cluster is (rollout.engine=ray)."""
+
+    address: str = field(
+        default="",
+        metadata={"help": "an existing cluster (host:port from `ray start --head`, or auto); empty = start a "
+                  "private one-machine cluster bound to 127.0.0.1 for this run"},
+    )  # fmt: skip
+    num_cpus: int = field(default=0, metadata={"help": "logical CPUs of the private cluster; 0 = workers + 1"})
+    cpus_per_worker: float = field(default=1.0, metadata={"help": "CPUs each rollout actor reserves"})
+    gpus_per_worker: float = field(default=0.0, metadata={"help": "GPUs each rollout actor reserves"})
+    worker_threads: int = field(
+        default=0, metadata={"help": "torch threads in each rollout actor; 0 = the controller's (bit-equal floats)"}
+    )
+    timeout_s: float = field(default=120.0, metadata={"help": "connecting, starting actors, shutting down"})
+
+    def __post_init__(self):
+        if self.num_cpus < 0 or self.cpus_per_worker < 0 or self.gpus_per_worker < 0 or self.worker_threads < 0:
+            raise ValueError("ray.num_cpus, cpus_per_worker, gpus_per_worker and worker_threads must be >= 0")
+        if self.timeout_s <= 0:
+            raise ValueError(f"ray.timeout_s must be > 0, got {self.timeout_s}")

@@ -20,7 +20,7 @@ from veriloop.models.lora import LoraConfig
 from veriloop.models.tiny import TinyModelConfig
 from veriloop.prm.config import ProcessConfig
 from veriloop.registry import ESTIMATORS, OBJECTIVES
-from veriloop.rollout.config import RolloutConfig
+from veriloop.rollout.config import RayConfig, RolloutConfig
 from veriloop.rollout.sampler import SamplingParams
 from veriloop.tasks.config import TaskConfig
 from veriloop.training import estimators as _estimators  # noqa: F401  (registers the built-in estimators)
@@ -165,6 +165,37 @@ class UpdateConfig:
                 raise ValueError(f"update.{name} must be >= 0 (0 = off / auto), got {getattr(self, name)}")
 
 
+LEARNER_STRATEGIES = ("local", "ddp", "fsdp2")
+
+
+@dataclass
+class LearnerConfig:
+    """Where the update runs: in this process, or as one torch.distributed group of ``world_size`` ranks."""
+
+    strategy: str = field(
+        default="local",
+        metadata={"help": "local (this process) | ddp (data parallel: every rank a full copy) | fsdp2 (fully_shard "
+                  "per decoder layer and the root)"},
+    )  # fmt: skip
+    world_size: int = field(default=1, metadata={"help": "learner ranks (processes veriloop spawns) for ddp/fsdp2"})
+    backend: str = field(default="auto", metadata={"help": "auto (nccl on a GPU, gloo on CPU) | gloo | nccl"})
+    timeout_s: float = field(
+        default=600.0, metadata={"help": "a collective, a rank's reply or its start running longer fails the run"}
+    )
+
+    def __post_init__(self):
+        if self.strategy not in LEARNER_STRATEGIES:
+            raise ValueError(f"learner.strategy must be one of {LEARNER_STRATEGIES}, got {self.strategy!r}")
+        if self.world_size < 1:
+            raise ValueError(f"learner.world_size must be >= 1, got {self.world_size}")
+        if self.world_size > 1 and self.strategy == "local":
+            raise ValueError(f"learner.world_size={self.world_size} needs learner.strategy ddp or fsdp2")
+        if self.backend not in ("auto", "gloo", "nccl"):
+            raise ValueError(f"learner.backend must be auto, gloo or nccl, got {self.backend!r}")
+        if self.timeout_s <= 0:
+            raise ValueError(f"learner.timeout_s must be > 0, got {self.timeout_s}")
+
+
 @dataclass
 class CriticConfig:
     """The value model of estimator gae (PPO proper): the policy's backbone plus a scalar head."""
@@ -231,6 +262,8 @@ class TrainConfig:
     process: ProcessConfig = field(default_factory=ProcessConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)
     lora: LoraConfig = field(default_factory=LoraConfig)
+    learner: LearnerConfig = field(default_factory=LearnerConfig)
+    ray: RayConfig = field(default_factory=RayConfig)
     model: TinyModelConfig = field(default_factory=TinyModelConfig)
 
     def prompt_format(self) -> PromptFormat:
