@@ -19,6 +19,7 @@ from veriloop.algorithms import aggregate_loss
 from veriloop.models.batch import PolicyBatch, select, to_device
 from veriloop.models.value_head import ValueHead
 from veriloop.training.config import TrainConfig
+from veriloop.training.distributed import ONE_RANK
 from veriloop.training.optim import OptimConfig, backward_scaled, build_optimizer, clip_grad_norm
 
 
@@ -53,6 +54,7 @@ class ScalarValue(torch.nn.Module):
 class Critic:
     def __init__(self, policy, cfg: TrainConfig):
         self.cfg = cfg
+        self.ranks = ONE_RANK  # this process's share of each mini-batch (a rank's: training/distributed.py)
         is_lm = hasattr(policy.model, "get_decoder") and hasattr(policy.model, "config")
         self.model = ValueModel(policy.model) if is_lm else ScalarValue()
         if all(p.dtype in (torch.float32, torch.float64) for p in self.model.parameters()):
@@ -79,7 +81,7 @@ class Critic:
             for mb in order.chunk(u.mini_batches):
                 self.optimizer.zero_grad(set_to_none=True)
                 mb_mask = batch.completion_mask[mb]
-                for rows in mb.split(u.micro_batch_size):
+                for rows in self.ranks.share(mb).split(u.micro_batch_size):
                     sub = select(batch, rows)
                     T, mask = sub.completion_ids.shape[1], sub.completion_mask
                     v = self.model(sub)
@@ -92,8 +94,10 @@ class Critic:
                     backward_scaled(self.optimizer, loss * float(mask.sum()) / max(float(mb_mask.sum()), 1.0))
                     total += float(loss.detach()) * float(mask.sum())
                     count += float(mask.sum())
+                self.ranks.sync_grads(self.model)
                 clip_grad_norm(self.model, self.cfg.optim.grad_clip, self.optimizer)
                 self.optimizer.step()
+        total, count = self.ranks.add_up(total, count)
         return {"value_loss": total / max(count, 1.0)}
 
     def state_dict(self) -> dict:

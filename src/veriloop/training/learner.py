@@ -24,6 +24,7 @@ from veriloop.models.batch import select, to_device, token_budget_split
 from veriloop.models.loading import load_policy
 from veriloop.models.lora import is_adapted, load_adapter_weights
 from veriloop.registry import OBJECTIVES
+from veriloop.training.distributed import ONE_RANK
 from veriloop.training.logprobs import TokenLogprobs, completion_logprobs
 from veriloop.training.optim import backward_scaled, build_optimizer, clip_grad_norm, set_lr
 from veriloop.training.signals import LearningBatch
@@ -44,6 +45,16 @@ def enable_gradient_checkpointing(model: torch.nn.Module) -> list[torch.nn.Modul
     if not layers:
         raise ValueError(f"update.gradient_checkpointing: {type(model).__name__} has no checkpointable layers")
     return layers
+
+
+def load_weights(policy, directory: Path) -> None:
+    """``policy``'s weights from a saved ``model/`` directory (a LoRA policy's: its adapter)."""
+    if is_adapted(policy.model):
+        load_adapter_weights(policy.model, directory)
+    else:
+        saved = load_policy(str(directory)).model.state_dict()
+        with torch.no_grad():
+            policy.model.load_state_dict(saved)
 
 
 class UpdateStats:
@@ -82,6 +93,7 @@ class Learner:
         self.objective = OBJECTIVES.get(cfg.loss.policy_loss)
         self.optimizer = build_optimizer(policy.model, cfg.optim)
         self.on_step = on_step  # called after every optimizer step (counts policy versions)
+        self.ranks = ONE_RANK  # this process's share of each mini-batch (a rank's: training/distributed.py)
         self.checkpointed_layers = []
         if cfg.update.gradient_checkpointing:
             self.checkpointed_layers = enable_gradient_checkpointing(policy.model)
@@ -109,12 +121,7 @@ class Learner:
     def load(self, directory: Path) -> None:
         """Resume from ``save``'s files: the weights of ``model/`` (a LoRA run's: its adapter) and the
         optimizer's moments and step."""
-        if is_adapted(self.policy.model):
-            load_adapter_weights(self.policy.model, directory / "model")
-        else:
-            saved = load_policy(str(directory / "model")).model.state_dict()
-            with torch.no_grad():
-                self.policy.model.load_state_dict(saved)
+        load_weights(self.policy, directory / "model")
         state = torch.load(directory / "optimizer.pt", weights_only=True, map_location=self.device)
         self.optimizer.load_state_dict(state)
 
@@ -154,6 +161,7 @@ class Learner:
         return order.chunk(u.mini_batches)
 
     def optimizer_step(self, stats: UpdateStats) -> None:
+        self.ranks.sync_grads(self.policy.model)  # ranks: the sum of every rank's gradients, before clipping
         stats.grad_norms.append(clip_grad_norm(self.policy.model, self.cfg.optim.grad_clip, self.optimizer))
         self.optimizer.step()
         self.on_step()
@@ -166,15 +174,16 @@ class Learner:
             for mb in self.mini_batches(lb.size, gen):
                 self.optimizer.zero_grad(set_to_none=True)
                 mb_mask, mb_loss = lb.batch.completion_mask[mb], 0.0
-                for rows in self.micro_batches(lb.batch, mb):
+                for rows in self.ranks.micro_batches(self, lb.batch, mb):  # one process: all of mb's rows
                     loss, weight = self._micro_batch_loss(objective, lb, rows, old, kl_beta if use_kl else 0.0,
                                                           mb_mask, stats, first=update_pass == 0)  # fmt: skip
                     backward_scaled(self.optimizer, loss * weight)
                     mb_loss += float(loss.detach() * weight)  # the weights make this the mini-batch's loss
+                self.ranks.pad(self, lb, mb)
                 if update_pass == 0:
                     stats.acc("loss", mb_loss, 1.0)
                 self.optimizer_step(stats)
-        return stats.summary()
+        return self.ranks.summary(stats)
 
     def _micro_batch_loss(self, objective, lb, rows, old, kl_beta, mb_mask, stats, first: bool):
         c, sub, dev = self.cfg.loss, self.sub_batch(lb, rows), self.device
@@ -234,10 +243,10 @@ class Learner:
         for _ in range(self.cfg.update.inner_updates):
             for mb in self.mini_batches(pairs.shape[0], gen):
                 self.optimizer.zero_grad(set_to_none=True)
-                for chunk in mb.split(max(1, self.cfg.update.micro_batch_size // 2)):
+                for chunk in self.ranks.share(mb).split(max(1, self.cfg.update.micro_batch_size // 2)):
                     self._pair_chunk(lb, pairs[chunk], ref_seq.to(self.device), mb.numel(), stats)
                 self.optimizer_step(stats)
-        return stats.summary()
+        return self.ranks.summary(stats)
 
     def _pair_chunk(self, lb, p, ref_seq, n_pairs: int, stats: UpdateStats) -> None:
         rows = p.reshape(-1)
