@@ -13,6 +13,7 @@ from veriloop.config import ConfigError, build_config
 from veriloop.models.loading import PolicyLoadError, load_policy
 from veriloop.models.tiny import TinyModelConfig, build_char_tokenizer, build_tiny_model
 from veriloop.rollout.engine import weights_digest
+from veriloop.rollout.ledger import Ledger
 from veriloop.rollout.records import RecordStore
 from veriloop.training.config import TrainConfig
 from veriloop.training.metrics import TIMING_KEYS
@@ -275,7 +276,14 @@ def test_run_directory_contents(tiny_policy, tmp_path):
     assert records[-1].group_id == "1-0-3"  # step 1, sampling round 0, prompt 3
     assert RecordStore(tmp_path / "rollouts").read(2)[0].policy_version > 0
     saved = tmp_path / "checkpoints" / "step-000002"
-    assert {p.name for p in saved.iterdir()} == {"model", "optimizer.pt", "rng.pt", "trainer_state.json"}
+    assert {p.name for p in saved.iterdir()} == {"ledger.jsonl", "model", "optimizer.pt", "rng.pt",
+                                                  "trainer_state.json"}  # fmt: skip
+    # the ledger: each request of each step issued and done once, its records (as sampled, before the
+    # verdicts the step's file adds) written once
+    assert Ledger(tmp_path).done_counts() == {"1-0-0": 1, "2-0-0": 1}
+    served = Ledger(tmp_path).read_request("1-0-0")
+    assert [(r.completion_ids, r.behavior_logprobs) for r in served] == [
+        (r.completion_ids, r.behavior_logprobs) for r in records] and served[0].reward is None
     assert (saved / "model" / "model.safetensors").is_file() and (tmp_path / "config.yaml").is_file()
 
 

@@ -9,9 +9,11 @@ many engines share the work.
 
 * ``LocalEngine``: the KV-cached sampler (``rollout/sampler.py``) on a policy in this process.
 * ``TaskTeacherEngine``: the task's own demonstrations (SFT data); nothing is sampled.
+* ``RayEngine`` (``rollout/ray_engine.py``): ``rollout.workers`` Ray actors, each a ``LocalEngine``.
 
-A new engine (a Ray worker, a vLLM server) implements ``generate(request) -> records`` and
-``load_weights(named_tensors, version) -> digest``; see the README's architecture section.
+Every engine has ``run(requests, ledger) -> records per request`` (the ledger, ``rollout/ledger.py``,
+stores each request's records once) and ``publish(model, version)`` (the learner's new weights);
+one that holds weights of its own also ``load_weights(named_tensors, version) -> digest``.
 """
 
 from __future__ import annotations
@@ -31,6 +33,10 @@ from veriloop.seeding import derive_seed
 from veriloop.tasks.base import Problem
 
 FROZEN = -1  # the policy version of a source that never changes (initial policy, teacher, task traces)
+
+
+class WeightsVersionError(RuntimeError):
+    """A request names a weights version its engine does not hold: refused, never served with other weights."""
 
 
 @dataclass(frozen=True)
@@ -91,7 +97,27 @@ def weights_digest(named_tensors: Iterable[tuple[str, torch.Tensor]]) -> str:
     return h.hexdigest()
 
 
-class LocalEngine:
+class SequentialEngine:
+    """``run``: the requests one after another, in this process."""
+
+    name = "local"
+
+    def run(self, requests: list[RolloutRequest], ledger=None) -> list[list[Record]]:
+        out = []
+        for request in requests:
+            if ledger is not None:
+                ledger.event("issued", request, self.name)
+            records = self.generate(request)
+            if ledger is not None:
+                ledger.done(request, records, self.name, 0)
+            out.append(records)
+        return out
+
+    def close(self) -> None:
+        pass
+
+
+class LocalEngine(SequentialEngine):
     """The local KV-cached sampler on ``policy``, stamping each record with the version it holds."""
 
     def __init__(self, policy, version: int = 0):
@@ -110,14 +136,17 @@ class LocalEngine:
         self.version = version
         return weights_digest(own.items())
 
-    def hold(self, version: int) -> None:
-        """Hold ``version`` without a copy: the engine samples from the learner's own tensors, already updated."""
+    def publish(self, model: torch.nn.Module, version: int) -> None:
+        """Hold ``version``: when the engine samples from ``model``'s own tensors (the learner's, already updated)
+        there is nothing to copy or hash; otherwise the trainable tensors are copied in."""
+        if model is not self.policy.model:
+            self.load_weights(trainable_tensors(model), version)
         self.version = version
 
     def generate(self, request: RolloutRequest) -> list[Record]:
         if request.weights_version != self.version:
-            raise RuntimeError(f"request {request.request_id} wants weights version {request.weights_version}; "
-                               f"this engine holds {self.version}")  # fmt: skip
+            raise WeightsVersionError(f"request {request.request_id} wants weights version "
+                                      f"{request.weights_version}; this engine holds {self.version}")  # fmt: skip
         policy, G = self.policy, request.group_size
         prompt_ids = [policy.encode_prompt(p.prompt) for p in request.problems]
         created = time.time()
@@ -134,7 +163,13 @@ class LocalEngine:
         return records
 
 
-class TaskTeacherEngine:
+def trainable_tensors(model: torch.nn.Module) -> list[tuple[str, torch.Tensor]]:
+    """The tensors an update can change (for LoRA: the adapters), under their state-dict names, on the CPU."""
+    trainable = {id(p) for p in model.parameters() if p.requires_grad}
+    return [(n, t.detach().cpu()) for n, t in model.state_dict(keep_vars=True).items() if id(t) in trainable]
+
+
+class TaskTeacherEngine(SequentialEngine):
     """The task's own traces (SFT data): no model sampled them, so no behaviour log-probs.
 
     Completion ``i`` is written with ``random.Random(row_seeds[i])``: as partition-free as sampling.
@@ -152,8 +187,13 @@ class TaskTeacherEngine:
         if not hasattr(task, "teacher_completion"):
             raise InputError(f"task {task.name!r} has no demonstrations for rollout.source=task-teacher (sft)")
 
+    name = "task-teacher"
+
     def load_weights(self, named_tensors, version: int) -> str:
         raise RuntimeError("the task's teacher holds no weights")
+
+    def publish(self, model, version: int) -> None:
+        pass  # frozen
 
     def generate(self, request: RolloutRequest) -> list[Record]:
         tok, G, records = self.policy.tokenizer, request.group_size, []

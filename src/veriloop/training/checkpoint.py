@@ -3,7 +3,8 @@
 Each holds the learner's state (``Learner.save``: ``model/``, ``save_pretrained``'s safetensors
 weights, config and tokenizer; ``optimizer.pt``), ``rng.pt`` (torch and Python RNG states) and
 ``trainer_state.json``; and, where the run has them, ``critic.pt``, ``reference/`` (after an
-iterative-RL reset) and ``pending/`` (batches sampled ahead with ``rollout.lag``).  The directory
+iterative-RL reset), ``pending/`` (batches sampled ahead with ``rollout.lag``) and ``ledger.jsonl``
+(the rollout ledger as of this step, ``rollout/ledger.py``).  The directory
 is built under a temporary name and renamed into place, so a crash mid-write leaves the previous
 checkpoint as the latest.
 """
@@ -63,7 +64,7 @@ def open_run_dir(run_dir: Path, config: dict, resume: bool) -> Path | None:
 
 
 def save_checkpoint(run_dir: Path, state: RunState, learner, keep: int, *, critic=None, reference=None,
-                    pending: list | None = None) -> Path:  # fmt: skip
+                    pending: list | None = None, ledger=None) -> Path:  # fmt: skip
     """Learner (weights, optimizer), RNG, trainer state; the critic, a reset reference and batches in flight if any."""
     final = checkpoint_dir(run_dir, state.step)
     tmp = final.with_name(f".{final.name}.tmp")
@@ -78,6 +79,8 @@ def save_checkpoint(run_dir: Path, state: RunState, learner, keep: int, *, criti
         reference.save(tmp / "reference")
     if pending:
         RecordStore(tmp / "pending").write_batches(pending)
+    if ledger is not None:
+        ledger.save(tmp)
     atomic_write_json(tmp / "trainer_state.json", asdict(state))
     if final.exists():
         shutil.rmtree(final)

@@ -31,23 +31,36 @@ def _groups(records: list[Record], G: int) -> list[list[Record]]:
 
 
 class Collector:
-    def __init__(self, cfg, task, engine, verifier, pending: deque):
+    def __init__(self, cfg, task, engine, verifier, pending: deque, ledger=None):
         self.cfg, self.task, self.engine, self.verifier = cfg, task, engine, verifier
         self.pending = pending  # batches sampled ahead (rollout.lag), saved with each checkpoint
+        self.ledger = ledger  # every request's records, once (rollout/ledger.py)
 
     def collect(self, step: int, version: int) -> tuple[list[Record], list[Record], dict]:
         """(records to learn from this step, every record sampled this step, statistics incl. ``times``)."""
-        r, stats = self.cfg.rollout, {"times": {"generate": 0.0, "verify": 0.0}}
-        sampled = learn = self.sample_round(step, 0, version, stats["times"])
-        if r.dynamic_sampling:
-            learn, sampled = self.fill_with_variance(step, sampled, version, stats)
-        learn = self.without_verifier_errors(learn, stats)
-        if r.lag:
+        learn, sampled, stats = self.sample_step(step, version)
+        if self.cfg.rollout.lag:
             self.pending.append(learn)
-            if len(self.pending) <= r.lag:
+            if len(self.pending) <= self.cfg.rollout.lag:
                 return [], sampled, stats  # warming up: the first batches are still in flight
             learn = self.pending.popleft()
         return self.fresh_enough(learn, version, stats), sampled, stats
+
+    def take_ready(self, version: int, stats: dict) -> list[Record]:
+        """The pipeline's half of ``collect``: the batch sampled ``rollout.lag`` steps ago (before this step's
+        sampling starts; ``[]`` while warming up).  ``take_ready`` + ``sample_step`` + ``pending.append``
+        is ``collect``, with the sampling free to run while the learner updates on what this returns."""
+        if len(self.pending) < self.cfg.rollout.lag:
+            return []
+        return self.fresh_enough(self.pending.popleft(), version, stats)
+
+    def sample_step(self, step: int, version: int) -> tuple[list[Record], list[Record], dict]:
+        """This step's sampling: (records fit to learn from, every record sampled, statistics incl. ``times``)."""
+        stats = {"times": {"generate": 0.0, "verify": 0.0}}
+        sampled = learn = self.sample_round(step, 0, version, stats["times"])
+        if self.cfg.rollout.dynamic_sampling:
+            learn, sampled = self.fill_with_variance(step, sampled, version, stats)
+        return self.without_verifier_errors(learn, stats), sampled, stats
 
     def sample_round(self, step: int, round_: int, version: int, times: dict) -> list[Record]:
         cfg, t0 = self.cfg, time.time()
@@ -57,7 +70,7 @@ class Collector:
         requests = build_requests(cfg.seed, step, round_, problems, cfg.rollout.group_size, cfg.sampling,
                                   version if source == "policy" else FROZEN, source,
                                   cfg.rollout.request_groups)  # fmt: skip
-        records = [rec for request in requests for rec in self.engine.generate(request)]
+        records = [rec for served in self.engine.run(requests, self.ledger) for rec in served]
         t1 = time.time()
         self.score(records)
         times["generate"] += t1 - t0

@@ -12,7 +12,8 @@ from veriloop.io import atomic_write_text
 from veriloop.rollout.records import Record
 
 # Fields that measure the machine, not the run: excluded when comparing runs for equality.
-TIMING_KEYS = ("time_generate_s", "time_verify_s", "time_update_s", "time_step_s", "tokens_per_s", "gen_tokens_per_s")
+TIMING_KEYS = ("time_generate_s", "time_verify_s", "time_update_s", "time_step_s", "tokens_per_s", "gen_tokens_per_s",
+               "update_started_at", "update_ended_at")  # fmt: skip
 
 
 class MetricsLog:
@@ -56,12 +57,19 @@ def outcome_rates(records: list[Record]) -> dict:
     return {f"outcome_rate_{k}": named.count(k) / len(named) for k in sorted(set(named))}
 
 
+def staleness(records: list[Record], version: int) -> dict:
+    """Age of the learned-from records in policy versions (learner's version - the record's), for a policy source."""
+    ages = [version - r.policy_version for r in records if r.policy_version >= 0]
+    return {"staleness_mean": sum(ages) / len(ages), "staleness_max": max(ages)} if ages else {}
+
+
 def step_metrics(step, records: list[Record], rewards, advantages, mask, update: dict, lr: float, times: dict,
                  sampled: list[Record] | None = None) -> dict:  # fmt: skip
     """The metrics row of one step; ``records`` are the ones the update learned from, ``sampled``
     every record verified this step (defaults to ``records``).  A value that was not measured is
-    left out of the row, never written as 0."""
-    total_time = sum(times.values())
+    left out of the row, never written as 0.  ``times["wall"]``, when given, is the step's wall time (sampling
+    overlapped with the update: less than the sum of the stages)."""
+    total_time = times["wall"] if "wall" in times else sum(times.values())
     row = {"step": step, "lr": lr, "time_generate_s": times.get("generate", 0.0),
            "time_verify_s": times.get("verify", 0.0), "time_update_s": times.get("update", 0.0),
            "time_step_s": total_time, **outcome_rates(sampled if sampled is not None else records)}  # fmt: skip

@@ -22,8 +22,11 @@ methods is configuration (``training/recipes.py``).  Conventions:
 from __future__ import annotations
 
 import copy
+import signal as os_signal
+import threading
 import time
 from collections import deque
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import torch
@@ -37,6 +40,7 @@ from veriloop.models.loading import load_policy
 from veriloop.prm.process import ProcessSupervisor
 from veriloop.registry import ESTIMATORS
 from veriloop.rollout.engine import FROZEN, LocalEngine, TaskTeacherEngine
+from veriloop.rollout.ledger import Ledger
 from veriloop.rollout.records import RecordStore
 from veriloop.seeding import derive_seed
 from veriloop.training.checkpoint import RunState, load_checkpoint, open_run_dir, save_checkpoint
@@ -44,7 +48,7 @@ from veriloop.training.collect import Collector
 from veriloop.training.config import TrainConfig
 from veriloop.training.critic import Critic
 from veriloop.training.learner import Learner
-from veriloop.training.metrics import MetricsLog, step_metrics
+from veriloop.training.metrics import MetricsLog, staleness, step_metrics
 from veriloop.training.optim import lr_at
 from veriloop.training.recipes import RECIPES
 from veriloop.training.reference import ReferencePolicy
@@ -57,7 +61,7 @@ class Trainer:
     """``policy``, ``task`` and ``verifier`` may be given as objects (exact mode, notebooks)."""
 
     def __init__(self, cfg: TrainConfig, resume: bool = False, progress: bool = True, *, policy=None, task=None,
-                 verifier=None):  # fmt: skip
+                 verifier=None, engine_options: dict | None = None):  # fmt: skip
         self.cfg, self.progress, self.run_dir = cfg, progress, Path(cfg.run_dir)
         if cfg.threads:
             torch.set_num_threads(cfg.threads)
@@ -70,6 +74,7 @@ class Trainer:
         check_installed(cfg.report_to)
         checkpoint = open_run_dir(self.run_dir, to_dict(cfg), resume)
         self.store, self.metrics = RecordStore(self.run_dir / "rollouts"), MetricsLog(self.run_dir / "metrics.jsonl")
+        self.ledger = Ledger(self.run_dir)
         # resuming: a copy of the start whose weights and optimizer the learner reads from the checkpoint (once)
         self.policy = copy.deepcopy(start) if checkpoint else start
         self.state, self.pending = RunState(kl_beta=cfg.kl.beta), deque()
@@ -84,11 +89,15 @@ class Trainer:
                            else FixedKLController(cfg.kl.beta))  # fmt: skip
         if checkpoint:
             self._restore(checkpoint)
-        self.engine = self._engine(start)
+        self.engine = self._engine(start, engine_options or {})
+        # rollout.lag with an engine of its own weights: this step is sampled while the learner updates
+        self.pipelined = cfg.rollout.engine == "ray" and cfg.rollout.lag > 0
+        self.sampling_thread = ThreadPoolExecutor(1, "veriloop-sampling") if self.pipelined else None
+        self.stop_signal = ""
         self.process = (ProcessSupervisor(cfg.process, seed=cfg.seed, run_dir=self.run_dir, task=self.task,
                                           policy=self.policy, sampling=cfg.sampling, store=self.store,
                                           step=self.state.step) if estimator.needs_prm else None)  # fmt: skip
-        self.collector = Collector(cfg, self.task, self.engine, self.verifier, self.pending)
+        self.collector = Collector(cfg, self.task, self.engine, self.verifier, self.pending, self.ledger)
         self.signal = SignalMaker(cfg, self.learner.objective, self.policy.pad_id, self.reference, self.critic,
                                   self.process)  # fmt: skip
         self.tracker = build_tracker(cfg.report_to, self.run_dir, to_dict(cfg), self.run_dir.name)
@@ -106,40 +115,73 @@ class Trainer:
         # With a time or sample budget the step count is only a cap: show rate and elapsed time, not a fake
         # ETA (tqdm reads total=None as len(range); inf is its "unknown").
         budget = cfg.max_minutes or cfg.max_samples
-        bar = tqdm(range(first, cfg.steps + 1), desc=cfg.algo, unit="step", initial=first - 1,
-                   total=float("inf") if budget else cfg.steps, disable=not self.progress, dynamic_ncols=True)  # fmt: skip
+        bar = tqdm(range(first, cfg.steps + 1), desc=cfg.algo, unit="step", initial=first - 1, dynamic_ncols=True,
+                   total=float("inf") if budget else cfg.steps, disable=not self.progress)  # fmt: skip
         self.started = time.time()
         sampled = sum(r.get("sampled_records", 0) for r in self.metrics.rows)  # a resumed run counts its past
-        for step in bar:
-            row = self.train_step(step)
-            if "reward_mean" in row:  # a step that learned from nothing (rollout.lag warm-up) has no reward
-                bar.set_postfix(reward=f"{row['reward_mean']:.3f}", acc=f"{row['accuracy']:.3f}")
-            sampled += row["sampled_records"]
-            stop = self._why_stop(step, sampled)
-            if step % cfg.checkpoint_every == 0 or step == cfg.steps or stop:
-                self.checkpoint()
-            if stop:
-                bar.write(f"stopping after step {step}: {stop}")
-                break
-        bar.close()
-        self.save_final()
-        self.tracker.close()
+        previous = self._catch_sigterm()
+        try:
+            for step in bar:
+                row = self.train_step(step)
+                if "reward_mean" in row:  # a step that learned from nothing (rollout.lag warm-up) has no reward
+                    bar.set_postfix(reward=f"{row['reward_mean']:.3f}", acc=f"{row['accuracy']:.3f}")
+                sampled += row["sampled_records"]
+                stop = self.stop_signal or self._why_stop(step, sampled)
+                if step % cfg.checkpoint_every == 0 or step == cfg.steps or stop:
+                    self.checkpoint()
+                if stop:
+                    bar.write(f"stopping after step {step}: {stop}")
+                    break
+            bar.close()
+            if self.stop_signal:  # preempted: the checkpoint is written, the run is not finished
+                print(f"{self.stop_signal}: checkpoint of step {self.state.step} written; continue with "
+                      f"`veriloop train --resume {self.run_dir}`")  # fmt: skip
+            else:
+                self.save_final()
+        finally:
+            if previous is not None:
+                os_signal.signal(os_signal.SIGTERM, previous)
+            self.tracker.close()
+            self.close()
         return self.metrics.rows[-1] if self.metrics.rows else {}
+
+    def _catch_sigterm(self):
+        """SIGTERM (a preemptible cluster taking the machine back): finish the step, checkpoint, exit cleanly."""
+        if threading.current_thread() is not threading.main_thread():
+            return None
+
+        def on_sigterm(signum, frame):
+            self.stop_signal = "SIGTERM received"
+
+        return os_signal.signal(os_signal.SIGTERM, on_sigterm)
+
+    def close(self) -> None:
+        """Stop what the run started (rollout actors, learner ranks, the sampling thread); idempotent."""
+        if self.sampling_thread is not None:
+            self.sampling_thread.shutdown(wait=False, cancel_futures=True)
+        for role in (self.engine, self.learner):
+            if hasattr(role, "close"):
+                role.close()
 
     def train_step(self, step: int) -> dict:
         cfg = self.cfg
         lr = lr_at(self.state.policy_version, self.total_optimizer_steps(), cfg.optim)
         self.learner.set_lr(lr)
-        # 1-3. Task, rollout requests, verifiers: scored records for this step's update.
-        records, sampled, data_stats = self.collector.collect(step, self.state.policy_version)
+        wall, version = time.time(), self.state.policy_version
+        if self.pipelined:  # the same computation as below, with this step's sampling overlapping the update
+            ready_stats: dict = {}
+            records = self.collector.take_ready(version, ready_stats)
+            sampling = self.sampling_thread.submit(self.collector.sample_step, step, version)
+            signal, update = self.learn(step, records)
+            learned, sampled, data_stats = sampling.result(timeout=self._sampling_timeout())
+            self.pending.append(learned)
+            data_stats.update(ready_stats)
+        else:
+            # 1-3. Task, rollout requests, verifiers: scored records for this step's update.
+            records, sampled, data_stats = self.collector.collect(step, version)
+            signal, update = self.learn(step, records)
         times = data_stats.pop("times")
-        t0 = time.time()
-        # 4. Learning signal: the gradient coefficient of every token (advantages, 0/1, pairs).
-        signal = self.signal(records, self.kl_control.beta) if records else None
-        # 5. Learner (and critic): passes of the objective; the engine then holds the new weights.
-        update = self.update(step, signal)
-        times["update"] = time.time() - t0
-        update.update(signal.stats if signal is not None else {})
+        times["update"] = update["update_ended_at"] - update["update_started_at"]
         self.after_update(step, update)
         if self.process is not None:
             update.update(self.process.observe(step, sampled, self.state.policy_version))
@@ -147,7 +189,9 @@ class Trainer:
             self.store.write(step, sampled)
         update.update(data_stats)
         rewards, advantages, mask = (signal.rewards, signal.advantages, signal.mask) if signal else (None,) * 3
+        times["wall"] = time.time() - wall
         row = step_metrics(step, records, rewards, advantages, mask, update, lr, times, sampled=sampled)
+        row.update(staleness(records, version))
         row.update(policy_version=self.state.policy_version, kl_beta=self.kl_control.beta,
                    sampled_records=len(sampled), sampled_tokens=sum(len(r.completion_ids) for r in sampled),
                    update_records=signal.batch.size if signal is not None and signal.batch is not None else 0,
@@ -156,6 +200,22 @@ class Trainer:
         self.metrics.append(row)
         self.tracker.log(step, row)
         return row
+
+    def learn(self, step: int, records) -> tuple[Signal | None, dict]:
+        """Stages 4-5 on ``records``: (the signal, the update's statistics with its start and end times)."""
+        started = time.time()
+        # 4. Learning signal: the gradient coefficient of every token (advantages, 0/1, pairs).
+        signal = self.signal(records, self.kl_control.beta) if records else None
+        # 5. Learner (and critic): passes of the objective; the engine gets the new weights in after_update.
+        update = self.update(step, signal)
+        update.update(signal.stats if signal is not None else {})
+        update.update(update_started_at=started, update_ended_at=time.time())
+        return signal, update
+
+    def _sampling_timeout(self) -> float:
+        """A bound on one step's sampling (each request is bounded on its own; verification comes on top)."""
+        r = self.cfg.rollout
+        return 2 * r.request_timeout_s * (r.max_resample_rounds + 1) * (r.max_request_retries + 1)
 
     def update(self, step: int, signal: Signal | None) -> dict:
         """Stage 5: the learner's passes (not during the critic's warm-up) and the critic's."""
@@ -180,8 +240,8 @@ class Trainer:
             self.state.reference_step = step
         if self.engine.version not in (FROZEN, self.state.policy_version):
             # The local engine samples from the learner's own tensors: the update already put the new weights in
-            # place, so there is nothing to copy or hash (an engine in another process gets load_weights).
-            self.engine.hold(self.state.policy_version)
+            # place, so there is nothing to copy or hash; Ray actors get the trainable tensors and answer digests.
+            self.engine.publish(self.policy.model, self.state.policy_version)
 
     def validate(self, step: int) -> dict:
         """Greedy accuracy on ``eval_split`` (validation unless asked otherwise) every ``eval_every`` steps."""
@@ -200,22 +260,28 @@ class Trainer:
 
     # ------------------------------------------------------------------ setup and bookkeeping
 
-    def _engine(self, start):
-        src = self.cfg.rollout.source
+    def _engine(self, start, options: dict):
+        cfg, src = self.cfg, self.cfg.rollout.source
         if src == "task-teacher":
             return TaskTeacherEngine(self.task, self.policy)
         if src == "teacher":
-            teacher = load_policy(self.cfg.rollout.teacher, placement=self.cfg.placement(),
-                                  prompts=self.cfg.prompt_format())  # fmt: skip
-            return LocalEngine(teacher.frozen_copy(), FROZEN)
-        if src == "initial":  # the reference is already a frozen copy of the start when it is one
-            shared = self.reference is not None and not self.cfg.reference
-            return LocalEngine(self.reference.policy if shared else start.frozen_copy(), FROZEN)
-        return LocalEngine(self.policy, self.state.policy_version)
+            teacher = load_policy(cfg.rollout.teacher, placement=cfg.placement(), prompts=cfg.prompt_format())
+            policy, version = teacher.frozen_copy(), FROZEN
+        elif src == "initial":  # the reference is already a frozen copy of the start when it is one
+            shared = self.reference is not None and not cfg.reference
+            policy, version = (self.reference.policy if shared else start.frozen_copy()), FROZEN
+        else:
+            policy, version = self.policy, self.state.policy_version
+        if cfg.rollout.engine == "ray":  # options: the tests' fault and delay schedules
+            from veriloop.rollout.ray_engine import RayEngine
+
+            return RayEngine(policy, version, cfg.rollout, cfg.ray, cfg.threads, **options)
+        return LocalEngine(policy, version)
 
     def _restore(self, checkpoint: Path) -> None:
         reference = self.reference.policy if self.reference is not None else None
         self.state = load_checkpoint(checkpoint, self.learner, self.critic, reference, self.pending)
+        self.ledger.restore(checkpoint)
         self.kl_control.beta = self.state.kl_beta
         self.metrics.truncate(self.state.step)
         self.store.remove_after(self.state.step)
@@ -240,7 +306,8 @@ class Trainer:
     def checkpoint(self) -> Path:
         reference = self.reference.policy if self.reference is not None and self.state.reference_step else None
         return save_checkpoint(self.run_dir, self.state, self.learner, self.cfg.keep_checkpoints,
-                               critic=self.critic, reference=reference, pending=list(self.pending))  # fmt: skip
+                               critic=self.critic, reference=reference, pending=list(self.pending),
+                               ledger=self.ledger)  # fmt: skip
 
     def save_final(self) -> None:
         """``final/`` (and ``export`` if set): the model, with how it was made beside it."""

@@ -1,0 +1,253 @@
+"""``rollout.engine=ray``: rollout engines as Ray actors, fed requests, fenced by weights version.
+
+Each of ``rollout.workers`` actors holds a ``LocalEngine`` on its own copy of the policy.  The
+controller sends requests of fixed composition (``build_requests``), request ``i`` of a batch to
+actor ``i mod workers``; a record depends only on its request, so which actor serves it changes
+nothing.  Weights travel by version: ``load_weights`` puts the trainable tensors in Ray's object
+store once, every actor copies them in and answers the SHA-256 digest of all its weights, which
+must equal the learner's.  An actor serves a request only with the version the request names
+(``WeightsVersionError`` otherwise).
+
+Failures: actors run with ``max_restarts=-1`` and ``max_task_retries=0`` (Ray restarts a dead
+actor but never re-executes a call by itself).  When a call fails because its actor died, the
+controller waits for the restarted actor (which holds the weights it was created with), pushes the
+weights of the version the request names (kept while a request in flight names it), and issues
+the same request again: same seeds, same weights, so the same records.  Every wait is bounded:
+a request running past ``rollout.request_timeout_s`` fails the run naming the request and actor.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass
+
+import torch
+
+from veriloop.errors import InputError
+from veriloop.rollout.engine import LocalEngine, RolloutRequest, WeightsVersionError, trainable_tensors, weights_digest
+from veriloop.rollout.records import Record
+
+
+def require_ray():
+    try:
+        import ray
+    except ImportError as e:
+        raise InputError("rollout.engine=ray needs Ray: pip install -e '.[distributed]'") from e
+    return ray
+
+
+def connect(ray_cfg, workers: int) -> bool:
+    """Join ``ray.address``, or start a private one-machine cluster on 127.0.0.1; True when this call started it."""
+    ray = require_ray()
+    if ray.is_initialized():
+        return False
+    quiet = {"include_dashboard": False, "configure_logging": False, "log_to_driver": False}
+    if ray_cfg.address:
+        ray.init(address=ray_cfg.address, **quiet)
+    else:  # logical CPUs: every actor's reservation plus one, so no actor waits forever for a CPU (SCALEOUT.md)
+        cpus = ray_cfg.num_cpus or int(workers * ray_cfg.cpus_per_worker) + 1
+        ray.init(num_cpus=cpus, _node_ip_address="127.0.0.1", **quiet)
+    return True
+
+
+class RolloutWorker:
+    """The Ray actor: a ``LocalEngine`` on its own copy of the policy (``ray.remote`` is applied by ``RayEngine``).
+
+    ``faults`` and ``delays`` exist for the tests: a fault SIGKILLs this process during the n-th call of a
+    kind (once per marker file, so the restarted actor does not die again); a delay sleeps before sampling.
+    """
+
+    def __init__(self, policy, version: int, threads: int, index: int, faults=(), delays=None):
+        if threads:
+            torch.set_num_threads(threads)
+        if getattr(policy, "device", torch.device("cpu")).type != "cpu" and not torch.cuda.is_available():
+            policy.model.to("cpu")  # a policy put from a GPU controller, on an actor without a GPU
+        self.engine, self.index, self.faults, self.delays = LocalEngine(policy, version), index, faults, delays
+        self.calls: Counter = Counter()
+
+    def ping(self) -> tuple[int, int]:
+        return os.getpid(), self.engine.version
+
+    def load_weights(self, weights: dict, version: int) -> str:
+        fault = self._fault("load_weights")
+        named = list(weights.items())
+        if fault:  # die half-way through the copy: the actor holds a mix of two versions when it is killed
+            self.engine.load_weights(named[: len(named) // 2], self.engine.version)
+            os.kill(os.getpid(), signal.SIGKILL)
+        return self.engine.load_weights(named, version)
+
+    def generate(self, request: RolloutRequest) -> list[Record]:
+        if self._fault("generate"):  # die while sampling
+            threading.Timer(0.05, os.kill, (os.getpid(), signal.SIGKILL)).start()
+        if self.delays is not None:
+            time.sleep(self.delays(request))
+        return self.engine.generate(request)
+
+    def _fault(self, kind: str) -> bool:
+        self.calls[kind] += 1
+        for f in self.faults:
+            if (f["worker"], f["call"], f["nth"]) == (self.index, kind, self.calls[kind]):
+                try:  # O_EXCL: exactly one incarnation fires it
+                    os.close(os.open(f["marker"], os.O_CREAT | os.O_EXCL))
+                    return True
+                except FileExistsError:
+                    return False
+        return False
+
+
+@dataclass
+class Ticket:
+    """A request in flight: which actor, which attempt, since when."""
+
+    request: RolloutRequest
+    worker: int
+    attempt: int
+    ref: object
+    issued_at: float
+
+
+class RayEngine:
+    name = "ray"
+
+    def __init__(self, policy, version: int, rollout_cfg, ray_cfg, threads: int, faults=(), delays=None):
+        ray = self.ray = require_ray()
+        self.rollout_cfg, self.ray_cfg, self.version = rollout_cfg, ray_cfg, version
+        self.started_cluster = connect(ray_cfg, rollout_cfg.workers)
+        actor = ray.remote(RolloutWorker).options(
+            max_restarts=-1, max_task_retries=0, num_cpus=ray_cfg.cpus_per_worker, num_gpus=ray_cfg.gpus_per_worker)
+        policy_ref = self.policy_ref = ray.put(policy)  # kept alive: a restarted actor is built from it
+        threads = ray_cfg.worker_threads or threads or torch.get_num_threads()
+        self.actors = [actor.remote(policy_ref, version, threads, i, tuple(faults), delays)
+                       for i in range(rollout_cfg.workers)]  # fmt: skip
+        self.created_version = version  # what a restarted actor holds (its constructor's policy)
+        self.weights = {}  # version -> ObjectRef of its trainable tensors (while a request may still need it)
+        self.held = [version] * len(self.actors)
+        self.pids = [p for p, _ in self._get([a.ping.remote() for a in self.actors], ray_cfg.timeout_s, "starting")]
+        self.restarts = 0
+
+    # ------------------------------------------------------------------ weights
+
+    def publish(self, model: torch.nn.Module, version: int) -> str:
+        """Push the learner's new weights to every actor; every actor's digest must equal the learner's."""
+        return self.load_weights(trainable_tensors(model), version, expected=weights_digest(model.state_dict().items()))
+
+    def load_weights(self, named_tensors, version: int, expected: str | None = None) -> str:
+        ref = self.ray.put(dict(named_tensors))
+        self.weights = {version: ref}  # sync modes: no request in flight names an older version
+        digests = []
+        for i in range(len(self.actors)):
+            digests.append(self._push(i, version))
+        if expected is not None:
+            for i, d in enumerate(digests):
+                if d != expected:
+                    raise RuntimeError(f"rollout worker {i}: weights digest {d[:12]} after loading version {version}, "
+                                       f"the learner's is {expected[:12]}")  # fmt: skip
+        self.version = version
+        return digests[0]
+
+    def _push(self, i: int, version: int) -> str:
+        """Version ``version`` onto actor ``i``, re-pushing after the actor died mid-load."""
+        for _ in range(self.rollout_cfg.max_request_retries + 1):
+            try:
+                ref = self.actors[i].load_weights.remote(self.weights[version], version)
+                digest = self._get(ref, self.rollout_cfg.request_timeout_s, f"loading weights {version} on worker {i}")
+                self.held[i] = version
+                return digest
+            except self._actor_died() as e:
+                self._recover(i, e, f"loading weights version {version}")
+        raise RuntimeError(f"rollout worker {i} died {self.rollout_cfg.max_request_retries + 1} times loading "
+                           f"weights version {version}")  # fmt: skip
+
+    # ------------------------------------------------------------------ requests
+
+    def run(self, requests: list[RolloutRequest], ledger=None) -> list[list[Record]]:
+        tickets = [self.submit(r, i % len(self.actors), ledger) for i, r in enumerate(requests)]
+        return self.wait(tickets, ledger)
+
+    def submit(self, request: RolloutRequest, worker: int, ledger=None, attempt: int = 0) -> Ticket:
+        if self.held[worker] != request.weights_version and request.weights_version in self.weights:
+            self._push(worker, request.weights_version)  # a restarted actor: give it the version the request names
+        if ledger is not None:
+            ledger.event("issued", request, worker, attempt)
+        ref = self.actors[worker].generate.remote(request)
+        return Ticket(request, worker, attempt, ref, time.time())
+
+    def wait(self, tickets: list[Ticket], ledger=None) -> list[list[Record]]:
+        """Every ticket's records, in order; a request whose actor died is issued again (same seeds, same weights)."""
+        out: dict[int, list[Record]] = {}
+        live = dict(enumerate(tickets))
+        while live:
+            ready, _ = self.ray.wait([t.ref for t in live.values()], num_returns=1, timeout=1.0)
+            if not ready:
+                self._check_deadlines(live.values())
+                continue
+            k = next(k for k, t in live.items() if t.ref == ready[0])
+            t = live.pop(k)
+            try:
+                out[k] = self._get(t.ref, self.rollout_cfg.request_timeout_s, f"request {t.request.request_id}")
+            except self._actor_died() as e:
+                if ledger is not None:
+                    ledger.event("failed", t.request, t.worker, t.attempt, error=type(e).__name__)
+                if t.attempt >= self.rollout_cfg.max_request_retries:
+                    raise RuntimeError(f"request {t.request.request_id} failed {t.attempt + 1} times: its rollout "
+                                       f"worker {t.worker} died each time") from e  # fmt: skip
+                self._recover(t.worker, e, f"request {t.request.request_id}")
+                live[k] = self.submit(t.request, t.worker, ledger, t.attempt + 1)
+                continue
+            if ledger is not None:
+                ledger.done(t.request, out[k], t.worker, t.attempt)
+        return [out[k] for k in range(len(tickets))]
+
+    def _check_deadlines(self, tickets) -> None:
+        now, limit = time.time(), self.rollout_cfg.request_timeout_s
+        late = [t for t in tickets if now - t.issued_at > limit]
+        if late:
+            names = ", ".join(f"{t.request.request_id} (worker {t.worker})" for t in late)
+            raise RuntimeError(f"rollout request(s) {names} ran past rollout.request_timeout_s={limit:g}")
+
+    # ------------------------------------------------------------------ failures, shutdown
+
+    def _actor_died(self):
+        e = self.ray.exceptions
+        return (e.RayActorError, e.ActorUnavailableError)
+
+    def _get(self, refs, timeout: float, what: str):
+        """``ray.get`` with a deadline; a wrong-version refusal comes out as ``WeightsVersionError``."""
+        try:
+            return self.ray.get(refs, timeout=timeout)
+        except self.ray.exceptions.GetTimeoutError as e:
+            raise RuntimeError(f"{what}: no answer within {timeout:g} s") from e
+        except self.ray.exceptions.RayTaskError as e:
+            if isinstance(e.cause, WeightsVersionError):
+                raise WeightsVersionError(str(e.cause)) from None
+            raise
+
+    def _recover(self, i: int, error: Exception, doing: str) -> None:
+        """Wait (bounded) for Ray to restart actor ``i``; it then holds the weights it was created with."""
+        self.restarts += 1
+        deadline = time.time() + self.ray_cfg.timeout_s
+        while True:
+            try:
+                pid, version = self.ray.get(self.actors[i].ping.remote(), timeout=max(1.0, deadline - time.time()))
+                self.pids[i], self.held[i] = pid, version
+                return
+            except self._actor_died() + (self.ray.exceptions.GetTimeoutError,) as e:
+                if time.time() > deadline:
+                    raise RuntimeError(f"rollout worker {i} died ({doing}: {type(error).__name__}) and was not "
+                                       f"restarted within ray.timeout_s={self.ray_cfg.timeout_s:g}") from e  # fmt: skip
+                time.sleep(0.1)
+
+    def close(self) -> None:
+        for a in getattr(self, "actors", []):
+            try:
+                self.ray.kill(a, no_restart=True)
+            except Exception:  # noqa: BLE001 - an actor already gone is what we want
+                pass
+        self.actors = []
+        if getattr(self, "started_cluster", False) and self.ray.is_initialized():
+            self.ray.shutdown()
+            self.started_cluster = False
