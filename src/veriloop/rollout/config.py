@@ -64,10 +64,15 @@ class RolloutConfig:
             raise ValueError(f"rollout.mode must be one of {MODES}, got {self.mode!r}")
         if self.workers < 1:
             raise ValueError(f"rollout.workers must be >= 1, got {self.workers}")
+        if self.engine == "ray" and self.source == "task-teacher":
+            raise ValueError("rollout.engine=ray samples with a model; rollout.source=task-teacher samples nothing")
         if self.workers > 1 and self.engine != "ray":
             raise ValueError(f"rollout.workers={self.workers} needs rollout.engine=ray (the local engine is one)")
         if self.mode == "async" and self.engine != "ray":
             raise ValueError("rollout.mode=async needs rollout.engine=ray (one local engine cannot run ahead)")
+        if self.mode == "async" and self.max_staleness < 1:
+            raise ValueError("rollout.mode=async needs rollout.max_staleness >= 1 (the admission bound in policy "
+                             "versions; 0 would admit nothing ahead: use mode=sync)")  # fmt: skip
         if self.mode == "async" and (self.lag or self.dynamic_sampling):
             raise ValueError("rollout.mode=async replaces rollout.lag (requests run ahead by themselves) and does "
                              "not combine with dynamic_sampling; use mode=sync for either")  # fmt: skip

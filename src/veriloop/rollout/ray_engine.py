@@ -19,6 +19,7 @@ a request running past ``rollout.request_timeout_s`` fails the run naming the re
 from __future__ import annotations
 
 import os
+import random
 import signal
 import threading
 import time
@@ -30,6 +31,7 @@ import torch
 from veriloop.errors import InputError
 from veriloop.rollout.engine import LocalEngine, RolloutRequest, WeightsVersionError, trainable_tensors, weights_digest
 from veriloop.rollout.records import Record
+from veriloop.seeding import derive_seed
 
 
 def require_ray():
@@ -99,6 +101,21 @@ class RolloutWorker:
         return False
 
 
+@dataclass(frozen=True)
+class SeededDelays:
+    """Artificial sampling delays for tests of timing-dependent modes: uniform in [0, ``spread_s``) from a
+    stream seeded by (seed, request id), plus ``per_prompt_char_s`` per character of the request's prompts
+    (slow requests correlated with prompt length, as long prompts are on real engines)."""
+
+    seed: int
+    spread_s: float = 0.2
+    per_prompt_char_s: float = 0.002
+
+    def __call__(self, request: RolloutRequest) -> float:
+        u = random.Random(derive_seed(self.seed, request.step, request.request_id)).random()
+        return u * self.spread_s + self.per_prompt_char_s * sum(len(p.prompt) for p in request.problems)
+
+
 @dataclass
 class Ticket:
     """A request in flight: which actor, which attempt, since when."""
@@ -124,7 +141,8 @@ class RayEngine:
         self.actors = [actor.remote(policy_ref, version, threads, i, tuple(faults), delays)
                        for i in range(rollout_cfg.workers)]  # fmt: skip
         self.created_version = version  # what a restarted actor holds (its constructor's policy)
-        self.weights = {}  # version -> ObjectRef of its trainable tensors (while a request may still need it)
+        self.weights = {}  # version -> ObjectRef of its trainable tensors (while a request in flight names it)
+        self.outstanding: Counter = Counter()  # weights version -> requests in flight naming it
         self.held = [version] * len(self.actors)
         self.pids = [p for p, _ in self._get([a.ping.remote() for a in self.actors], ray_cfg.timeout_s, "starting")]
         self.restarts = 0
@@ -137,7 +155,9 @@ class RayEngine:
 
     def load_weights(self, named_tensors, version: int, expected: str | None = None) -> str:
         ref = self.ray.put(dict(named_tensors))
-        self.weights = {version: ref}  # sync modes: no request in flight names an older version
+        # an older version stays while a request in flight names it (async: a re-issued request needs it)
+        self.weights = {v: r for v, r in self.weights.items() if self.outstanding[v] > 0}
+        self.weights[version] = ref
         digests = []
         for i in range(len(self.actors)):
             digests.append(self._push(i, version))
@@ -154,7 +174,10 @@ class RayEngine:
         for _ in range(self.rollout_cfg.max_request_retries + 1):
             try:
                 ref = self.actors[i].load_weights.remote(self.weights[version], version)
-                digest = self._get(ref, self.rollout_cfg.request_timeout_s, f"loading weights {version} on worker {i}")
+                # the load runs after the requests already queued on the actor (Ray keeps a caller's order)
+                queued = 1 + sum(self.outstanding.values())
+                digest = self._get(ref, self.rollout_cfg.request_timeout_s * queued, f"loading weights {version} on "
+                                   f"worker {i}")  # fmt: skip
                 self.held[i] = version
                 return digest
             except self._actor_died() as e:
@@ -174,6 +197,7 @@ class RayEngine:
         if ledger is not None:
             ledger.event("issued", request, worker, attempt)
         ref = self.actors[worker].generate.remote(request)
+        self.outstanding[request.weights_version] += 1
         return Ticket(request, worker, attempt, ref, time.time())
 
     def wait(self, tickets: list[Ticket], ledger=None) -> list[list[Record]]:
@@ -187,6 +211,7 @@ class RayEngine:
                 continue
             k = next(k for k, t in live.items() if t.ref == ready[0])
             t = live.pop(k)
+            self.outstanding[t.request.weights_version] -= 1
             try:
                 out[k] = self._get(t.ref, self.rollout_cfg.request_timeout_s, f"request {t.request.request_id}")
             except self._actor_died() as e:

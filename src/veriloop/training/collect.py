@@ -62,14 +62,18 @@ class Collector:
             learn, sampled = self.fill_with_variance(step, sampled, version, stats)
         return self.without_verifier_errors(learn, stats), sampled, stats
 
-    def sample_round(self, step: int, round_: int, version: int, times: dict) -> list[Record]:
-        cfg, t0 = self.cfg, time.time()
+    def requests(self, step: int, round_: int, version: int):
+        """A sampling round's prompts (seeded by run seed, step, round) cut into requests of fixed composition."""
+        cfg = self.cfg
         rng = random.Random(derive_seed(cfg.seed, step, f"prompts/{round_}"))
         problems = self.task.train_batch(cfg.rollout.prompts_per_step, rng)
         source = cfg.rollout.source
-        requests = build_requests(cfg.seed, step, round_, problems, cfg.rollout.group_size, cfg.sampling,
-                                  version if source == "policy" else FROZEN, source,
-                                  cfg.rollout.request_groups)  # fmt: skip
+        return build_requests(cfg.seed, step, round_, problems, cfg.rollout.group_size, cfg.sampling,
+                              version if source == "policy" else FROZEN, source, cfg.rollout.request_groups)  # fmt: skip
+
+    def sample_round(self, step: int, round_: int, version: int, times: dict) -> list[Record]:
+        t0 = time.time()
+        requests = self.requests(step, round_, version)
         records = [rec for served in self.engine.run(requests, self.ledger) for rec in served]
         t1 = time.time()
         self.score(records)
@@ -128,3 +132,69 @@ class Collector:
         kept = [g for g in groups if g[0].policy_version >= version - limit]
         stats["stale_groups_dropped"] = len(groups) - len(kept)
         return [rec for g in kept for rec in g]
+
+
+class AsyncCollector(Collector):
+    """``rollout.mode=async``: requests of later steps run ahead of the learner, under an admission bound.
+
+    Before step ``s`` waits for its own records, the requests of steps ``u > s`` go out with the weights
+    the engine holds now, as long as ``(u - s) * versions_per_step <= rollout.max_staleness``: step ``u``
+    is consumed after at most ``u - s`` more updates of ``versions_per_step`` optimizer steps each, so no
+    record can be older than the bound when it is learned from.  Every consumed record's age is checked
+    anyway (a violation stops the run: it would be a bug, and nothing is dropped to hide it).  A slow
+    request makes the learner wait, never skips its problems.  Timing decides which weights version a
+    request gets, so unlike the deterministic pipeline the run is not reproducible bit for bit.
+    """
+
+    def __init__(self, cfg, task, engine, verifier, pending: deque, ledger, first_step: int,
+                 versions_per_step: int):  # fmt: skip
+        super().__init__(cfg, task, engine, verifier, pending, ledger)
+        self.versions_per_step = versions_per_step
+        self.enforce_bound = True  # the tests switch it off to see what the bound prevents
+        self.window_without_bound = 4  # steps ahead when the bound is off
+        self.inflight: dict[int, list] = {}  # step -> tickets of its requests
+        # a checkpoint holds the records of steps sampled ahead (drained): step first_step + i is pending[i]
+        self.ready = {first_step + i: batch for i, batch in enumerate(pending)}
+        pending.clear()
+
+    def admitted(self, ahead: int) -> bool:
+        if not self.enforce_bound:
+            return ahead <= self.window_without_bound
+        return ahead * self.versions_per_step <= self.cfg.rollout.max_staleness
+
+    def dispatch(self, step: int, version: int) -> None:
+        u = step
+        while u <= self.cfg.steps and self.admitted(u - step):
+            if u not in self.inflight and u not in self.ready:
+                requests = self.requests(u, 0, version)
+                workers = self.cfg.rollout.workers
+                self.inflight[u] = [self.engine.submit(r, i % workers, self.ledger) for i, r in enumerate(requests)]
+            u += 1
+
+    def collect(self, step: int, version: int) -> tuple[list[Record], list[Record], dict]:
+        stats = {"times": {"generate": 0.0, "verify": 0.0}}
+        self.dispatch(step, version)
+        t0 = time.time()
+        records = self.ready.pop(step) if step in self.ready else self._served(step)
+        t1 = time.time()
+        self.score(records)
+        stats["times"].update(generate=t1 - t0, verify=time.time() - t1)  # generate: the wait for this step's records
+        self.check_ages(records, version)
+        return self.without_verifier_errors(records, stats), records, stats
+
+    def _served(self, step: int) -> list[Record]:
+        return [rec for served in self.engine.wait(self.inflight.pop(step), self.ledger) for rec in served]
+
+    def check_ages(self, records: list[Record], version: int) -> None:
+        limit = self.cfg.rollout.max_staleness
+        for r in records:
+            if self.enforce_bound and version - r.policy_version > limit:
+                raise RuntimeError(f"record {r.group_id} (problem {r.problem_id}) is {version - r.policy_version} "
+                                   f"versions old, over rollout.max_staleness={limit}: admission control failed")  # fmt: skip
+
+    def drain(self) -> list[list[Record]]:
+        """Wait for every request in flight (a checkpoint holds their records); the batches of the steps after
+        the current one, in order."""
+        for u in sorted(self.inflight):
+            self.ready[u] = self._served(u)
+        return [self.ready[u] for u in sorted(self.ready)]

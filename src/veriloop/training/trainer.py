@@ -44,7 +44,7 @@ from veriloop.rollout.ledger import Ledger
 from veriloop.rollout.records import RecordStore
 from veriloop.seeding import derive_seed
 from veriloop.training.checkpoint import RunState, load_checkpoint, open_run_dir, save_checkpoint
-from veriloop.training.collect import Collector
+from veriloop.training.collect import AsyncCollector, Collector
 from veriloop.training.config import TrainConfig
 from veriloop.training.critic import Critic
 from veriloop.training.learner import Learner
@@ -97,7 +97,11 @@ class Trainer:
         self.process = (ProcessSupervisor(cfg.process, seed=cfg.seed, run_dir=self.run_dir, task=self.task,
                                           policy=self.policy, sampling=cfg.sampling, store=self.store,
                                           step=self.state.step) if estimator.needs_prm else None)  # fmt: skip
-        self.collector = Collector(cfg, self.task, self.engine, self.verifier, self.pending, self.ledger)
+        if cfg.rollout.mode == "async":
+            self.collector = AsyncCollector(cfg, self.task, self.engine, self.verifier, self.pending, self.ledger,
+                                            self.state.step + 1, cfg.update.inner_updates * cfg.update.mini_batches)  # fmt: skip
+        else:
+            self.collector = Collector(cfg, self.task, self.engine, self.verifier, self.pending, self.ledger)
         self.signal = SignalMaker(cfg, self.learner.objective, self.policy.pad_id, self.reference, self.critic,
                                   self.process)  # fmt: skip
         self.tracker = build_tracker(cfg.report_to, self.run_dir, to_dict(cfg), self.run_dir.name)
@@ -304,6 +308,9 @@ class Trainer:
         return self.cfg.steps * self.cfg.update.inner_updates * self.cfg.update.mini_batches
 
     def checkpoint(self) -> Path:
+        if isinstance(self.collector, AsyncCollector):  # requests in flight finish first: their records are saved
+            self.pending.clear()
+            self.pending.extend(self.collector.drain())
         reference = self.reference.policy if self.reference is not None and self.state.reference_step else None
         return save_checkpoint(self.run_dir, self.state, self.learner, self.cfg.keep_checkpoints,
                                critic=self.critic, reference=reference, pending=list(self.pending),
