@@ -81,7 +81,7 @@ class Critic:
             for mb in order.chunk(u.mini_batches):
                 self.optimizer.zero_grad(set_to_none=True)
                 mb_mask = batch.completion_mask[mb]
-                for rows in self.ranks.share(mb).split(u.micro_batch_size):
+                for rows in self.ranks.split(mb, u.micro_batch_size):
                     sub = select(batch, rows)
                     T, mask = sub.completion_ids.shape[1], sub.completion_mask
                     v = self.model(sub)

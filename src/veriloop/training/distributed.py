@@ -53,8 +53,9 @@ class OneRank:
     def pad(self, learner, lb, mb: torch.Tensor) -> None:
         """fsdp2: the passes that keep a rank's collectives in step with the others'."""
 
-    def share(self, rows: torch.Tensor) -> torch.Tensor:
-        return rows
+    def split(self, rows: torch.Tensor, size: int):
+        """This process's rows of a mini-batch in pieces of at most ``size``."""
+        return rows.split(size)
 
     def sync_grads(self, model: torch.nn.Module) -> None:
         """ddp: the sum over ranks of the gradients."""
@@ -78,6 +79,10 @@ class RankShare(OneRank):
 
     def share(self, rows: torch.Tensor, rank: int | None = None) -> torch.Tensor:
         return rows[(self.rank if rank is None else rank) :: self.world]
+
+    def split(self, rows: torch.Tensor, size: int):
+        mine = self.share(rows)
+        return mine.split(size) if len(mine) else []  # an empty tensor splits into one empty piece
 
     def _pieces(self, learner, batch, rows):
         return list(learner.micro_batches(batch, rows)) if len(rows) else []  # a split of no rows is not []
@@ -359,7 +364,8 @@ class DistributedLearner:
         world, port = lc.world_size, _free_port()
         backend = lc.backend if lc.backend != "auto" else ("nccl" if self.device.type == "cuda" else "gloo")
         threads = max(1, self.cfg.threads or torch.get_num_threads() // world)
-        payload = pickle.dumps((self.policy, self.cfg, self.critic, self.rank_share))  # one pickle: an optimizer keeps its params
+        # one pickle: the critic's optimizer keeps its parameters
+        payload = pickle.dumps((self.policy, self.cfg, self.critic, self.rank_share))
         for rank in range(world):
             mine, theirs = ctx.Pipe()
             proc = ctx.Process(target=rank_main, args=(rank, world, port, theirs, backend, lc.timeout_s, threads),
@@ -403,7 +409,7 @@ class DistributedLearner:
                 except (EOFError, OSError):
                     self._fail(f"learner rank {rank} died during {cmd}{self._deaths()}")
                 if status == "error":
-                    self._fail(f"learner rank {rank} failed during {cmd}:\n{value}")
+                    self._fail(f"learner rank {rank} failed during {cmd}:\n{value}{self._other_errors(rank)}")
                 return value
             dead = self._deaths()
             if dead:  # another rank's death leaves this one waiting in a collective: say which rank died
@@ -411,6 +417,18 @@ class DistributedLearner:
             if time.monotonic() > deadline:
                 self._fail(f"learner rank {rank} did not answer {cmd} within learner.timeout_s="
                            f"{self.cfg.learner.timeout_s}s")  # fmt: skip
+
+    def _other_errors(self, failed: int) -> str:
+        """The other ranks' errors (a rank that fails first often shows up as a broken collective elsewhere)."""
+        out = ""
+        for rank, conn in enumerate(self.conns):
+            try:
+                if rank != failed and conn.poll(1.0):
+                    status, value = _recv(conn)
+                    out += f"\nlearner rank {rank}: {value}" if status == "error" else ""
+            except (EOFError, OSError):
+                out += f"\nlearner rank {rank} died"
+        return out
 
     def _deaths(self) -> str:
         dead = [(r, p.exitcode) for r, p in enumerate(self.procs) if not p.is_alive()]

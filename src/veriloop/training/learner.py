@@ -243,7 +243,7 @@ class Learner:
         for _ in range(self.cfg.update.inner_updates):
             for mb in self.mini_batches(pairs.shape[0], gen):
                 self.optimizer.zero_grad(set_to_none=True)
-                for chunk in self.ranks.share(mb).split(max(1, self.cfg.update.micro_batch_size // 2)):
+                for chunk in self.ranks.split(mb, max(1, self.cfg.update.micro_batch_size // 2)):
                     self._pair_chunk(lb, pairs[chunk], ref_seq.to(self.device), mb.numel(), stats)
                 self.optimizer_step(stats)
         return self.ranks.summary(stats)

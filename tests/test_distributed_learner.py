@@ -1,0 +1,272 @@
+"""learner.strategy ddp|fsdp2: W spawned rank processes (gloo, 127.0.0.1) give the 1-process update.
+
+Not bit for bit: the ranks' gradients are summed in another order than one process accumulates them.
+The tolerance therefore comes from a float64 twin of every comparison (``close_to_one_process``).
+Every test has a wall-clock bound (``bounded``) besides the learner's own ``learner.timeout_s``.
+"""
+
+import copy
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+
+from veriloop.config import build_config
+from veriloop.training.config import TrainConfig
+from veriloop.training.critic import Critic
+from veriloop.training.distributed import DistributedLearner, RankShare, build_learner
+from veriloop.training.learner import Learner
+from veriloop.training.trainer import Trainer
+
+TINY = {"policy": "builtin:init", "model.hidden_size": 32, "model.intermediate_size": 64, "model.num_layers": 2,
+        "model.num_heads": 2, "rollout.prompts_per_step": 3, "rollout.group_size": 3, "sampling.max_new_tokens": 8,
+        "verifier": "test-digit-share", "optim.lr": 0.5, "device": "cpu", "task.arithmetic.heldout_size": 8,
+        "update.micro_batch_size": 2, "kl.beta": 0.05, "kl.placement": "loss", "learner.timeout_s": 60,
+        "update.inner_updates": 1, "optim.name": "sgd"}  # fmt: skip
+ADAMW = {"optim.name": "adamw", "optim.lr": 1e-2}  # where a test checks the optimizer's state
+BETA, UPDATES, LIMIT_S = 0.05, 2, 150
+
+
+@pytest.fixture(autouse=True)
+def bounded():
+    """A test that runs past LIMIT_S seconds fails (SIGALRM) instead of hanging the suite."""
+
+    def expire(*_):
+        raise TimeoutError(f"distributed learner test ran past {LIMIT_S} s")
+
+    old = signal.signal(signal.SIGALRM, expire)
+    signal.alarm(LIMIT_S)
+    yield
+    signal.alarm(0)
+    signal.signal(signal.SIGALRM, old)
+
+
+@pytest.fixture
+def groups():
+    """Start DistributedLearners; every one is closed at the end of the test."""
+    started = []
+
+    def start(policy, cfg, critic=None, **kw):
+        started.append(DistributedLearner(policy, cfg, critic=critic, **kw))
+        return started[-1]
+
+    yield start
+    for learner in started:
+        learner.close()
+
+
+def setup(tmp_path, **over):
+    """A trainer's start policy, critic (gae) and one learning batch of 9 rows, as the trainer makes them."""
+    cfg = build_config(TrainConfig, {}, {**TINY, "run_dir": str(tmp_path / "run"), **over})
+    trainer = Trainer(cfg, progress=False)
+    records, _, _ = trainer.collector.collect(1, 0)
+    return cfg, trainer.policy, trainer.critic, trainer.learning_signal(records).batch
+
+
+def with_learner(cfg, **over) -> TrainConfig:
+    flat = {"learner.strategy": "ddp", "learner.world_size": 2, **over}
+    return build_config(TrainConfig, {}, {**TINY, "run_dir": cfg.run_dir, **_overrides(cfg), **flat})
+
+
+def _overrides(cfg) -> dict:
+    u, a = cfg.update, cfg.loss
+    o = cfg.optim
+    return {"update.mini_batches": u.mini_batches, "loss.aggregation": a.aggregation, "lora.r": cfg.lora.r,
+            "advantage.estimator": cfg.advantage.estimator, "optim.grad_clip": o.grad_clip, "optim.name": o.name,
+            "optim.lr": o.lr}  # fmt: skip
+
+
+def run(learner, lb, critic_update=None, updates=UPDATES, seed=7) -> list[dict]:
+    """``updates`` trainer updates: the learner's passes, then the critic's from the same generator."""
+    gen, out = torch.Generator().manual_seed(seed), []
+    for _ in range(updates):
+        stats = learner.update(lb, BETA, gen)
+        if critic_update is not None:
+            stats.update(critic_update(lb.batch, lb.returns, lb.old_values, gen))
+        out.append(stats)
+    return out
+
+
+def local(policy, cfg, lb, critic=None, dtype=None, **over):
+    """The 1-process run on copies; the updated (policy, critic, stats)."""
+    policy, critic = copy.deepcopy(policy), copy.deepcopy(critic)
+    if dtype is not None:
+        policy.model.to(dtype)
+    cfg = build_config(TrainConfig, {}, {**TINY, "run_dir": cfg.run_dir, **_overrides(cfg), **over})
+    if critic is not None:
+        critic.cfg = cfg
+    stats = run(Learner(policy, cfg), lb, critic.update if critic is not None else None)
+    return policy, critic, stats
+
+
+def distributed(groups, policy, cfg, lb, critic=None, dtype=None, **kw):
+    policy, critic = copy.deepcopy(policy), copy.deepcopy(critic)
+    if dtype is not None:
+        policy.model.to(dtype)
+    group = groups(policy, cfg, critic, **kw)
+    stats = run(group, lb, group.critic_update if critic is not None else None)
+    return policy, critic, stats, group
+
+
+def noise_of(one: torch.nn.Module, split: torch.nn.Module) -> float:
+    """float32 reduction-order noise: how far another exact split moves the 1-process result, and at
+    least one rounding (eps32) of the largest weight (the smallest difference a max over weights sees)."""
+    largest = max(t.abs().max().item() for t in one.state_dict().values() if t.is_floating_point())
+    return max(max_diff(split, one), torch.finfo(torch.float32).eps * largest)
+
+
+def max_diff(a: torch.nn.Module, b: torch.nn.Module) -> float:
+    return max((x.double() - y.double()).abs().max().item() for x, y in zip(a.state_dict().values(),
+                                                                              b.state_dict().values()))  # fmt: skip
+
+
+CASES = [  # (aggregation, mini-batches of the 9 rows): 9 / 5 -> a 1-row mini-batch, where rank 1 has no row
+    ("seq-mean-token-mean", 5),
+    ("token-mean", 2),
+    ("seq-mean-token-sum-norm", 3),
+]
+
+
+@pytest.mark.parametrize("aggregation,mini_batches", CASES)
+def test_ddp_two_ranks_is_one_process_up_to_float_rounding(tmp_path, groups, aggregation, mini_batches):
+    """The tolerance, from a float64 twin of each run.  Summing the gradient in another order (2 ranks, or
+    1 process with another micro-batch split) is exact in exact arithmetic: in float64 both land within
+    ~1e-17 of the 1-process result.  So the float32 reduction-order noise of this update is measured as
+    ``noise = |split32 - one32|`` (1 process, micro-batches of 1 row instead of 2), and the 2-rank float32
+    result must be within 10 x noise of the 1-process one.  (Not |one32 - one64|: that is ~1e-3 here,
+    dominated by tokens that cross the PPO clip boundary between float32 and float64, not by sums.)
+    SGD: AdamW would turn rounding noise in gradients that cancel to ~0 into steps of +-lr.  With KL in
+    the loss, 9 rows (odd), the PPO critic (whose head computes in float32: no float64 twin, same
+    split-noise bound), and all-reduced statistics equal to the 1-process ones."""
+    cfg, policy, critic, lb = setup(tmp_path, **{"loss.aggregation": aggregation, "update.mini_batches": mini_batches,
+                                                 "advantage.estimator": "gae"})  # fmt: skip
+    assert lb.size == 9 and lb.ref_logprobs is not None and critic is not None
+    one32, critic32, stats32 = local(policy, cfg, lb, critic)
+    split32, critic_split, _ = local(policy, cfg, lb, critic, **{"update.micro_batch_size": 1})
+    one64, _, _ = local(policy, cfg, lb, dtype=torch.float64)
+    split64, _, _ = local(policy, cfg, lb, dtype=torch.float64, **{"update.micro_batch_size": 1})
+    dcfg = with_learner(cfg)
+    two32, dcritic, dstats, _ = distributed(groups, policy, dcfg, lb, critic)
+    two64, *_ = distributed(groups, policy, dcfg, lb, dtype=torch.float64)
+    assert max_diff(two64.model, one64.model) < 1e-12 and max_diff(split64.model, one64.model) < 1e-12
+    noise = noise_of(one32.model, split32.model)
+    assert noise < 1e-5
+    assert max_diff(two32.model, one32.model) <= 10 * noise
+    assert max_diff(dcritic.model, critic32.model) <= 10 * noise_of(critic32.model, critic_split.model)
+    for mine, want in zip(dstats, stats32):  # all-reduced statistics are the 1-process ones
+        assert mine.keys() == want.keys()
+        for key in want:
+            assert mine[key] == pytest.approx(want[key], rel=1e-4, abs=1e-6), key
+
+
+class PerRankNormaliser(RankShare):
+    """The bug the global normaliser prevents: each rank's token-mean over its own share, averaged over the
+    ranks (what DDP makes of a per-rank loss).  Gradients scaled by tokens(mini-batch) / tokens(share) / W."""
+
+    def micro_batches(self, learner, batch, mb):
+        mask = batch.completion_mask
+        self.scale = float(mask[mb].sum()) / max(float(mask[self.share(mb)].sum()), 1.0) / self.world
+        return super().micro_batches(learner, batch, mb)
+
+    def sync_grads(self, model):
+        for p in model.parameters():
+            if p.grad is not None:
+                p.grad.mul_(self.scale)
+        super().sync_grads(model)
+
+
+def test_a_per_rank_normaliser_fails_the_same_comparison(tmp_path, groups):
+    cfg, policy, _, lb = setup(tmp_path, **{"loss.aggregation": "token-mean", "update.mini_batches": 2})
+    one32, _, _ = local(policy, cfg, lb)
+    split32, _, _ = local(policy, cfg, lb, **{"update.micro_batch_size": 1})
+    wrong, *_ = distributed(groups, policy, with_learner(cfg), lb, rank_share=PerRankNormaliser)
+    assert max_diff(wrong.model, one32.model) > 1000 * noise_of(one32.model, split32.model)
+
+
+def test_fsdp2_equals_ddp_bit_for_bit_and_their_checkpoints_agree(tmp_path, groups):
+    """Gradient clipping off: the sharded grad norm is summed in another order (so its statistic differs in
+    the last bits).  Every weight and every tensor of the saved optimizer state is equal."""
+    cfg, policy, _, lb = setup(tmp_path, **{"update.mini_batches": 2, "optim.grad_clip": 0.0, **ADAMW})
+    ddp, _, _, ddp_group = distributed(groups, policy, with_learner(cfg), lb)
+    fsdp, _, _, fsdp_group = distributed(groups, policy, with_learner(cfg, **{"learner.strategy": "fsdp2"}), lb)
+    a, b = ddp.model.state_dict(), fsdp.model.state_dict()
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    for name, group in (("ddp", ddp_group), ("fsdp2", fsdp_group)):
+        (tmp_path / name).mkdir()
+        group.save(tmp_path / name)
+    sa, sb = (torch.load(tmp_path / n / "optimizer.pt", weights_only=True) for n in ("ddp", "fsdp2"))
+    assert sa["param_groups"] == sb["param_groups"] and sa["state"].keys() == sb["state"].keys()
+    for i, state in sa["state"].items():
+        assert all(torch.equal(torch.as_tensor(v), torch.as_tensor(sb["state"][i][k])) for k, v in state.items())
+
+
+def test_lora_ddp_trains_only_the_adapters_within_tolerance(tmp_path, groups, monkeypatch):
+    from veriloop.training import distributed as dist_module
+
+    cfg, policy, _, lb = setup(tmp_path, **{"lora.r": 4, "lora.alpha": 8, "update.mini_batches": 2})
+    travelled = []
+    copy_into = dist_module._copy_into
+    monkeypatch.setattr(dist_module, "_copy_into", lambda model, w: (travelled.append(set(w)), copy_into(model, w)))
+    one32, _, _ = local(policy, cfg, lb)
+    split32, _, _ = local(policy, cfg, lb, **{"update.micro_batch_size": 1})
+    two32, *_ = distributed(groups, policy, with_learner(cfg), lb)
+    adapters = {n for n, p in policy.model.named_parameters() if p.requires_grad}
+    assert adapters and all("lora_" in n for n in adapters)
+    assert travelled and all(names == adapters for names in travelled)  # only the adapter tensors come back
+    base = {n: p for n, p in policy.model.named_parameters() if not p.requires_grad}
+    assert all(torch.equal(p, base[n]) for n, p in two32.model.named_parameters() if n in base)
+    assert max_diff(two32.model, one32.model) <= 10 * noise_of(one32.model, split32.model)
+    assert max_diff(two32.model, policy.model) > 0
+
+
+def test_a_rank_that_dies_fails_the_next_update_naming_it(tmp_path, groups):
+    cfg, policy, _, lb = setup(tmp_path)
+    group = groups(copy.deepcopy(policy), with_learner(cfg, **{"learner.timeout_s": 20}))
+    run(group, lb, updates=1)
+    os.kill(group.procs[1].pid, signal.SIGKILL)
+    group.procs[1].join(10)
+    t0 = time.monotonic()
+    with pytest.raises(RuntimeError, match="rank 1"):
+        run(group, lb, updates=1)
+    assert time.monotonic() - t0 < 10
+    with pytest.raises(RuntimeError, match="closed"):
+        run(group, lb, updates=1)
+    assert not any(p.is_alive() for p in group.procs)
+
+
+def test_save_load_resumes_exactly(tmp_path, groups):
+    """A group resumed from its save() repeats the uninterrupted update bit for bit; a 1-process learner
+    resumed from the same checkpoint gives it up to float rounding (same files as Learner.save)."""
+    cfg, policy, _, lb = setup(tmp_path, **{"update.mini_batches": 2, **ADAMW})
+    dcfg = with_learner(cfg)
+    start = copy.deepcopy(policy)
+    group = groups(start, dcfg)
+    run(group, lb, updates=1, seed=1)
+    ckpt = tmp_path / "ckpt"
+    ckpt.mkdir()
+    group.save(ckpt)
+    after_first = {k: v.clone() for k, v in start.model.state_dict().items()}
+    want = run(group, lb, updates=1, seed=2)
+    uninterrupted = {k: v.clone() for k, v in start.model.state_dict().items()}
+    group.load(ckpt)
+    assert all(torch.equal(v, after_first[k]) for k, v in start.model.state_dict().items())
+    assert run(group, lb, updates=1, seed=2) == want
+    assert all(torch.equal(v, uninterrupted[k]) for k, v in start.model.state_dict().items())
+    one = Learner(copy.deepcopy(policy), cfg)
+    one.load(ckpt)
+    run(one, lb, updates=1, seed=2)
+    assert max((one.policy.model.state_dict()[k] - v).abs().max() for k, v in uninterrupted.items()) < 1e-5
+
+
+def test_build_learner_and_a_main_without_a_file(tmp_path):
+    cfg, policy, critic, _ = setup(tmp_path)
+    assert type(build_learner(policy, cfg)) is Learner
+    assert isinstance(critic, Critic | type(None))
+    code = ("from veriloop.training.distributed import check_spawnable\n"
+            "try:\n    check_spawnable()\nexcept RuntimeError as e:\n    print('refused:', e)")  # fmt: skip
+    out = subprocess.run([sys.executable, "-"], input=code, capture_output=True, text=True, timeout=60)
+    assert "refused:" in out.stdout and "python -" in out.stdout
