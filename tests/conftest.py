@@ -1,8 +1,42 @@
 """Test settings shared by every test module."""
 
+import ctypes
+import fcntl
 import os
+import socket
+import struct
 
 from hypothesis import settings
+
+
+def _loopback_only_network() -> str:
+    """Run the whole test session in a network namespace of its own whose only interface is loopback.
+
+    The test Ray clusters, gloo process groups and servers then cannot listen on, or send to, any address
+    but 127.0.0.1, whatever their defaults (Ray 2.60's gRPC servers listen on every interface when started in
+    the machine's namespace).  Needs unshare(CLONE_NEWNET) (root, or a user namespace); where the OS refuses
+    it, or with VERILOOP_TEST_NETNS=0, the session stays in the machine's namespace and the header says so.
+    Done at import, before any thread exists: a namespace belongs to the thread that enters it and is
+    inherited by the threads and processes it starts.
+    """
+    if os.environ.get("VERILOOP_TEST_NETNS", "1") == "0":
+        return "the machine's (VERILOOP_TEST_NETNS=0)"
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.unshare(0x40000000) != 0:  # CLONE_NEWNET
+        return f"the machine's (unshare(CLONE_NEWNET) refused: errno {ctypes.get_errno()})"
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:  # `ip link set lo up`, without iproute2
+        flags = 0x1 | 0x8 | 0x40  # IFF_UP | IFF_LOOPBACK | IFF_RUNNING
+        fcntl.ioctl(s, 0x8914, struct.pack("16sH14s", b"lo", flags, b"\0" * 14))  # SIOCSIFFLAGS
+    return "a namespace of its own: loopback (127.0.0.1) only"
+
+
+NETWORK = _loopback_only_network()
+os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")  # Ray reports nothing anywhere
+
+
+def pytest_report_header(config):
+    return f"network of the test session: {NETWORK}"
+
 
 # Property tests draw the same examples on every run (CI must not pass or fail by luck);
 # HYPOTHESIS_PROFILE=explore draws new ones, to hunt for counterexamples locally.

@@ -3,6 +3,7 @@ are fenced by weights version.  A private Ray cluster on 127.0.0.1 lives for thi
 
 import json
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -244,3 +245,20 @@ def test_async_mode_keeps_every_record_within_the_staleness_bound(tiny_policy, t
         served = [r for g in range(4) for r in ledger.read_request(f"{step}-0-{g}")]
         learned = RecordStore(tmp_path / "rollouts").read(step)
         assert [(r.group_id, r.completion_ids) for r in learned] == [(r.group_id, r.completion_ids) for r in served]
+
+
+def test_the_test_cluster_listens_on_loopback_only():
+    """Every listening TCP socket of this session (Ray's GCS, raylet, workers, object manager) is on 127.0.0.1."""
+    from conftest import NETWORK
+
+    if "loopback" not in NETWORK:
+        pytest.skip(f"the session runs in {NETWORK}: Ray's servers listen on every interface there")
+    assert [name for _, name in socket.if_nameindex()] == ["lo"]
+    listening = []
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in open(table).read().splitlines()[1:]:
+            local, state = line.split()[1], line.split()[3]
+            if state == "0A":  # LISTEN
+                listening.append(local.split(":")[0])
+    loopback = {"0100007F", "0000000000000000FFFF00000100007F", "00000000000000000000000001000000"}
+    assert listening and set(listening) <= loopback, listening

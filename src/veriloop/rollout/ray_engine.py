@@ -48,6 +48,7 @@ def connect(ray_cfg, workers: int) -> bool:
     if ray.is_initialized():
         return False
     quiet = {"include_dashboard": False, "configure_logging": False, "log_to_driver": False}
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")  # no usage report leaves the machine unless asked for
     if ray_cfg.address:
         ray.init(address=ray_cfg.address, **quiet)
     else:  # logical CPUs: every actor's reservation plus one, so no actor waits forever for a CPU (SCALEOUT.md)

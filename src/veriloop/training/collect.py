@@ -68,8 +68,9 @@ class Collector:
         rng = random.Random(derive_seed(cfg.seed, step, f"prompts/{round_}"))
         problems = self.task.train_batch(cfg.rollout.prompts_per_step, rng)
         source = cfg.rollout.source
-        return build_requests(cfg.seed, step, round_, problems, cfg.rollout.group_size, cfg.sampling,
-                              version if source == "policy" else FROZEN, source, cfg.rollout.request_groups)  # fmt: skip
+        version = version if source == "policy" else FROZEN
+        return build_requests(cfg.seed, step, round_, problems, cfg.rollout.group_size, cfg.sampling, version, source,
+                              cfg.rollout.request_groups)  # fmt: skip
 
     def sample_round(self, step: int, round_: int, version: int, times: dict) -> list[Record]:
         t0 = time.time()
@@ -189,8 +190,9 @@ class AsyncCollector(Collector):
         limit = self.cfg.rollout.max_staleness
         for r in records:
             if self.enforce_bound and version - r.policy_version > limit:
-                raise RuntimeError(f"record {r.group_id} (problem {r.problem_id}) is {version - r.policy_version} "
-                                   f"versions old, over rollout.max_staleness={limit}: admission control failed")  # fmt: skip
+                age = version - r.policy_version
+                raise RuntimeError(f"record {r.group_id} (problem {r.problem_id}) is {age} versions old, over "
+                                   f"rollout.max_staleness={limit}: admission control failed")  # fmt: skip
 
     def drain(self) -> list[list[Record]]:
         """Wait for every request in flight (a checkpoint holds their records); the batches of the steps after
