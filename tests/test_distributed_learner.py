@@ -2,7 +2,7 @@
 
 Not bit for bit: the ranks' gradients are summed in another order than one process accumulates them.
 The tolerance therefore comes from a float64 twin of every comparison (``close_to_one_process``).
-Every test has a wall-clock bound (``bounded``) besides the learner's own ``learner.timeout_s``.
+Every test has a wall-clock bound (pytest-timeout) besides the learner's own ``learner.timeout_s``.
 """
 
 import copy
@@ -28,21 +28,8 @@ TINY = {"policy": "builtin:init", "model.hidden_size": 32, "model.intermediate_s
         "update.micro_batch_size": 2, "kl.beta": 0.05, "kl.placement": "loss", "learner.timeout_s": 60,
         "update.inner_updates": 1, "optim.name": "sgd"}  # fmt: skip
 ADAMW = {"optim.name": "adamw", "optim.lr": 1e-2}  # where a test checks the optimizer's state
-BETA, UPDATES, LIMIT_S = 0.05, 2, 150
-
-
-@pytest.fixture(autouse=True)
-def bounded():
-    """A test that runs past LIMIT_S seconds fails (SIGALRM) instead of hanging the suite."""
-
-    def expire(*_):
-        raise TimeoutError(f"distributed learner test ran past {LIMIT_S} s")
-
-    old = signal.signal(signal.SIGALRM, expire)
-    signal.alarm(LIMIT_S)
-    yield
-    signal.alarm(0)
-    signal.signal(signal.SIGALRM, old)
+BETA, UPDATES = 0.05, 2
+pytestmark = pytest.mark.timeout(150)  # a hang fails the test (besides each learner's learner.timeout_s)
 
 
 @pytest.fixture

@@ -228,8 +228,8 @@ def test_async_mode_keeps_every_record_within_the_staleness_bound(tiny_policy, t
     without it (the admission switched off) older records are consumed: the bound is what holds them back."""
     over = {"rollout.engine": "ray", "rollout.workers": 2, "rollout.mode": "async", "rollout.max_staleness": 2,
             "update.inner_updates": 1, "steps": 6, "checkpoint_every": 3}  # fmt: skip
-    trainer = Trainer(config(tiny_policy, tmp_path, **over), progress=False,
-                      engine_options={"delays": SeededDelays(seed=7, spread_s=0.2, per_prompt_char_s=0.005)})  # fmt: skip
+    delays = SeededDelays(seed=7, spread_s=0.2, per_prompt_char_s=0.005)
+    trainer = Trainer(config(tiny_policy, tmp_path, **over), progress=False, engine_options={"delays": delays})
     trainer.collector.enforce_bound = bound
     trainer.train()
     metrics = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]

@@ -73,46 +73,53 @@ ONE_RANK = OneRank()
 class RankShare(OneRank):
     """Rank ``rank`` of ``world`` in the group: its rows of each mini-batch, and the collectives."""
 
-    def __init__(self, rank: int, world: int, sharded: bool = False):
-        self.rank, self.world, self.sharded = rank, world, sharded
+    def __init__(self, rank: int, world: int, sharded: torch.nn.Module | None = None):
+        self.rank, self.world = rank, world
+        self.sharded = sharded  # fsdp2: the fully_shard root, whose every forward and backward is a collective
         self.passes, self.done = 0, 0
 
     def share(self, rows: torch.Tensor, rank: int | None = None) -> torch.Tensor:
         return rows[(self.rank if rank is None else rank) :: self.world]
 
     def split(self, rows: torch.Tensor, size: int):
-        mine = self.share(rows)
-        return mine.split(size) if len(mine) else []  # an empty tensor splits into one empty piece
+        n = [len(self.share(rows, r)) for r in range(self.world)]
+        mine = list(self.share(rows).split(size)) if n[self.rank] else []  # no rows split into one empty piece
+        return self._in_step(mine, max(-(-k // size) for k in n))
 
     def _pieces(self, learner, batch, rows):
         return list(learner.micro_batches(batch, rows)) if len(rows) else []  # a split of no rows is not []
 
     def micro_batches(self, learner, batch, mb):
         mine = self._pieces(learner, batch, self.share(mb))
-        if not self.sharded:
+        if self.sharded is None:
             return mine
-        # fsdp2: all ranks run max(passes) forward/backward passes; gradients sync on the last one
-        self.passes = max(len(self._pieces(learner, batch, self.share(mb, r))) for r in range(self.world))
-        self.done = 0
-        return self._counted(learner, mine)
+        return self._in_step(mine, max(len(self._pieces(learner, batch, self.share(mb, r))) for r in range(self.world)))
 
-    def _counted(self, learner, pieces):
+    def _in_step(self, pieces: list, passes: int):
+        """fsdp2: every rank runs ``passes`` (the most any rank has) forward/backward passes, ``pad`` the
+        missing ones; gradients sync (reduce-scatter) on the last."""
+        if self.sharded is None:
+            return pieces
+        self.passes, self.done = passes, 0
+        return self._counted(pieces)
+
+    def _counted(self, pieces):
         for rows in pieces:
-            self._next_pass(learner)
+            self._next_pass()
             yield rows
 
-    def _next_pass(self, learner) -> None:
-        learner.policy.model.set_requires_gradient_sync(self.done == self.passes - 1)
+    def _next_pass(self) -> None:
+        self.sharded.set_requires_gradient_sync(self.done == self.passes - 1)
         self.done += 1
 
     def pad(self, learner, lb, mb) -> None:
-        while self.sharded and self.done < self.passes:  # weight 0: the gradient adds exact zeros
-            self._next_pass(learner)
+        while self.sharded is not None and self.done < self.passes:  # weight 0: the gradient adds exact zeros
+            self._next_pass()
             lp = learner.logprobs(learner.sub_batch(lb, mb[:1]), entropy=False).sampled
             (0.0 * lp.sum()).backward()
 
     def sync_grads(self, model: torch.nn.Module) -> None:
-        if self.sharded and hasattr(model, "set_requires_gradient_sync"):
+        if model is self.sharded:
             return  # fsdp2 reduce-scattered them
         params = [p for p in model.parameters() if p.requires_grad]
         has = torch.tensor([float(p.grad is not None) for p in params], dtype=torch.float64)
@@ -121,7 +128,7 @@ class RankShare(OneRank):
         for p in live:
             if p.grad is None:
                 p.grad = torch.zeros_like(p)
-        for dtype in {p.dtype for p in live}:  # one flat buffer per dtype: one collective, not one per tensor
+        for dtype in dict.fromkeys(p.dtype for p in live):  # one buffer per dtype, in the same order on every rank
             group = [p for p in live if p.dtype == dtype]
             flat = torch.cat([p.grad.reshape(-1) for p in group])
             dist.all_reduce(flat)
@@ -247,7 +254,7 @@ class RankWorker:
         if self.sharded:
             fully_shard_model(policy.model, world)
         self.learner = Learner(policy, cfg, on_step=self._count)
-        self.learner.ranks = share(rank, world, sharded=self.sharded)
+        self.learner.ranks = share(rank, world, sharded=policy.model if self.sharded else None)
         self.critic = critic
         if critic is not None:
             critic.ranks = RankShare(rank, world)  # ddp-style: the critic's backbone is not sharded

@@ -245,6 +245,7 @@ class Learner:
                 self.optimizer.zero_grad(set_to_none=True)
                 for chunk in self.ranks.split(mb, max(1, self.cfg.update.micro_batch_size // 2)):
                     self._pair_chunk(lb, pairs[chunk], ref_seq.to(self.device), mb.numel(), stats)
+                self.ranks.pad(self, lb, mb)
                 self.optimizer_step(stats)
         return self.ranks.summary(stats)
 
