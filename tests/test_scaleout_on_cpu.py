@@ -262,3 +262,15 @@ def test_the_test_cluster_listens_on_loopback_only():
                 listening.append(local.split(":")[0])
     loopback = {"0100007F", "0000000000000000FFFF00000100007F", "00000000000000000000000001000000"}
     assert listening and set(listening) <= loopback, listening
+
+
+def test_lora_through_the_pipeline_equals_local_lora(tiny_policy, tmp_path):
+    """LoRA with Ray workers and lag 1 equals one process with lag 1; only adapter tensors travel to the actors."""
+    from veriloop.rollout.engine import trainable_tensors
+
+    over = {"lora.r": 4, "rollout.lag": 1, "steps": 3}
+    local = run(tiny_policy, tmp_path / "local", **over)
+    pipelined = run(tiny_policy, tmp_path / "ray", **over, **{"rollout.engine": "ray", "rollout.workers": 2})
+    assert_same_run(local, pipelined)
+    names = [n for n, _ in trainable_tensors(pipelined.policy.model)]
+    assert names and all("lora_" in n for n in names)
