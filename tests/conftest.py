@@ -21,12 +21,15 @@ def _loopback_only_network() -> str:
     """
     if os.environ.get("VERILOOP_TEST_NETNS", "1") == "0":
         return "the machine's (VERILOOP_TEST_NETNS=0)"
+    if os.environ.get("VERILOOP_TEST_NETNS_OF"):  # a process the session started (it imported this file again)
+        return f"the session's, entered by process {os.environ['VERILOOP_TEST_NETNS_OF']}"
     libc = ctypes.CDLL(None, use_errno=True)
     if libc.unshare(0x40000000) != 0:  # CLONE_NEWNET
         return f"the machine's (unshare(CLONE_NEWNET) refused: errno {ctypes.get_errno()})"
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:  # `ip link set lo up`, without iproute2
         flags = 0x1 | 0x8 | 0x40  # IFF_UP | IFF_LOOPBACK | IFF_RUNNING
         fcntl.ioctl(s, 0x8914, struct.pack("16sH14s", b"lo", flags, b"\0" * 14))  # SIOCSIFFLAGS
+    os.environ["VERILOOP_TEST_NETNS_OF"] = str(os.getpid())  # inherited: children stay in this namespace
     return "a namespace of its own: loopback (127.0.0.1) only"
 
 

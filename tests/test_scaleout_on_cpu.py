@@ -274,3 +274,27 @@ def test_lora_through_the_pipeline_equals_local_lora(tiny_policy, tmp_path):
     assert_same_run(local, pipelined)
     names = [n for n, _ in trainable_tensors(pipelined.policy.model)]
     assert names and all("lora_" in n for n in names)
+
+
+def test_ray_workers_and_ddp_learners_resume_exactly(tiny_policy, tmp_path, monkeypatch):
+    """The whole distributed shape at once (2 Ray actors, lag-1 pipeline, 2 DDP learner ranks, PPO's critic on
+    the ranks): a controller that dies after its step-2 checkpoint, resumed, equals the uninterrupted run."""
+    over = {"algo": "ppo", "rollout.engine": "ray", "rollout.workers": 2, "rollout.lag": 1,
+            "learner.strategy": "ddp", "learner.world_size": 2, "learner.timeout_s": 120}  # fmt: skip
+    whole = run(tiny_policy, tmp_path / "whole", **over)
+    crashing = Trainer(config(tiny_policy, tmp_path / "run", **over), progress=False)
+    real_step = crashing.train_step
+
+    def crash_at_3(step):
+        if step == 3:
+            raise KeyboardInterrupt("the controller dies during step 3")
+        return real_step(step)
+
+    monkeypatch.setattr(crashing, "train_step", crash_at_3)
+    with pytest.raises(KeyboardInterrupt):
+        crashing.train()
+    assert crashing.learner.closed and not crashing.engine.actors
+    resumed = Trainer(config(tiny_policy, tmp_path / "run", **over), resume=True, progress=False)
+    resumed.train()
+    assert_same_run(whole, resumed)
+    assert "value_loss" in rows(tmp_path / "run")[-1]

@@ -28,6 +28,7 @@ import time
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from types import SimpleNamespace
 
 import torch
 from tqdm import tqdm
@@ -47,7 +48,7 @@ from veriloop.training.checkpoint import RunState, load_checkpoint, open_run_dir
 from veriloop.training.collect import AsyncCollector, Collector
 from veriloop.training.config import TrainConfig
 from veriloop.training.critic import Critic
-from veriloop.training.learner import Learner
+from veriloop.training.distributed import build_learner
 from veriloop.training.metrics import MetricsLog, staleness, step_metrics
 from veriloop.training.optim import lr_at
 from veriloop.training.recipes import RECIPES
@@ -78,12 +79,13 @@ class Trainer:
         # resuming: a copy of the start whose weights and optimizer the learner reads from the checkpoint (once)
         self.policy = copy.deepcopy(start) if checkpoint else start
         self.state, self.pending = RunState(kl_beta=cfg.kl.beta), deque()
-        self.learner = Learner(self.policy, cfg, on_step=self._count_version)
+        estimator = ESTIMATORS.get(cfg.advantage.estimator)
+        self.critic = Critic(self.policy, cfg) if estimator.needs_critic else None
+        # learner.strategy ddp/fsdp2: W rank processes that also train the critic; local: this process
+        self.learner = build_learner(self.policy, cfg, self._count_version, self.critic)
         # LoRA: the reference is the trained model's own base (adapters off), so it must be that model
         self.reference = ReferencePolicy.build(cfg, self.policy if cfg.lora.enabled else start,
                                                self.learner.objective)  # fmt: skip
-        estimator = ESTIMATORS.get(cfg.advantage.estimator)
-        self.critic = Critic(self.policy, cfg) if estimator.needs_critic else None
         adaptive = cfg.kl.controller == "adaptive" and cfg.kl.beta > 0
         self.kl_control = (AdaptiveKLController(cfg.kl.beta, cfg.kl.target, cfg.kl.horizon) if adaptive
                            else FixedKLController(cfg.kl.beta))  # fmt: skip
@@ -98,8 +100,9 @@ class Trainer:
                                           policy=self.policy, sampling=cfg.sampling, store=self.store,
                                           step=self.state.step) if estimator.needs_prm else None)  # fmt: skip
         if cfg.rollout.mode == "async":
+            per_step = cfg.update.inner_updates * cfg.update.mini_batches  # optimizer steps (versions) per step
             self.collector = AsyncCollector(cfg, self.task, self.engine, self.verifier, self.pending, self.ledger,
-                                            self.state.step + 1, cfg.update.inner_updates * cfg.update.mini_batches)  # fmt: skip
+                                            self.state.step + 1, per_step)  # fmt: skip
         else:
             self.collector = Collector(cfg, self.task, self.engine, self.verifier, self.pending, self.ledger)
         self.signal = SignalMaker(cfg, self.learner.objective, self.policy.pad_id, self.reference, self.critic,
@@ -229,7 +232,8 @@ class Trainer:
         critic_warmup = self.critic is not None and step <= self.cfg.critic.warmup_steps  # only the critic learns
         stats = {} if critic_warmup else self.learner.update(lb, self.kl_control.beta, gen)
         if self.critic is not None:
-            stats.update(self.critic.update(lb.batch, lb.returns, lb.old_values, gen))
+            critic_update = getattr(self.learner, "critic_update", self.critic.update)  # on the ranks, if any
+            stats.update(critic_update(lb.batch, lb.returns, lb.old_values, gen))
         return stats
 
     def after_update(self, step: int, update: dict) -> None:
@@ -284,11 +288,18 @@ class Trainer:
 
     def _restore(self, checkpoint: Path) -> None:
         reference = self.reference.policy if self.reference is not None else None
-        self.state = load_checkpoint(checkpoint, self.learner, self.critic, reference, self.pending)
+        self.state = load_checkpoint(checkpoint, self.learner, self._critic_state(), reference, self.pending)
         self.ledger.restore(checkpoint)
         self.kl_control.beta = self.state.kl_beta
         self.metrics.truncate(self.state.step)
         self.store.remove_after(self.state.step)
+
+    def _critic_state(self):
+        """What checkpoints save and load of the critic: its optimizer lives on the learner ranks, if any."""
+        if self.critic is None or not hasattr(self.learner, "critic_state_dict"):
+            return self.critic
+        return SimpleNamespace(state_dict=self.learner.critic_state_dict,
+                               load_state_dict=self.learner.load_critic_state_dict)  # fmt: skip
 
     def _why_stop(self, step: int, sampled: int) -> str:
         """Why the run ends before ``steps`` ('' = it does not)."""
@@ -313,7 +324,7 @@ class Trainer:
             self.pending.extend(self.collector.drain())
         reference = self.reference.policy if self.reference is not None and self.state.reference_step else None
         return save_checkpoint(self.run_dir, self.state, self.learner, self.cfg.keep_checkpoints,
-                               critic=self.critic, reference=reference, pending=list(self.pending),
+                               critic=self._critic_state(), reference=reference, pending=list(self.pending),
                                ledger=self.ledger)  # fmt: skip
 
     def save_final(self) -> None:
