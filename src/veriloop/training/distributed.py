@@ -32,10 +32,13 @@ from __future__ import annotations
 import atexit
 import os
 import pickle
+import shutil
 import socket
 import sys
+import tempfile
 import time
 import traceback
+import warnings
 import weakref
 from datetime import timedelta
 from pathlib import Path
@@ -170,12 +173,6 @@ def check_spawnable() -> None:
                            "`python -m`, or use learner.strategy local")  # fmt: skip
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _send(conn, obj) -> None:
     conn.send_bytes(pickle.dumps(obj))  # plain pickle: tensors are copied, never moved to shared memory
 
@@ -184,21 +181,23 @@ def _recv(conn):
     return pickle.loads(conn.recv_bytes())
 
 
-def _join_group(rank: int, world: int, port: int, backend: str, timeout_s: float, threads: int) -> None:
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+def _join_group(rank: int, world: int, store: str, backend: str, timeout_s: float, threads: int) -> None:
+    """The rendezvous is a file (no TCP store: no port to pick or race for, nothing listening); gloo's
+    own connections go over the loopback."""
     if "lo" in {name for _, name in socket.if_nameindex()}:
         os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")  # gloo's own sockets on the loopback too
     torch.set_num_threads(threads)
     if backend == "nccl":
         torch.cuda.set_device(rank)
-    dist.init_process_group(backend, rank=rank, world_size=world, timeout=timedelta(seconds=timeout_s))
+    dist.init_process_group(backend, init_method=f"file://{store}", rank=rank, world_size=world,
+                            timeout=timedelta(seconds=timeout_s))  # fmt: skip
 
 
-def rank_main(rank: int, world: int, port: int, conn, backend: str, timeout_s: float, threads: int) -> None:
+def rank_main(rank: int, world: int, store: str, conn, backend: str, timeout_s: float, threads: int) -> None:
     """A learner rank: join the group, take the policy (and critic), then serve the controller's commands."""
     parent = os.getppid()
     try:
-        _join_group(rank, world, port, backend, timeout_s, threads)
+        _join_group(rank, world, store, backend, timeout_s, threads)
         worker = RankWorker(rank, world, *_recv(conn))
         _send(conn, ("ok", None))
     except BaseException:
@@ -360,7 +359,7 @@ class DistributedLearner:
         self.rank_share = rank_share  # each rank's share and collectives (a test substitutes a wrong one)
         self.objective = OBJECTIVES.get(cfg.loss.policy_loss)
         self.lr, self.procs, self.conns, self.closed = cfg.optim.lr, [], [], False
-        self._start()
+        self._start_group()
         atexit.register(_close_ref, weakref.ref(self))
 
     def _start(self) -> None:
@@ -368,22 +367,36 @@ class DistributedLearner:
 
         check_spawnable()
         lc, ctx = self.cfg.learner, multiprocessing.get_context("spawn")
-        world, port = lc.world_size, _free_port()
+        world, self.store_dir = lc.world_size, tempfile.mkdtemp(prefix="veriloop-learner-")
+        store = os.path.join(self.store_dir, "rendezvous")
         backend = lc.backend if lc.backend != "auto" else ("nccl" if self.device.type == "cuda" else "gloo")
         threads = max(1, self.cfg.threads or torch.get_num_threads() // world)
         # one pickle: the critic's optimizer keeps its parameters
         payload = pickle.dumps((self.policy, self.cfg, self.critic, self.rank_share))
         for rank in range(world):
             mine, theirs = ctx.Pipe()
-            proc = ctx.Process(target=rank_main, args=(rank, world, port, theirs, backend, lc.timeout_s, threads),
+            proc = ctx.Process(target=rank_main, args=(rank, world, store, theirs, backend, lc.timeout_s, threads),
                                daemon=True, name=f"veriloop-learner-rank{rank}")  # fmt: skip
             proc.start()
             theirs.close()
             self.procs.append(proc)
             self.conns.append(mine)
         for conn in self.conns:
-            conn.send_bytes(payload)
+            try:
+                conn.send_bytes(payload)
+            except OSError:
+                pass  # the rank failed to join: its error (or death) is the answer below
         self._replies("start")
+
+    def _start_group(self) -> None:
+        """Start the ranks; a group that fails to form is started once more (a rendezvous on a busy machine's
+        loopback can be refused), with a warning; a second failure raises."""
+        try:
+            self._start()
+        except RuntimeError as e:
+            warnings.warn(f"learner group failed to start, starting it once more: {e}", stacklevel=3)
+            self.procs, self.conns, self.closed = [], [], False
+            self._start()
 
     @property
     def device(self) -> torch.device:
@@ -404,38 +417,31 @@ class DistributedLearner:
         return self._replies(cmd)[0]
 
     def _replies(self, cmd: str) -> list:
-        timeout = self.cfg.learner.timeout_s
-        return [self._reply(rank, cmd, time.monotonic() + timeout) for rank in range(len(self.conns))]
-
-    def _reply(self, rank: int, cmd: str, deadline: float):
-        conn = self.conns[rank]
-        while True:
-            if conn.poll(0.1):
-                try:
-                    status, value = _recv(conn)
-                except (EOFError, OSError):
-                    self._fail(f"learner rank {rank} died during {cmd}{self._deaths()}")
-                if status == "error":
-                    self._fail(f"learner rank {rank} failed during {cmd}:\n{value}{self._other_errors(rank)}")
-                return value
-            dead = self._deaths()
-            if dead:  # another rank's death leaves this one waiting in a collective: say which rank died
-                self._fail(f"learner rank died during {cmd}{dead}")
+        """Every rank's answer to ``cmd``, taken as they come; the first error, death or the deadline fails."""
+        deadline, answers = time.monotonic() + self.cfg.learner.timeout_s, {}
+        while len(answers) < len(self.conns):
+            for rank, conn in enumerate(self.conns):
+                if rank not in answers and conn.poll(0.05):
+                    answers[rank] = self._answer(rank, cmd)
+            dead = [r for r, p in enumerate(self.procs) if r not in answers and not p.is_alive()]
+            for rank in dead:  # a rank that died after sending its error: read it first
+                if not self.conns[rank].poll(0):
+                    self._fail(f"learner rank {rank} died during {cmd} (exit code {self.procs[rank].exitcode})")
+                answers[rank] = self._answer(rank, cmd)
             if time.monotonic() > deadline:
-                self._fail(f"learner rank {rank} did not answer {cmd} within learner.timeout_s="
+                late = [r for r in range(len(self.conns)) if r not in answers]
+                self._fail(f"learner rank(s) {late} did not answer {cmd} within learner.timeout_s="
                            f"{self.cfg.learner.timeout_s}s")  # fmt: skip
+        return [answers[r] for r in range(len(self.conns))]
 
-    def _other_errors(self, failed: int) -> str:
-        """The other ranks' errors (a rank that fails first often shows up as a broken collective elsewhere)."""
-        out = ""
-        for rank, conn in enumerate(self.conns):
-            try:
-                if rank != failed and conn.poll(1.0):
-                    status, value = _recv(conn)
-                    out += f"\nlearner rank {rank}: {value}" if status == "error" else ""
-            except (EOFError, OSError):
-                out += f"\nlearner rank {rank} died"
-        return out
+    def _answer(self, rank: int, cmd: str):
+        try:
+            status, value = _recv(self.conns[rank])
+        except (EOFError, OSError):
+            self._fail(f"learner rank {rank} died during {cmd}{self._deaths()}")
+        if status == "error":
+            self._fail(f"learner rank {rank} failed during {cmd}:\n{value}")
+        return value
 
     def _deaths(self) -> str:
         dead = [(r, p.exitcode) for r, p in enumerate(self.procs) if not p.is_alive()]
@@ -508,6 +514,7 @@ class DistributedLearner:
                 proc.join(5.0)
         for conn in self.conns:
             conn.close()
+        shutil.rmtree(getattr(self, "store_dir", ""), ignore_errors=True)
 
     def __del__(self):
         if getattr(self, "procs", None):
