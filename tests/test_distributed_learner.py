@@ -64,7 +64,7 @@ def _overrides(cfg) -> dict:
     o = cfg.optim
     return {"update.mini_batches": u.mini_batches, "loss.aggregation": a.aggregation, "lora.r": cfg.lora.r,
             "advantage.estimator": cfg.advantage.estimator, "optim.grad_clip": o.grad_clip, "optim.name": o.name,
-            "optim.lr": o.lr}  # fmt: skip
+            "optim.lr": o.lr, "dtype": cfg.dtype}  # fmt: skip
 
 
 def run(learner, lb, critic_update=None, updates=UPDATES, seed=7) -> list[dict]:
@@ -99,11 +99,11 @@ def distributed(groups, policy, cfg, lb, critic=None, dtype=None, **kw):
     return policy, critic, stats, group
 
 
-def noise_of(one: torch.nn.Module, split: torch.nn.Module) -> float:
-    """float32 reduction-order noise: how far another exact split moves the 1-process result, and at
-    least one rounding (eps32) of the largest weight (the smallest difference a max over weights sees)."""
+def noise_of(one: torch.nn.Module, split: torch.nn.Module, dtype=torch.float32) -> float:
+    """Reduction-order noise: how far another exact split moves the 1-process result, and at least one
+    rounding (eps of ``dtype``) of the largest weight (the smallest difference a max over weights sees)."""
     largest = max(t.abs().max().item() for t in one.state_dict().values() if t.is_floating_point())
-    return max(max_diff(split, one), torch.finfo(torch.float32).eps * largest)
+    return max(max_diff(split, one), torch.finfo(dtype).eps * largest)
 
 
 def max_diff(a: torch.nn.Module, b: torch.nn.Module) -> float:
@@ -208,6 +208,18 @@ def test_lora_ddp_trains_only_the_adapters_within_tolerance(tmp_path, groups, mo
     assert all(torch.equal(p, base[n]) for n, p in two32.model.named_parameters() if n in base)
     assert max_diff(two32.model, one32.model) <= 10 * noise_of(one32.model, split32.model)
     assert max_diff(two32.model, policy.model) > 0
+
+
+def test_bfloat16_with_float32_masters_on_two_ranks(tmp_path, groups):
+    """bfloat16 weights, float32 master weights (``MasterWeightsOptimizer``); the ranks sum bfloat16
+    gradients as one process accumulates them: within the bfloat16 split noise of 1 process."""
+    cfg, policy, _, lb = setup(tmp_path, **{"dtype": "bfloat16", "update.mini_batches": 2})
+    one, _, _ = local(policy, cfg, lb)
+    split, _, _ = local(policy, cfg, lb, **{"update.micro_batch_size": 1})
+    two, *_ = distributed(groups, policy, with_learner(cfg), lb)
+    assert next(two.model.parameters()).dtype == torch.bfloat16
+    assert 0 < max_diff(two.model, policy.model)
+    assert max_diff(two.model, one.model) <= 10 * noise_of(one.model, split.model, torch.bfloat16)
 
 
 def test_a_rank_that_dies_fails_the_next_update_naming_it(tmp_path, groups):

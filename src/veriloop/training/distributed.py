@@ -2,8 +2,9 @@
 
 The controller keeps its own policy (it samples, evaluates and saves from it); ``DistributedLearner``
 has the interface the trainer uses from ``Learner`` and sends each update to W rank processes that
-veriloop spawns (``multiprocessing`` "spawn", one process group bound to 127.0.0.1: gloo on the CPU,
-nccl on a GPU).  Exact by construction:
+veriloop spawns (``multiprocessing`` "spawn"; one process group that meets through a file, no TCP
+store or port; gloo on the CPU, its sockets on the loopback, nccl on GPUs, rank r on GPU r).  Exact by
+construction:
 
 * every rank holds the whole learning batch and draws the same mini-batch order from the controller's
   generator state; rank r takes the rows ``mb[r::W]`` of each mini-batch (strided: shares differ by
@@ -19,8 +20,12 @@ nccl on a GPU).  Exact by construction:
 * then global grad-norm clipping (every rank sees the same gradients) and the optimizer step;
   statistics are all-reduced (sums, counts, min/max of the ratio) so they are the 1-process ones.
 
-Results differ from one process only by the order of floating-point sums (measured: ~1e-7 in float32,
-~1e-15 in float64); fsdp2 at 2 ranks equals ddp at 2 ranks bit for bit.  The critic (PPO) trains on
+Results differ from one process only by the order of floating-point sums (measured on the tiny model:
+<= 1.2e-7 in float32, one rounding of the largest weight; ~1e-17 in float64); fsdp2 at 2 ranks equals
+ddp at 2 ranks bit for bit (with gradient clipping off: the sharded norm is summed in another order).
+Checkpoints are ``Learner.save``'s files (``optimizer.pt`` indexed by parameter, fsdp2's full state
+converted), so a run resumes under local, ddp or fsdp2 whatever wrote it.  Tested on CPU (gloo) only,
+bfloat16 (float32 masters) with ddp; nccl and gradient checkpointing with fsdp2 are untested.  The critic (PPO) trains on
 the ranks too, always ddp-style (its backbone is not sharded).  Every wait has a deadline
 (``learner.timeout_s``): a rank that dies, fails or hangs raises a ``RuntimeError`` naming the rank
 and the command, and the group is closed.  Each rank uses ``cfg.threads`` threads when set, else
@@ -250,6 +255,10 @@ class RankWorker:
 
         self.rank, self.steps = rank, 0
         self.sharded = cfg.learner.strategy == "fsdp2"
+        if policy.device.type == "cuda":  # nccl: rank r on GPU r (the pickle brought the controller's GPU)
+            policy.model.to(torch.device("cuda", torch.cuda.current_device()))
+            if critic is not None:
+                critic.model.to(policy.device)
         if self.sharded:
             fully_shard_model(policy.model, world)
         self.learner = Learner(policy, cfg, on_step=self._count)
