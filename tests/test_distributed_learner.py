@@ -237,6 +237,25 @@ def test_a_rank_that_dies_fails_the_next_update_naming_it(tmp_path, groups):
     assert not any(p.is_alive() for p in group.procs)
 
 
+class DiesInTheAllReduce(RankShare):
+    """Rank 1 is killed as it reaches the gradient sum, where rank 0 then waits in the collective."""
+
+    def sync_grads(self, model):
+        if self.rank == 1:
+            os.kill(os.getpid(), signal.SIGKILL)
+        super().sync_grads(model)
+
+
+def test_a_rank_that_dies_inside_a_collective_is_named_at_once(tmp_path, groups):
+    cfg, policy, _, lb = setup(tmp_path)
+    group = groups(copy.deepcopy(policy), with_learner(cfg, **{"learner.timeout_s": 30}), rank_share=DiesInTheAllReduce)
+    t0 = time.monotonic()
+    with pytest.raises(RuntimeError, match="rank 1 died during update"):
+        run(group, lb, updates=1)
+    assert time.monotonic() - t0 < 10  # not the collective's 30 s timeout
+    assert not any(p.is_alive() for p in group.procs)
+
+
 def test_save_load_resumes_exactly(tmp_path, groups):
     """A group resumed from its save() repeats the uninterrupted update bit for bit; a 1-process learner
     resumed from the same checkpoint gives it up to float rounding (same files as Learner.save)."""
