@@ -21,7 +21,6 @@ from __future__ import annotations
 import os
 import random
 import signal
-import threading
 import time
 from collections import Counter
 from dataclasses import dataclass
@@ -84,8 +83,17 @@ class RolloutWorker:
         return self.engine.load_weights(named, version)
 
     def generate(self, request: RolloutRequest) -> list[Record]:
-        if self._fault("generate"):  # die while sampling
-            threading.Timer(0.05, os.kill, (os.getpid(), signal.SIGKILL)).start()
+        if self._fault("generate"):  # die while sampling: at the second decode step of this request
+            from veriloop.rollout import sampler
+
+            uniforms = sampler.RowStreams.uniforms
+
+            def dying(streams, rows, step):
+                if step == 1:
+                    os.kill(os.getpid(), signal.SIGKILL)
+                return uniforms(streams, rows, step)
+
+            sampler.RowStreams.uniforms = dying
         if self.delays is not None:
             time.sleep(self.delays(request))
         return self.engine.generate(request)

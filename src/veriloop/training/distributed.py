@@ -24,9 +24,9 @@ Results differ from one process only by the order of floating-point sums (measur
 <= 1.2e-7 in float32, one rounding of the largest weight; ~1e-17 in float64); fsdp2 at 2 ranks equals
 ddp at 2 ranks bit for bit (with gradient clipping off: the sharded norm is summed in another order).
 Checkpoints are ``Learner.save``'s files (``optimizer.pt`` indexed by parameter, fsdp2's full state
-converted), so a run resumes under local, ddp or fsdp2 whatever wrote it.  Tested on CPU (gloo) only,
-bfloat16 (float32 masters) with ddp; nccl and gradient checkpointing with fsdp2 are untested.  The critic (PPO) trains on
-the ranks too, always ddp-style (its backbone is not sharded).  Every wait has a deadline
+converted), so a run resumes under local, ddp or fsdp2 whatever wrote it.  Tested on CPU (gloo), also
+bfloat16 (float32 masters) with ddp; nccl and gradient checkpointing with fsdp2 are untested.  The
+critic (PPO) trains on the ranks too, always ddp-style (its backbone is not sharded).  Every wait has a deadline
 (``learner.timeout_s``): a rank that dies, fails or hangs raises a ``RuntimeError`` naming the rank
 and the command, and the group is closed.  Each rank uses ``cfg.threads`` threads when set, else
 ``torch.get_num_threads() // W`` (at least 1): W ranks together use the cores one process would.
@@ -449,8 +449,21 @@ class DistributedLearner:
         except (EOFError, OSError):
             self._fail(f"learner rank {rank} died during {cmd}{self._deaths()}")
         if status == "error":
+            dead = self._died_within(2.0, besides=rank)  # a broken collective is often the echo of another rank's death
+            if dead is not None:
+                self._fail(f"learner rank {dead} died during {cmd} (exit code {self.procs[dead].exitcode}); "
+                           f"rank {rank} then failed:\n{value}")  # fmt: skip
             self._fail(f"learner rank {rank} failed during {cmd}:\n{value}")
         return value
+
+    def _died_within(self, seconds: float, besides: int) -> int | None:
+        """The first rank but ``besides`` found dead within ``seconds`` (None if they all stay alive)."""
+        deadline = time.monotonic() + seconds
+        while True:
+            dead = [r for r, p in enumerate(self.procs) if r != besides and not p.is_alive() and p.exitcode != 0]
+            if dead or time.monotonic() > deadline:
+                return dead[0] if dead else None
+            time.sleep(0.05)
 
     def _deaths(self) -> str:
         dead = [(r, p.exitcode) for r, p in enumerate(self.procs) if not p.is_alive()]
