@@ -1,6 +1,7 @@
 """Wall time per GRPO step: one process, the lag-1 pipeline, Ray rollout workers, DDP learners.
 
     python benchmarks/scaleout.py [--steps 8] [--configs local,local-lag1,ray1-lag1,ray2,ray2-lag1,ddp2]
+                                  [--extra "--device cuda --dtype bfloat16"]
 
 The demo's workload (the shipped base, 32 prompts x 8 completions, 64 new tokens, GRPO with KL), each
 configuration a ``veriloop train`` in its own process (a Ray configuration starts its own one-machine
@@ -31,10 +32,10 @@ CONFIGS = {
 }
 
 
-def run(name: str, steps: int, workdir: Path) -> dict:
+def run(name: str, steps: int, workdir: Path, extra: list[str]) -> dict:
     run_dir = workdir / name
     args = [sys.executable, "-m", "veriloop.cli", "train", "--run_dir", str(run_dir), "--steps", str(steps),
-            "--checkpoint_every", str(steps), "--eval_every", "0", "--quiet", *CONFIGS[name]]  # fmt: skip
+            "--checkpoint_every", str(steps), "--eval_every", "0", "--quiet", *CONFIGS[name], *extra]  # fmt: skip
     t0 = time.time()
     subprocess.run(args, check=True, capture_output=True, text=True, timeout=3600)
     total = time.time() - t0
@@ -53,6 +54,7 @@ def main() -> None:
     p.add_argument("--steps", type=int, default=8)
     p.add_argument("--configs", default=",".join(CONFIGS))
     p.add_argument("--json", default="", help="also write the rows here")
+    p.add_argument("--extra", default="", help="flags added to every configuration (e.g. --device cuda)")
     args = p.parse_args()
     names = [n.strip() for n in args.configs.split(",") if n.strip()]
     unknown = sorted(set(names) - set(CONFIGS))
@@ -61,7 +63,7 @@ def main() -> None:
     results = []
     with tempfile.TemporaryDirectory() as tmp:
         for name in names:
-            results.append(run(name, args.steps, Path(tmp)))
+            results.append(run(name, args.steps, Path(tmp), args.extra.split()))
             r = results[-1]
             print(f"{name}: {r['wall_s_mean']:.2f} +- {r['wall_s_std']:.2f} s/step", file=sys.stderr, flush=True)
     print("| configuration | wall s/step (mean +- std) | sampling s | update s | steps measured | process s |")

@@ -60,3 +60,19 @@ def test_the_gpu_recipe_parses_and_names_its_choices():
     assert (cfg.dtype, cfg.task.name, cfg.task.prompt_style, cfg.task.chat_template, cfg.verifier) == (
         "bfloat16", "gsm8k", "boxed", "auto", "gsm8k")
     assert cfg.update.gradient_checkpointing and cfg.update.max_tokens_per_micro_batch > 0
+
+
+def test_the_scaleout_benchmark_times_each_configuration(tmp_path):
+    """benchmarks/scaleout.py at toy size: the pipelined Ray run and the DDP run each report their wall time."""
+    out = tmp_path / "scaleout.json"
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "scaleout.py"), "--steps", "3", "--configs", "ray1-lag1,ddp2",
+         "--json", str(out), "--extra", "--rollout.prompts_per_step 2 --rollout.group_size 2 "
+         "--sampling.max_new_tokens 8 --task.arithmetic.heldout_size 10"],
+        capture_output=True, text=True, timeout=600, cwd=tmp_path,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    results = {r["config"]: r for r in json.loads(out.read_text())}
+    assert set(results) == {"ray1-lag1", "ddp2"}
+    assert all(r["steps_measured"] >= 1 and r["wall_s_mean"] > 0 for r in results.values())
+    assert "| ray1-lag1 |" in proc.stdout

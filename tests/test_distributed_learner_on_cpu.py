@@ -18,8 +18,9 @@ import torch
 from veriloop.config import build_config
 from veriloop.training.config import TrainConfig
 from veriloop.training.critic import Critic
-from veriloop.training.distributed import DistributedLearner, RankShare, build_learner
+from veriloop.training.distributed import DistributedLearner, build_learner
 from veriloop.training.learner import Learner
+from veriloop.training.ranks import RankShare
 from veriloop.training.trainer import Trainer
 
 TINY = {"policy": "builtin:init", "model.hidden_size": 32, "model.intermediate_size": 64, "model.num_layers": 2,

@@ -298,3 +298,32 @@ def test_ray_workers_and_ddp_learners_resume_exactly(tiny_policy, tmp_path, monk
     resumed.train()
     assert_same_run(whole, resumed)
     assert "value_loss" in rows(tmp_path / "run")[-1]
+
+
+def test_a_stuck_request_fails_the_run_naming_it(tiny_policy):
+    """A request that runs past rollout.request_timeout_s stops the run with its id and actor, no hang."""
+    import random
+
+    from veriloop.models.loading import load_policy
+
+    cfg = config(tiny_policy, "unused", **{"rollout.engine": "ray", "rollout.request_timeout_s": 1.5})
+    engine = RayEngine(load_policy(tiny_policy), 0, cfg.rollout, cfg.ray, threads=0,
+                       delays=SeededDelays(seed=0, spread_s=0.0, per_prompt_char_s=1.0))  # fmt: skip
+    try:
+        problems = cfg.task.build().train_batch(1, random.Random(0))
+        started = time.time()
+        with pytest.raises(RuntimeError, match=r"rollout request\(s\) 1-0-0 \(worker 0\) ran past "
+                                               r"rollout.request_timeout_s=1.5"):  # fmt: skip
+            engine.run(build_requests(0, 1, 0, problems, 2, cfg.sampling, 0, "policy"))
+        assert time.time() - started < 10
+    finally:
+        engine.close()
+
+
+def test_ray_is_an_optional_install(monkeypatch):
+    from veriloop.errors import InputError
+    from veriloop.rollout.ray_engine import require_ray
+
+    monkeypatch.setitem(sys.modules, "ray", None)  # as if not installed
+    with pytest.raises(InputError, match=r"pip install -e '.\[distributed\]'"):
+        require_ray()

@@ -19,8 +19,8 @@ from veriloop.algorithms import aggregate_loss
 from veriloop.models.batch import PolicyBatch, select, to_device
 from veriloop.models.value_head import ValueHead
 from veriloop.training.config import TrainConfig
-from veriloop.training.distributed import ONE_RANK
 from veriloop.training.optim import OptimConfig, backward_scaled, build_optimizer, clip_grad_norm
+from veriloop.training.ranks import ONE_RANK
 
 
 class ValueModel(torch.nn.Module):
@@ -54,7 +54,7 @@ class ScalarValue(torch.nn.Module):
 class Critic:
     def __init__(self, policy, cfg: TrainConfig):
         self.cfg = cfg
-        self.ranks = ONE_RANK  # this process's share of each mini-batch (a rank's: training/distributed.py)
+        self.ranks = ONE_RANK  # this process's share of each mini-batch (a rank's: training/ranks.py)
         is_lm = hasattr(policy.model, "get_decoder") and hasattr(policy.model, "config")
         self.model = ValueModel(policy.model) if is_lm else ScalarValue()
         if all(p.dtype in (torch.float32, torch.float64) for p in self.model.parameters()):

@@ -24,9 +24,9 @@ from veriloop.models.batch import select, to_device, token_budget_split
 from veriloop.models.loading import load_policy
 from veriloop.models.lora import is_adapted, load_adapter_weights
 from veriloop.registry import OBJECTIVES
-from veriloop.training.distributed import ONE_RANK
 from veriloop.training.logprobs import TokenLogprobs, completion_logprobs
 from veriloop.training.optim import backward_scaled, build_optimizer, clip_grad_norm, set_lr
+from veriloop.training.ranks import ONE_RANK
 from veriloop.training.signals import LearningBatch
 
 
@@ -93,7 +93,7 @@ class Learner:
         self.objective = OBJECTIVES.get(cfg.loss.policy_loss)
         self.optimizer = build_optimizer(policy.model, cfg.optim)
         self.on_step = on_step  # called after every optimizer step (counts policy versions)
-        self.ranks = ONE_RANK  # this process's share of each mini-batch (a rank's: training/distributed.py)
+        self.ranks = ONE_RANK  # this process's share of each mini-batch (a rank's: training/ranks.py)
         self.checkpointed_layers = []
         if cfg.update.gradient_checkpointing:
             self.checkpointed_layers = enable_gradient_checkpointing(policy.model)
