@@ -154,7 +154,8 @@ def _run_training(args: argparse.Namespace, progress: bool) -> int:
             trainer = Trainer(cfg, progress=progress)
         trainer.train()
         write_report(cfg.run_dir)
-        print(f"run directory: {cfg.run_dir} (report.html, metrics.jsonl, final/)")
+        made = "checkpoints/: resume it" if trainer.stop_signal else "final/"  # preempted runs have no final/
+        print(f"run directory: {cfg.run_dir} (report.html, metrics.jsonl, {made})")
     elif args.command == "eval":
         from veriloop.evaluation.run import EvalRunConfig, run_eval
 

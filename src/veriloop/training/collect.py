@@ -188,8 +188,8 @@ class AsyncCollector(Collector):
 
     def check_ages(self, records: list[Record], version: int) -> None:
         limit = self.cfg.rollout.max_staleness
-        for r in records:
-            if self.enforce_bound and version - r.policy_version > limit:
+        for r in records:  # a frozen source's records (version -1) have no age
+            if self.enforce_bound and r.policy_version != FROZEN and version - r.policy_version > limit:
                 age = version - r.policy_version
                 raise RuntimeError(f"record {r.group_id} (problem {r.problem_id}) is {age} versions old, over "
                                    f"rollout.max_staleness={limit}: admission control failed")  # fmt: skip

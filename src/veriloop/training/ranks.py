@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import pickle
+import signal
 import socket
 import traceback
 from datetime import timedelta
@@ -155,6 +156,10 @@ def _join_group(rank: int, world: int, store: str, backend: str, timeout_s: floa
 
 def rank_main(rank: int, world: int, store: str, conn, backend: str, timeout_s: float, threads: int) -> None:
     """A learner rank: join the group, take the policy (and critic), then serve the controller's commands."""
+    # Ctrl-C or a preemption's SIGTERM sent to the whole process group is the controller's to handle (it finishes
+    # the step with the ranks, checkpoints, then closes them); a rank stopping on its own would lose the step.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     parent = os.getppid()
     try:
         _join_group(rank, world, store, backend, timeout_s, threads)
