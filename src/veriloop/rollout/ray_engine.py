@@ -149,7 +149,6 @@ class RayEngine:
         threads = ray_cfg.worker_threads or threads or torch.get_num_threads()
         self.actors = [actor.remote(policy_ref, version, threads, i, tuple(faults), delays)
                        for i in range(rollout_cfg.workers)]  # fmt: skip
-        self.created_version = version  # what a restarted actor holds (its constructor's policy)
         self.weights = {}  # version -> ObjectRef of its trainable tensors (while a request in flight names it)
         self.outstanding: Counter = Counter()  # weights version -> requests in flight naming it
         self.held = [version] * len(self.actors)
@@ -167,9 +166,8 @@ class RayEngine:
         # an older version stays while a request in flight names it (async: a re-issued request needs it)
         self.weights = {v: r for v, r in self.weights.items() if self.outstanding[v] > 0}
         self.weights[version] = ref
-        digests = []
-        for i in range(len(self.actors)):
-            digests.append(self._push(i, version))
+        loads = [a.load_weights.remote(ref, version) for a in self.actors]  # every actor loads at once
+        digests = [self._push(i, version, load) for i, load in enumerate(loads)]
         if expected is not None:
             for i, d in enumerate(digests):
                 if d != expected:
@@ -178,11 +176,11 @@ class RayEngine:
         self.version = version
         return digests[0]
 
-    def _push(self, i: int, version: int) -> str:
-        """Version ``version`` onto actor ``i``, re-pushing after the actor died mid-load."""
+    def _push(self, i: int, version: int, load=None) -> str:
+        """Version ``version`` onto actor ``i`` (``load``: its call already sent), again after the actor died."""
         for _ in range(self.rollout_cfg.max_request_retries + 1):
             try:
-                ref = self.actors[i].load_weights.remote(self.weights[version], version)
+                ref, load = load or self.actors[i].load_weights.remote(self.weights[version], version), None
                 # the load runs after the requests already queued on the actor (Ray keeps a caller's order)
                 queued = 1 + sum(self.outstanding.values())
                 digest = self._get(ref, self.rollout_cfg.request_timeout_s * queued, f"loading weights {version} on "
