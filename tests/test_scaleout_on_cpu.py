@@ -327,3 +327,16 @@ def test_ray_is_an_optional_install(monkeypatch):
     monkeypatch.setitem(sys.modules, "ray", None)  # as if not installed
     with pytest.raises(InputError, match=r"pip install -e '.\[distributed\]'"):
         require_ray()
+
+
+def test_async_mode_is_reproducible_whatever_the_delays(tiny_policy, tmp_path):
+    """Requests go out at step boundaries with the version held then, as the admission rule allows: delays change
+    the wall time, not which weights serve which request. Two runs with different delay seeds are identical."""
+    over = {"rollout.engine": "ray", "rollout.workers": 2, "rollout.mode": "async", "rollout.max_staleness": 2,
+            "update.inner_updates": 1, "steps": 4}  # fmt: skip
+    runs = []
+    for seed in (1, 2):
+        delays = SeededDelays(seed=seed, spread_s=0.1, per_prompt_char_s=0.002)
+        runs.append(run(tiny_policy, tmp_path / f"delays-{seed}", **over, _engine={"delays": delays}))
+    assert_same_run(*runs)
+    assert max(m["staleness_max"] for m in runs[0].metrics.rows) == 2

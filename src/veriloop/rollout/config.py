@@ -47,8 +47,8 @@ class RolloutConfig:
     mode: str = field(
         default="sync",
         metadata={"help": "sync (deterministic: with rollout.lag L and engine=ray, later steps are sampled while "
-                  "the learner updates; equal to the one-process run) | async (engine=ray: requests run ahead "
-                  "under the rollout.max_staleness admission bound; timing-dependent)"},
+                  "the learner updates; equal to the one-process run) | async (engine=ray: requests of later steps "
+                  "run ahead under the rollout.max_staleness admission bound)"},
     )  # fmt: skip
     request_timeout_s: float = field(
         default=600.0, metadata={"help": "a rollout request (or weight push) running longer fails the run, named"}

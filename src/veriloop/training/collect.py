@@ -143,8 +143,8 @@ class AsyncCollector(Collector):
     is consumed after at most ``u - s`` more updates of ``versions_per_step`` optimizer steps each, so no
     record can be older than the bound when it is learned from.  Every consumed record's age is checked
     anyway (a violation stops the run: it would be a bug, and nothing is dropped to hide it).  A slow
-    request makes the learner wait, never skips its problems.  Timing decides which weights version a
-    request gets, so unlike the deterministic pipeline the run is not reproducible bit for bit.
+    request makes the learner wait, never skips its problems.  Requests go out at step boundaries, so
+    timing changes the wall time, not which weights serve which request: runs are reproducible.
     """
 
     def __init__(self, cfg, task, engine, verifier, pending: deque, ledger, first_step: int,
