@@ -142,6 +142,9 @@ def test_ddp_two_ranks_is_one_process_up_to_float_rounding(tmp_path, groups, agg
     two64, *_ = distributed(groups, policy, dcfg, lb, dtype=torch.float64)
     assert max_diff(two64.model, one64.model) < 1e-12 and max_diff(split64.model, one64.model) < 1e-12
     noise = noise_of(one32.model, split32.model)
+    # the README's figures: `pytest -s tests/test_distributed_learner_on_cpu.py` prints them
+    print(f"\n{aggregation}: float64 2 ranks vs 1 {max_diff(two64.model, one64.model):.1e}, float32 "
+          f"{max_diff(two32.model, one32.model):.1e}, noise bound {noise:.2e}")  # fmt: skip
     assert noise < 1e-5
     assert max_diff(two32.model, one32.model) <= 10 * noise
     assert max_diff(dcritic.model, critic32.model) <= 10 * noise_of(critic32.model, critic_split.model)
@@ -172,7 +175,10 @@ def test_a_per_rank_normaliser_fails_the_same_comparison(tmp_path, groups):
     one32, _, _ = local(policy, cfg, lb)
     split32, _, _ = local(policy, cfg, lb, **{"update.micro_batch_size": 1})
     wrong, *_ = distributed(groups, policy, with_learner(cfg), lb, rank_share=PerRankNormaliser)
-    assert max_diff(wrong.model, one32.model) > 1000 * noise_of(one32.model, split32.model)
+    noise = noise_of(one32.model, split32.model)
+    print(f"\nper-rank normaliser: {max_diff(wrong.model, one32.model):.1e} = "
+          f"{max_diff(wrong.model, one32.model) / noise:,.0f} x the noise bound")  # fmt: skip
+    assert max_diff(wrong.model, one32.model) > 1000 * noise
 
 
 def test_fsdp2_equals_ddp_bit_for_bit_and_their_checkpoints_agree(tmp_path, groups):
@@ -207,6 +213,7 @@ def test_lora_ddp_trains_only_the_adapters_within_tolerance(tmp_path, groups, mo
     assert travelled and all(names == adapters for names in travelled)  # only the adapter tensors come back
     base = {n: p for n, p in policy.model.named_parameters() if not p.requires_grad}
     assert all(torch.equal(p, base[n]) for n, p in two32.model.named_parameters() if n in base)
+    print(f"\nLoRA + ddp vs 1 process: {max_diff(two32.model, one32.model):.1e}")
     assert max_diff(two32.model, one32.model) <= 10 * noise_of(one32.model, split32.model)
     assert max_diff(two32.model, policy.model) > 0
 

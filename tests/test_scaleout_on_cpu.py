@@ -93,6 +93,20 @@ def assert_same_run(a: Trainer, b: Trainer):
     assert weights_digest(b.policy.model.state_dict().items()) == weights_digest(a.policy.model.state_dict().items())
 
 
+def crash_during_step(trainer: Trainer, step: int, monkeypatch) -> None:
+    """Train until the controller dies (an exception) at the start of ``step``; the checkpoint before it stays."""
+    real_step = trainer.train_step
+
+    def dying(s):
+        if s == step:
+            raise KeyboardInterrupt(f"the controller dies during step {step}")
+        return real_step(s)
+
+    monkeypatch.setattr(trainer, "train_step", dying)
+    with pytest.raises(KeyboardInterrupt):
+        trainer.train()
+
+
 @pytest.mark.parametrize("workers", [1, 2])
 def test_ray_workers_equal_the_local_run(tiny_policy, tmp_path, tmp_path_factory, runs, workers):
     local = local_run(runs, tiny_policy, tmp_path_factory, 0)
@@ -173,16 +187,7 @@ def test_resuming_a_crashed_distributed_run_equals_the_uninterrupted_run(tiny_po
     local = local_run(runs, tiny_policy, tmp_path_factory, 1)
     over = {"rollout.engine": "ray", "rollout.workers": 2, "rollout.lag": 1}
     crashing = Trainer(config(tiny_policy, tmp_path, **over), progress=False)
-    real_step = crashing.train_step
-
-    def crash_at_3(step):
-        if step == 3:
-            raise KeyboardInterrupt("the controller dies during step 3")
-        return real_step(step)
-
-    monkeypatch.setattr(crashing, "train_step", crash_at_3)
-    with pytest.raises(KeyboardInterrupt):
-        crashing.train()
+    crash_during_step(crashing, 3, monkeypatch)
     assert not crashing.engine.actors  # the actors were stopped on the way out
     resumed = Trainer(config(tiny_policy, tmp_path, **over), resume=True, progress=False)
     resumed.train()
@@ -283,16 +288,7 @@ def test_ray_workers_and_ddp_learners_resume_exactly(tiny_policy, tmp_path, monk
             "learner.strategy": "ddp", "learner.world_size": 2, "learner.timeout_s": 120}  # fmt: skip
     whole = run(tiny_policy, tmp_path / "whole", **over)
     crashing = Trainer(config(tiny_policy, tmp_path / "run", **over), progress=False)
-    real_step = crashing.train_step
-
-    def crash_at_3(step):
-        if step == 3:
-            raise KeyboardInterrupt("the controller dies during step 3")
-        return real_step(step)
-
-    monkeypatch.setattr(crashing, "train_step", crash_at_3)
-    with pytest.raises(KeyboardInterrupt):
-        crashing.train()
+    crash_during_step(crashing, 3, monkeypatch)
     assert crashing.learner.closed and not crashing.engine.actors
     resumed = Trainer(config(tiny_policy, tmp_path / "run", **over), resume=True, progress=False)
     resumed.train()
