@@ -18,6 +18,7 @@ so the recorded log-probs are 0.
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import asdict, dataclass, field
 
 import torch
@@ -125,6 +126,19 @@ def _draw(logprobs: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
     return torch.searchsorted(cdf, u, right=True).squeeze(1).clamp_(max=cdf.shape[1] - 1)
 
 
+def cache_argument(model: torch.nn.Module, cache) -> dict:
+    """The KV cache as the model's forward names it: ``cache`` from transformers 5.2x, ``past_key_values`` before
+    (vLLM's CPU build pins transformers < 5.20).  An unknown keyword is swallowed by ``**kwargs``, and the model
+    would then decode every token without its past: wrong tokens, no error."""
+    inner = model.get_base_model() if hasattr(model, "get_base_model") else model  # peft forwards **kwargs
+    names = inspect.signature(type(inner).forward).parameters
+    if "cache" in names:
+        return {"cache": cache}
+    if "past_key_values" in names:
+        return {"past_key_values": cache}
+    raise TypeError(f"{type(inner).__name__}.forward takes neither cache nor past_key_values: no KV-cached sampling")
+
+
 class _HFDecoder:
     """Decode steps through the model's own forward and transformers' DynamicCache."""
 
@@ -144,8 +158,8 @@ class _HFDecoder:
             input_ids=tokens.to(self.device)[:, None],
             attention_mask=self.mask,
             position_ids=positions.to(self.device)[:, None],
-            cache=self.cache,
             use_cache=True,
+            **cache_argument(self.model, self.cache),
         )
         return out.logits[:, -1].float()
 
@@ -190,9 +204,8 @@ def generate(
     ids, mask = (t.to(device) for t in _left_pad(prompts, pad_id))
     positions = (mask.cumsum(dim=1) - 1).clamp(min=0)
     cache = DynamicCache()
-    out = model(
-        input_ids=ids, attention_mask=mask, position_ids=positions, cache=cache, use_cache=True, logits_to_keep=1
-    )
+    out = model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True, logits_to_keep=1,
+                **cache_argument(model, cache))  # fmt: skip
     logits = out.logits[:, -1].float()
     if n > 1:  # share the prefill across the group
         cache.batch_repeat_interleave(n)
