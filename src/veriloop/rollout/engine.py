@@ -126,13 +126,7 @@ class LocalEngine(SequentialEngine):
     def load_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]], version: int) -> str:
         """Copy the named tensors in (a no-op for tensors it already shares with the learner), hold
         ``version``, return the digest of the weights now held."""
-        own = self.policy.model.state_dict()
-        with torch.no_grad():
-            for name, t in named_tensors:
-                if name not in own:
-                    raise KeyError(f"load_weights: the engine's model has no tensor {name!r}")
-                if own[name].data_ptr() != t.data_ptr():
-                    own[name].copy_(t)
+        own = copy_tensors_into(self.policy.model, named_tensors)
         self.version = version
         return weights_digest(own.items())
 
@@ -161,6 +155,18 @@ class LocalEngine(SequentialEngine):
                 behavior_logprobs=lps, sampling=sampling, policy_version=self.version, finish_reason=finish,
                 created_at=created, finish_token=ids[-1] if finish in ("eos", "stop") and ids else None))  # fmt: skip
         return records
+
+
+def copy_tensors_into(model: torch.nn.Module, named_tensors) -> dict[str, torch.Tensor]:
+    """Copy each named tensor into ``model``'s own (a no-op where it is that tensor); return the state dict."""
+    own = model.state_dict()
+    with torch.no_grad():
+        for name, t in named_tensors:
+            if name not in own:
+                raise KeyError(f"load_weights: the engine's model has no tensor {name!r}")
+            if own[name].data_ptr() != t.data_ptr():
+                own[name].copy_(t)
+    return own
 
 
 def trainable_tensors(model: torch.nn.Module) -> list[tuple[str, torch.Tensor]]:

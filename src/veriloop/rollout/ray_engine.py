@@ -1,6 +1,7 @@
 """``rollout.engine=ray``: rollout engines as Ray actors, fed requests, fenced by weights version.
 
-Each of ``rollout.workers`` actors holds a ``LocalEngine`` on its own copy of the policy.  The
+Each of ``rollout.workers`` actors holds a ``LocalEngine`` (or, with ``ray.worker_engine=vllm``, a ``VLLMEngine``)
+on its own copy of the policy.  The
 controller sends requests of fixed composition (``build_requests``), request ``i`` of a batch to
 actor ``i mod workers``; a record depends only on its request, so which actor serves it changes
 nothing.  Weights travel by version: ``load_weights`` puts the trainable tensors in Ray's object
@@ -63,12 +64,18 @@ class RolloutWorker:
     kind (once per marker file, so the restarted actor does not die again); a delay sleeps before sampling.
     """
 
-    def __init__(self, policy, version: int, threads: int, index: int, faults=(), delays=None):
+    def __init__(self, policy, version: int, threads: int, index: int, faults=(), delays=None, vllm_cfg=None):
         if threads:
             torch.set_num_threads(threads)
         if getattr(policy, "device", torch.device("cpu")).type != "cpu" and not torch.cuda.is_available():
             policy.model.to("cpu")  # a policy put from a GPU controller, on an actor without a GPU
-        self.engine, self.index, self.faults, self.delays = LocalEngine(policy, version), index, faults, delays
+        if vllm_cfg is not None:  # ray.worker_engine=vllm: vLLM in this actor's process
+            from veriloop.rollout.vllm_engine import VLLMEngine
+
+            self.engine = VLLMEngine(policy, version, vllm_cfg, threads)
+        else:
+            self.engine = LocalEngine(policy, version)
+        self.index, self.faults, self.delays = index, faults, delays
         self.calls: Counter = Counter()
 
     def ping(self) -> tuple[int, int]:
@@ -139,15 +146,18 @@ class Ticket:
 class RayEngine:
     name = "ray"
 
-    def __init__(self, policy, version: int, rollout_cfg, ray_cfg, threads: int, faults=(), delays=None):
+    def __init__(self, policy, version: int, rollout_cfg, ray_cfg, threads: int, faults=(), delays=None,
+                 vllm_cfg=None):  # fmt: skip
         ray = self.ray = require_ray()
         self.rollout_cfg, self.ray_cfg, self.version = rollout_cfg, ray_cfg, version
+        self.vllm_cfg = vllm_cfg if ray_cfg.worker_engine == "vllm" else None
+        self.dtype = next(policy.model.parameters()).dtype
         self.started_cluster = connect(ray_cfg, rollout_cfg.workers)
         actor = ray.remote(RolloutWorker).options(
             max_restarts=-1, max_task_retries=0, num_cpus=ray_cfg.cpus_per_worker, num_gpus=ray_cfg.gpus_per_worker)
         policy_ref = self.policy_ref = ray.put(policy)  # kept alive: a restarted actor is built from it
         threads = ray_cfg.worker_threads or threads or torch.get_num_threads()
-        self.actors = [actor.remote(policy_ref, version, threads, i, tuple(faults), delays)
+        self.actors = [actor.remote(policy_ref, version, threads, i, tuple(faults), delays, self.vllm_cfg)
                        for i in range(rollout_cfg.workers)]  # fmt: skip
         self.weights = {}  # version -> ObjectRef of its trainable tensors (while a request in flight names it)
         self.outstanding: Counter = Counter()  # weights version -> requests in flight naming it
@@ -158,7 +168,13 @@ class RayEngine:
     # ------------------------------------------------------------------ weights
 
     def publish(self, model: torch.nn.Module, version: int) -> str:
-        """Push the learner's new weights to every actor; every actor's digest must equal the learner's."""
+        """Push the learner's new weights to every actor; every actor's digest must equal the learner's (vLLM actors:
+        the digest of what was shipped, ``rollout/vllm_engine.py``)."""
+        if self.vllm_cfg is not None:
+            from veriloop.rollout.vllm_engine import shipped_tensors
+
+            named = shipped_tensors(model, self.vllm_cfg.lora, self.dtype)
+            return self.load_weights([(n, t.cpu()) for n, t in named], version, expected=weights_digest(named))
         return self.load_weights(trainable_tensors(model), version, expected=weights_digest(model.state_dict().items()))
 
     def load_weights(self, named_tensors, version: int, expected: str | None = None) -> str:

@@ -20,7 +20,7 @@ from veriloop.models.lora import LoraConfig
 from veriloop.models.tiny import TinyModelConfig
 from veriloop.prm.config import ProcessConfig
 from veriloop.registry import ESTIMATORS, OBJECTIVES
-from veriloop.rollout.config import RayConfig, RolloutConfig
+from veriloop.rollout.config import RayConfig, RolloutConfig, VLLMConfig
 from veriloop.rollout.sampler import SamplingParams
 from veriloop.tasks.config import TaskConfig
 from veriloop.training import estimators as _estimators  # noqa: F401  (registers the built-in estimators)
@@ -264,6 +264,7 @@ class TrainConfig:
     lora: LoraConfig = field(default_factory=LoraConfig)
     learner: LearnerConfig = field(default_factory=LearnerConfig)
     ray: RayConfig = field(default_factory=RayConfig)
+    vllm: VLLMConfig = field(default_factory=VLLMConfig)
     model: TinyModelConfig = field(default_factory=TinyModelConfig)
 
     def prompt_format(self) -> PromptFormat:
@@ -348,6 +349,11 @@ class TrainConfig:
                 f"advantage.std / advantage.eps are read only by estimators {readers}; estimator {est} "
                 f"ignores them{hint if est == 'dr_grpo' else ''}"
             )
+        uses_vllm = self.rollout.engine == "vllm" or (self.rollout.engine == "ray" and self.ray.worker_engine == "vllm")
+        if self.vllm != VLLMConfig() and not uses_vllm:
+            raise ValueError("vllm.* options apply only to rollout.engine=vllm or ray.worker_engine=vllm")
+        if self.ray.worker_engine != "local" and self.rollout.engine != "ray":
+            raise ValueError(f"ray.worker_engine={self.ray.worker_engine} applies only to rollout.engine=ray")
         if not estimator.needs_critic and self.critic != CriticConfig():
             raise ValueError(f"critic.* options apply only to estimator gae (PPO's value model), not {est}")
         if not estimator.needs_prm and self.process != ProcessConfig():

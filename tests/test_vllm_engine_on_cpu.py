@@ -1,0 +1,249 @@
+"""vLLM as a rollout engine, on vLLM's CPU build (``make vllm-env``; ``make test`` runs this file in .venv-vllm).
+
+Without vLLM installed only the tests that need none run (configuration, the install message, the merge).
+The vLLM tests share one engine on the shipped base, started once (a few seconds); each other engine
+is a new vLLM instance of its own.
+"""
+
+import json
+import sys
+
+import pytest
+import torch
+
+from veriloop.config import build_config
+from veriloop.errors import InputError
+from veriloop.evaluation.evaluate import EvalConfig, evaluate
+from veriloop.models.batch import build_policy_batch
+from veriloop.models.loading import load_policy
+from veriloop.models.lora import LoraConfig, merged_copy
+from veriloop.rollout.engine import LocalEngine, WeightsVersionError, build_requests, weights_digest
+from veriloop.rollout.ledger import Ledger
+from veriloop.rollout.records import RecordStore
+from veriloop.rollout.sampler import SamplingParams
+from veriloop.rollout.vllm_engine import merged_tensors, require_vllm, shipped_tensors
+from veriloop.training.config import TrainConfig
+from veriloop.training.logprobs import completion_logprobs
+from veriloop.training.trainer import Trainer
+
+try:
+    import vllm  # noqa: F401
+
+    HAVE_VLLM = True
+except ImportError:
+    HAVE_VLLM = False
+
+needs_vllm = pytest.mark.skipif(not HAVE_VLLM, reason="vLLM is not installed here (make vllm-env; make test runs "
+                                "this file in .venv-vllm)")  # fmt: skip
+pytestmark = pytest.mark.timeout(600)
+# Sampled behaviour log-probs against the learner's recomputation of the same tokens (float32, CPU):
+# measured max 3.6e-6 per token here; the bound leaves room for other CPUs' kernels.
+LOGPROB_BOUND = 1e-4
+SMALL_KV = {"kv_cache_gib": 0.25}
+
+
+@pytest.fixture(scope="module")
+def base():
+    return load_policy("builtin:base")
+
+
+@pytest.fixture(scope="module")
+def problems():
+    cfg = build_config(TrainConfig, {}, {"task.arithmetic.heldout_size": 24})
+    return cfg.task.build().heldout()
+
+
+def vllm_engine(policy, version=0, **over):
+    from veriloop.rollout.config import VLLMConfig
+    from veriloop.rollout.vllm_engine import VLLMEngine
+
+    return VLLMEngine(policy, version, VLLMConfig(**{**SMALL_KV, **over}))
+
+
+@pytest.fixture(scope="module")
+def engine(base):
+    e = vllm_engine(base)
+    yield e
+    e.close()
+
+
+def requests(problems, sampling, version=0, group_size=1, step=1):
+    return build_requests(0, step, 0, problems, group_size, sampling, version, "policy")
+
+
+def ids_of(records):
+    return [(r.completion_ids, r.finish_reason) for r in records]
+
+
+GREEDY = SamplingParams(temperature=0.0, max_new_tokens=64)
+SAMPLED = SamplingParams(temperature=0.7, top_k=20, top_p=0.9, max_new_tokens=64)
+
+
+# ---------------------------------------------------------------------------------------------- no vLLM needed
+
+
+def test_without_vllm_the_engine_names_the_install(monkeypatch):
+    monkeypatch.setitem(sys.modules, "vllm", None)  # import vllm -> ImportError
+    with pytest.raises(InputError, match=r"make vllm-env.*|\.\[vllm\]"):
+        require_vllm()
+
+
+def test_vllm_options_without_a_vllm_engine_are_refused():
+    with pytest.raises(ValueError, match="vllm.\\* options apply only to rollout.engine=vllm"):
+        build_config(TrainConfig, {}, {"vllm.kv_cache_gib": 2.0})
+    with pytest.raises(ValueError, match="ray.worker_engine=vllm applies only to rollout.engine=ray"):
+        build_config(TrainConfig, {}, {"ray.worker_engine": "vllm"})
+    with pytest.raises(ValueError, match="task-teacher samples nothing"):
+        build_config(TrainConfig, {}, {"rollout.engine": "vllm", "rollout.source": "task-teacher", "algo": "sft"})
+    build_config(TrainConfig, {}, {"rollout.engine": "vllm", "vllm.kv_cache_gib": 2.0})
+    build_config(TrainConfig, {}, {"rollout.engine": "ray", "ray.worker_engine": "vllm", "vllm.lora": "adapter"})
+
+
+def adapted(policy, seed=3):
+    lora = policy.frozen_copy().with_adapters(LoraConfig(r=4, alpha=8), seed=seed)
+    with torch.no_grad():  # B starts at 0 (the adapter adds nothing): give it something to add
+        for name, p in lora.model.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0.0, 0.2, generator=torch.Generator().manual_seed(len(name)))
+    return lora
+
+
+def test_merged_tensors_are_merge_and_unload_bit_for_bit(base):
+    lora = adapted(base)
+    merged = dict(merged_tensors(lora.model))
+    reference = merged_copy(lora.model).state_dict()
+    assert merged.keys() == reference.keys()
+    assert all(torch.equal(merged[k], reference[k]) for k in reference)
+    assert any(not torch.equal(merged[k], base.model.state_dict()[k]) for k in reference)  # the adapters count
+    adapters = shipped_tensors(lora.model, "adapter", torch.float32)
+    assert adapters and all(".lora_" in n for n, _ in adapters)
+
+
+# ---------------------------------------------------------------------------------------------- vLLM
+
+
+@needs_vllm
+def test_greedy_completions_equal_the_local_engine(base, engine, problems):
+    local = LocalEngine(base).run(requests(problems, GREEDY))[0]
+    ours = engine.run(requests(problems, GREEDY))[0]
+    assert ids_of(ours) == ids_of(local)
+    assert {r.finish_reason for r in ours} == {"eos"} and all(r.finish_token == base.eos_id for r in ours)
+    assert all(lp == 0.0 for r in ours for lp in r.behavior_logprobs)  # greedy: a point mass
+
+
+@needs_vllm
+def test_sampled_behavior_logprobs_agree_with_the_learner(base, engine, problems):
+    records = engine.run(requests(problems[:8], SAMPLED, group_size=4))[0]
+    assert len({tuple(r.completion_ids) for r in records}) > 8  # it sampled
+    assert [r.sampling["seed"] for r in records] == list(requests(problems[:8], SAMPLED, group_size=4)[0].row_seeds)
+    assert all(r.sampling["engine"] == "vllm" and r.policy_version == 0 for r in records)
+    batch = build_policy_batch([r.prompt_ids for r in records], [r.completion_ids for r in records], base.pad_id)
+    with torch.no_grad():
+        learner = completion_logprobs(base, batch, SAMPLED, "sampling", entropy=False).sampled
+    mask = batch.completion_mask.bool()
+    behavior = torch.zeros_like(learner)
+    for i, r in enumerate(records):
+        behavior[i, : len(r.behavior_logprobs)] = torch.tensor(r.behavior_logprobs)
+    diff = (learner - behavior).abs()[mask]
+    print(f"\nvLLM behaviour log-probs vs the learner's: max {diff.max():.2e}, mean {diff.mean():.2e} "
+          f"over {int(mask.sum())} tokens")  # fmt: skip
+    assert float(diff.max()) <= LOGPROB_BOUND
+    # the same request again: the same records (per-row seeds)
+    again = engine.run(requests(problems[:8], SAMPLED, group_size=4))[0]
+    assert [(r.completion_ids, r.behavior_logprobs) for r in again] == [
+        (r.completion_ids, r.behavior_logprobs) for r in records]  # fmt: skip
+
+
+@needs_vllm
+def test_a_reload_changes_the_outputs_and_restoring_restores_them_exactly(base, engine, problems):
+    reqs = lambda v: requests(problems[:12], SAMPLED, version=v, group_size=2)  # noqa: E731
+    before = engine.run(reqs(0))[0]
+    original = [(n, t.clone()) for n, t in base.model.state_dict().items()]
+    changed = dict(original)
+    flipped = changed["lm_head.weight"].flip(0)  # the base ties lm_head to the embeddings: both change
+    changed["lm_head.weight"] = changed["model.embed_tokens.weight"] = flipped
+    digest = engine.load_weights(changed.items(), 1)
+    assert digest == weights_digest(changed.items())
+    with pytest.raises(WeightsVersionError, match="holds 1"):
+        engine.run(reqs(0))
+    after = engine.run(reqs(1))[0]
+    assert ids_of(after) != ids_of(before) and all(r.policy_version == 1 for r in after)
+    assert engine.load_weights(original, 2) == weights_digest(base.model.state_dict().items())
+    restored = engine.run(reqs(2))[0]
+    assert [(r.completion_ids, r.behavior_logprobs) for r in restored] == [
+        (r.completion_ids, r.behavior_logprobs) for r in before]  # fmt: skip
+    engine.load_weights(original, 0)  # back to the fixture's version for the other tests
+
+
+@needs_vllm
+@pytest.mark.parametrize("mode", ["merged", "adapter"])
+def test_lora_policies_sample_what_the_learner_computes(base, problems, mode):
+    lora = adapted(base)
+    e = vllm_engine(lora, lora=mode)
+    try:
+        local = LocalEngine(lora).run(requests(problems[:12], GREEDY))[0]
+        assert ids_of(e.run(requests(problems[:12], GREEDY))[0]) == ids_of(local)
+        assert ids_of(local) != ids_of(LocalEngine(base).run(requests(problems[:12], GREEDY))[0])
+        with torch.no_grad():  # an update: the engine must follow it
+            for name, p in lora.model.named_parameters():
+                if "lora_A" in name:
+                    p.mul_(-1.5)
+        digest = e.publish(lora.model, 1)
+        assert digest == weights_digest(shipped_tensors(lora.model, mode, torch.float32))
+        local = LocalEngine(lora, 1).run(requests(problems[:12], GREEDY, version=1))[0]
+        assert ids_of(e.run(requests(problems[:12], GREEDY, version=1))[0]) == ids_of(local)
+    finally:
+        e.close()
+
+
+GRPO = {"steps": 40, "seed": 0, "checkpoint_every": 100, "rollout.prompts_per_step": 16, "rollout.group_size": 8,
+        "task.arithmetic.heldout_size": 200, "rollout.engine": "vllm", "vllm.kv_cache_gib": 0.25}  # fmt: skip
+
+
+@needs_vllm
+@pytest.mark.slow
+def test_grpo_with_vllm_rollouts_learns(tmp_path):
+    cfg = build_config(TrainConfig, {}, {**GRPO, "run_dir": str(tmp_path)})
+    trainer = Trainer(cfg, progress=False)
+    problems, verifiers = cfg.task.build().heldout(), cfg.task.eval_verifiers()
+    before = evaluate(trainer.policy, problems, verifiers, EvalConfig(n_samples=0))
+    trainer.train()
+    after = evaluate(load_policy(str(tmp_path / "final")), problems, verifiers, EvalConfig(n_samples=0))
+    rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    half = len(rows) // 2
+    first = sum(r["reward_mean"] for r in rows[:half]) / half
+    last = sum(r["reward_mean"] for r in rows[half:]) / (len(rows) - half)
+    mismatch = max(r["logprob_mismatch"] for r in rows)
+    print(f"\nGRPO with vLLM rollouts: reward {first:.3f} -> {last:.3f}, held-out greedy accuracy "
+          f"{before.greedy_accuracy:.3f} -> {after.greedy_accuracy:.3f}, logprob_mismatch max {mismatch:.2e}")
+    assert last > first + 0.04, (first, last)
+    assert after.greedy_accuracy > before.greedy_accuracy + 0.12, (before.greedy_accuracy, after.greedy_accuracy)
+    assert all(0 <= r["logprob_mismatch"] <= LOGPROB_BOUND for r in rows)  # reported every step
+    store = RecordStore(tmp_path / "rollouts")
+    assert {r.sampling["engine"] for r in store.read(40)} == {"vllm"}
+
+
+SHORT = {"steps": 3, "seed": 1, "checkpoint_every": 100, "rollout.prompts_per_step": 4, "rollout.group_size": 4,
+         "rollout.request_groups": 1, "sampling.max_new_tokens": 48, "task.arithmetic.heldout_size": 10,
+         "vllm.kv_cache_gib": 0.25, "rollout.request_timeout_s": 120, "ray.timeout_s": 120}  # fmt: skip
+
+
+@needs_vllm
+def test_ray_actors_holding_vllm_serve_every_request_once(tmp_path):
+    def run(run_dir, **over):
+        trainer = Trainer(build_config(TrainConfig, {}, {**SHORT, "run_dir": str(run_dir), **over}), progress=False)
+        try:
+            trainer.train()
+        finally:
+            trainer.close()
+        return RecordStore(run_dir / "rollouts")
+
+    ray_store = run(tmp_path / "ray", **{"rollout.engine": "ray", "rollout.workers": 2, "ray.worker_engine": "vllm"})
+    ledger = Ledger(tmp_path / "ray")
+    assert sorted(ledger.done_counts().items()) == [(f"{s}-0-{g}", 1) for s in range(1, 4) for g in range(4)]
+    assert {e["engine"] for e in ledger.events()} == {0, 1}
+    in_process = run(tmp_path / "in-process", **{"rollout.engine": "vllm"})
+    for step in range(1, 4):  # which process served a request changes nothing
+        a, b = ray_store.read(step), in_process.read(step)
+        assert [(r.completion_ids, r.behavior_logprobs, r.policy_version) for r in a] == [
+            (r.completion_ids, r.behavior_logprobs, r.policy_version) for r in b]  # fmt: skip
