@@ -2,6 +2,7 @@
 
     python benchmarks/scaleout.py [--steps 8] [--configs local,local-lag1,ray1-lag1,ray2,ray2-lag1,ddp2]
                                   [--extra "--device cuda --dtype bfloat16"]
+    .venv-vllm/bin/python benchmarks/scaleout.py --configs local,vllm,ray1-vllm-lag1   # vLLM's rows
 
 The demo's workload (the shipped base, 32 prompts x 8 completions, 64 new tokens, GRPO with KL), each
 configuration a ``veriloop train`` in its own process (a Ray configuration starts its own one-machine
@@ -29,6 +30,10 @@ CONFIGS = {
     "ray2-lag1": ["--rollout.engine", "ray", "--rollout.workers", "2", "--rollout.request_groups", "16",
                   "--rollout.lag", "1"],  # fmt: skip
     "ddp2": ["--learner.strategy", "ddp", "--learner.world_size", "2"],
+    # vLLM (run with .venv-vllm/bin/python): in the controller's process, or in one Ray actor, pipelined
+    "vllm": ["--rollout.engine", "vllm"],
+    "ray1-vllm-lag1": ["--rollout.engine", "ray", "--rollout.workers", "1", "--ray.worker_engine", "vllm",
+                       "--rollout.lag", "1"],  # fmt: skip
 }
 
 
@@ -52,7 +57,7 @@ def run(name: str, steps: int, workdir: Path, extra: list[str]) -> dict:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--steps", type=int, default=8)
-    p.add_argument("--configs", default=",".join(CONFIGS))
+    p.add_argument("--configs", default=",".join(k for k in CONFIGS if "vllm" not in k))
     p.add_argument("--json", default="", help="also write the rows here")
     p.add_argument("--extra", default="", help="flags added to every configuration (e.g. --device cuda)")
     args = p.parse_args()

@@ -137,13 +137,14 @@ class VLLMConfig:
         default=True, metadata={"help": "no CUDA graphs / compilation (fast start; false: faster decode on a GPU)"}
     )
     lora: str = field(
-        default="merged",
-        metadata={"help": "lora runs: merged (ship base + adapters merged, bit for bit what the learner computes) | "
-                  "adapter (ship only the adapter as a vLLM LoRA; vLLM's LoRA kernels, a larger logprob_mismatch)"},
+        default="auto",
+        metadata={"help": "lora runs: adapter (ship only the adapter, served as a vLLM LoRA) | merged (ship base + "
+                  "adapters merged, the weights the learner computes with) | auto (adapter; merged when vLLM "
+                  "refuses the adapter at start)"},
     )  # fmt: skip
 
     def __post_init__(self):
         if self.kv_cache_gib <= 0 or self.max_model_len < 0:
             raise ValueError("vllm.kv_cache_gib must be > 0 and vllm.max_model_len >= 0")
-        if self.lora not in ("merged", "adapter"):
-            raise ValueError(f"vllm.lora must be merged or adapter, got {self.lora!r}")
+        if self.lora not in ("auto", "adapter", "merged"):
+            raise ValueError(f"vllm.lora must be auto, adapter or merged, got {self.lora!r}")

@@ -81,6 +81,9 @@ class RolloutWorker:
     def ping(self) -> tuple[int, int]:
         return os.getpid(), self.engine.version
 
+    def shipping(self) -> str:
+        return getattr(self.engine, "shipping", "trainable")
+
     def load_weights(self, weights: dict, version: int) -> str:
         fault = self._fault("load_weights")
         named = list(weights.items())
@@ -163,6 +166,8 @@ class RayEngine:
         self.outstanding: Counter = Counter()  # weights version -> requests in flight naming it
         self.held = [version] * len(self.actors)
         self.pids = [p for p, _ in self._get([a.ping.remote() for a in self.actors], ray_cfg.timeout_s, "starting")]
+        # what a weight push carries (vLLM actors: full, merged or adapter, as the first actor decided)
+        self.shipping = self._get(self.actors[0].shipping.remote(), ray_cfg.timeout_s, "starting")
         self.restarts = 0
 
     # ------------------------------------------------------------------ weights
@@ -173,7 +178,7 @@ class RayEngine:
         if self.vllm_cfg is not None:
             from veriloop.rollout.vllm_engine import shipped_tensors
 
-            named = shipped_tensors(model, self.vllm_cfg.lora, self.dtype)
+            named = shipped_tensors(model, self.shipping, self.dtype)
             return self.load_weights([(n, t.cpu()) for n, t in named], version, expected=weights_digest(named))
         return self.load_weights(trainable_tensors(model), version, expected=weights_digest(model.state_dict().items()))
 

