@@ -83,10 +83,14 @@ SAMPLED = SamplingParams(temperature=0.7, top_k=20, top_p=0.9, max_new_tokens=64
 # ---------------------------------------------------------------------------------------------- no vLLM needed
 
 
-def test_without_vllm_the_engine_names_the_install(monkeypatch):
+def test_without_vllm_the_engine_names_the_install(monkeypatch, tmp_path):
     monkeypatch.setitem(sys.modules, "vllm", None)  # import vllm -> ImportError
-    with pytest.raises(InputError, match=r"make vllm-env.*|\.\[vllm\]"):
+    with pytest.raises(InputError, match=r"pip install -e '\.\[vllm\]'.*make vllm-env"):
         require_vllm()
+    cfg = build_config(TrainConfig, {}, {"rollout.engine": "vllm", "run_dir": str(tmp_path / "run")})
+    with pytest.raises(InputError, match="make vllm-env"):
+        Trainer(cfg, progress=False)
+    assert not (tmp_path / "run").exists()  # refused before the run directory was made
 
 
 def test_vllm_options_without_a_vllm_engine_are_refused():

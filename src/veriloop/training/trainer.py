@@ -73,6 +73,10 @@ class Trainer:
             TaskTeacherEngine.require_demonstrations(self.task)
         start = policy if policy is not None else self._load_start(cfg)
         check_installed(cfg.report_to)
+        if cfg.rollout.engine == "vllm" or (cfg.rollout.engine == "ray" and cfg.ray.worker_engine == "vllm"):
+            from veriloop.rollout.vllm_engine import require_vllm
+
+            require_vllm()  # the install message now, not after the run directory was made
         checkpoint = open_run_dir(self.run_dir, to_dict(cfg), resume)
         self.store, self.metrics = RecordStore(self.run_dir / "rollouts"), MetricsLog(self.run_dir / "metrics.jsonl")
         self.ledger = Ledger(self.run_dir)
