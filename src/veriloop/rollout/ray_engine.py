@@ -1,8 +1,8 @@
 """``rollout.engine=ray``: rollout engines as Ray actors, fed requests, fenced by weights version.
 
-Each of ``rollout.workers`` actors holds a ``LocalEngine`` (or, with ``ray.worker_engine=vllm``, a ``VLLMEngine``)
-on its own copy of the policy.  The
-controller sends requests of fixed composition (``build_requests``), request ``i`` of a batch to
+Each of ``rollout.workers`` actors holds a ``LocalEngine`` (or, with ``ray.worker_engine=vllm``, a
+``VLLMEngine``) on its own copy of the policy.  The controller sends requests of fixed composition
+(``build_requests``), request ``i`` of a batch to
 actor ``i mod workers``; a record depends only on its request, so which actor serves it changes
 nothing.  Weights travel by version: ``load_weights`` puts the trainable tensors in Ray's object
 store once, every actor copies them in and answers the SHA-256 digest of all its weights, which
