@@ -6,8 +6,9 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 VLLM_VENV ?= .venv-vllm
+BENCH_VENV ?= .venv-bench
 
-.PHONY: setup demo test test-fast bench base clean vllm-env
+.PHONY: setup demo test test-fast bench base clean vllm-env bench-env peers
 
 setup: $(VENV)/.installed
 
@@ -38,9 +39,19 @@ test-fast: setup
 bench: setup
 	$(BIN)/python benchmarks/run.py
 
+# TRL's GRPOTrainer and its stack for benchmarks/peers.py, never in .venv (scripts/setup_bench_env.sh)
+bench-env: $(BENCH_VENV)/.installed
+
+$(BENCH_VENV)/.installed: pyproject.toml requirements/cpu.txt requirements/bench.txt requirements/constraints.txt scripts/setup_bench_env.sh
+	BENCH_VENV=$(BENCH_VENV) PYTHON=$(PYTHON) scripts/setup_bench_env.sh
+
+# veriloop against TRL's GRPOTrainer and transformers' generate() on the contract workload (its docstring)
+peers: bench-env
+	$(BENCH_VENV)/bin/python benchmarks/peers.py
+
 # Remake the shipped base checkpoint (src/veriloop/assets/base) with the default SFT settings.
 base: setup
 	$(BIN)/veriloop sft --config configs/sft-base.yaml
 
 clean:
-	rm -rf $(VENV) $(VLLM_VENV) runs .pytest_cache
+	rm -rf $(VENV) $(VLLM_VENV) $(BENCH_VENV) runs .pytest_cache
