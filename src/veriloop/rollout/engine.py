@@ -138,23 +138,36 @@ class LocalEngine(SequentialEngine):
         self.version = version
 
     def generate(self, request: RolloutRequest) -> list[Record]:
-        if request.weights_version != self.version:
-            raise WeightsVersionError(f"request {request.request_id} wants weights version "
-                                      f"{request.weights_version}; this engine holds {self.version}")  # fmt: skip
-        policy, G = self.policy, request.group_size
-        prompt_ids = [policy.encode_prompt(p.prompt) for p in request.problems]
+        check_version(request, self.version)
+        prompt_ids = [self.policy.encode_prompt(p.prompt) for p in request.problems]
         created = time.time()
-        gen = policy.sample(prompt_ids, request.sampling, row_seeds=list(request.row_seeds), n=G)
-        records = []
-        for i, (ids, lps, finish) in enumerate(zip(gen.completion_ids, gen.logprobs, gen.finish_reasons)):
-            b, p = i // G, request.problems[i // G]
-            sampling = {**request.sampling.as_dict(), "seed": request.row_seeds[i], "source": request.source}
-            records.append(Record(
-                problem_id=p.id, group_id=request.group_id(b), prompt=p.prompt, reference=p.reference,
-                prompt_ids=prompt_ids[b], completion_ids=ids, completion=policy.completion_text(ids, finish),
-                behavior_logprobs=lps, sampling=sampling, policy_version=self.version, finish_reason=finish,
-                created_at=created, finish_token=ids[-1] if finish in ("eos", "stop") and ids else None))  # fmt: skip
-        return records
+        gen = self.policy.sample(prompt_ids, request.sampling, row_seeds=list(request.row_seeds), n=request.group_size)
+        return sampled_records(request, self.policy, prompt_ids, gen.completion_ids, gen.logprobs, gen.finish_reasons,
+                               self.version, created)  # fmt: skip
+
+
+def check_version(request: RolloutRequest, version: int) -> None:
+    """An engine serves a request only with exactly the weights version it names."""
+    if request.weights_version != version:
+        raise WeightsVersionError(f"request {request.request_id} wants weights version "
+                                  f"{request.weights_version}; this engine holds {version}")  # fmt: skip
+
+
+def sampled_records(request: RolloutRequest, policy, prompt_ids, completions, logprobs, finishes, version: int,
+                    created: float, **provenance) -> list[Record]:  # fmt: skip
+    """The records of a request's completions (row ``i`` of prompt ``i // group_size``), stamped with ``version``;
+    ``provenance``: extra sampling settings (which engine, which weights)."""
+    records, G = [], request.group_size
+    for i, (ids, lps, finish) in enumerate(zip(completions, logprobs, finishes)):
+        b, p = i // G, request.problems[i // G]
+        sampling = {**request.sampling.as_dict(), "seed": request.row_seeds[i], "source": request.source,
+                    **provenance}  # fmt: skip
+        records.append(Record(
+            problem_id=p.id, group_id=request.group_id(b), prompt=p.prompt, reference=p.reference,
+            prompt_ids=prompt_ids[b], completion_ids=ids, completion=policy.completion_text(ids, finish),
+            behavior_logprobs=lps, sampling=sampling, policy_version=version, finish_reason=finish,
+            created_at=created, finish_token=ids[-1] if finish in ("eos", "stop") and ids else None))  # fmt: skip
+    return records
 
 
 def copy_tensors_into(model: torch.nn.Module, named_tensors) -> dict[str, torch.Tensor]:

@@ -145,6 +145,7 @@ class _HFDecoder:
     def __init__(self, model, cache, mask):
         self.model, self.cache, self.mask = model, cache, mask
         self.device = mask.device
+        self.cache_kw = cache_argument(model, cache)  # once: the cache is the same object, edited in place
 
     def select(self, rows: torch.Tensor) -> None:
         rows = rows.to(self.device)
@@ -159,7 +160,7 @@ class _HFDecoder:
             attention_mask=self.mask,
             position_ids=positions.to(self.device)[:, None],
             use_cache=True,
-            **cache_argument(self.model, self.cache),
+            **self.cache_kw,
         )
         return out.logits[:, -1].float()
 

@@ -39,8 +39,9 @@ from veriloop.errors import InputError
 from veriloop.rollout.engine import (
     RolloutRequest,
     SequentialEngine,
-    WeightsVersionError,
+    check_version,
     copy_tensors_into,
+    sampled_records,
     trainable_tensors,
     weights_digest,
 )
@@ -201,31 +202,22 @@ class VLLMEngine(SequentialEngine):
     # ------------------------------------------------------------------ requests
 
     def generate(self, request: RolloutRequest) -> list[Record]:
-        if request.weights_version != self.version:
-            raise WeightsVersionError(f"request {request.request_id} wants weights version "
-                                      f"{request.weights_version}; this engine holds {self.version}")  # fmt: skip
-        policy, G = self.policy, request.group_size
-        prompt_ids = [policy.encode_prompt(p.prompt) for p in request.problems]
+        check_version(request, self.version)
+        G = request.group_size
+        prompt_ids = [self.policy.encode_prompt(p.prompt) for p in request.problems]
         created = time.time()
         rows = [self._row(request.sampling, seed) for seed in request.row_seeds]
         outs = self.llm.generate([{"prompt_token_ids": prompt_ids[i // G]} for i in range(len(rows))], rows,
                                  use_tqdm=False, lora_request=self.lora_request)  # fmt: skip
-        records = []
-        for i, out in enumerate(outs):
-            b, p, c = i // G, request.problems[i // G], out.outputs[0]
-            ids, finish = list(c.token_ids), self._finish(c)
-            if request.sampling.temperature == 0:
-                lps = [0.0] * len(ids)  # greedy: the behaviour distribution is a point mass
-            else:
-                lps = [float(step[t].logprob) for step, t in zip(c.logprobs, ids)]
-            sampling = {**request.sampling.as_dict(), "seed": request.row_seeds[i], "source": request.source,
-                        "engine": "vllm", "weights": self.shipping}  # fmt: skip
-            records.append(Record(
-                problem_id=p.id, group_id=request.group_id(b), prompt=p.prompt, reference=p.reference,
-                prompt_ids=prompt_ids[b], completion_ids=ids, completion=policy.completion_text(ids, finish),
-                behavior_logprobs=lps, sampling=sampling, policy_version=self.version, finish_reason=finish,
-                created_at=created, finish_token=ids[-1] if finish == "eos" and ids else None))  # fmt: skip
-        return records
+        completions = [list(out.outputs[0].token_ids) for out in outs]
+        if request.sampling.temperature == 0:  # greedy: the behaviour distribution is a point mass
+            logprobs = [[0.0] * len(ids) for ids in completions]
+        else:
+            logprobs = [[float(step[t].logprob) for step, t in zip(out.outputs[0].logprobs, ids)]
+                        for out, ids in zip(outs, completions)]  # fmt: skip
+        finishes = [self._finish(out.outputs[0]) for out in outs]
+        return sampled_records(request, self.policy, prompt_ids, completions, logprobs, finishes, self.version,
+                               created, engine="vllm", weights=self.shipping)  # fmt: skip
 
     def _row(self, sampling: SamplingParams, seed: int):
         import vllm
