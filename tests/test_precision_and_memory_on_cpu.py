@@ -55,7 +55,9 @@ def test_device_and_dtype_names_are_checked():
 TOP_K_P = SamplingParams(temperature=0.8, top_k=5, top_p=0.9)
 
 
-@pytest.mark.parametrize("sampling", [SamplingParams(temperature=0.7), TOP_K_P], ids=["full", "top-k-top-p"])
+@pytest.mark.parametrize("sampling", [SamplingParams(temperature=0.7), TOP_K_P,
+                                      SamplingParams(temperature=0.7, min_new_tokens=5)],
+                         ids=["full", "top-k-top-p", "min-new-tokens"])  # fmt: skip
 @pytest.mark.parametrize("distribution", ["sampling", "model"])
 def test_the_chunked_lm_head_computes_the_plain_paths_numbers_and_gradients(sampling, distribution):
     policy, batch = small_policy(), random_batch(small_policy())

@@ -10,6 +10,7 @@ from veriloop.models.batch import build_policy_batch, completion_logits
 from veriloop.models.tiny import TinyModelConfig, build_char_tokenizer, build_tiny_model
 from veriloop.rollout.records import Record, RecordStore, check_reward
 from veriloop.rollout.sampler import SamplingParams, generate
+from veriloop.training.logprobs import token_logprobs
 
 TOK = build_char_tokenizer()
 MODEL = build_tiny_model(TOK, TinyModelConfig(hidden_size=64, intermediate_size=128, num_layers=2, num_heads=2), seed=3)
@@ -55,6 +56,33 @@ def test_behaviour_logprobs_are_the_learners_under_the_same_transforms(params):
     for i, row in enumerate(out.logprobs):
         assert all(math.isfinite(x) for x in row)  # never a token outside the behaviour support
         assert torch.allclose(token_lp[i, : len(row)], torch.tensor(row), atol=2e-5)
+
+
+def test_min_new_tokens_holds_off_the_end_and_the_learner_reads_the_same_distribution():
+    """Fixed work: no end token before min_new_tokens; the recorded log-probs are those of the distribution without
+    the end tokens there (what transformers' min_new_tokens samples from), and the learner's sampling distribution
+    (``token_logprobs`` with the end ids) computes the same numbers; the model's own distribution stays whole."""
+    free = run(SamplingParams(temperature=1.0, top_k=8, max_new_tokens=10), n=8)
+    assert min(len(c) for c in free.completion_ids) < 6  # without the option, some rows end early
+    params = SamplingParams(temperature=1.0, top_k=8, max_new_tokens=10, min_new_tokens=6)
+    out = run(params, n=8)
+    eos = TOK.eos_token_id
+    assert all(len(c) >= 6 and eos not in c[:6] for c in out.completion_ids)
+    batch = build_policy_batch([p for p in PROMPTS for _ in range(8)], out.completion_ids, TOK.pad_token_id)
+    with torch.no_grad():
+        logits = completion_logits(MODEL, batch)
+        learner, _ = token_logprobs(logits, batch.completion_ids, params, "sampling", end_ids=(eos,))
+        whole, _ = token_logprobs(logits, batch.completion_ids, params, "model", end_ids=(eos,))
+        unmasked = sampling_logprobs(logits, 1.0, 8, 1.0).gather(-1, batch.completion_ids[..., None]).squeeze(-1)
+    for i, row in enumerate(out.logprobs):
+        assert torch.allclose(learner[i, : len(row)], torch.tensor(row), atol=2e-5)
+    # before position 6 the end token's mass went to the others: each kept token is at least as likely
+    assert torch.all(learner[:, :6] >= unmasked[:, :6] - 1e-6) and torch.any(learner[:, :6] > unmasked[:, :6] + 1e-4)
+    later = batch.completion_mask[:, 6:].bool()  # from position 6 on, the distributions are the same
+    assert later.any() and torch.allclose(learner[:, 6:][later], unmasked[:, 6:][later])
+    assert not torch.allclose(whole[:, :6], learner[:, :6])  # "model" (SFT, DPO) is never masked
+    with pytest.raises(ValueError, match="min_new_tokens must be in"):
+        SamplingParams(max_new_tokens=4, min_new_tokens=5)
 
 
 def test_group_layout_and_determinism():

@@ -31,7 +31,7 @@ from veriloop.algorithms.policy_loss import (
     pg_objective,
     sequence_ratio,
 )
-from veriloop.algorithms.sampling import entropy_from_logprobs, sampling_logprobs
+from veriloop.algorithms.sampling import entropy_from_logprobs, sampling_logprobs, suppress_end_tokens
 from veriloop.algorithms.shaping import overlong_penalty
 
 __all__ = [
@@ -61,6 +61,7 @@ __all__ = [
     "reinforce_advantages",
     "rloo_advantages",
     "sampling_logprobs",
+    "suppress_end_tokens",
     "sequence_ratio",
     "zero_variance_groups",
 ]

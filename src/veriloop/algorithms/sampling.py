@@ -42,6 +42,21 @@ def sampling_logprobs(
     return torch.log_softmax(scores, dim=-1)
 
 
+def suppress_end_tokens(logits: torch.Tensor, end_ids, positions: torch.Tensor, min_new_tokens: int) -> torch.Tensor:
+    """``logits`` with the end tokens at ``-inf`` wherever the completion position is below ``min_new_tokens``
+    (as transformers' ``min_new_tokens``: a row cannot end before it has that many tokens).  ``positions``
+    holds each row's completion position (0 = the first new token), shaped as ``logits`` without its
+    last dimension; applied before temperature, top-k and top-p, so the behaviour distribution of an
+    early token is the renormalised one without the end tokens."""
+    if min_new_tokens <= 0 or not len(end_ids):
+        return logits
+    ids = torch.as_tensor(list(end_ids), dtype=torch.long, device=logits.device)
+    is_end = torch.zeros(logits.shape[-1], dtype=torch.bool, device=logits.device)
+    is_end[ids[ids < logits.shape[-1]]] = True
+    early = positions.to(logits.device) < min_new_tokens
+    return logits.masked_fill(early[..., None] & is_end, float("-inf"))
+
+
 def entropy_from_logprobs(logprobs: torch.Tensor) -> torch.Tensor:
     """Entropy ``-sum p log p`` over the last dim (nats), ``0 log 0 = 0``."""
     p = logprobs.exp()

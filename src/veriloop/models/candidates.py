@@ -54,6 +54,9 @@ class CandidatePolicy(torch.nn.Module):
     def sample(self, prompt_ids: list[list[int]], params: SamplingParams, *, generator=None, n: int,
                row_seeds: list[int] | None = None) -> Generation:  # fmt: skip
         """``row_seeds``: one stream per completion (as the sampler's), else ``generator`` for the batch."""
+        if params.min_new_tokens:
+            raise ValueError("sampling.min_new_tokens: a candidates policy draws whole solutions (one token each); "
+                             "leave it at 0")  # fmt: skip
         if params.temperature == 0:
             idx = torch.full((len(prompt_ids) * n,), int(self.logits.argmax()))
             lps = torch.zeros(idx.shape[0], dtype=self.logits.dtype)

@@ -24,7 +24,7 @@ from dataclasses import asdict, dataclass, field
 import torch
 from transformers import DynamicCache
 
-from veriloop.algorithms.sampling import sampling_logprobs
+from veriloop.algorithms.sampling import sampling_logprobs, suppress_end_tokens
 from veriloop.rollout import static_decode
 
 
@@ -36,6 +36,9 @@ class SamplingParams:
     top_k: int = field(default=0, metadata={"help": "keep the k most likely tokens; 0 = off"})
     top_p: float = field(default=1.0, metadata={"help": "nucleus: smallest set reaching this mass; 1 = off"})
     max_new_tokens: int = field(default=64, metadata={"help": "completion length limit, in tokens"})
+    min_new_tokens: int = field(default=0, metadata={
+        "help": "no end token before this many new tokens (fixed-length work); the learner's sampling "
+                "distribution masks them too"})  # fmt: skip
 
     def __post_init__(self):
         if self.temperature < 0:
@@ -46,6 +49,9 @@ class SamplingParams:
             raise ValueError(f"sampling.top_k must be >= 0, got {self.top_k}")
         if self.max_new_tokens < 1:
             raise ValueError(f"sampling.max_new_tokens must be >= 1, got {self.max_new_tokens}")
+        if not 0 <= self.min_new_tokens <= self.max_new_tokens:
+            raise ValueError(f"sampling.min_new_tokens must be in [0, max_new_tokens={self.max_new_tokens}], "
+                             f"got {self.min_new_tokens}")  # fmt: skip
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -252,6 +258,8 @@ def _sample_loop(decoder, logits, next_pos, params: SamplingParams, eos_id, gene
     stops = torch.tensor(sorted(set(stop_ids)), dtype=torch.long)
     greedy = params.temperature == 0
     for step in range(steps):
+        if step < params.min_new_tokens:  # no end token yet: the behaviour distribution renormalises without them
+            logits = suppress_end_tokens(logits, eos_ids, torch.full(logits.shape[:1], step), params.min_new_tokens)
         if greedy:
             tokens = logits.argmax(dim=-1).cpu()
             token_lp = torch.zeros(tokens.shape[0])

@@ -223,7 +223,8 @@ class VLLMEngine(SequentialEngine):
         import vllm
 
         return vllm.SamplingParams(temperature=sampling.temperature, top_k=sampling.top_k, top_p=sampling.top_p,
-                              max_tokens=sampling.max_new_tokens, seed=seed % 2**63, logprobs=0, detokenize=False,
+                              max_tokens=sampling.max_new_tokens, min_tokens=sampling.min_new_tokens,
+                              seed=seed % 2**63, logprobs=0, detokenize=False,
                               stop_token_ids=list(self.policy.end_ids))  # fmt: skip
 
     def _finish(self, completion) -> str:

@@ -26,7 +26,7 @@ from typing import NamedTuple
 import torch
 from torch.utils.checkpoint import checkpoint
 
-from veriloop.algorithms import entropy_from_logprobs, sampling_logprobs
+from veriloop.algorithms import entropy_from_logprobs, sampling_logprobs, suppress_end_tokens
 
 # auto chunk: as many tokens as keep one chunk's float32 logits at <= 2**24 values (64 MiB)
 CHUNK_ELEMENTS = 1 << 24
@@ -45,14 +45,24 @@ def temperature_of(sampling) -> float:
     return sampling.temperature if sampling.temperature > 0 else 1.0  # greedy: the model's own scale
 
 
-def token_logprobs(logits: torch.Tensor, ids: torch.Tensor, sampling, distribution: str):
-    """(log-probs of ``ids`` under ``distribution``, temperature-scaled full log-probs ``[.., V]``)."""
+def token_logprobs(logits: torch.Tensor, ids: torch.Tensor, sampling, distribution: str, end_ids=(),
+                   positions: torch.Tensor | None = None):  # fmt: skip
+    """(log-probs of ``ids`` under ``distribution``, temperature-scaled full log-probs ``[.., V]``).
+
+    With ``sampling.min_new_tokens`` the sampling distribution had no end token (``end_ids``) before that
+    many new tokens; ``positions`` (each token's completion position, default: the logits' second-to-last
+    axis) says which tokens were drawn so.  The model's and the scaled distributions stay whole."""
     temperature = temperature_of(sampling)
     full = torch.log_softmax(logits / temperature, dim=-1)
     if distribution == "scaled":  # the temperature-scaled full distribution itself (the KL's, the reference's)
         dist = full
     elif distribution == "model":
         dist = full if temperature == 1.0 else torch.log_softmax(logits, dim=-1)
+    elif getattr(sampling, "min_new_tokens", 0) > 0:
+        if positions is None:
+            positions = torch.arange(logits.shape[-2], device=logits.device).expand(logits.shape[:-1])
+        masked = suppress_end_tokens(logits, end_ids, positions, sampling.min_new_tokens)
+        dist = sampling_logprobs(masked, temperature, sampling.top_k, sampling.top_p)
     elif sampling.top_k == 0 and sampling.top_p == 1.0:
         dist = full
     else:
@@ -60,9 +70,10 @@ def token_logprobs(logits: torch.Tensor, ids: torch.Tensor, sampling, distributi
     return dist.gather(-1, ids[..., None]).squeeze(-1), full
 
 
-def _token_stats(logits: torch.Tensor, ids: torch.Tensor, sampling, distribution: str, entropy: bool):
-    """(sampled, scaled[, entropy]) of float32 ``logits [M, V]`` at ``ids [M]``."""
-    lp, full = token_logprobs(logits.float(), ids, sampling, distribution)
+def _token_stats(logits: torch.Tensor, ids: torch.Tensor, positions: torch.Tensor, sampling, distribution: str,
+                 entropy: bool, end_ids=()):  # fmt: skip
+    """(sampled, scaled[, entropy]) of float32 ``logits [M, V]`` at ``ids [M]`` (completion ``positions [M]``)."""
+    lp, full = token_logprobs(logits.float(), ids, sampling, distribution, end_ids, positions)
     scaled = full.gather(-1, ids[..., None]).squeeze(-1)
     if not entropy:
         return lp, scaled
@@ -87,7 +98,7 @@ def completion_logprobs(policy, batch, sampling, distribution: str, *, want_full
     logits per chunk).  ``want_full`` (the exact KL reads whole distributions) takes the plain path.
     ``entropy=False`` (the reference) skips the entropy.
     """
-    mask = batch.completion_mask
+    mask, end_ids = batch.completion_mask, getattr(policy, "end_ids", ())
     chunked = getattr(policy, "has_hidden_path", False)  # exact mode's candidate policy has no LM head
     vocab = policy.vocab_size if chunked else 1
     per_chunk = chunk_size(vocab, chunk_tokens, getattr(policy, "device", torch.device("cpu")))
@@ -95,7 +106,7 @@ def completion_logprobs(policy, batch, sampling, distribution: str, *, want_full
     # fit in one chunk's budget, as the built-in model's always do (its numbers stay bit for bit).
     if want_full or not chunked or batch.input_ids.numel() <= per_chunk:
         logits = policy.completion_logits(batch)
-        lp, full = token_logprobs(logits, batch.completion_ids, sampling, distribution)
+        lp, full = token_logprobs(logits, batch.completion_ids, sampling, distribution, end_ids)
         scaled = full.gather(-1, batch.completion_ids[..., None]).squeeze(-1)
         ent = entropy_from_logprobs(full) if entropy else None
         return TokenLogprobs(lp, scaled, ent, full if want_full else None)
@@ -103,13 +114,16 @@ def completion_logprobs(policy, batch, sampling, distribution: str, *, want_full
     mask = mask.to(hidden.device)
     where = mask.reshape(-1).nonzero().squeeze(1).to(hidden.device)
     h, ids = hidden.reshape(-1, hidden.shape[-1])[where], batch.completion_ids.reshape(-1).to(hidden.device)[where]
+    positions = where % mask.shape[1]  # each kept token's completion position (min_new_tokens reads it)
 
-    def stats(h_chunk, ids_chunk):
-        return _token_stats(policy.logits_from_hidden(h_chunk), ids_chunk, sampling, distribution, entropy)
+    def stats(h_chunk, ids_chunk, pos_chunk):
+        return _token_stats(policy.logits_from_hidden(h_chunk), ids_chunk, pos_chunk, sampling, distribution, entropy,
+                            end_ids)  # fmt: skip
 
     pieces = []
     for start in range(0, h.shape[0], per_chunk):
-        args = (h[start : start + per_chunk], ids[start : start + per_chunk])
+        part = slice(start, start + per_chunk)
+        args = (h[part], ids[part], positions[part])
         grad = torch.is_grad_enabled() and args[0].requires_grad
         pieces.append(checkpoint(stats, *args, use_reentrant=False) if grad else stats(*args))
     out = []
