@@ -4,7 +4,9 @@ against transformers' generate().
     .venv-bench/bin/python benchmarks/peers.py [--sizes 4.5M,20M,100M] [--rounds 3] [--steps 4]
         [--eos natural|suppressed] [--threads 2] [--json F]
 
-Needs .venv-bench (``bash scripts/setup_bench_env.sh``: TRL, accelerate and datasets beside veriloop, never in .venv).
+Runs in .venv-bench (TRL, accelerate and datasets beside veriloop, never in .venv): run from any Python, it builds
+that environment when it is missing (``scripts/setup_bench_env.sh``, what ``make bench-env`` runs) and re-runs itself
+there.
 
 The contract workload (PERF.md): a random-init ``LlamaForCausalLM`` in float32, untied head, built here from seed 0
 (no weights are downloaded), with a byte-level BPE tokenizer of 512 tokens trained on synthetic traces such as
@@ -401,6 +403,25 @@ def print_tables(a, info: dict, models: dict, summary: dict) -> None:
                 print(f"note: {size} {variant} ran with {s['threads']} torch threads, not {a.threads}")
 
 
+def use_bench_env() -> None:
+    """Run in .venv-bench (TRL beside veriloop): here if TRL imports, else re-run this command with its Python,
+    building the environment first (``make bench-env``'s script) when it is missing or half-built."""
+    import importlib.util
+
+    if importlib.util.find_spec("trl") is not None:
+        return
+    root = Path(__file__).resolve().parent.parent
+    venv = Path(os.environ.get("BENCH_VENV", root / ".venv-bench"))
+    python = venv / "bin" / "python"
+    if Path(sys.executable).absolute() == python.absolute():
+        raise SystemExit(f"{venv} has no TRL: remove it and run `make bench-env`")
+    if not (venv / ".installed").exists():
+        print(f"peers: building {venv} (requirements/bench.txt: a few minutes, once)", file=sys.stderr)
+        env = {**os.environ, "BENCH_VENV": str(venv), "PYTHON": os.environ.get("PYTHON", "python3")}
+        subprocess.run(["bash", str(root / "scripts" / "setup_bench_env.sh")], check=True, cwd=root, env=env)
+    os.execv(str(python), [str(python), str(Path(__file__).resolve()), *sys.argv[1:]])
+
+
 def parse_args():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--sizes", default="4.5M", help=f"comma-separated: {', '.join(SIZES)}")
@@ -432,10 +453,7 @@ def main() -> None:
     sizes = [s.strip() for s in a.sizes.split(",") if s.strip()]
     if not sizes or any(s not in SIZES for s in sizes):
         raise SystemExit(f"--sizes: comma-separated names among {', '.join(SIZES)}, got {a.sizes!r}")
-    import importlib.util
-
-    if importlib.util.find_spec("trl") is None:
-        raise SystemExit("no TRL here: run `bash scripts/setup_bench_env.sh`, then use .venv-bench/bin/python")
+    use_bench_env()
     started, info = time.time(), machine()
     with tempfile.TemporaryDirectory(prefix="peers-") as tmp:
         data = Path(tmp) / "problems.jsonl"

@@ -76,3 +76,29 @@ def test_the_scaleout_benchmark_times_each_configuration(tmp_path):
     assert set(results) == {"ray1-lag1", "ddp2"}
     assert all(r["steps_measured"] >= 1 and r["wall_s_mean"] > 0 for r in results.values())
     assert "| ray1-lag1 |" in proc.stdout
+
+
+def test_the_peers_benchmark_builds_the_contract_model_and_pins_the_work_with_min_new_tokens(tmp_path):
+    """benchmarks/peers.py without TRL (its veriloop, sampler and generate() workers run in .venv): the contract
+    model has its 4,458,752 parameters, and with --eos suppressed every side writes exactly 64 x 64 tokens."""
+    build = ("import sys, json; sys.path.insert(0, sys.argv[1]); import peers; from pathlib import Path; "
+             "m = peers.build_model('4.5M', Path(sys.argv[2])); Path(sys.argv[3]).write_text("
+             "''.join(json.dumps(r) + '\\n' for r in peers.problems(64, 0))); print(m['params'])")  # fmt: skip
+    model, data = tmp_path / "model", tmp_path / "problems.jsonl"
+    proc = subprocess.run([sys.executable, "-c", build, str(ROOT / "benchmarks"), str(model), str(data)],
+                          capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.split() == ["4458752"]
+    results = {}
+    for worker in ("veriloop", "sampler", "generate"):
+        proc = subprocess.run(
+            [sys.executable, str(ROOT / "benchmarks" / "peers.py"), "--worker", worker, "--model-dir", str(model),
+             "--data", str(data), "--steps", "2", "--eos", "suppressed", "--threads", "1", "--sampler-repeats", "1"],
+            capture_output=True, text=True, timeout=300, cwd=tmp_path,
+        )  # fmt: skip
+        assert proc.returncode == 0, (worker, proc.stderr[-2000:])
+        line = [x for x in proc.stdout.splitlines() if x.startswith("@@peers-result ")]
+        results[worker] = json.loads(line[-1].split(" ", 1)[1])
+    for worker, r in results.items():
+        assert r["eos"] == "suppressed" and r["tokens"] == [64 * 64], (worker, r)
+    assert len(results["veriloop"]["step_s"]) == 1 and results["veriloop"]["update_records"] == [64]

@@ -155,15 +155,22 @@ def test_greedy_completions_equal_the_local_engine(base, engine, problems):
     assert all(lp == 0.0 for r in ours for lp in r.behavior_logprobs)  # greedy: a point mass
 
 
+# min_tokens: vLLM's processed log-probs are those of the distribution without the end token, as the learner's
+SAMPLED_MIN = dataclasses.replace(SAMPLED, min_new_tokens=40)
+
+
 @needs_vllm
-def test_sampled_behavior_logprobs_agree_with_the_learner(base, engine, problems):
-    records = engine.run(requests(problems[:8], SAMPLED, group_size=4))[0]
+@pytest.mark.parametrize("sampling", [SAMPLED, SAMPLED_MIN], ids=["natural-eos", "min-new-tokens"])
+def test_sampled_behavior_logprobs_agree_with_the_learner(base, engine, problems, sampling):
+    records = engine.run(requests(problems[:8], sampling, group_size=4))[0]
     assert len({tuple(r.completion_ids) for r in records}) > 8  # it sampled
-    assert [r.sampling["seed"] for r in records] == list(requests(problems[:8], SAMPLED, group_size=4)[0].row_seeds)
+    m = sampling.min_new_tokens
+    assert all(len(r.completion_ids) >= m and base.eos_id not in r.completion_ids[:m] for r in records)
+    assert [r.sampling["seed"] for r in records] == list(requests(problems[:8], sampling, group_size=4)[0].row_seeds)
     assert all(r.sampling["engine"] == "vllm" and r.policy_version == 0 for r in records)
     batch = build_policy_batch([r.prompt_ids for r in records], [r.completion_ids for r in records], base.pad_id)
     with torch.no_grad():
-        learner = completion_logprobs(base, batch, SAMPLED, "sampling", entropy=False).sampled
+        learner = completion_logprobs(base, batch, sampling, "sampling", entropy=False).sampled
     mask = batch.completion_mask.bool()
     behavior = torch.zeros_like(learner)
     for i, r in enumerate(records):
@@ -173,7 +180,7 @@ def test_sampled_behavior_logprobs_agree_with_the_learner(base, engine, problems
           f"over {int(mask.sum())} tokens")  # fmt: skip
     assert float(diff.max()) <= LOGPROB_BOUND
     # the same request again: the same records (per-row seeds)
-    again = engine.run(requests(problems[:8], SAMPLED, group_size=4))[0]
+    again = engine.run(requests(problems[:8], sampling, group_size=4))[0]
     assert [(r.completion_ids, r.behavior_logprobs) for r in again] == [
         (r.completion_ids, r.behavior_logprobs) for r in records]  # fmt: skip
 
