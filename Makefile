@@ -21,8 +21,12 @@ $(VENV)/.installed: pyproject.toml requirements/cpu.txt requirements/constraints
 demo: setup
 	$(BIN)/veriloop demo
 
+# one pytest-xdist worker per core (2 here), whole files per worker (module fixtures stay together), one torch
+# thread each (tests/conftest.py)
+TEST_WORKERS ?= 2
+
 test: setup
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile
 	@if [ -f $(VLLM_VENV)/.installed ]; then \
 		echo "vLLM engine tests in $(VLLM_VENV):"; $(VLLM_VENV)/bin/python -m pytest -q tests/test_vllm_engine_on_cpu.py; \
 	else echo "vLLM engine tests not run: no $(VLLM_VENV) (make vllm-env creates it)"; fi

@@ -222,26 +222,35 @@ def register_verifier() -> str:
     return "peers-answer"
 
 
+def veriloop_options(a, run_dir: str) -> tuple[dict, bool]:
+    """The contract as veriloop options (and whether this veriloop has ``sampling.min_new_tokens``)."""
+    from veriloop.config import iter_fields
+    from veriloop.training.config import TrainConfig
+
+    verifier = register_verifier()
+    options = {"policy": a.model_dir, "run_dir": run_dir, "seed": a.seed, "steps": a.steps,
+               "threads": a.threads, "device": "cpu", "task.name": "jsonl", "task.data": a.data,
+               "task.verifier": verifier, "task.chat_template": "none", "verifier": verifier,
+               "rollout.prompts_per_step": PROMPTS_PER_STEP, "rollout.group_size": GROUP,
+               "sampling.temperature": 1.0, "sampling.top_k": 0, "sampling.top_p": 1.0,
+               "sampling.max_new_tokens": NEW_TOKENS, "advantage.std": "sample", "advantage.eps": 1e-4,
+               "loss.aggregation": "token-mean", "loss.clip_eps_low": 0.2, "loss.clip_eps_high": 0.2, "kl.beta": 0,
+               "update.inner_updates": 1, "update.mini_batches": 1, "update.micro_batch_size": 64,
+               "update.skip_zero_advantage": "false", "optim.lr": 1e-6, "optim.grad_clip": 1.0,
+               "save_rollouts": "false", "checkpoint_every": 10**6, "eval_every": 0}  # fmt: skip
+    has_min = "sampling.min_new_tokens" in {key for key, *_ in iter_fields(TrainConfig)}
+    if a.eos == "suppressed" and has_min:
+        options["sampling.min_new_tokens"] = NEW_TOKENS
+    return options, has_min
+
+
 def veriloop_worker(a) -> dict:
-    from veriloop.config import build_config, iter_fields
+    from veriloop.config import build_config
     from veriloop.training.config import TrainConfig
     from veriloop.training.trainer import Trainer
 
-    verifier = register_verifier()
     with tempfile.TemporaryDirectory() as tmp:
-        options = {"policy": a.model_dir, "run_dir": f"{tmp}/run", "seed": a.seed, "steps": a.steps,
-                   "threads": a.threads, "device": "cpu", "task.name": "jsonl", "task.data": a.data,
-                   "task.verifier": verifier, "task.chat_template": "none", "verifier": verifier,
-                   "rollout.prompts_per_step": PROMPTS_PER_STEP, "rollout.group_size": GROUP,
-                   "sampling.temperature": 1.0, "sampling.top_k": 0, "sampling.top_p": 1.0,
-                   "sampling.max_new_tokens": NEW_TOKENS, "advantage.std": "sample", "advantage.eps": 1e-4,
-                   "loss.aggregation": "token-mean", "loss.clip_eps_low": 0.2, "loss.clip_eps_high": 0.2, "kl.beta": 0,
-                   "update.inner_updates": 1, "update.mini_batches": 1, "update.micro_batch_size": 64,
-                   "update.skip_zero_advantage": "false", "optim.lr": 1e-6, "optim.grad_clip": 1.0,
-                   "save_rollouts": "false", "checkpoint_every": 10**6, "eval_every": 0}  # fmt: skip
-        has_min = "sampling.min_new_tokens" in {key for key, *_ in iter_fields(TrainConfig)}
-        if a.eos == "suppressed" and has_min:
-            options["sampling.min_new_tokens"] = NEW_TOKENS
+        options, has_min = veriloop_options(a, f"{tmp}/run")
         trainer = Trainer(build_config(TrainConfig, {}, options), progress=False)
         steps, rows = [], []
         try:

@@ -36,6 +36,16 @@ def _loopback_only_network() -> str:
 NETWORK = _loopback_only_network()
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")  # Ray reports nothing anywhere
 
+# Under pytest-xdist (`make test` runs one worker per core) each worker computes with one thread, and so do the
+# processes its tests start: two one-thread workers get through the suite's small matmuls faster than one
+# two-thread process, and never oversubscribe the cores.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ[name] = "1"
+    import torch
+
+    torch.set_num_threads(1)
+
 
 def pytest_report_header(config):
     return f"network of the test session: {NETWORK}"

@@ -296,3 +296,6 @@ def test_build_learner_and_a_main_without_a_file(tmp_path):
             "try:\n    check_spawnable()\nexcept RuntimeError as e:\n    print('refused:', e)")  # fmt: skip
     out = subprocess.run([sys.executable, "-"], input=code, capture_output=True, text=True, timeout=60)
     assert "refused:" in out.stdout and "python -" in out.stdout
+    # python -c (and pytest-xdist's workers) has no __main__ file: spawn does not re-import it, nothing to refuse
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and "refused" not in out.stdout, out.stdout + out.stderr

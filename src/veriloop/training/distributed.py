@@ -51,14 +51,15 @@ from veriloop.training.ranks import RankShare, _recv, rank_main
 
 
 def check_spawnable() -> None:
-    """Spawned ranks re-import ``__main__``: code from ``python -``, ``python -c`` or some notebooks has no
-    file to import, and ranks would die at start."""
+    """Spawned ranks re-import ``__main__`` from its file: code read from ``python -`` names a file that does not
+    exist (``<stdin>``), and ranks would die at start.  A ``__main__`` without a file (``python -c``, pytest-xdist's
+    workers) is not re-imported, and the ranks' code lives in veriloop's modules."""
     main = sys.modules.get("__main__")
     spec, path = getattr(main, "__spec__", None), getattr(main, "__file__", None)
-    if spec is None and not (path and os.path.isfile(path)):
-        raise RuntimeError("learner.strategy ddp/fsdp2 spawns learner processes, which re-import __main__; this "
-                           "__main__ has no importable file (python -, python -c, a notebook?): run a script or "
-                           "`python -m`, or use learner.strategy local")  # fmt: skip
+    if spec is None and path is not None and not os.path.isfile(path):
+        raise RuntimeError(f"learner.strategy ddp/fsdp2 spawns learner processes, which re-import __main__ from its "
+                           f"file; this __main__'s file {path!r} does not exist (python -?): run a script, "
+                           "`python -m` or `python -c`, or use learner.strategy local")  # fmt: skip
 
 
 class DistributedLearner:
