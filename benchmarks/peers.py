@@ -29,8 +29,9 @@ no KL (no reference model), clip 0.2, one pass per batch, AdamW lr 1e-6, grad no
 * veriloop: ``Trainer.train_step`` timed around the call, with the same settings through its options (``jsonl`` task,
   a verifier registered here that reads ``answer=<n>``, ``loss.aggregation token-mean``, ``kl.beta 0``,
   ``update.inner_updates 1``, ``update.skip_zero_advantage false`` so flat groups are computed as TRL computes them).
-  Departures that cost nothing measurable: veriloop's learning rate is constant (TRL's decays linearly), and its
-  rows are drawn with replacement (TRL's sampler shuffles).
+  ``veriloop-ckpt`` is the same with ``update.gradient_checkpointing true`` (per-layer activation checkpointing,
+  TRL's default), to compare memory like with like.  Departures that cost nothing measurable: veriloop's learning
+  rate is constant (TRL's decays linearly), and its rows are drawn with replacement (TRL's sampler shuffles).
 * Sampler: 8 prompts x 8 rows x 64 tokens through ``model.generate()`` and through ``veriloop.rollout.sampler.generate``
   (per-row streams, as the trainer samples); a warm-up call, then the median of ``--sampler-repeats`` calls; tokens
   counted up to and including EOS.
@@ -60,7 +61,7 @@ from pathlib import Path
 
 # name -> (hidden, layers, heads, intermediate); head_dim 64 everywhere, KV heads = heads
 SIZES = {"4.5M": (256, 4, 4, 1024), "20M": (512, 5, 8, 2048), "100M": (1024, 6, 16, 4096)}
-VARIANTS = ("trl-ckpt-on", "trl-ckpt-off", "veriloop", "generate", "sampler")
+VARIANTS = ("trl-ckpt-on", "trl-ckpt-off", "veriloop", "veriloop-ckpt", "generate", "sampler")
 PROMPTS_PER_STEP, GROUP, NEW_TOKENS = 8, 8, 64
 PAD, BOS, EOS = 0, 1, 2
 MARK = "@@peers-result "
@@ -241,6 +242,8 @@ def veriloop_options(a, run_dir: str) -> tuple[dict, bool]:
     has_min = "sampling.min_new_tokens" in {key for key, *_ in iter_fields(TrainConfig)}
     if a.eos == "suppressed" and has_min:
         options["sampling.min_new_tokens"] = NEW_TOKENS
+    if getattr(a, "variant", "") == "veriloop-ckpt":  # as TRL's default: per-layer activation checkpointing
+        options["update.gradient_checkpointing"] = "true"
     return options, has_min
 
 
@@ -380,22 +383,23 @@ def print_tables(a, info: dict, models: dict, summary: dict) -> None:
           f"{info['transformers']}, trl {info['trl']}, accelerate {info['accelerate']}, datasets {info['datasets']}; "
           f"{a.threads} threads; EOS {a.eos}; {a.rounds} rounds x steps 2..{a.steps} (sampler: {a.sampler_repeats} "
           f"calls) per variant")  # fmt: skip
-    print("\n| model | TRL ckpt on s/step | TRL ckpt off s/step | veriloop s/step | TRL on / veriloop "
-          "| TRL off / veriloop | RSS MiB TRL on | RSS MiB TRL off | RSS MiB veriloop |\n|---|" + "---:|" * 8)
+    print("\n| model | TRL ckpt on s/step | TRL ckpt off s/step | veriloop s/step | veriloop ckpt s/step "
+          "| TRL on / veriloop | TRL off / veriloop | TRL on / veriloop ckpt | RSS MiB TRL on | RSS MiB TRL off "
+          "| RSS MiB veriloop | RSS MiB veriloop ckpt |\n|---|" + "---:|" * 11)
     for size, m in models.items():
-        on, off, ours = (summary[size][v] for v in ("trl-ckpt-on", "trl-ckpt-off", "veriloop"))
+        on, off, ours, ck = (summary[size][v] for v in ("trl-ckpt-on", "trl-ckpt-off", "veriloop", "veriloop-ckpt"))
         ratio = lambda x, y=ours: f(x["step_s"] / y["step_s"]) + "x" if x["step_s"] and y["step_s"] else ""  # noqa: E731
+        rss = " | ".join(f(x["peak_rss_mib"], ".0f") for x in (on, off, ours, ck))
         print(f"| {size} ({m['params']:,}) | {f(on['step_s'])} | {f(off['step_s'])} | {f(ours['step_s'])} "
-              f"| {ratio(on)} | {ratio(off)} | {f(on['peak_rss_mib'], '.0f')} | {f(off['peak_rss_mib'], '.0f')} "
-              f"| {f(ours['peak_rss_mib'], '.0f')} |")  # fmt: skip
-    print("\n| model | step part | TRL ckpt on | TRL ckpt off | veriloop |\n|---|---|---:|---:|---:|")
+              f"| {f(ck['step_s'])} | {ratio(on)} | {ratio(off)} | {ratio(on, ck)} | {rss} |")  # fmt: skip
+    steppers = ("trl-ckpt-on", "trl-ckpt-off", "veriloop", "veriloop-ckpt")
+    print("\n| model | step part | TRL ckpt on | TRL ckpt off | veriloop | veriloop ckpt |\n|---|---|" + "---:|" * 4)
     for size in models:
-        on, off, ours = (summary[size][v] for v in ("trl-ckpt-on", "trl-ckpt-off", "veriloop"))
-        print(f"| {size} | generate s | {f(on['generate_s'])} | {f(off['generate_s'])} | {f(ours['generate_s'])} |")
-        rest = [f(x["step_s"] - x["generate_s"]) if x["step_s"] and x["generate_s"] else "" for x in (on, off, ours)]
+        xs = [summary[size][v] for v in steppers]
+        print(f"| {size} | generate s | {' | '.join(f(x['generate_s']) for x in xs)} |")
+        rest = [f(x["step_s"] - x["generate_s"]) if x["step_s"] and x["generate_s"] else "" for x in xs]
         print(f"| {size} | step - generate s (medians) | {' | '.join(rest)} |")
-        print(f"| {size} | tokens generated | {f(on['tokens'], '.0f')} | {f(off['tokens'], '.0f')} "
-              f"| {f(ours['tokens'], '.0f')} |")  # fmt: skip
+        print(f"| {size} | tokens generated | {' | '.join(f(x['tokens'], '.0f') for x in xs)} |")
     print("\n| model | generate() tokens/s | veriloop sampler tokens/s | sampler / generate() | tokens per call "
           "(generate / sampler) | RSS MiB generate() | RSS MiB sampler |\n|---|" + "---:|" * 6)
     for size in models:
@@ -455,7 +459,8 @@ def main() -> None:
     a = parse_args()
     if a.worker:
         a.variant = a.worker
-        workers = {"veriloop": veriloop_worker, "generate": sampler_worker, "sampler": sampler_worker}
+        workers = {"veriloop": veriloop_worker, "veriloop-ckpt": veriloop_worker, "generate": sampler_worker,
+                   "sampler": sampler_worker}  # fmt: skip
         work = workers.get(a.worker, trl_worker)
         print(MARK + json.dumps(work(a)), flush=True)
         return

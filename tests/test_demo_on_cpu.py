@@ -20,6 +20,11 @@ def test_demo_small_budget(tmp_path, capsys):
                 "process_final_wrong_steps_rate", "sft_control_accuracy"):  # fmt: skip
         assert isinstance(summary[key], float), key
         assert 0.0 <= summary[key] <= 1.0
+    phases = summary["phase_seconds"]  # every phase's wall time, in the order it ran, within the whole
+    assert list(phases) == ["evaluate base and teacher", "train grpo", "evaluate grpo", "train sft-control",
+                            "evaluate sft-control", "train grpo-process", "evaluate grpo-process"]  # fmt: skip
+    assert all(s >= 0 for s in phases.values()) and sum(phases.values()) <= summary["total_seconds"] + 0.5
+    assert "wall time" in out and "train grpo " in out
     for sub in ("grpo", "grpo-process"):
         assert (run_dir / sub / "report.html").is_file() and (run_dir / sub / "metrics.jsonl").is_file()
     assert (run_dir / "sft-control" / "final" / "model.safetensors").is_file()

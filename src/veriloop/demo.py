@@ -14,17 +14,18 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 
+from veriloop.config import build_config, to_dict
 from veriloop.evaluation.evaluate import EvalConfig, EvalResult, evaluate
 from veriloop.evaluation.teacher import evaluate_teacher
 from veriloop.io import atomic_write_json, atomic_write_yaml
 from veriloop.models.loading import load_policy
 from veriloop.report.report import write_report
-from veriloop.config import build_config, to_dict
 from veriloop.training.config import TrainConfig
 from veriloop.training.trainer import Trainer
 
@@ -113,40 +114,67 @@ def _continue_sft(cfg: DemoConfig, run_dir: Path, seconds: float, progress: bool
     return run_dir / "final"
 
 
+class Phases:
+    """Wall seconds of each phase of the demo, in the order they ran."""
+
+    def __init__(self):
+        self.seconds: dict[str, float] = {}
+
+    @contextmanager
+    def __call__(self, name: str):
+        started = time.time()
+        try:
+            yield
+        finally:
+            self.seconds[name] = round(time.time() - started, 1)
+
+    def line(self) -> str:
+        return "; ".join(f"{name} {s:.0f} s" for name, s in self.seconds.items())
+
+
 def run_demo(cfg: DemoConfig, progress: bool = True) -> dict:
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
-    started = time.time()
+    started, phase = time.time(), Phases()
     out = _fresh_dir(cfg.run_dir)
     out.mkdir(parents=True, exist_ok=True)
     atomic_write_yaml(out / "demo.yaml", to_dict(cfg))
     task = cfg.train.task.build()
     problems, verifiers = task.heldout(), cfg.train.task.eval_verifiers()
     print(f"demo directory: {out}\nevaluating the base ({cfg.train.policy}) on {len(problems)} held-out problems ...")
-    results = {"base": evaluate(load_policy(cfg.train.policy), problems, verifiers, cfg.eval)}
-    teacher = evaluate_teacher(task, problems, verifiers)
+    with phase("evaluate base and teacher"):
+        results = {"base": evaluate(load_policy(cfg.train.policy), problems, verifiers, cfg.eval)}
+        teacher = evaluate_teacher(task, problems, verifiers)
 
     def evaluated(name: str, model_dir: Path) -> None:
-        results[name] = evaluate(load_policy(str(model_dir)), problems, verifiers, cfg.eval)
+        with phase(f"evaluate {name}"):
+            results[name] = evaluate(load_policy(str(model_dir)), problems, verifiers, cfg.eval)
 
     print(f"base greedy accuracy {results['base'].greedy_accuracy:.3f}; training with GRPO "
           f"({cfg.train.verifier} reward) ...")  # fmt: skip
-    final_dir, train_s = _train(cfg.train, out / "grpo", cfg.train.verifier, progress)
+    with phase("train grpo"):
+        final_dir, train_s = _train(cfg.train, out / "grpo", cfg.train.verifier, progress)
     evaluated("grpo", final_dir)
     if cfg.sft_control:
         print(f"continuing SFT from the same base for {train_s / 60:.1f} minutes (the control) ...")
-        evaluated("sft-control", _continue_sft(cfg, out / "sft-control", train_s, progress))
+        with phase("train sft-control"):
+            control = _continue_sft(cfg, out / "sft-control", train_s, progress)
+        evaluated("sft-control", control)
     if cfg.process_run:
         print(f"training from the same base with the {cfg.process_verifier} reward ...")
-        evaluated("grpo-process", _train(cfg.train, out / "grpo-process", cfg.process_verifier, progress)[0])
+        with phase("train grpo-process"):
+            process = _train(cfg.train, out / "grpo-process", cfg.process_verifier, progress)[0]
+        evaluated("grpo-process", process)
     print()
     table = _print_table({name: _row(r) for name, r in results.items()}, teacher)
     summary = _summary(cfg, results, teacher, train_s, time.time() - started, len(problems), out)
+    summary["phase_seconds"] = phase.seconds
     atomic_write_json(out / "summary.json", summary)
     atomic_write_json(out / "eval.json", {"teacher": teacher, **{k: r.as_dict() for k, r in results.items()}})
     (out / "table.txt").write_text(table + "\n")
     write_report(out)
-    print(f"\nsummary: {out / 'summary.json'}; report: {out / 'report.html'}")
+    print(f"\nwall time {summary['total_seconds'] / 60:.1f} min: {phase.line()}")
+    print(f"summary: {out / 'summary.json'}; report: {out / 'report.html'}")
     return summary
 
 
