@@ -11,15 +11,18 @@ wrappers around the functions that do it: generate (the rollout engine's call), 
 (bookkeeping: records, advantages, metrics).  Step 1 warms up; the table gives the median of steps 2..N.
 
 The floor of a phase is its matmul FLOPs at this machine's measured fp32 matmul rate (``torch.mm`` of the model's
-own shapes, the same threads): forward ``2 x P x tokens`` plus attention ``4 x layers x hidden x sum(L_q x L_k)``,
-backward twice the forward, generation ``2 x P`` per generated token plus its attention, where ``P`` counts the
-parameters every token multiplies (all but the embedding table).  A phase far above its floor is overhead.
+own shapes, the same threads; 4096 rows for the update, 64 rows, a decode step's, for generation): forward
+``2 x P x tokens`` plus attention ``4 x layers x hidden x sum(L_q x L_k)``, backward twice the forward, generation
+``2 x P`` per generated token plus its attention, where ``P`` counts the parameters every token multiplies (all but
+the embedding table).  A phase far above its floor is overhead.  The header also gives the shares of one sampler
+call's time in ``aten::mm`` and ``aten::bmm`` (torch profiler).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import resource
 import statistics
 import sys
 import tempfile
@@ -54,31 +57,63 @@ class Timers:
         return out
 
 
-def matmul_rate(hidden: int, inter: int, threads: int) -> float:
-    """GFLOP/s of fp32 ``torch.mm`` at the model's shapes (4096 rows), best of 5."""
+def matmul_rate(hidden: int, inter: int, threads: int, rows: int = 4096) -> float:
+    """GFLOP/s of fp32 ``torch.mm`` at the model's shapes with ``rows`` rows (4096: the update's scale; 64: a
+    decode step's), best of 5 per shape, the mean over the shapes weighted by their FLOPs."""
     import torch
 
     torch.set_num_threads(threads)
-    best = 0.0
+    flops, seconds = 0.0, 0.0
     for k, n in ((hidden, 3 * hidden), (hidden, 2 * inter), (inter, hidden)):
-        a, b = torch.randn(4096, k), torch.randn(k, n)
+        a, b = torch.randn(rows, k), torch.randn(k, n)
         torch.mm(a, b)
+        repeats = max(1, 2**22 // (rows * k * n // 1024))
+        best = float("inf")
         for _ in range(5):
             started = time.perf_counter()
-            torch.mm(a, b)
-            best = max(best, 2 * 4096 * k * n / (time.perf_counter() - started) / 1e9)
-    return best
+            for _ in range(repeats):
+                torch.mm(a, b)
+            best = min(best, (time.perf_counter() - started) / repeats)
+        flops, seconds = flops + 2 * rows * k * n, seconds + best
+    return flops / seconds / 1e9
 
 
-def floors(model: dict, rows: int, prompt: float, completion: float, rate: float) -> dict[str, float]:
-    """Seconds each phase would take at ``rate`` GFLOP/s: (generate, forward, backward)."""
+def sampler_op_shares(a, policy_dir: str) -> dict[str, float]:
+    """Shares of one sampler call's CPU time (torch profiler, self time) in its matmuls: ``aten::mm`` (the
+    projections and the LM head) and ``aten::bmm`` (attention over the cache)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    from veriloop.models.loading import load_policy
+    from veriloop.rollout.sampler import SamplingParams, generate
+
+    policy = load_policy(policy_dir)
+    prompts = [policy.tokenizer(p["prompt"]).input_ids for p in peers.problems(peers.PROMPTS_PER_STEP, a.seed)]
+    minimum = peers.NEW_TOKENS if a.eos == "suppressed" else 0
+    params = SamplingParams(temperature=1.0, max_new_tokens=peers.NEW_TOKENS, min_new_tokens=minimum)
+
+    def once():
+        return generate(policy.model, prompts, params, eos_id=policy.end_ids, pad_id=peers.PAD,
+                        row_seeds=list(range(len(prompts) * peers.GROUP)), n=peers.GROUP)  # fmt: skip
+
+    once()
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        once()
+    events = prof.key_averages()
+    total = sum(e.self_cpu_time_total for e in events)
+    return {name: sum(e.self_cpu_time_total for e in events if e.key == name) / total
+            for name in ("aten::mm", "aten::bmm")}  # fmt: skip
+
+
+def floors(model: dict, rows: int, prompt: float, completion: float, rate: float, decode_rate: float):
+    """Seconds each phase would take at ``rate`` GFLOP/s (generation: at ``decode_rate``, its matmuls' rate
+    at 64 rows): generate, forward, backward."""
     h, layers, vocab = model["hidden"], model["layers"], 512
     dense = model["params"] - vocab * h  # every token multiplies all but the embedding table
     length = prompt + completion
     attn_train = 4 * layers * h * rows * length * length / 2  # causal: half the L x L scores
     forward = 2 * dense * rows * length + attn_train
     gen = 2 * dense * rows * (prompt + completion) + 4 * layers * h * rows * (completion * (prompt + completion / 2))
-    return {"generate": gen / rate / 1e9, "forward": forward / rate / 1e9, "backward": 2 * forward / rate / 1e9}
+    return {"generate": gen / decode_rate / 1e9, "forward": forward / rate / 1e9, "backward": 2 * forward / rate / 1e9}
 
 
 def run(a) -> dict:
@@ -117,23 +152,31 @@ def run(a) -> dict:
                 steps.append({"wall": wall, "tokens": row["sampled_tokens"], **phases})
         finally:
             trainer.close()
-    import resource
-
+        peak_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # the training's, before the profile
+        shares = sampler_op_shares(a, model["dir"])
+    rows = peers.PROMPTS_PER_STEP * peers.GROUP
     rate = matmul_rate(model["hidden"], model["intermediate"], a.threads)
+    decode_rate = matmul_rate(model["hidden"], model["intermediate"], a.threads, rows=rows)
     timed = steps[1:]
     median = {k: statistics.median(s.get(k, 0.0) for s in timed) for k in timed[0]}
     completion = median["tokens"] / (peers.PROMPTS_PER_STEP * peers.GROUP)
-    floor = floors(model, peers.PROMPTS_PER_STEP * peers.GROUP, model["prompt_tokens_mean"], completion, rate)
+    floor = floors(model, peers.PROMPTS_PER_STEP * peers.GROUP, model["prompt_tokens_mean"], completion, rate,
+                   decode_rate)  # fmt: skip
     return {"model": {k: v for k, v in model.items() if k != "dir"}, "options": options | {"policy": "(built)"},
-            "threads": torch.get_num_threads(), "matmul_gflops": rate, "steps": steps, "median": median,
-            "floor": floor, "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}  # fmt: skip
+            "threads": torch.get_num_threads(), "matmul_gflops": rate, "decode_matmul_gflops": decode_rate,
+            "sampler_op_shares": shares, "steps": steps, "median": median,
+            "floor": floor, "peak_rss_mib": peak_rss}  # fmt: skip
 
 
 def print_table(r: dict) -> None:
     m, floor = r["median"], r["floor"]
-    print(f"# {r['model']['size']} ({r['model']['params']:,} parameters), {r['threads']} threads, fp32 matmul "
-          f"{r['matmul_gflops']:.0f} GFLOP/s measured; median of steps 2..{len(r['steps'])}; "
-          f"{m['tokens']:.0f} tokens generated per step; peak RSS {r['peak_rss_mib']:.0f} MiB")  # fmt: skip
+    print(f"# {r['model']['size']} ({r['model']['params']:,} parameters), {r['threads']} threads; fp32 matmul "
+          f"measured at the model's shapes: {r['matmul_gflops']:.0f} GFLOP/s at 4096 rows, "
+          f"{r['decode_matmul_gflops']:.0f} at 64 rows (a decode step: generation's floor); median of steps "
+          f"2..{len(r['steps'])}; {m['tokens']:.0f} tokens generated per step; peak RSS {r['peak_rss_mib']:.0f} MiB")
+    shares = r["sampler_op_shares"]
+    print(f"# one sampler call (torch profiler, self CPU time): aten::mm {shares['aten::mm']:.0%}, "
+          f"aten::bmm {shares['aten::bmm']:.0%}")  # fmt: skip
     print("\n| phase | seconds | share | floor s | x floor |\n|---|---:|---:|---:|---:|")
     for phase in ("generate", "verify", "forward", "backward", "optimizer", "rest", "wall"):
         if phase not in m:
