@@ -22,7 +22,10 @@ def _loopback_only_network() -> str:
     if os.environ.get("VERILOOP_TEST_NETNS", "1") == "0":
         return "the machine's (VERILOOP_TEST_NETNS=0)"
     if os.environ.get("VERILOOP_TEST_NETNS_OF"):  # a process the session started (it imported this file again)
-        return f"the session's, entered by process {os.environ['VERILOOP_TEST_NETNS_OF']}"
+        # (pytest-xdist's workers are such processes: they must know they run in loopback only, or the test that
+        # checks where Ray listens would skip there)
+        entered_by = os.environ["VERILOOP_TEST_NETNS_OF"]
+        return f"the session's namespace: loopback (127.0.0.1) only, entered by process {entered_by}"
     libc = ctypes.CDLL(None, use_errno=True)
     if libc.unshare(0x40000000) != 0:  # CLONE_NEWNET
         return f"the machine's (unshare(CLONE_NEWNET) refused: errno {ctypes.get_errno()})"
