@@ -30,7 +30,10 @@ no KL (no reference model), clip 0.2, one pass per batch, AdamW lr 1e-6, grad no
   a verifier registered here that reads ``answer=<n>``, ``loss.aggregation token-mean``, ``kl.beta 0``,
   ``update.inner_updates 1``, ``update.skip_zero_advantage false`` so flat groups are computed as TRL computes them).
   ``veriloop-ckpt`` is the same with ``update.gradient_checkpointing true`` (per-layer activation checkpointing,
-  TRL's default), to compare memory like with like.  Departures that cost nothing measurable: veriloop's learning
+  TRL's default), to compare memory like with like.  ``veriloop-mb16`` keeps the 64-row batch and one optimizer step
+  but runs the forward and backward over micro-batches of 16 rows (``update.micro_batch_size 16``: the gradient is
+  accumulated with token-mean weights, the same loss up to float summation order), so only a quarter of the
+  activations is alive at once.  Departures that cost nothing measurable: veriloop's learning
   rate is constant (TRL's decays linearly), and its rows are drawn with replacement (TRL's sampler shuffles).
 * Sampler: 8 prompts x 8 rows x 64 tokens through ``model.generate()`` and through ``veriloop.rollout.sampler.generate``
   (per-row streams, as the trainer samples); a warm-up call, then the median of ``--sampler-repeats`` calls; tokens
@@ -61,7 +64,9 @@ from pathlib import Path
 
 # name -> (hidden, layers, heads, intermediate); head_dim 64 everywhere, KV heads = heads
 SIZES = {"4.5M": (256, 4, 4, 1024), "20M": (512, 5, 8, 2048), "100M": (1024, 6, 16, 4096)}
-VARIANTS = ("trl-ckpt-on", "trl-ckpt-off", "veriloop", "veriloop-ckpt", "generate", "sampler")
+VARIANTS = ("trl-ckpt-on", "trl-ckpt-off", "veriloop", "veriloop-ckpt", "veriloop-mb16", "generate", "sampler")
+STEPPERS = VARIANTS[:5]  # the variants that run GRPO steps
+SMALL_MICRO_BATCH = 16  # rows per forward/backward of veriloop-mb16
 PROMPTS_PER_STEP, GROUP, NEW_TOKENS = 8, 8, 64
 PAD, BOS, EOS = 0, 1, 2
 MARK = "@@peers-result "
@@ -244,6 +249,8 @@ def veriloop_options(a, run_dir: str) -> tuple[dict, bool]:
         options["sampling.min_new_tokens"] = NEW_TOKENS
     if getattr(a, "variant", "") == "veriloop-ckpt":  # as TRL's default: per-layer activation checkpointing
         options["update.gradient_checkpointing"] = "true"
+    if getattr(a, "variant", "") == "veriloop-mb16":  # the same step, a quarter of the activations at a time
+        options["update.micro_batch_size"] = SMALL_MICRO_BATCH
     return options, has_min
 
 
@@ -384,18 +391,21 @@ def print_tables(a, info: dict, models: dict, summary: dict) -> None:
           f"{a.threads} threads; EOS {a.eos}; {a.rounds} rounds x steps 2..{a.steps} (sampler: {a.sampler_repeats} "
           f"calls) per variant")  # fmt: skip
     print("\n| model | TRL ckpt on s/step | TRL ckpt off s/step | veriloop s/step | veriloop ckpt s/step "
-          "| TRL on / veriloop | TRL off / veriloop | TRL on / veriloop ckpt | RSS MiB TRL on | RSS MiB TRL off "
-          "| RSS MiB veriloop | RSS MiB veriloop ckpt |\n|---|" + "---:|" * 11)
+          "| veriloop mb16 s/step | TRL on / veriloop | TRL off / veriloop | TRL on / veriloop ckpt "
+          "| TRL on / veriloop mb16 | RSS MiB TRL on | RSS MiB TRL off | RSS MiB veriloop | RSS MiB veriloop ckpt "
+          "| RSS MiB veriloop mb16 | RSS veriloop mb16 / TRL on |\n|---|" + "---:|" * 15)
     for size, m in models.items():
-        on, off, ours, ck = (summary[size][v] for v in ("trl-ckpt-on", "trl-ckpt-off", "veriloop", "veriloop-ckpt"))
+        on, off, ours, ck, mb = (summary[size][v] for v in STEPPERS)
         ratio = lambda x, y=ours: f(x["step_s"] / y["step_s"]) + "x" if x["step_s"] and y["step_s"] else ""  # noqa: E731
-        rss = " | ".join(f(x["peak_rss_mib"], ".0f") for x in (on, off, ours, ck))
+        rss = " | ".join(f(x["peak_rss_mib"], ".0f") for x in (on, off, ours, ck, mb))
+        share = f(mb["peak_rss_mib"] / on["peak_rss_mib"] * 100, ".0f") + "%" if on["peak_rss_mib"] else ""
         print(f"| {size} ({m['params']:,}) | {f(on['step_s'])} | {f(off['step_s'])} | {f(ours['step_s'])} "
-              f"| {f(ck['step_s'])} | {ratio(on)} | {ratio(off)} | {ratio(on, ck)} | {rss} |")  # fmt: skip
-    steppers = ("trl-ckpt-on", "trl-ckpt-off", "veriloop", "veriloop-ckpt")
-    print("\n| model | step part | TRL ckpt on | TRL ckpt off | veriloop | veriloop ckpt |\n|---|---|" + "---:|" * 4)
+              f"| {f(ck['step_s'])} | {f(mb['step_s'])} | {ratio(on)} | {ratio(off)} | {ratio(on, ck)} "
+              f"| {ratio(on, mb)} | {rss} | {share} |")  # fmt: skip
+    print("\n| model | step part | TRL ckpt on | TRL ckpt off | veriloop | veriloop ckpt | veriloop mb16 |\n|---|---|"
+          + "---:|" * 5)
     for size in models:
-        xs = [summary[size][v] for v in steppers]
+        xs = [summary[size][v] for v in STEPPERS]
         print(f"| {size} | generate s | {' | '.join(f(x['generate_s']) for x in xs)} |")
         rest = [f(x["step_s"] - x["generate_s"]) if x["step_s"] and x["generate_s"] else "" for x in xs]
         print(f"| {size} | step - generate s (medians) | {' | '.join(rest)} |")
@@ -459,7 +469,8 @@ def main() -> None:
     a = parse_args()
     if a.worker:
         a.variant = a.worker
-        workers = {"veriloop": veriloop_worker, "veriloop-ckpt": veriloop_worker, "generate": sampler_worker,
+        workers = {"veriloop": veriloop_worker, "veriloop-ckpt": veriloop_worker, "veriloop-mb16": veriloop_worker,
+                   "generate": sampler_worker,
                    "sampler": sampler_worker}  # fmt: skip
         work = workers.get(a.worker, trl_worker)
         print(MARK + json.dumps(work(a)), flush=True)

@@ -102,3 +102,22 @@ def test_the_peers_benchmark_builds_the_contract_model_and_pins_the_work_with_mi
     for worker, r in results.items():
         assert r["eos"] == "suppressed" and r["tokens"] == [64 * 64], (worker, r)
     assert len(results["veriloop"]["step_s"]) == 1 and results["veriloop"]["update_records"] == [64]
+
+
+def test_the_peers_variants_differ_from_the_contract_only_in_their_memory_setting():
+    """veriloop-ckpt adds activation checkpointing, veriloop-mb16 micro-batches of 16 rows; every other option
+    (the workload: batch, tokens, loss, optimizer) is the contract's, as the plain veriloop variant runs it."""
+    probe = ("import sys, json, types; sys.path.insert(0, sys.argv[1]); import peers; "
+             "a = lambda v: types.SimpleNamespace(model_dir='m', data='d.jsonl', seed=0, steps=3, threads=1, "
+             "eos='suppressed', variant=v); "
+             "print(json.dumps({v: peers.veriloop_options(a(v), 'run')[0] for v in peers.STEPPERS if 'veriloop' in v}))")  # fmt: skip
+    proc = subprocess.run([sys.executable, "-c", probe, str(ROOT / "benchmarks")], capture_output=True, text=True,
+                          timeout=120)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    options = json.loads(proc.stdout.splitlines()[-1])
+    plain = options.pop("veriloop")
+    assert plain["update.micro_batch_size"] == 64 and plain["sampling.min_new_tokens"] == 64
+    assert "update.gradient_checkpointing" not in plain
+    changed = {v: {k: o[k] for k in o if plain.get(k) != o[k]} for v, o in options.items()}
+    assert changed == {"veriloop-ckpt": {"update.gradient_checkpointing": "true"},
+                       "veriloop-mb16": {"update.micro_batch_size": 16}}  # fmt: skip
