@@ -19,6 +19,7 @@ from veriloop.algorithms import (
     gae_advantages,
     group_advantages,
     gspo_surrogate,
+    length_cost,
     likelihood_objective,
     overlong_penalty,
     pg_objective,
@@ -213,3 +214,24 @@ def test_overlong_penalty():
     assert torch.allclose(out, t([0.0, 0.0, -0.4, -1.0, -1.0]))
     with pytest.raises(ValueError):
         overlong_penalty(torch.tensor([1]), max_len=20, buffer=0)
+
+
+def test_length_cost_is_the_seeds_worked_example():
+    # seed 003: lambda 0.1 per 1,000 tokens; two right answers of 1,000 and 3,000 tokens net 0.9 and 0.7 ...
+    cost = length_cost(torch.tensor([1000, 3000]), per_thousand=0.1)
+    assert torch.allclose(cost, t([-0.1, -0.3]))
+    assert torch.allclose(1.0 + cost, t([0.9, 0.7]))
+    # ... but with success rates 0.6 and 0.95 (a wrong answer earns 0, the tokens are paid either way) the
+    # expected net rewards are 0.5 and 0.65: the cost alone does not make the short form win
+    assert torch.allclose(t([0.6, 0.95]) + cost, t([0.5, 0.65]))
+    for bad in (-0.1, math.nan, math.inf):
+        with pytest.raises(ValueError, match="per 1,000 tokens"):
+            length_cost(torch.tensor([1]), per_thousand=bad)
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.lists(st.integers(0, 100_000), min_size=1, max_size=8), st.floats(0, 10))
+def test_length_cost_is_linear_in_tokens_and_never_positive(lengths, lam):
+    cost = length_cost(torch.tensor(lengths), lam)
+    assert (cost <= 0).all()
+    assert torch.allclose(cost, torch.tensor([-lam * n / 1000 for n in lengths], dtype=torch.float64))

@@ -188,6 +188,24 @@ def test_overlong_shaping_is_a_reward_component(tiny_policy, tmp_path):
         assert r.reward == pytest.approx(r.reward_components["digits"] + r.reward_components["overlong"])
 
 
+def test_the_length_cost_is_a_reward_component_beside_the_overlong_ramp(tiny_policy, tmp_path):
+    over = {"rollout.length_cost": 25.0, "rollout.overlong_buffer": 4}  # 25 per 1,000 tokens: 0.025 a token
+    Trainer(config(tiny_policy, tmp_path, steps=1, **over), progress=False).train()
+    records = RecordStore(tmp_path / "rollouts").read(1)
+    lengths = [len(r.completion_ids) for r in records]
+    assert len(set(lengths)) > 1  # lengths differ: the component is not one constant
+    assert [r.reward_components["length_cost"] for r in records] == pytest.approx([-0.025 * n for n in lengths])
+    for r in records:
+        parts = r.reward_components
+        assert r.reward == pytest.approx(parts["digits"] + parts["overlong"] + parts["length_cost"])
+
+
+@pytest.mark.parametrize("value", ["-1", "nan", "inf"])
+def test_a_bad_length_cost_is_refused_by_name(tiny_policy, tmp_path, value):
+    with pytest.raises(ValueError, match=f"rollout.length_cost must be finite and >= 0.*{value}"):
+        config(tiny_policy, tmp_path, **{"rollout.length_cost": value})
+
+
 def test_mask_truncated_leaves_cut_completions_out_of_the_update(tiny_policy, tmp_path):
     over = {"update.mask_truncated": True, "update.skip_zero_advantage": False, "sampling.max_new_tokens": 40}
     Trainer(config(tiny_policy, tmp_path, steps=2, **over), progress=False).train()

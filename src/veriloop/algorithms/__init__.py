@@ -32,7 +32,7 @@ from veriloop.algorithms.policy_loss import (
     sequence_ratio,
 )
 from veriloop.algorithms.sampling import entropy_from_logprobs, sampling_logprobs, suppress_end_tokens
-from veriloop.algorithms.shaping import overlong_penalty
+from veriloop.algorithms.shaping import length_cost, overlong_penalty
 
 __all__ = [
     "AGGREGATION_MODES",
@@ -53,6 +53,7 @@ __all__ = [
     "kl_estimate",
     "kl_exact",
     "likelihood_objective",
+    "length_cost",
     "overlong_penalty",
     "maj_at_k",
     "pass_at_k",

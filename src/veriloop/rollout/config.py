@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 DATA_SOURCES = ("policy", "initial", "teacher", "task-teacher")
@@ -35,6 +36,11 @@ class RolloutConfig:
     overlong_buffer: int = field(
         default=0, metadata={"help": "DAPO overlong shaping: length penalty over the last N tokens; 0 = off"}
     )
+    length_cost: float = field(
+        default=0.0,
+        metadata={"help": "reward given up per 1,000 completion tokens: R_total = R_task - length_cost * T / 1000 "
+                  "(a reward component, beside the overlong ramp); 0 = off"},
+    )  # fmt: skip
     request_groups: int = field(
         default=0,
         metadata={"help": "groups per rollout request (a fixed cut, so records never depend on how many engines "
@@ -90,6 +96,9 @@ class RolloutConfig:
             raise ValueError(f"rollout.source must be one of {DATA_SOURCES}, got {self.source!r}")
         if self.source == "teacher" and not self.teacher:
             raise ValueError("rollout.source=teacher needs rollout.teacher (a model directory)")
+        if not math.isfinite(self.length_cost) or self.length_cost < 0:
+            raise ValueError(f"rollout.length_cost must be finite and >= 0 (reward per 1,000 tokens), "
+                             f"got {self.length_cost}")  # fmt: skip
         if min(self.lag, self.max_staleness, self.max_resample_rounds, self.overlong_buffer, self.request_groups) < 0:
             raise ValueError("rollout.lag, max_staleness, max_resample_rounds, overlong_buffer and request_groups "
                              "must be >= 0")

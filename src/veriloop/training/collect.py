@@ -20,7 +20,7 @@ from collections import deque
 
 import torch
 
-from veriloop.algorithms import overlong_penalty
+from veriloop.algorithms import length_cost, overlong_penalty
 from veriloop.rollout.engine import FROZEN, build_requests
 from veriloop.rollout.records import Record, check_reward
 from veriloop.seeding import derive_seed
@@ -83,19 +83,26 @@ class Collector:
         return records
 
     def score(self, records: list[Record]) -> None:
-        """Verdicts (and the overlong ramp) onto the records; a non-finite reward is refused."""
+        """Verdicts (and the length shaping: the overlong ramp, the length cost) onto the records; a non-finite
+        reward is refused."""
         verdicts = self.verifier.verify_batch([r.completion for r in records], [r.reference for r in records])
-        now, buffer = time.time(), self.cfg.rollout.overlong_buffer
-        penalties = [0.0] * len(records)
-        if buffer:
-            lengths = torch.tensor([len(r.completion_ids) for r in records])
-            penalties = overlong_penalty(lengths, self.cfg.sampling.max_new_tokens, buffer).tolist()
-        for r, v, pen in zip(records, verdicts, penalties):
-            r.reward, r.reward_components, r.verifier = v.score + pen, dict(v.components), v.version
-            if buffer:
-                r.reward_components["overlong"] = pen
+        now, shaping = time.time(), self.length_shaping(records)
+        for i, (r, v) in enumerate(zip(records, verdicts)):
+            r.reward_components, r.verifier = dict(v.components), v.version
+            r.reward = v.score + sum(values[i] for values in shaping.values())
+            r.reward_components.update({name: values[i] for name, values in shaping.items()})
             r.verdict_details, r.verdict_outcome, r.verified_at = v.details, v.outcome, now
             check_reward(r)
+
+    def length_shaping(self, records: list[Record]) -> dict[str, list[float]]:
+        """Reward components that depend on the completion's token count alone, by name (only those switched on)."""
+        r, lengths = self.cfg.rollout, torch.tensor([len(rec.completion_ids) for rec in records])
+        out = {}
+        if r.overlong_buffer:
+            out["overlong"] = overlong_penalty(lengths, self.cfg.sampling.max_new_tokens, r.overlong_buffer).tolist()
+        if r.length_cost:
+            out["length_cost"] = length_cost(lengths, r.length_cost).tolist()
+        return out
 
     def fill_with_variance(self, step: int, records: list[Record], version: int, stats: dict):
         """Dynamic sampling (DAPO): (the kept groups, at most B of them; every record sampled, dropped ones too)."""
