@@ -5,6 +5,8 @@ Definitions (all fractions of held-out problems unless said otherwise):
 * ``greedy_accuracy``: the greedy completion passes the outcome verifier.
 * ``sampled_accuracy``: mean outcome over ``n_samples`` samples per problem.
 * ``pass@k``: unbiased estimator from the ``n_samples`` samples (k <= n_samples).
+* ``maj@k``: the expected accuracy of a majority vote over k of those samples (``maj_at_k``: every
+  subset of k equally likely, ties split, no answer no vote), answers grouped by ``answer_key``.
 * ``format_rate`` / ``process_rate``: the greedy completion passes the format / process
   verifier.
 * ``wrong_steps_rate``: *right answer, wrong steps*: the greedy completion passes the
@@ -18,7 +20,7 @@ from dataclasses import asdict, dataclass, field
 
 import torch
 
-from veriloop.algorithms.pass_at_k import pass_at_k
+from veriloop.algorithms.pass_at_k import maj_at_k, pass_at_k
 from veriloop.errors import InputError
 from veriloop.models.loading import Policy
 from veriloop.rollout.sampler import SamplingParams, completion_text, generate
@@ -26,6 +28,7 @@ from veriloop.tasks.base import Problem
 from veriloop.tasks.jsonl import DatasetError
 from veriloop.verifiers import get as get_verifier
 from veriloop.verifiers import is_correct
+from veriloop.verifiers.answers import answer_key
 
 
 @dataclass
@@ -58,6 +61,7 @@ class EvalResult:
     by_tag: dict[str, dict[str, float]]
     mean_completion_tokens: float
     examples: list[dict]
+    maj_at: dict[str, float] = field(default_factory=dict)  # maj@k beside pass@k, same samples and k
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -103,9 +107,9 @@ def evaluate(
     proc = [is_correct(v) for v in verdicts["process"]] if "process" in vs else None
     wrong_steps = [o and not p for o, p in zip(outcome, proc)] if proc else None
     by_tag = _by_tag(problems, outcome, wrong_steps)
-    sampled_acc, pass_at = None, {}
+    sampled_acc, pass_at, maj_at = None, {}, {}
     if cfg.n_samples > 0:
-        sampled_acc, pass_at = _sampled(policy, problems, vs["outcome"], cfg, ks, by_tag)
+        sampled_acc, pass_at, maj_at = _sampled(policy, problems, vs["outcome"], cfg, ks, by_tag)
     return EvalResult(
         num_problems=len(problems),
         greedy_accuracy=_mean(outcome),
@@ -114,6 +118,7 @@ def evaluate(
         wrong_steps_rate=_mean(wrong_steps) if wrong_steps else None,
         sampled_accuracy=sampled_acc,
         pass_at=pass_at,
+        maj_at=maj_at,
         by_tag=by_tag,
         mean_completion_tokens=_mean(lengths),
         examples=_examples(problems, texts, outcome, proc, verdicts["process" if proc else "outcome"]),
@@ -137,25 +142,36 @@ def _by_tag(problems: list[Problem], outcome: list[bool], wrong_steps: list[bool
 
 
 def _sampled(policy: Policy, problems: list[Problem], verifier, cfg: EvalConfig, ks: tuple[int, ...],
-             by_tag: dict[str, dict]) -> tuple[float, dict[str, float]]:  # fmt: skip
-    """Sampled accuracy and pass@k over ``cfg.n_samples`` samples per problem; adds pass@k to ``by_tag``."""
+             by_tag: dict[str, dict]) -> tuple[float, dict[str, float], dict[str, float]]:  # fmt: skip
+    """Sampled accuracy, pass@k and maj@k over ``cfg.n_samples`` samples per problem; adds pass@k and maj@k
+    to ``by_tag``."""
     n, refs = len(problems), [p.reference for p in problems]
     params = SamplingParams(temperature=cfg.temperature, max_new_tokens=cfg.max_new_tokens)
     s_texts, _ = _complete(policy, problems, params, cfg.n_samples, cfg.batch_size, cfg.seed + 1)
     s_refs = [r for r in refs for _ in range(cfg.n_samples)]
     s_ok = [is_correct(v) for v in verifier.verify_batch(s_texts, s_refs)]
-    correct = [sum(s_ok[i * cfg.n_samples : (i + 1) * cfg.n_samples]) for i in range(n)]
+    per_problem = [slice(i * cfg.n_samples, (i + 1) * cfg.n_samples) for i in range(n)]
+    correct = [sum(s_ok[part]) for part in per_problem]
+    votes = [vote_classes([answer_key(t) for t in s_texts[part]], s_ok[part]) for part in per_problem]
     sampled_acc = sum(correct) / (n * cfg.n_samples)
-    pass_at = {}
-    for k in ks:
-        if k <= cfg.n_samples:
-            pass_at[str(k)] = _mean([pass_at_k(cfg.n_samples, c, k) for c in correct])
-    for tag, row in by_tag.items():
-        idx = [i for i, p in enumerate(problems) if tag in p.tags]
-        for k in ks:
-            if k <= cfg.n_samples:
-                row[f"pass@{k}"] = _mean([pass_at_k(cfg.n_samples, correct[i], k) for i in idx])
-    return sampled_acc, pass_at
+    pass_at, maj_at = {}, {}
+    for k in (k for k in ks if k <= cfg.n_samples):
+        passes = [pass_at_k(cfg.n_samples, c, k) for c in correct]
+        majorities = [maj_at_k(answers, ok, k) for answers, ok in votes]
+        pass_at[str(k)], maj_at[str(k)] = _mean(passes), _mean(majorities)
+        for tag, row in by_tag.items():
+            idx = [i for i, p in enumerate(problems) if tag in p.tags]
+            row[f"pass@{k}"], row[f"maj@{k}"] = _mean([passes[i] for i in idx]), _mean([majorities[i] for i in idx])
+    return sampled_acc, pass_at, maj_at
+
+
+def vote_classes(keys: list, ok: list[bool]) -> tuple[list, list[bool]]:
+    """(vote keys, verdicts) of one problem's samples for ``maj_at_k``: a sample votes for its final answer's
+    key (None: no answer, no vote), and the verifier's verdict says whether that answer is right.  Where the
+    verifier judged samples of one key differently (it reads more than the final value), the key is split by
+    verdict, so a vote is never counted right for a sample the verifier rejected."""
+    mixed = {k for k in keys if k is not None and len({o for kk, o in zip(keys, ok) if kk == k}) > 1}
+    return [(k, o) if k in mixed else k for k, o in zip(keys, ok)], list(ok)
 
 
 def _examples(problems, texts, outcome, proc, verdicts) -> list[dict]:

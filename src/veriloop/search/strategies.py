@@ -39,7 +39,7 @@ from typing import Protocol
 from veriloop.errors import InputError
 from veriloop.prm.model import aggregate
 from veriloop.registry import STRATEGIES
-from veriloop.verifiers.answers import MARKER_POLICIES, extract_answer, numeric_key
+from veriloop.verifiers.answers import answer_key
 
 
 
@@ -82,13 +82,6 @@ class Proposer(Protocol):
 class Scorer(Protocol):
     def step_scores(self, prompt: str, texts: list[str], cost: Cost) -> list[list[float]]:
         """Scores of every step of each text (``cost.prm_calls`` grows by ``len(texts)``)."""
-
-
-def answer_key(text: str) -> str | None:
-    """The final answer's comparison key (``numeric_key`` of the value an answer marker names:
-    ``answer=``, ``####``, ``\\boxed{}``...); None if there is none or it is ambiguous."""
-    ex = extract_answer(text, MARKER_POLICIES)
-    return numeric_key(ex.answer) if ex.status == "ok" and ex.answer is not None else None
 
 
 @dataclass

@@ -41,8 +41,8 @@ from veriloop.verifiers.answer_rules import (
     revision,
 )
 
-__all__ = ["DEFAULT_POLICIES", "KINDS", "MARKER_POLICIES", "POLICIES", "SPAN_POLICIES", "Extraction", "clean_value",
-           "extract_answer", "normalize_text", "numeric_key"]  # fmt: skip
+__all__ = ["DEFAULT_POLICIES", "KINDS", "MARKER_POLICIES", "POLICIES", "SPAN_POLICIES", "Extraction", "answer_key",
+           "clean_value", "extract_answer", "normalize_text", "numeric_key"]  # fmt: skip
 
 # Characters NFKC leaves alone that mean ASCII punctuation, a minus sign or an operator in answers.
 _TRANSLATE = str.maketrans({
@@ -229,3 +229,11 @@ def extract_answer(text: str, policies: tuple[str, ...] = DEFAULT_POLICIES, kind
         status = "ambiguous" if revised.kind == "several" else "none"
         return Extraction(status, None, (value,), answers[0].policy, revised.reason)
     return Extraction("ok", value, (value,), answers[0].policy, "", spans)
+
+
+def answer_key(text: str) -> str | None:
+    """The final answer's comparison key (``numeric_key`` of the value an answer marker names:
+    ``answer=``, ``####``, ``\\boxed{}``...); None if there is none or it is ambiguous.  Votes (majority,
+    maj@k) group completions by it."""
+    ex = extract_answer(text, MARKER_POLICIES)
+    return numeric_key(ex.answer) if ex.status == "ok" and ex.answer is not None else None
