@@ -96,6 +96,20 @@ def load_labels(path: str) -> list[dict]:
     return rows
 
 
+def shuffled_step_labels(rows: list[dict], seed: int) -> list[dict]:
+    """A control for a PRM's metrics: each row takes a random row's step labels (drawn with replacement,
+    cut or padded with their last value to its own step count), so the labels keep their distribution and
+    their position-by-position shape but carry no information about the row's own steps.  A PRM trained on
+    these shows what the AUCs read when nothing was learned about the steps."""
+    rng = random.Random(seed)
+    out = []
+    for r in rows:
+        other, n = rows[rng.randrange(len(rows))], len(r["steps"])
+        soft, hard = ((xs + [xs[-1]] * n)[:n] for xs in (other["soft_labels"], other["hard_labels"]))
+        out.append({**r, "soft_labels": soft, "hard_labels": hard})
+    return out
+
+
 def targets(row: dict, kind: str, cumulative: bool = False) -> list[float]:
     """The training target of each step; ``cumulative``: the running minimum over the steps so far."""
     if kind == "hard":
