@@ -57,7 +57,7 @@ def config(policy, run_dir, **over):
             "verifier": "test-digit-share", "rollout.prompts_per_step": 4, "rollout.group_size": 4,
             "rollout.request_groups": 1, "update.micro_batch_size": 6, "kl.beta": 0.05,
             "sampling.max_new_tokens": 12, "optim.lr": 1e-3, "task.arithmetic.heldout_size": 10,
-            "rollout.request_timeout_s": 60, "ray.timeout_s": 60}  # fmt: skip
+            "rollout.request_timeout_s": 150, "ray.timeout_s": 150}  # fmt: skip
     base.update(over)
     return build_config(TrainConfig, {}, base)
 
