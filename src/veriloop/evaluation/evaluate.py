@@ -155,13 +155,12 @@ def _sampled(policy: Policy, problems: list[Problem], verifier, cfg: EvalConfig,
     votes = [vote_classes([answer_key(t) for t in s_texts[part]], s_ok[part]) for part in per_problem]
     sampled_acc = sum(correct) / (n * cfg.n_samples)
     pass_at, maj_at = {}, {}
-    members = {tag: [i for i, p in enumerate(problems) if tag in p.tags] for tag in by_tag}
     for k in (k for k in ks if k <= cfg.n_samples):
         passes = [pass_at_k(cfg.n_samples, c, k) for c in correct]
         majorities = [maj_at_k(answers, ok, k) for answers, ok in votes]
         pass_at[str(k)], maj_at[str(k)] = _mean(passes), _mean(majorities)
-        for tag, idx in members.items():
-            row = by_tag[tag]
+        for tag, row in by_tag.items():
+            idx = [i for i, p in enumerate(problems) if tag in p.tags]
             row[f"pass@{k}"], row[f"maj@{k}"] = _mean([passes[i] for i in idx]), _mean([majorities[i] for i in idx])
     return sampled_acc, pass_at, maj_at
 
@@ -171,10 +170,7 @@ def vote_classes(keys: list, ok: list[bool]) -> tuple[list, list[bool]]:
     key (None: no answer, no vote), and the verifier's verdict says whether that answer is right.  Where the
     verifier judged samples of one key differently (it reads more than the final value), the key is split by
     verdict, so a vote is never counted right for a sample the verifier rejected."""
-    verdicts: dict = {}
-    for k, o in zip(keys, ok):
-        verdicts.setdefault(k, set()).add(o)
-    mixed = {k for k, seen in verdicts.items() if k is not None and len(seen) > 1}
+    mixed = {k for k in keys if k is not None and len({o for kk, o in zip(keys, ok) if kk == k}) > 1}
     return [(k, o) if k in mixed else k for k, o in zip(keys, ok)], list(ok)
 
 

@@ -96,10 +96,8 @@ class Collector:
 
     def length_shaping(self, records: list[Record]) -> dict[str, list[float]]:
         """Reward components that depend on the completion's token count alone, by name (only those switched on)."""
-        r, out = self.cfg.rollout, {}
-        if not (r.overlong_buffer or r.length_cost):
-            return out  # the default: no tensor built on the scoring path
-        lengths = torch.tensor([len(rec.completion_ids) for rec in records])
+        r, lengths = self.cfg.rollout, torch.tensor([len(rec.completion_ids) for rec in records])
+        out = {}
         if r.overlong_buffer:
             out["overlong"] = overlong_penalty(lengths, self.cfg.sampling.max_new_tokens, r.overlong_buffer).tolist()
         if r.length_cost:
