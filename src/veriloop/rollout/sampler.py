@@ -124,6 +124,37 @@ class RowStreams:
         return bits.to(torch.float32) * (1.0 / (1 << 24))
 
 
+class GroupStreams:
+    """One ``torch.Generator`` per group of consecutive rows, each drawing exactly the uniforms it
+    would draw if its group were sampled alone (one stream for the batch: as many draws per step as
+    that batch's live rows, finished ones included until it compacts at ``COMPACT_SHARE``).  So
+    several problems' calls become one batch and each problem's tokens stay those of its own call
+    (``veriloop search`` batches problems this way)."""
+
+    def __init__(self, generators: list[torch.Generator], sizes: list[int]):
+        if len(generators) != len(sizes) or any(s < 1 for s in sizes):
+            raise ValueError(f"GroupStreams: {len(generators)} generators for group sizes {sizes}")
+        self.generators = generators
+        starts = [sum(sizes[:k]) for k in range(len(sizes))]
+        self.live = [list(range(a, a + s)) for a, s in zip(starts, sizes)]  # each group's own live batch
+        self.alive = torch.ones(sum(sizes), dtype=torch.bool)
+
+    def uniforms(self, rows: torch.Tensor, step: int) -> torch.Tensor:
+        u = torch.zeros(self.alive.numel())
+        for gen, live in zip(self.generators, self.live):
+            if self.alive[live].any():  # a group alone stops drawing once all its rows ended
+                u[live] = torch.rand(len(live), generator=gen)
+        return u[rows]
+
+    def finished(self, ended: torch.Tensor) -> None:
+        """Rows that ended at this step; each group compacts its own live batch by the loop's rule."""
+        self.alive[ended] = False
+        for k, live in enumerate(self.live):
+            dead = int((~self.alive[live]).sum())
+            if dead >= max(1, COMPACT_SHARE * len(live)):
+                self.live[k] = [r for r in live if self.alive[r]]
+
+
 def _draw(logprobs: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
     """Inverse-CDF sampling from rows of log-probs at uniforms ``u`` ``[rows]``; never returns a token of
     probability 0."""
@@ -265,7 +296,7 @@ def _sample_loop(decoder, logits, next_pos, params: SamplingParams, eos_id, gene
             token_lp = torch.zeros(tokens.shape[0])
         else:
             lp = sampling_logprobs(logits, params.temperature, params.top_k, params.top_p)
-            if isinstance(generator, RowStreams):
+            if isinstance(generator, (RowStreams, GroupStreams)):
                 u = generator.uniforms(rows, step)
             else:  # one stream for the batch: as many draws as live-batch rows (finished ones included)
                 u = torch.rand(lp.shape[0], generator=generator)
@@ -282,6 +313,8 @@ def _sample_loop(decoder, logits, next_pos, params: SamplingParams, eos_id, gene
             ended_by_stop[rows[stopped]] = True
             done |= stopped
         alive &= ~done
+        if isinstance(generator, GroupStreams):
+            generator.finished(rows[done])
         if step == steps - 1 or not alive.any():
             break
         if (~alive).sum() >= max(1, COMPACT_SHARE * alive.numel()):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from veriloop.prm.steps import SEPARATORS
-from veriloop.rollout.sampler import SamplingParams
+from veriloop.rollout.sampler import GroupStreams, SamplingParams
 from veriloop.search.strategies import Cost
 
 
@@ -19,38 +19,66 @@ def separator_ids(tokenizer, splitter: str) -> tuple[int, ...]:
 
 
 class LMProposer:
-    """Samples with the policy's KV-cached sampler; ``seed`` makes each problem's draws repeatable."""
+    """Samples with the policy's KV-cached sampler; ``seed`` makes each problem's draws repeatable.
+
+    ``complete_many`` / ``step_many`` serve several problems in one sampler call: problem k's rows
+    draw from its own generator (``reseed_many``) exactly what its own call would draw
+    (``GroupStreams``), so batching problems changes no draw, only the batch the matmuls see.
+    """
 
     def __init__(self, policy, sampling: SamplingParams, splitter: str, seed: int = 0):
         self.policy, self.sampling, self.splitter = policy, sampling, splitter
         self.stops = separator_ids(policy.tokenizer, splitter)
         self.generator = torch.Generator().manual_seed(seed)
+        self.generators: list[torch.Generator] = []  # one per problem of a batch (reseed_many)
         self.greedy_params = SamplingParams(temperature=0.0, max_new_tokens=sampling.max_new_tokens)
 
     def reseed(self, seed: int) -> None:
         self.generator.manual_seed(seed)
 
-    def _generate(self, prompt, prefixes, n, cost, greedy, stop):
+    def reseed_many(self, seeds: list[int]) -> None:
+        self.generators = [torch.Generator().manual_seed(s) for s in seeds]
+
+    def _generate_many(self, jobs, n, costs, greedy, stop, generators):
+        """``jobs``: (prompt, prefixes) per problem; ``generators[k]`` draws for job k's rows."""
         p = self.policy
-        base = p.encode_prompt(prompt)
-        ids = [base + (p.tokenizer(x, add_special_tokens=False).input_ids if x else []) for x in prefixes]
+        ids, sizes = [], []
+        for prompt, prefixes in jobs:
+            base = p.encode_prompt(prompt)
+            ids += [base + (p.tokenizer(x, add_special_tokens=False).input_ids if x else []) for x in prefixes]
+            sizes.append(len(prefixes) * (1 if greedy else n))
         params = self.greedy_params if greedy else self.sampling  # max_new_tokens bounds each call
-        out = p.sample(ids, params, generator=self.generator, n=1 if greedy else n, stop_ids=self.stops if stop else ())
-        cost.tokens += out.num_tokens
+        gen = generators[0] if len(jobs) == 1 else None if greedy else GroupStreams(generators, sizes)
+        out = p.sample(ids, params, generator=gen, n=1 if greedy else n, stop_ids=self.stops if stop else ())
         reps = 1 if greedy else n
-        res = []
-        for j, (c, f) in enumerate(zip(out.completion_ids, out.finish_reasons)):
-            text = prefixes[j // reps] + p.completion_text(c, f)
-            res.append((text, f != "stop"))
-        if greedy and n > 1:
-            res = [r for r in res for _ in range(n)]
-        return res
+        results, row = [], 0
+        for (_, prefixes), size, cost in zip(jobs, sizes, costs):
+            res = []
+            for j in range(size):
+                c, f = out.completion_ids[row + j], out.finish_reasons[row + j]
+                cost.tokens += len(c)
+                res.append((prefixes[j // reps] + p.completion_text(c, f), f != "stop"))
+            row += size
+            if greedy and n > 1:
+                res = [r for r in res for _ in range(n)]
+            results.append(res)
+        return results
 
     def complete(self, prompt, prefixes, n, cost: Cost, greedy=False):
-        return [t for t, _ in self._generate(prompt, prefixes, n, cost, greedy, stop=False)]
+        res = self._generate_many([(prompt, prefixes)], n, [cost], greedy, False, [self.generator])[0]
+        return [t for t, _ in res]
 
     def step(self, prompt, prefixes, n, cost: Cost, greedy=False):
-        return self._generate(prompt, prefixes, n, cost, greedy, stop=True)
+        return self._generate_many([(prompt, prefixes)], n, [cost], greedy, True, [self.generator])[0]
+
+    def complete_many(self, jobs: list[tuple[int, str, list[str]]], n, costs: list[Cost], greedy=False):
+        """``jobs``: (problem k of ``reseed_many``, prompt, prefixes); per job, ``complete``'s list."""
+        res = self._generate_many([j[1:] for j in jobs], n, costs, greedy, False, [self.generators[j[0]] for j in jobs])
+        return [[t for t, _ in r] for r in res]
+
+    def step_many(self, jobs: list[tuple[int, str, list[str]]], n, costs: list[Cost], greedy=False):
+        """As ``complete_many``, one step per prefix: per job, ``step``'s list."""
+        return self._generate_many([j[1:] for j in jobs], n, costs, greedy, True, [self.generators[j[0]] for j in jobs])
 
 
 class PRMScorer:
@@ -60,6 +88,17 @@ class PRMScorer:
     def step_scores(self, prompt, texts, cost: Cost):
         cost.prm_calls += len(texts)
         return self.prm.score([prompt] * len(texts), texts)
+
+    def step_scores_many(self, jobs: list[tuple[str, list[str]]], costs: list[Cost]) -> list[list[list[float]]]:
+        """``step_scores`` of several problems' texts in one PRM pass: per job, its list."""
+        prompts = [prompt for prompt, texts in jobs for _ in texts]
+        flat = self.prm.score(prompts, [t for _, texts in jobs for t in texts]) if prompts else []
+        out, i = [], 0
+        for (_, texts), cost in zip(jobs, costs):
+            cost.prm_calls += len(texts)
+            out.append(flat[i : i + len(texts)])
+            i += len(texts)
+        return out
 
 
 class VerifierScorer:

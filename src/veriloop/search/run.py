@@ -64,6 +64,11 @@ class SearchConfig:
     out: str = field(default="runs/search", metadata={"help": "run directory (summary.json, plot, table)"})
     seed: int = field(default=0, metadata={"help": "seed of every draw"})
     threads: int = field(default=0, metadata={"help": "torch CPU threads; 0 = torch's default"})
+    batch_problems: int = field(
+        default=16,
+        metadata={"help": "problems served by one sampler call and one PRM pass (single, votes, best_of_n, beam, "
+                          "lookahead); 1 = one problem at a time; the same draws either way"},
+    )
     # one option per field of the strategies' SearchSettings (``settings()``), with its defaults
     expand: int = field(
         default=_DEFAULTS.expand, metadata={"help": "beam/lookahead/mcts: steps sampled per expanded node"}
@@ -111,6 +116,8 @@ class SearchConfig:
             raise InputError(f"split must be heldout or validation, got {self.split!r}")
         if self.problems < 1 or self.bin_samples < 1 or self.expand < 1 or self.max_steps < 1:
             raise InputError("problems, bin_samples, expand and max_steps must be >= 1")
+        if self.batch_problems < 1:
+            raise InputError(f"batch_problems must be >= 1, got {self.batch_problems}")
         if self.sampling.temperature <= 0:
             raise InputError("search samples: sampling.temperature must be > 0")
 
@@ -231,20 +238,32 @@ def _strategies(cfg: SearchConfig, task, policy, prm, verifier, settings: Search
     return Strategies(proposer, scorer, settings, reviser=reviser)
 
 
+def search_plan(cfg: SearchConfig) -> list[tuple[str, int]]:
+    """Every (strategy, budget) cell of a search: ``single`` at budget 1 only."""
+    return [(s, b) for s in cfg.strategy_list() for b in ([1] if s == "single" else cfg.budget_list())]
+
+
 def _run_cells(cfg: SearchConfig, strategies: Strategies, verifier, problems, rates: list[float], bins: list[int],
-               progress: bool) -> tuple[list[dict], dict]:  # fmt: skip
-    """Every (strategy, budget) on every problem: the result rows, and per strategy and budget its cell."""
-    names = bin_names(cfg.edge_list())
-    plan = [(s, b) for s in cfg.strategy_list() for b in ([1] if s == "single" else cfg.budget_list())]
+               progress: bool, *, plan: list[tuple[str, int]] | None = None,
+               names: list[str] | None = None) -> tuple[list[dict], dict]:  # fmt: skip
+    """Every (strategy, budget) of ``plan`` (default: the search's) on every problem: the result rows, and
+    per strategy and budget its cell (bins named ``names``, default those of ``cfg.bin_edges``)."""
+    names = names or bin_names(cfg.edge_list())
+    plan = plan or search_plan(cfg)
     bar = tqdm(total=len(plan) * len(problems), desc="search", unit="problem", disable=not progress,
                dynamic_ncols=True)  # fmt: skip
     results, cells = [], {}
     for s, b in plan:
         rows = []
-        for i, p in enumerate(problems):
-            rows.append({"strategy": s, "budget": b, "problem_id": p.id, "bin": names[bins[i]], "pass_rate": rates[i],
-                         **_solve(cfg, strategies, verifier, s, b, p)})  # fmt: skip
-            bar.update(1)
+        size = cfg.batch_problems if _batches(strategies, s) else 1
+        for start in range(0, len(problems), size):
+            chunk = problems[start : start + size]
+            solved = _solve_many(cfg, strategies, verifier, s, b, chunk) if size > 1 else \
+                [_solve(cfg, strategies, verifier, s, b, chunk[0])]  # fmt: skip
+            for i, row in enumerate(solved, start):
+                rows.append({"strategy": s, "budget": b, "problem_id": problems[i].id, "bin": names[bins[i]],
+                             "pass_rate": rates[i], **row})  # fmt: skip
+            bar.update(len(chunk))
         results += rows
         cells.setdefault(s, {})[str(b)] = _cell(rows, bins, names)
         bar.set_postfix(last=f"{s}@{b} acc={cells[s][str(b)]['accuracy']:.3f}")
@@ -266,6 +285,23 @@ def _solve(cfg: SearchConfig, strategies: Strategies, verifier, strategy: str, b
     return {"answer": out.answer, "completion": out.text, "correct": is_correct(verifier.verify(out.text, p.reference)),
             "tokens": out.cost.tokens, "prm_calls": out.cost.prm_calls, "seconds": round(out.cost.seconds, 4),
             "candidates": out.candidates}  # fmt: skip
+
+
+def _batches(strategies: Strategies, strategy: str) -> bool:
+    """Whether ``strategy`` serves several problems per call here: it batches, and its scorer needs no
+    per-problem reference (the verifier scorer judges against one problem's reference at a time)."""
+    return STRATEGIES.get(strategy).run_many is not None and not isinstance(strategies.scorer, VerifierScorer)
+
+
+def _solve_many(cfg: SearchConfig, strategies: Strategies, verifier, strategy: str, budget: int, problems) -> list:
+    """``_solve`` on several problems in one batch; each problem keeps its own seed, so its draws are
+    those of ``_solve``."""
+    strategies.proposer.reseed_many([derive_seed(cfg.seed, budget, p.id) for p in problems])
+    outs = strategies.run_many(strategy, [p.prompt for p in problems], budget)
+    verdicts = verifier.verify_batch([o.text for o in outs], [p.reference for p in problems])
+    return [{"answer": o.answer, "completion": o.text, "correct": is_correct(v), "tokens": o.cost.tokens,
+             "prm_calls": o.cost.prm_calls, "seconds": round(o.cost.seconds, 4), "candidates": o.candidates}
+            for o, v in zip(outs, verdicts)]  # fmt: skip
 
 
 def _mean(xs) -> float | None:

@@ -3,7 +3,9 @@
 ``ScriptedProposer(tree)``: ``tree[prefix]`` lists the next steps after ``prefix`` with their
 probabilities; a step ending in ``;`` continues the solution, any other step ends it.  One
 character is one token (so ``"1+1=2;"`` costs 6).  Greedy picks the most probable step (the
-first of ties).  ``ScriptedScorer(values)``: ``values[prefix]`` is the score of the step that
+first of ties).  ``per_prompt=True``: ``tree[prompt][prefix]``, one tree per problem.  The ``*_many``
+methods serve several problems, problem k drawing from its own ``reseed_many`` stream.
+``ScriptedScorer(values)``: ``values[prefix]`` is the score of the step that
 ends ``prefix`` (missing prefixes score ``default``).
 """
 
@@ -15,20 +17,41 @@ from veriloop.search.strategies import Cost
 
 
 class ScriptedProposer:
-    def __init__(self, tree: dict[str, list[tuple[str, float]]], seed: int = 0):
-        for prefix, options in tree.items():
+    def __init__(self, tree: dict, seed: int = 0, per_prompt: bool = False):
+        for prefix, options in [kv for t in tree.values() for kv in t.items()] if per_prompt else tree.items():
             if not options or any(p < 0 for _, p in options) or sum(p for _, p in options) <= 0:
                 raise ValueError(f"tree[{prefix!r}]: options need non-negative probabilities with a positive sum")
-        self.tree = tree
+        self.tree, self.per_prompt = tree, per_prompt
         self.rng = random.Random(seed)
+        self.rngs: list[random.Random] = []
 
     def reseed(self, seed: int) -> None:
         self.rng.seed(seed)
 
-    def _next(self, prefix: str, greedy: bool) -> str:
-        if prefix not in self.tree:
+    def reseed_many(self, seeds: list[int]) -> None:
+        self.rngs = [random.Random(s) for s in seeds]
+
+    def _many(self, method, jobs, n, costs, greedy):
+        out, rng = [], self.rng
+        try:
+            for (k, prompt, prefixes), cost in zip(jobs, costs):
+                self.rng = self.rngs[k]
+                out.append(method(prompt, prefixes, n, cost, greedy))
+        finally:
+            self.rng = rng
+        return out
+
+    def complete_many(self, jobs, n, costs, greedy=False):
+        return self._many(self.complete, jobs, n, costs, greedy)
+
+    def step_many(self, jobs, n, costs, greedy=False):
+        return self._many(self.step, jobs, n, costs, greedy)
+
+    def _next(self, prompt: str, prefix: str, greedy: bool) -> str:
+        tree = self.tree[prompt] if self.per_prompt else self.tree
+        if prefix not in tree:
             raise KeyError(f"the scripted tree has no continuation of {prefix!r}")
-        options = self.tree[prefix]
+        options = tree[prefix]
         if greedy:
             return max(options, key=lambda o: o[1])[0]
         return self.rng.choices([o[0] for o in options], weights=[o[1] for o in options])[0]
@@ -37,7 +60,7 @@ class ScriptedProposer:
         out = []
         for prefix in prefixes:
             for _ in range(n):
-                s = self._next(prefix, greedy)
+                s = self._next(prompt, prefix, greedy)
                 cost.tokens += len(s)
                 out.append((prefix + s, not s.endswith(";")))
         return out

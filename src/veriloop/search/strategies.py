@@ -48,6 +48,7 @@ class Strategy:
     """A registered strategy: ``run(strategies, prompt, budget, cost) -> Outcome`` and what it needs."""
 
     run: Callable[..., Outcome]
+    run_many: Callable[..., list[Outcome]] | None = None  # the same on several problems at once, if it batches
     needs_scorer: Callable[[SearchSettings], bool] = lambda settings: False  # ranks with a PRM under settings
     needs_reviser: bool = False  # a revision model (--revision_policy)
 
@@ -123,6 +124,38 @@ class Strategies:
         out.cost = cost
         return out
 
+    def run_many(self, name: str, prompts: list[str], budget: int) -> list[Outcome]:
+        """``run`` on several problems at once, batched where the strategy batches (``Strategy.run_many``):
+        one sampler call and one PRM pass serve every problem's step.  The proposer's ``reseed_many``
+        gave problem k its generator; each problem's draws are those of its own ``run``.  A strategy that
+        does not batch (mcts, revision) runs problem by problem (the caller reseeds it per problem).
+        ``Cost.seconds`` is the batch's wall time shared equally."""
+        strategy = STRATEGIES.get(name)
+        if strategy.run_many is None:
+            raise InputError(f"strategy {name!r} does not batch problems; run it problem by problem")
+        if budget < 1:
+            raise InputError(f"budget must be >= 1, got {budget}")
+        if strategy.needs_scorer(self.settings) and self.scorer is None:
+            raise InputError(f"strategy {name!r} needs a scorer (a PRM: --prm DIR)")
+        costs, t0 = [Cost() for _ in prompts], time.perf_counter()
+        outs = strategy.run_many(self, prompts, budget, costs)
+        share = (time.perf_counter() - t0) / max(len(prompts), 1)
+        for out, cost in zip(outs, costs):
+            cost.seconds = share
+            out.cost = cost
+        return outs
+
+    def _scores_many(self, jobs: list[tuple[str, list[str]]], costs: list[Cost]) -> list[list[list[float]]]:
+        many = getattr(self.scorer, "step_scores_many", None)
+        if many is not None:
+            return many(jobs, costs)
+        return [self.scorer.step_scores(prompt, texts, cost) for (prompt, texts), cost in zip(jobs, costs)]
+
+    def _best(self, texts: list[str], step_scores: list[list[float]], cost: Cost) -> Outcome:
+        scores = [aggregate(sc, self.settings.aggregation) for sc in step_scores]
+        best = max(range(len(texts)), key=lambda i: scores[i])  # first of the ties
+        return Outcome(texts[best], answer_key(texts[best]), cost, len(texts))
+
     # -------------------------------------------------------------- whole-solution strategies
 
     def _single(self, prompt, budget, cost):
@@ -134,6 +167,27 @@ class Strategies:
         scores = [aggregate(s, self.settings.aggregation) for s in self.scorer.step_scores(prompt, texts, cost)]
         best = max(range(len(texts)), key=lambda i: scores[i])  # first of the ties
         return Outcome(texts[best], answer_key(texts[best]), cost, len(texts))
+
+    def _samples_many(self, prompts, n, costs) -> list[list[str]]:
+        return self.proposer.complete_many([(k, p, [""]) for k, p in enumerate(prompts)], n, costs)
+
+    def _single_many(self, prompts, budget, costs):
+        return [Outcome(t[0], answer_key(t[0]), c, 1) for t, c in zip(self._samples_many(prompts, 1, costs), costs)]
+
+    def _best_of_n_many(self, prompts, budget, costs):
+        texts = self._samples_many(prompts, budget, costs)
+        scores = self._scores_many(list(zip(prompts, texts)), costs)
+        return [self._best(t, sc, c) for t, sc, c in zip(texts, scores, costs)]
+
+    def _majority_many(self, prompts, budget, costs):
+        texts = self._samples_many(prompts, budget, costs)
+        return [self._vote(t, [1.0] * len(t), c) for t, c in zip(texts, costs)]
+
+    def _weighted_vote_many(self, prompts, budget, costs):
+        texts = self._samples_many(prompts, budget, costs)
+        scores = self._scores_many(list(zip(prompts, texts)), costs)
+        return [self._vote(t, [aggregate(x, self.settings.aggregation) for x in sc], c)
+                for t, sc, c in zip(texts, scores, costs)]  # fmt: skip
 
     def _vote(self, texts: list[str], weights: list[float], cost: Cost) -> Outcome:
         totals: dict[str, float] = {}
@@ -189,6 +243,68 @@ class Strategies:
         scores = [aggregate(s, st.aggregation) for s in self.scorer.step_scores(prompt, finished, cost)]
         best = max(range(len(finished)), key=lambda i: scores[i])
         return Outcome(finished[best], answer_key(finished[best]), cost, len(finished))
+
+    def _beam_many(self, prompts, budget, costs, lookahead: int = 0):
+        """``_beam`` on every problem in lockstep: each round one sampler call extends every live
+        problem's beams, one PRM pass values every problem's candidates."""
+        st = self.settings
+        expand = min(st.expand, budget)
+        width = max(1, budget // expand)
+        beams = [[""] for _ in prompts]
+        finished: list[list[str]] = [[] for _ in prompts]
+        live = list(range(len(prompts)))  # problems whose search goes on
+        for _ in range(st.max_steps):
+            if not live:
+                break
+            cands = self.proposer.step_many([(k, prompts[k], beams[k]) for k in live], expand, [costs[k] for k in live])
+            opens = {}
+            for k, cand in zip(live, cands):
+                finished[k] += [t for t, f in cand if f]
+                open_ = list(dict.fromkeys(t for t, f in cand if not f))  # identical prefixes once
+                if open_:
+                    opens[k] = open_
+            live = list(opens)
+            if not live:
+                break
+            if lookahead:
+                rolled = self._rollout_many([(k, prompts[k], opens[k]) for k in live], lookahead, costs)
+                jobs = [(prompts[k], rolled[i]) for i, k in enumerate(live)]
+            else:
+                jobs = [(prompts[k], opens[k]) for k in live]
+            values = self._scores_many(jobs, [costs[k] for k in live])
+            for k, vals in zip(live, values):
+                newest = [x[-1] if x else 0.0 for x in vals]
+                order = sorted(range(len(opens[k])), key=lambda i: -newest[i])
+                beams[k] = [opens[k][i] for i in order[:width]]
+        # problems still searching after max_steps finish their beams greedily, as does one that finished nothing
+        rest = sorted(set(live) | {k for k in range(len(prompts)) if not finished[k]})
+        if rest:
+            done = self.proposer.complete_many([(k, prompts[k], beams[k]) for k in rest], 1, [costs[k] for k in rest],
+                                               greedy=True)  # fmt: skip
+            for k, texts in zip(rest, done):
+                finished[k] += texts
+        scores = self._scores_many([(prompts[k], finished[k]) for k in range(len(prompts))], costs)
+        return [self._best(finished[k], scores[k], costs[k]) for k in range(len(prompts))]
+
+    def _lookahead_many(self, prompts, budget, costs):
+        return self._beam_many(prompts, budget, costs, lookahead=max(1, self.settings.lookahead))
+
+    def _rollout_many(self, jobs: list[tuple[int, str, list[str]]], k: int, costs) -> list[list[str]]:
+        """``_rollout`` of several problems' prefixes: ``k`` greedy steps, each round one sampler call."""
+        out = [list(prefixes) for _, _, prefixes in jobs]
+        live = [list(range(len(o))) for o in out]
+        for _ in range(k):
+            todo = [j for j in range(len(jobs)) if live[j]]
+            if not todo:
+                break
+            ext = self.proposer.step_many([(jobs[j][0], jobs[j][1], [out[j][i] for i in live[j]]) for j in todo], 1,
+                                          [costs[jobs[j][0]] for j in todo], greedy=True)  # fmt: skip
+            for j, rows in zip(todo, ext):
+                for i, (t, f) in zip(list(live[j]), rows):
+                    out[j][i] = t
+                    if f:
+                        live[j].remove(i)
+        return out
 
     def _rollout(self, prompt, prefixes, k, cost) -> list[str]:
         out = list(prefixes)
@@ -284,11 +400,13 @@ def _always(settings: SearchSettings) -> bool:
     return True
 
 
-STRATEGIES.register("single", Strategy(Strategies._single))
-STRATEGIES.register("best_of_n", Strategy(Strategies._best_of_n, _always))
-STRATEGIES.register("majority", Strategy(Strategies._majority))
-STRATEGIES.register("weighted_vote", Strategy(Strategies._weighted_vote, _always))
-STRATEGIES.register("beam", Strategy(Strategies._beam, _always))
-STRATEGIES.register("lookahead", Strategy(Strategies._lookahead, _always))
-STRATEGIES.register("mcts", Strategy(Strategies._mcts, lambda s: s.mcts_value == "prm"))
-STRATEGIES.register("revision", Strategy(Strategies._revision, lambda s: s.revision_select == "prm", needs_reviser=True))
+STRATEGIES.register("single", Strategy(Strategies._single, Strategies._single_many))
+STRATEGIES.register("best_of_n", Strategy(Strategies._best_of_n, Strategies._best_of_n_many, _always))
+STRATEGIES.register("majority", Strategy(Strategies._majority, Strategies._majority_many))
+STRATEGIES.register("weighted_vote", Strategy(Strategies._weighted_vote, Strategies._weighted_vote_many, _always))
+STRATEGIES.register("beam", Strategy(Strategies._beam, Strategies._beam_many, _always))
+STRATEGIES.register("lookahead", Strategy(Strategies._lookahead, Strategies._lookahead_many, _always))
+STRATEGIES.register("mcts", Strategy(Strategies._mcts, None, lambda s: s.mcts_value == "prm"))
+STRATEGIES.register(
+    "revision", Strategy(Strategies._revision, None, lambda s: s.revision_select == "prm", needs_reviser=True)
+)
