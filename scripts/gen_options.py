@@ -11,6 +11,7 @@ from pathlib import Path
 
 from veriloop.prm.label import LabelConfig
 from veriloop.prm.train import PRMTrainConfig
+from veriloop.search.allocate import AllocateConfig
 from veriloop.search.revision import RevisionPairsConfig
 from veriloop.search.run import SearchConfig
 from veriloop.config import iter_fields
@@ -26,6 +27,7 @@ COMMANDS = [
     ("veriloop prm label", LabelConfig),
     ("veriloop prm train", PRMTrainConfig),
     ("veriloop search", SearchConfig),
+    ("veriloop allocate", AllocateConfig),
     ("veriloop revision-pairs", RevisionPairsConfig),
 ]
 PATH = Path(__file__).resolve().parent.parent / "docs" / "options.md"

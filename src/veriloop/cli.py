@@ -85,6 +85,7 @@ def _add_verifier_commands(sub) -> None:
 def _add_prm_and_search_commands(sub) -> None:
     from veriloop.prm.label import LabelConfig
     from veriloop.prm.train import PRMTrainConfig
+    from veriloop.search.allocate import AllocateConfig
     from veriloop.search.revision import RevisionPairsConfig
     from veriloop.search.run import SearchConfig
 
@@ -98,6 +99,9 @@ def _add_prm_and_search_commands(sub) -> None:
     p.add_argument("--output", required=True, metavar="OUT.jsonl", help="the rows with step_scores and score")
     p.add_argument("--aggregation", default="", help="min | prod | last; default: the PRM's own")
     _command(sub, "search", SearchConfig, "test-time strategies at several budgets: summary.json, table, plot")
+    _command(sub, "allocate", AllocateConfig,
+             "compute-optimal allocation: difficulty bins and a strategy per bin chosen on validation, "
+             "applied to held-out")  # fmt: skip
     _command(sub, "revision-pairs", RevisionPairsConfig,
              "wrong -> right demonstrations (nearest by edit distance) for a revision model")  # fmt: skip
 
@@ -125,7 +129,7 @@ def _run(args: argparse.Namespace) -> int:
         return _audit(args)
     elif args.command == "prm":
         return _prm(args, progress)
-    elif args.command in ("search", "revision-pairs"):
+    elif args.command in ("search", "revision-pairs", "allocate"):
         return _search(args, progress)
     elif args.command == "algos":
         from veriloop.training.recipes import RECIPES
@@ -176,6 +180,13 @@ def _search(args: argparse.Namespace, progress: bool) -> int:
         print(open(f"{cfg.out}/table.md").read())
         print(f"wrote {cfg.out}/summary.json, table.md, accuracy_vs_tokens.png, results.jsonl "
               f"({summary['seconds']} s)")  # fmt: skip
+    elif args.command == "allocate":
+        from veriloop.search.allocate import AllocateConfig, run_allocate
+
+        cfg = config_from_args(AllocateConfig, args)
+        summary = run_allocate(cfg, progress=progress)
+        print(open(f"{cfg.out}/table.md").read())
+        print(f"wrote {cfg.out}/summary.json, table.md, validation.jsonl, heldout.jsonl ({summary['seconds']} s)")
     else:
         from veriloop.search.revision import RevisionPairsConfig, make_revision_pairs
 

@@ -1,0 +1,104 @@
+"""``veriloop allocate`` on the built-in task: the allocation chosen on validation against the best single
+strategy, both applied to held-out problems, over several seeds.
+
+    python benchmarks/allocate.py                          # makes a PRM first (about 70 s), seeds 0,1,2
+    python benchmarks/allocate.py --prm runs/bench-prm/prm --seeds 0
+
+The PRM, unless ``--prm`` names one: the recipe of ``tests/test_prm_drives_steps_on_cpu.py`` (a
+completer SFT'd for 40 steps on the task's faithful teacher, Math-Shepherd labels of the shipped
+base's samples, 3 epochs).  Each seed draws its own probes and strategy samples (``--seed``); the
+PRM, the validation and the held-out problems stay the same.  Prints each seed's table and, per
+token budget, held-out accuracy and mean tokens as mean +- sd over the seeds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import fmt, parse_seeds, silence_hub_progress  # noqa: E402
+
+from veriloop.config import build_config  # noqa: E402
+from veriloop.models.loading import load_policy  # noqa: E402
+from veriloop.prm.label import LabelConfig, label_steps  # noqa: E402
+from veriloop.prm.model import load_prm  # noqa: E402
+from veriloop.prm.train import PRMTrainConfig, train_prm  # noqa: E402
+from veriloop.search.allocate import AllocateConfig, run_allocate  # noqa: E402
+from veriloop.training.config import TrainConfig  # noqa: E402
+from veriloop.training.trainer import Trainer  # noqa: E402
+
+FAITHFUL_TEACHER = {"multiplication_slip": 0.0, "subtraction_slip": 0.3, "compensate_slips": False}
+
+
+def make_prm(root: Path) -> str:
+    sft = {"algo": "sft", "run_dir": str(root / "completer"), "steps": 40, "save_rollouts": False,
+           "checkpoint_every": 10**6, "task": {"teacher": FAITHFUL_TEACHER}}  # fmt: skip
+    trainer = Trainer(build_config(TrainConfig, sft, {}), progress=False)
+    trainer.train()
+    base = load_policy("builtin:base")
+    files = {}
+    for split, problems, solutions in (("train", 96, 4), ("validation", 24, 2), ("heldout", 24, 2)):
+        files[split] = str(root / f"{split}.jsonl")
+        label = LabelConfig(problems=problems, solutions=solutions, completions=4, split=split, output=files[split])
+        label_steps(label, progress=False, policy=base, completer=trainer.policy)
+    cfg = PRMTrainConfig(data=files["train"], val_data=files["validation"], eval_data=files["heldout"],
+                         out=str(root / "prm"), epochs=3)  # fmt: skip
+    ev = train_prm(cfg, progress=False)["eval"]
+    print(f"PRM: held-out AUC against the exact checker {ev['auc_vs_exact_checker']:.3f}", flush=True)
+    return cfg.out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--prm", default="", help="PRM directory; '' = make one (about 70 s)")
+    ap.add_argument("--seeds", default="0,1,2")
+    ap.add_argument("--strategies", default="single,majority,best_of_n,weighted_vote,beam")
+    ap.add_argument("--budgets", default="1,2,4,8,16")
+    ap.add_argument("--token_budgets", default="4,8,16")
+    ap.add_argument("--problems", type=int, default=200, help="validation problems")
+    ap.add_argument("--heldout_problems", type=int, default=200)
+    ap.add_argument("--probe_samples", type=int, default=4)
+    ap.add_argument("--levels", type=int, default=3)
+    ap.add_argument("--threads", type=int, default=2)
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    silence_hub_progress()
+    t0 = time.time()
+    with tempfile.TemporaryDirectory() as tmp:
+        prm_dir = args.prm or make_prm(Path(tmp))
+        prm, policy = load_prm(prm_dir), load_policy("builtin:base")
+        runs = []
+        for seed in parse_seeds(args.seeds):
+            cfg = AllocateConfig(strategy=args.strategies, budgets=args.budgets, token_budgets=args.token_budgets,
+                                 problems=args.problems, heldout_problems=args.heldout_problems,
+                                 probe_samples=args.probe_samples, levels=args.levels, seed=seed,
+                                 out=f"{tmp}/allocate-{seed}", prm=prm_dir)  # fmt: skip
+            s = run_allocate(cfg, progress=False, policy=policy, prm=prm)
+            runs.append(s)
+            print(f"\nseed {seed} ({s['seconds']} s):\n" + Path(cfg.out, "table.md").read_text(), flush=True)
+    print(f"\nHeld-out, mean ± sd over seeds {args.seeds} ({args.heldout_problems} problems; choices made on "
+          f"{args.problems} validation problems):\n")  # fmt: skip
+    print("| token budget (samples) | best single: accuracy | tokens | allocation: accuracy | tokens (probe included) "
+          "| choices (per seed) |")  # fmt: skip
+    print("|---:|---:|---:|---:|---:|---|")
+    for i, units in enumerate(runs[0]["choices"]):
+        chs = [r["choices"][i] for r in runs]
+        single = [c["heldout"].get("single") or {} for c in chs]
+        alloc = [c["heldout"].get("allocation") or {} for c in chs]
+        picks = "; ".join(f"{c['single']} vs {'/'.join(c['allocation'] or ['-'])}" for c in chs)
+        print(f"| {units['budget_units']:g} | {fmt([x.get('accuracy') for x in single])} | "
+              f"{fmt([x.get('mean_tokens') for x in single], 1)} | {fmt([x.get('accuracy') for x in alloc])} | "
+              f"{fmt([x.get('mean_tokens') for x in alloc], 1)} | {picks} |")  # fmt: skip
+    print(f"\n{time.time() - t0:.0f} s")
+    print(json.dumps({"bins": [r["bins"] for r in runs], "edges": [r["edges"] for r in runs]}))
+
+
+if __name__ == "__main__":
+    main()

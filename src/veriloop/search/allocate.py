@@ -1,0 +1,329 @@
+"""``veriloop allocate``: compute-optimal test-time allocation that decides for problems it has not seen.
+
+The seed's recipe (test-time compute chapter): estimate a problem's difficulty, then spend on it
+the strategy and budget that work best at that difficulty.  Here every choice is made on the
+validation split and applied, unchanged, to held-out problems:
+
+1. **Difficulty without the reference.**  A *probe* of ``probe_samples`` (m) samples per problem; its
+   ``agreement`` is the share of the m samples that give the most common final answer (samples
+   without an answer count in m, never as an answer).  The probe's tokens are part of the cost.
+2. **Bins fitted on validation.**  ``levels`` (at most 5) bins at the quantiles of validation
+   agreement (edges that coincide merge, so there can be fewer); bin 0 is the least agreement.
+3. **The choice per bin, on validation.**  Every (strategy, budget) cell of the search runs on
+   every validation problem; the probe's own majority answer is one more cell (``probe_vote``,
+   no tokens beyond the probe).  For each token budget T (mean tokens per problem, probe included)
+   the allocation picks one cell per bin to maximise validation accuracy with
+   ``sum_k n_k * tokens_k(cell_k) <= N * (T - probe tokens)`` (a knapsack over bins: easy bins may
+   spend less so that hard bins spend more), solved exactly (the choice never exceeds T on
+   validation).
+4. **Held-out, read once.**  Held-out problems are probed, binned with the validation edges, and
+   each runs its bin's cell; the baseline is the single cell with the best validation accuracy
+   within T (no probe), run on every held-out problem.  Both are reported with their held-out
+   accuracy and mean tokens.
+
+The run directory: ``summary.json`` (edges, bins, every validation cell per bin, the choice and
+held-out result per budget), ``validation.jsonl`` / ``heldout.jsonl`` (every problem's rows) and
+``table.md``.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from veriloop.errors import InputError
+from veriloop.io import atomic_write_json, atomic_write_jsonl, atomic_write_text
+from veriloop.models.loading import load_policy
+from veriloop.search.run import SearchConfig, _run_cells, _settings, _strategies, search_plan
+from veriloop.search.strategies import Cost, Strategies
+from veriloop.seeding import derive_seed
+from veriloop.tasks.base import split_problems
+from veriloop.verifiers import get as get_verifier
+from veriloop.verifiers import is_correct
+from veriloop.verifiers.answers import answer_key
+
+PROBE_VOTE = "probe_vote"  # the probe's own majority answer: a cell that costs nothing beyond the probe
+
+
+@dataclass
+class AllocateConfig(SearchConfig):
+    """``veriloop allocate``: difficulty bins and a strategy per bin chosen on validation, applied to held-out."""
+
+    strategy: str = field(
+        default="single,majority",
+        metadata={"help": "comma-separated strategies, single among them; with --prm also best_of_n, weighted_vote, "
+                          "beam, ..."},
+    )
+    out: str = field(default="runs/allocate", metadata={"help": "run directory (summary.json, table.md, rows)"})
+    problems: int = field(default=100, metadata={"help": "validation problems the bins and choices are fitted on"})
+    heldout_problems: int = field(default=100, metadata={"help": "held-out problems the choice is applied to"})
+    probe_samples: int = field(default=4, metadata={"help": "m: samples per problem whose agreement is its difficulty"})
+    levels: int = field(default=3, metadata={"help": "difficulty bins (at most 5), at validation agreement quantiles"})
+    token_budgets: str = field(
+        default="4,8,16",
+        metadata={"help": "mean tokens per problem allowed, in units of one sample's (single on validation)"},
+    )
+
+    def __post_init__(self):
+        super().__post_init__()
+        search = SearchConfig()
+        moved = [f"--{n}" for n in ("split", "bin_samples", "bin_edges") if getattr(self, n) != getattr(search, n)]
+        if moved:
+            raise InputError(f"allocate fits its own bins on validation agreement: {', '.join(moved)} do not apply "
+                             "(use --levels, --probe_samples, --problems, --heldout_problems)")
+        if not 1 <= self.levels <= 5:
+            raise InputError(f"levels must be between 1 and 5 (the seed's difficulty levels), got {self.levels}")
+        if self.probe_samples < 2 or self.heldout_problems < 1:
+            raise InputError("probe_samples must be >= 2 (agreement needs two answers) and heldout_problems >= 1")
+        if "single" not in self.strategy_list():
+            raise InputError("allocate needs 'single' among the strategies: it sets the unit of token_budgets")
+        self.budget_units()
+
+    def budget_units(self) -> list[float]:
+        try:
+            units = sorted({float(b) for b in self.token_budgets.split(",") if b.strip()})
+        except ValueError:
+            raise InputError(f"token_budgets must be numbers separated by commas, got {self.token_budgets!r}") from None
+        if not units or units[0] <= 0:
+            raise InputError(f"token_budgets must be positive, got {self.token_budgets!r}")
+        return units
+
+
+def agreement(texts: list[str]) -> tuple[float, int | None]:
+    """(share of ``texts`` giving the most common answer, index of its first text or None if none answers)."""
+    keys = [answer_key(t) for t in texts]
+    counts = Counter(k for k in keys if k is not None)
+    if not counts:
+        return 0.0, None
+    top = max(counts.values())
+    best = next(k for k in keys if k is not None and counts[k] == top)  # ties: the answer seen first
+    return top / len(texts), keys.index(best)
+
+
+def probe(strategies: Strategies, problems, m: int, seed: int, batch: int) -> list[dict]:
+    """m samples per problem (seeded by the problem, apart from every strategy's draws): agreement,
+    the majority text and the tokens the probe cost."""
+    out = []
+    for start in range(0, len(problems), batch):
+        chunk = problems[start : start + batch]
+        strategies.proposer.reseed_many([derive_seed(seed, "probe", p.id) for p in chunk])
+        costs = [Cost() for _ in chunk]
+        texts = strategies.proposer.complete_many([(k, p.prompt, [""]) for k, p in enumerate(chunk)], m, costs)
+        for t, c in zip(texts, costs):
+            share, i = agreement(t)
+            out.append({"agreement": share, "vote": t[i] if i is not None else t[0], "tokens": c.tokens})
+    return out
+
+
+def fit_edges(values: list[float], levels: int) -> list[float]:
+    """Bin edges at the ``levels``-quantiles of ``values``; coinciding edges merge and no bin is empty."""
+    v = sorted(values)
+    edges = []
+    for i in range(1, levels):
+        e = v[min(len(v) - 1, math.ceil(i * len(v) / levels))]
+        if e > v[0] and (not edges or e > edges[-1]):
+            edges.append(e)
+    return edges
+
+
+def bin_of(value: float, edges: list[float]) -> int:
+    return sum(value >= e for e in edges)
+
+
+def bin_names(edges: list[float]) -> list[str]:
+    bounds = [0.0, *edges, 1.0]
+    return [f"agreement {bounds[i]:.2f}-{bounds[i + 1]:.2f}" for i in range(len(bounds) - 1)]
+
+
+def choose_allocation(cells: dict[str, list[dict]], sizes: list[int], extra_tokens: float) -> list[str] | None:
+    """One cell per bin maximising correct answers with ``sum_k sizes[k] * tokens <= sum(sizes) * extra_tokens``.
+
+    ``cells[name][k]``: ``{"accuracy", "mean_tokens"}`` of cell ``name`` on bin k (``accuracy`` None
+    for an empty bin).  Exact: a multiple-choice knapsack over the bins that keeps, for every count
+    of correct answers, the cheapest choice reaching it (at most N + 1 states).  Ties: fewer tokens,
+    then the cells listed first.  None when no choice fits.
+    """
+    budget = sum(sizes) * extra_tokens * (1 + 1e-9)  # float sums of the same tokens compare equal
+    names = list(cells)
+    states: dict[int, tuple[float, tuple[int, ...]]] = {0: (0.0, ())}  # correct -> (tokens, cell orders)
+    for k, n in enumerate(sizes):
+        nxt: dict[int, tuple[float, tuple[int, ...]]] = {}
+        for order, name in enumerate(names):
+            c = cells[name][k]
+            tok = n * c["mean_tokens"] if n else 0.0
+            gain = round(n * c["accuracy"]) if n else 0  # correct answers, exactly
+            for right, (spent, picks) in states.items():
+                cand = (spent + tok, (*picks, order))
+                if cand[0] > budget:
+                    continue
+                if right + gain not in nxt or cand < nxt[right + gain]:
+                    nxt[right + gain] = cand
+        states = nxt
+    if not states:
+        return None
+    right = max(states)
+    return [names[i] for i in states[right][1]]
+
+
+def choose_single(overall: dict[str, dict], tokens: float) -> str | None:
+    """The cell with the best overall accuracy within ``tokens`` (ties: fewer tokens, then listed first)."""
+    fits = [(c["accuracy"], -c["mean_tokens"], -i, name) for i, (name, c) in enumerate(overall.items())
+            if c["mean_tokens"] <= tokens]  # fmt: skip
+    return max(fits)[3] if fits else None
+
+
+def _cell_name(strategy: str, budget: int) -> str:
+    return f"{strategy}@{budget}"
+
+
+def _per_problem(rows: list[dict]) -> dict[str, dict[str, dict]]:
+    """``{cell name: {problem id: row}}`` from search result rows."""
+    out: dict[str, dict[str, dict]] = {}
+    for r in rows:
+        out.setdefault(_cell_name(r["strategy"], r["budget"]), {})[r["problem_id"]] = r
+    return out
+
+
+def run_allocate(cfg: AllocateConfig, progress: bool = True, *, policy=None, prm=None, task=None,
+                 strategies: Strategies | None = None) -> dict:  # fmt: skip
+    t0 = time.time()
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    task = task or cfg.task.build()
+    verifier = get_verifier(task.default_verifier)
+    if strategies is None:
+        policy = policy or load_policy(cfg.policy)
+        if prm is None and cfg.prm:
+            from veriloop.prm.model import load_prm
+
+            prm = load_prm(cfg.prm)
+        strategies = _strategies(cfg, task, policy, prm, verifier, _settings(cfg, prm))
+    val = split_problems(task, "validation")[: cfg.problems]
+    held = split_problems(task, "heldout")[: cfg.heldout_problems]
+    if not val or not held:
+        raise InputError(f"task {task.name!r} needs validation and held-out problems to allocate on")
+    m = cfg.probe_samples
+
+    # 1-2. probe validation, fit the bins there
+    val_probe = probe(strategies, val, m, cfg.seed, cfg.batch_problems)
+    edges = fit_edges([p["agreement"] for p in val_probe], cfg.levels)
+    names = bin_names(edges)
+    val_bins = [bin_of(p["agreement"], edges) for p in val_probe]
+    sizes = [val_bins.count(k) for k in range(len(names))]
+
+    # 3. every cell on validation (+ the probe's vote), per bin
+    plan = search_plan(cfg)
+    rows, _ = _run_cells(cfg, strategies, verifier, val, [p["agreement"] for p in val_probe], val_bins, progress,
+                         plan=plan, names=names)  # fmt: skip
+    rows += _vote_rows(verifier, val, val_probe, val_bins, names, m)
+    for r in rows:
+        r["agreement"] = r.pop("pass_rate")  # the bins here are by the probe's agreement, not a pass rate
+    by_cell = _per_problem(rows)
+    cells = {name: [_stats([r for q, b in zip(val, val_bins) if b == k for r in [per[q.id]]])
+                    for k in range(len(names))] for name, per in by_cell.items()}  # fmt: skip
+    overall = {name: _stats(list(per.values())) for name, per in by_cell.items() if not name.startswith(PROBE_VOTE)}
+    probe_tokens = _mean([p["tokens"] for p in val_probe])
+    unit = overall[_cell_name("single", 1)]["mean_tokens"]
+
+    # 4. the choices per token budget, then held-out: probe, bin, run the chosen cells
+    choices = []
+    for units in cfg.budget_units():
+        tokens = units * unit
+        alloc = choose_allocation(cells, sizes, tokens - probe_tokens)
+        single = choose_single(overall, tokens)
+        val_alloc = None
+        if alloc is not None:
+            val_alloc = {"accuracy": sum(n * (cells[c][k]["accuracy"] or 0.0) for k, (n, c) in
+                                         enumerate(zip(sizes, alloc))) / len(val),
+                         "mean_tokens": probe_tokens + sum(n * cells[c][k]["mean_tokens"] for k, (n, c) in
+                                                           enumerate(zip(sizes, alloc))) / len(val)}  # fmt: skip
+        choices.append({"budget_units": units, "token_budget": tokens, "allocation": alloc, "single": single,
+                        "validation": {"allocation": val_alloc, "single": overall.get(single)}})  # fmt: skip
+    held_probe = probe(strategies, held, m, cfg.seed, cfg.batch_problems)
+    held_bins = [bin_of(p["agreement"], edges) for p in held_probe]
+    needed = {c for ch in choices for c in (ch["allocation"] or []) + ([ch["single"]] if ch["single"] else [])}
+    needed.discard(_cell_name(PROBE_VOTE, m))
+    held_plan = [(s, b) for s, b in plan if _cell_name(s, b) in needed]
+    held_rows, _ = _run_cells(cfg, strategies, verifier, held, [p["agreement"] for p in held_probe], held_bins,
+                              progress, plan=held_plan, names=names) if held_plan else ([], {})  # fmt: skip
+    held_rows += _vote_rows(verifier, held, held_probe, held_bins, names, m)
+    for r in held_rows:
+        r["agreement"] = r.pop("pass_rate")
+    held_cell = _per_problem(held_rows)
+    for ch in choices:
+        result = {}
+        if ch["allocation"]:
+            picked = [held_cell[ch["allocation"][k]][q.id] for q, k in zip(held, held_bins)]
+            result["allocation"] = {"accuracy": _mean([r["correct"] for r in picked]),
+                                    "mean_tokens": _mean([r["tokens"] + p["tokens"]
+                                                          for r, p in zip(picked, held_probe)])}  # fmt: skip
+        if ch["single"]:
+            result["single"] = _stats([held_cell[ch["single"]][q.id] for q in held])
+        ch["heldout"] = result
+    summary = {
+        "policy": cfg.policy, "prm": cfg.prm, "task": task.name, "probe_samples": m, "edges": edges,
+        "bins": {n: {"validation_problems": sizes[k], "heldout_problems": held_bins.count(k)}
+                 for k, n in enumerate(names)},
+        "unit_tokens": unit, "probe_tokens": {"validation": probe_tokens,
+                                              "heldout": _mean([p["tokens"] for p in held_probe])},
+        "validation_cells": cells, "validation_overall": overall, "choices": choices,
+        "problems": {"validation": len(val), "heldout": len(held)}, "seed": cfg.seed,
+        "seconds": round(time.time() - t0, 1),
+    }  # fmt: skip
+    out = Path(cfg.out)
+    atomic_write_json(out / "summary.json", summary)
+    atomic_write_jsonl(out / "validation.jsonl", rows)
+    atomic_write_jsonl(out / "heldout.jsonl", held_rows)
+    atomic_write_text(out / "table.md", allocation_table(summary))
+    return summary
+
+
+def _vote_rows(verifier, problems, probes: list[dict], bins: list[int], names: list[str], m: int) -> list[dict]:
+    """Result rows of the ``probe_vote`` cell: the probe's majority answer, at no tokens beyond the probe."""
+    verdicts = verifier.verify_batch([p["vote"] for p in probes], [q.reference for q in problems])
+    return [{"strategy": PROBE_VOTE, "budget": m, "problem_id": q.id, "bin": names[k], "pass_rate": p["agreement"],
+             "answer": answer_key(p["vote"]), "completion": p["vote"], "correct": is_correct(v), "tokens": 0,
+             "prm_calls": 0, "seconds": 0.0, "candidates": m}
+            for q, p, k, v in zip(problems, probes, bins, verdicts)]  # fmt: skip
+
+
+def _mean(xs) -> float:
+    xs = list(xs)
+    return sum(xs) / len(xs) if xs else 0.0
+
+
+def _stats(rows: list[dict]) -> dict:
+    if not rows:
+        return {"accuracy": None, "mean_tokens": 0.0, "problems": 0}
+    return {"accuracy": _mean([r["correct"] for r in rows]), "mean_tokens": _mean([r["tokens"] for r in rows]),
+            "problems": len(rows)}  # fmt: skip
+
+
+def allocation_table(summary: dict) -> str:
+    names = list(summary["bins"])
+    lines = ["| token budget (samples) | best single cell (validation) | held-out acc | held-out tokens | "
+             "allocation per bin: " + " / ".join(names) + " | held-out acc | held-out tokens (probe included) |",
+             "|---:|---|---:|---:|---|---:|---:|"]  # fmt: skip
+    for ch in summary["choices"]:
+        h = ch["heldout"]
+        s = h.get("single") or {}
+        a = h.get("allocation") or {}
+        alloc = " / ".join(ch["allocation"]) if ch["allocation"] else "(the probe alone exceeds the budget)"
+        lines.append(f"| {ch['budget_units']:g} ({ch['token_budget']:.0f} tokens) | {ch['single'] or '-'} | "
+                     f"{_f(s.get('accuracy'))} | {_f(s.get('mean_tokens'), 1)} | {alloc} | {_f(a.get('accuracy'))} | "
+                     f"{_f(a.get('mean_tokens'), 1)} |")  # fmt: skip
+    sizes = ", ".join(f"{n}: {v['validation_problems']} validation / {v['heldout_problems']} held-out"
+                      for n, v in summary["bins"].items())  # fmt: skip
+    lines += ["", f"Bins by the agreement of {summary['probe_samples']} probe samples (no reference): {sizes}.",
+              f"One sample costs {summary['unit_tokens']:.1f} tokens on validation; the probe "
+              f"{summary['probe_tokens']['validation']:.1f}."]  # fmt: skip
+    return "\n".join(lines) + "\n"
+
+
+def _f(x, digits: int = 3) -> str:
+    return "-" if x is None else f"{x:.{digits}f}"
