@@ -207,80 +207,92 @@ def run_allocate(cfg: AllocateConfig, progress: bool = True, *, policy=None, prm
     held = split_problems(task, "heldout")[: cfg.heldout_problems]
     if not val or not held:
         raise InputError(f"task {task.name!r} needs validation and held-out problems to allocate on")
-    m = cfg.probe_samples
-
-    # 1-2. probe validation, fit the bins there
-    val_probe = probe(strategies, val, m, cfg.seed, cfg.batch_problems)
-    edges = fit_edges([p["agreement"] for p in val_probe], cfg.levels)
-    names = bin_names(edges)
-    val_bins = [bin_of(p["agreement"], edges) for p in val_probe]
-    sizes = [val_bins.count(k) for k in range(len(names))]
-
-    # 3. every cell on validation (+ the probe's vote), per bin
-    plan = search_plan(cfg)
-    rows, _ = _run_cells(cfg, strategies, verifier, val, [p["agreement"] for p in val_probe], val_bins, progress,
-                         plan=plan, names=names)  # fmt: skip
-    rows += _vote_rows(verifier, val, val_probe, val_bins, names, m)
-    for r in rows:
-        r["agreement"] = r.pop("pass_rate")  # the bins here are by the probe's agreement, not a pass rate
-    by_cell = _per_problem(rows)
-    cells = {name: [_stats([r for q, b in zip(val, val_bins) if b == k for r in [per[q.id]]])
-                    for k in range(len(names))] for name, per in by_cell.items()}  # fmt: skip
-    overall = {name: _stats(list(per.values())) for name, per in by_cell.items() if not name.startswith(PROBE_VOTE)}
-    probe_tokens = _mean([p["tokens"] for p in val_probe])
-    unit = overall[_cell_name("single", 1)]["mean_tokens"]
-
-    # 4. the choices per token budget, then held-out: probe, bin, run the chosen cells
-    choices = []
-    for units in cfg.budget_units():
-        tokens = units * unit
-        alloc = choose_allocation(cells, sizes, tokens - probe_tokens)
-        single = choose_single(overall, tokens)
-        val_alloc = None
-        if alloc is not None:
-            val_alloc = {"accuracy": sum(n * (cells[c][k]["accuracy"] or 0.0) for k, (n, c) in
-                                         enumerate(zip(sizes, alloc))) / len(val),
-                         "mean_tokens": probe_tokens + sum(n * cells[c][k]["mean_tokens"] for k, (n, c) in
-                                                           enumerate(zip(sizes, alloc))) / len(val)}  # fmt: skip
-        choices.append({"budget_units": units, "token_budget": tokens, "allocation": alloc, "single": single,
-                        "validation": {"allocation": val_alloc, "single": overall.get(single)}})  # fmt: skip
-    held_probe = probe(strategies, held, m, cfg.seed, cfg.batch_problems)
-    held_bins = [bin_of(p["agreement"], edges) for p in held_probe]
-    needed = {c for ch in choices for c in (ch["allocation"] or []) + ([ch["single"]] if ch["single"] else [])}
-    needed.discard(_cell_name(PROBE_VOTE, m))
-    held_plan = [(s, b) for s, b in plan if _cell_name(s, b) in needed]
-    held_rows, _ = _run_cells(cfg, strategies, verifier, held, [p["agreement"] for p in held_probe], held_bins,
-                              progress, plan=held_plan, names=names) if held_plan else ([], {})  # fmt: skip
-    held_rows += _vote_rows(verifier, held, held_probe, held_bins, names, m)
-    for r in held_rows:
-        r["agreement"] = r.pop("pass_rate")
-    held_cell = _per_problem(held_rows)
-    for ch in choices:
-        result = {}
-        if ch["allocation"]:
-            picked = [held_cell[ch["allocation"][k]][q.id] for q, k in zip(held, held_bins)]
-            result["allocation"] = {"accuracy": _mean([r["correct"] for r in picked]),
-                                    "mean_tokens": _mean([r["tokens"] + p["tokens"]
-                                                          for r, p in zip(picked, held_probe)])}  # fmt: skip
-        if ch["single"]:
-            result["single"] = _stats([held_cell[ch["single"]][q.id] for q in held])
-        ch["heldout"] = result
+    fit = _fit_on_validation(cfg, strategies, verifier, val, progress)
+    choices = _choose(cfg, fit, len(val))
+    held_rows, held_bins, held_probe = _apply_to_heldout(cfg, strategies, verifier, held, fit, choices, progress)
     summary = {
-        "policy": cfg.policy, "prm": cfg.prm, "task": task.name, "probe_samples": m, "edges": edges,
-        "bins": {n: {"validation_problems": sizes[k], "heldout_problems": held_bins.count(k)}
-                 for k, n in enumerate(names)},
-        "unit_tokens": unit, "probe_tokens": {"validation": probe_tokens,
-                                              "heldout": _mean([p["tokens"] for p in held_probe])},
-        "validation_cells": cells, "validation_overall": overall, "choices": choices,
+        "policy": cfg.policy, "prm": cfg.prm, "task": task.name, "probe_samples": cfg.probe_samples,
+        "edges": fit["edges"],
+        "bins": {n: {"validation_problems": fit["sizes"][k], "heldout_problems": held_bins.count(k)}
+                 for k, n in enumerate(fit["names"])},
+        "unit_tokens": fit["unit"], "probe_tokens": {"validation": fit["probe_tokens"],
+                                                     "heldout": _mean([p["tokens"] for p in held_probe])},
+        "validation_cells": fit["cells"], "validation_overall": fit["overall"], "choices": choices,
         "problems": {"validation": len(val), "heldout": len(held)}, "seed": cfg.seed,
         "seconds": round(time.time() - t0, 1),
     }  # fmt: skip
     out = Path(cfg.out)
     atomic_write_json(out / "summary.json", summary)
-    atomic_write_jsonl(out / "validation.jsonl", rows)
+    atomic_write_jsonl(out / "validation.jsonl", fit["rows"])
     atomic_write_jsonl(out / "heldout.jsonl", held_rows)
     atomic_write_text(out / "table.md", allocation_table(summary))
     return summary
+
+
+def _fit_on_validation(cfg: AllocateConfig, strategies: Strategies, verifier, val, progress: bool) -> dict:
+    """Steps 1-3 on validation: probe, fit the bins, every cell (and the probe's vote) per bin."""
+    m = cfg.probe_samples
+    probes = probe(strategies, val, m, cfg.seed, cfg.batch_problems)
+    edges = fit_edges([p["agreement"] for p in probes], cfg.levels)
+    names = bin_names(edges)
+    bins = [bin_of(p["agreement"], edges) for p in probes]
+    rows, _ = _run_cells(cfg, strategies, verifier, val, [p["agreement"] for p in probes], bins, progress,
+                         plan=search_plan(cfg), names=names)  # fmt: skip
+    rows += _vote_rows(verifier, val, probes, bins, names, m)
+    for r in rows:
+        r["agreement"] = r.pop("pass_rate")  # the bins here are by the probe's agreement, not a pass rate
+    by_cell = _per_problem(rows)
+    cells = {name: [_stats([per[q.id] for q, b in zip(val, bins) if b == k]) for k in range(len(names))]
+             for name, per in by_cell.items()}  # fmt: skip
+    overall = {name: _stats(list(per.values())) for name, per in by_cell.items() if not name.startswith(PROBE_VOTE)}
+    return {"edges": edges, "names": names, "sizes": [bins.count(k) for k in range(len(names))], "rows": rows,
+            "cells": cells, "overall": overall, "probe_tokens": _mean([p["tokens"] for p in probes]),
+            "unit": overall[_cell_name("single", 1)]["mean_tokens"]}  # fmt: skip
+
+
+def _choose(cfg: AllocateConfig, fit: dict, n_val: int) -> list[dict]:
+    """Per token budget: the allocation (one cell per bin) and the best single cell, with validation numbers."""
+    cells, sizes = fit["cells"], fit["sizes"]
+    choices = []
+    for units in cfg.budget_units():
+        tokens = units * fit["unit"]
+        alloc = choose_allocation(cells, sizes, tokens - fit["probe_tokens"])
+        single = choose_single(fit["overall"], tokens)
+        val_alloc = None
+        if alloc is not None:
+            picked = [(n, cells[c][k]) for k, (n, c) in enumerate(zip(sizes, alloc))]
+            val_alloc = {"accuracy": sum(n * (c["accuracy"] or 0.0) for n, c in picked) / n_val,
+                         "mean_tokens": fit["probe_tokens"] + sum(n * c["mean_tokens"] for n, c in picked) / n_val}
+        choices.append({"budget_units": units, "token_budget": tokens, "allocation": alloc, "single": single,
+                        "validation": {"allocation": val_alloc, "single": fit["overall"].get(single)}})  # fmt: skip
+    return choices
+
+
+def _apply_to_heldout(cfg: AllocateConfig, strategies: Strategies, verifier, held, fit: dict, choices: list[dict],
+                      progress: bool) -> tuple[list[dict], list[int], list[dict]]:  # fmt: skip
+    """Step 4: probe held-out, bin with the validation edges, run each problem's chosen cell (and the
+    baseline's on every problem); each choice gains its ``heldout`` numbers."""
+    m, names = cfg.probe_samples, fit["names"]
+    probes = probe(strategies, held, m, cfg.seed, cfg.batch_problems)
+    bins = [bin_of(p["agreement"], fit["edges"]) for p in probes]
+    needed = {c for ch in choices for c in (ch["allocation"] or []) + ([ch["single"]] if ch["single"] else [])}
+    plan = [(s, b) for s, b in search_plan(cfg) if _cell_name(s, b) in needed]
+    rows = _run_cells(cfg, strategies, verifier, held, [p["agreement"] for p in probes], bins, progress, plan=plan,
+                      names=names)[0] if plan else []  # fmt: skip
+    rows += _vote_rows(verifier, held, probes, bins, names, m)
+    for r in rows:
+        r["agreement"] = r.pop("pass_rate")
+    by_cell = _per_problem(rows)
+    for ch in choices:
+        result = {}
+        if ch["allocation"]:
+            picked = [by_cell[ch["allocation"][k]][q.id] for q, k in zip(held, bins)]
+            result["allocation"] = {"accuracy": _mean([r["correct"] for r in picked]),
+                                    "mean_tokens": _mean([r["tokens"] + p["tokens"] for r, p in zip(picked, probes)])}
+        if ch["single"]:
+            result["single"] = _stats([by_cell[ch["single"]][q.id] for q in held])
+        ch["heldout"] = result
+    return rows, bins, probes
 
 
 def _vote_rows(verifier, problems, probes: list[dict], bins: list[int], names: list[str], m: int) -> list[dict]:
