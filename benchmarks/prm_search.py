@@ -199,7 +199,8 @@ def stage_revision(out: Path, problems: int, quick: bool) -> None:
 
     for name, split, n in (("", "train", 200 if quick else 2000), ("-heldout", "heldout", 100)):
         s = make_revision_pairs(
-            RevisionPairsConfig(problems=n, split=split, output=str(out / f"revision-pairs{name}.jsonl"))
+            RevisionPairsConfig(problems=n, split=split, history=1,  # single pairs: benchmarks/revision.py has chains
+                                output=str(out / f"revision-pairs{name}.jsonl"))
         )
         print(f"revision pairs ({split}): {s['pairs']} pairs from {s['problems_with_pairs']} of {s['problems']} "
               "problems, "
@@ -215,6 +216,7 @@ def stage_revision(out: Path, problems: int, quick: bool) -> None:
     for select in ("prm", "majority", "last"):
         sc = SearchConfig(prm=str(out / "prm"), problems=problems, budgets=budgets, strategy="revision",
                           revision_policy=str(out / "revision-sft" / "final"), revision_select=select,
+                          revision_history=1,
                           out=str(out / f"search-revision-{select}"))  # fmt: skip
         r = run_search(sc, progress=True)
         for b, c in r["strategies"]["revision"].items():

@@ -115,8 +115,9 @@ def test_revision_pairs_and_the_revision_strategy(tmp_path, prm_dir):
     rows = [json.loads(x) for x in out.read_text().splitlines()]
     check = get("arithmetic-outcome")
     assert any(r["edit_distance"] == 0 for r in rows) and any(r["edit_distance"] > 0 for r in rows)
+    assert any(len(r["attempts"]) > 1 for r in rows) and all(len(r["attempts"]) <= 4 for r in rows)
     for r in rows:
-        assert r["prompt"].endswith(r["attempt"] + "|")
+        assert r["prompt"].endswith("|".join(r["attempts"]) + "|") and r["attempts"][-1] == r["attempt"]
         kept = r["edit_distance"] == 0  # keep_right: a right attempt paired with itself
         assert check.verify(r["attempt"], r["reference"]).score == float(kept)
         assert check.verify(r["completion"], r["reference"]).score == 1.0
@@ -127,5 +128,7 @@ def test_revision_pairs_and_the_revision_strategy(tmp_path, prm_dir):
     rev = summary["strategies"]["revision"]["3"]
     assert rev["mean_tokens"] > summary["strategies"]["single"]["1"]["mean_tokens"]  # three attempts cost more
     assert rev["mean_prm_calls"] == 3  # the chain of three, scored once to choose
+    assert rev["right_to_wrong_rate"] is None or 0 <= rev["right_to_wrong_rate"] <= 1  # the chains' drift, reported
+    assert "right_to_wrong_rate" in rev and "Revisions, judged" in (tmp_path / "s" / "table.md").read_text()
     with pytest.raises(ValueError, match="revision_policy"):
         SearchConfig(strategy="revision")

@@ -145,3 +145,64 @@ def test_revision_pairs_take_the_nearest_right_solution():
     assert pairs[0][2] == 4  # four substitutions: 6->5 twice, 24->20 twice
     assert closest_pairs(wrong, []) == []
     assert revision_prompt("(2+3)*4?", "x") == "(2+3)*4?x|"
+
+
+class HistoryReviser:
+    """A scripted revision model that can fix an attempt only when it sees two or more attempts: the
+    history is what it learns from.  With one, it writes another wrong answer."""
+
+    def complete(self, prompt, prefixes, n, cost, greedy=False):
+        attempts = prompt.split("?", 1)[1].split("|")[:-1]
+        out = "1+1=2;answer=2" if len(attempts) >= 2 else "1+1=4;answer=4"
+        cost.tokens += len(out) * n
+        return [out] * n
+
+
+def test_revision_reads_its_history_and_splits_the_budget_into_chains():
+    wrong_only = {"": [("1+1=3;", 1.0)], "1+1=3;": [("answer=3", 1.0)]}
+    for history, answer in ((1, "4"), (2, "2"), (4, "2")):
+        settings = SearchSettings(revision_select="last", revision_history=history)
+        s = Strategies(ScriptedProposer(wrong_only), None, settings, reviser=HistoryReviser())
+        out = s.run("revision", "1+1?", 3)
+        assert out.answer == answer, history  # history 1 sees one attempt only and never fixes it
+        third = "1+1=2;answer=2" if history > 1 else "1+1=4;answer=4"
+        assert out.chains == [["1+1=3;answer=3", "1+1=4;answer=4", third]]
+    # five attempts in two chains: lengths 3 and 2, two first attempts sampled, three revisions
+    settings = SearchSettings(revision_select="majority", revision_chains=2, revision_history=4)
+    out = Strategies(ScriptedProposer(wrong_only), None, settings, reviser=HistoryReviser()).run("revision", "1+1?", 5)
+    assert [len(c) for c in out.chains] == [3, 2] and out.candidates == 5
+    assert out.cost.tokens == 2 * 14 + 3 * 14
+    assert out.answer == "3"  # 3, 4, 2 | 3, 4: majority 3 (ties to the first seen)
+    last = Strategies(ScriptedProposer(wrong_only), None, SearchSettings(revision_select="last", revision_chains=2),
+                      reviser=HistoryReviser()).run("revision", "1+1?", 5)  # fmt: skip
+    assert last.answer == "2"  # the chains' last attempts: 2 and 4, a tie to the first
+
+
+def test_revision_drift_counts_what_each_revision_did():
+    from veriloop.search.run import revision_drift
+    from veriloop.verifiers import get
+
+    w, r = "1+1=3;answer=3", "1+1=2;answer=2"
+    drift = revision_drift([[w, r, w], [r, r]], get("arithmetic-outcome"), "1+1")
+    assert drift == {"revised_right": 2, "right_to_wrong": 1, "revised_wrong": 1, "wrong_to_right": 1}
+
+
+def test_revision_chains_approach_their_target():
+    import random
+
+    from rapidfuzz.distance import Levenshtein
+
+    from veriloop.search.revision import closest_pairs, kept_chain, revision_chains, revision_prompt
+
+    wrong = ["2+3=6;6*4=24;answer=24", "5*4=9;answer=9", "2+3=5;5*4=21;answer=21", "9*9=81;answer=81"]
+    right = ["2+3=5;5*4=20;answer=20"]
+    one = revision_chains(wrong, right, 1, random.Random(0))
+    assert [(c, t, d) for c, t, d in one] == [([w], r, d) for w, r, d in closest_pairs(wrong, right)]
+    chains = revision_chains(wrong, right, 3, random.Random(0))
+    assert len(chains) == 4 and any(len(c) > 1 for c, _, _ in chains) and all(len(c) <= 3 for c, _, _ in chains)
+    for c, t, d in chains:
+        dists = [Levenshtein.distance(a, t) for a in c]
+        assert dists == sorted(dists, reverse=True) and d == dists[-1]  # each attempt nearer than the last
+    kept = kept_chain(wrong, right[0], 4, random.Random(1))
+    assert kept[-1] == right[0] and len(kept) <= 4
+    assert revision_prompt("1+1?", ["a", "b"]) == "1+1?a|b|" and revision_prompt("1+1?", "a") == "1+1?a|"

@@ -89,6 +89,13 @@ class SearchConfig:
         default=_DEFAULTS.revision_select,
         metadata={"help": "revision: choose over the chain by prm | majority | last"},
     )
+    revision_history: int = field(
+        default=_DEFAULTS.revision_history,
+        metadata={"help": "revision: attempts of its chain the revision model reads (as its pairs were built)"},
+    )
+    revision_chains: int = field(
+        default=_DEFAULTS.revision_chains, metadata={"help": "revision: parallel chains sharing each budget"}
+    )
     task: TaskConfig = field(default_factory=TaskConfig)
     sampling: SamplingParams = field(default_factory=SamplingParams)
 
@@ -116,6 +123,8 @@ class SearchConfig:
             raise InputError(f"split must be heldout or validation, got {self.split!r}")
         if self.problems < 1 or self.bin_samples < 1 or self.expand < 1 or self.max_steps < 1:
             raise InputError("problems, bin_samples, expand and max_steps must be >= 1")
+        if self.revision_history < 1 or self.revision_chains < 1:
+            raise InputError("revision_history and revision_chains must be >= 1")
         if self.batch_problems < 1:
             raise InputError(f"batch_problems must be >= 1, got {self.batch_problems}")
         if self.sampling.temperature <= 0:
@@ -282,9 +291,28 @@ def _solve(cfg: SearchConfig, strategies: Strategies, verifier, strategy: str, b
     if isinstance(strategies.scorer, VerifierScorer):
         strategies.scorer.reference = p.reference
     out = strategies.run(strategy, p.prompt, budget)
-    return {"answer": out.answer, "completion": out.text, "correct": is_correct(verifier.verify(out.text, p.reference)),
-            "tokens": out.cost.tokens, "prm_calls": out.cost.prm_calls, "seconds": round(out.cost.seconds, 4),
-            "candidates": out.candidates}  # fmt: skip
+    row = {"answer": out.answer, "completion": out.text, "correct": is_correct(verifier.verify(out.text, p.reference)),
+           "tokens": out.cost.tokens, "prm_calls": out.cost.prm_calls, "seconds": round(out.cost.seconds, 4),
+           "candidates": out.candidates}  # fmt: skip
+    if out.chains is not None:
+        row.update(revision_drift(out.chains, verifier, p.reference))
+    return row
+
+
+def revision_drift(chains: list[list[str]], verifier, reference: str) -> dict:
+    """What each revision did, judged against the reference (a report, never a choice): of the revisions
+    of a right attempt, how many made it wrong; of a wrong one, how many made it right."""
+    counts = {"revised_right": 0, "right_to_wrong": 0, "revised_wrong": 0, "wrong_to_right": 0}
+    for chain in chains:
+        ok = [is_correct(v) for v in verifier.verify_batch(chain, [reference] * len(chain))]
+        for before, after in zip(ok, ok[1:]):
+            if before:
+                counts["revised_right"] += 1
+                counts["right_to_wrong"] += not after
+            else:
+                counts["revised_wrong"] += 1
+                counts["wrong_to_right"] += after
+    return counts
 
 
 def _batches(strategies: Strategies, strategy: str) -> bool:
@@ -316,6 +344,10 @@ def _cell(rows: list[dict], bins: list[int], names: list[str]) -> dict:
         "mean_seconds": _mean([r["seconds"] for r in rows]),
         "by_bin": [],
     }
+    if rows and "revised_right" in rows[0]:  # revision: the drift of its chains, over every revision made
+        right, wrong = sum(r["revised_right"] for r in rows), sum(r["revised_wrong"] for r in rows)
+        cell["right_to_wrong_rate"] = round(sum(r["right_to_wrong"] for r in rows) / right, 4) if right else None
+        cell["wrong_to_right_rate"] = round(sum(r["wrong_to_right"] for r in rows) / wrong, 4) if wrong else None
     for k in range(len(names)):
         sub = [r for r, x in zip(rows, bins) if x == k]
         cell["by_bin"].append({"bin": names[k], "problems": len(sub), "accuracy": _mean([r["correct"] for r in sub]),
@@ -332,6 +364,12 @@ def table(summary: dict) -> str:
             accs = " | ".join("-" if x["accuracy"] is None else f"{x['accuracy']:.3f}" for x in c["by_bin"])
             lines.append(f"| {s} | {b} | {c['accuracy']:.3f} | {c['mean_tokens']:.1f} | {c['mean_prm_calls']:.1f} | "
                          f"{c['mean_seconds']:.3f} | {accs} |")  # fmt: skip
+    drift = [f"{s}@{b}: right -> wrong {_rate(c['right_to_wrong_rate'])}, "
+             f"wrong -> right {_rate(c['wrong_to_right_rate'])}"
+             for s, per in summary["strategies"].items() for b, c in per.items()
+             if "right_to_wrong_rate" in c]  # fmt: skip
+    if drift:
+        lines += ["", "Revisions, judged against the reference: " + "; ".join(drift) + "."]
     sizes = ", ".join(f"{n}: {v['problems']} problems" for n, v in summary["bins"].items())
     lines += ["", f"Bins by the policy's own pass rate: {sizes}.", ""]
     lines += ["Compute-optimal per bin (best within each token budget):", ""]
@@ -343,6 +381,10 @@ def table(summary: dict) -> str:
                 last = (r["strategy"], r["budget"])
         lines.append(f"- {n}: " + "; ".join(picks))
     return "\n".join(lines) + "\n"
+
+
+def _rate(x) -> str:
+    return "-" if x is None else f"{x:.3f}"
 
 
 def plot(summary: dict, path: Path) -> None:

@@ -22,10 +22,11 @@ Strategies (``budget`` is their one size knob):
 * ``mcts``: ``budget`` simulations of UCT (``Q + c sqrt(ln N_parent / (1 + N_child))``) over
   step prefixes; a new node is valued by the PRM (its newest step) or by the outcome verifier
   on one sampled completion; the answer follows the most visited children.
-* ``revision``: one attempt, then ``budget - 1`` successive rewrites by a revision model
-  (``veriloop.search.revision``), each conditioned on the previous attempt; the answer is
-  chosen over the whole chain by PRM aggregate, majority vote or as the last attempt
-  (``revision_select``).
+* ``revision``: ``revision_chains`` parallel chains holding ``budget`` attempts in all (lengths
+  differ by at most one): each starts with a sampled attempt, then successive rewrites by a revision
+  model (``veriloop.search.revision``), each conditioned on its chain's last ``revision_history``
+  attempts; the answer is chosen over every attempt by PRM aggregate, majority vote, or as the last
+  attempt (of the one chain; with several, the majority of their last attempts) (``revision_select``).
 """
 
 from __future__ import annotations
@@ -68,6 +69,7 @@ class Outcome:
     answer: str | None  # its normalised final answer
     cost: Cost
     candidates: int = 0  # finished solutions the strategy chose among
+    chains: list[list[str]] | None = None  # revision: every chain's attempts, in order
 
 
 class Proposer(Protocol):
@@ -96,6 +98,8 @@ class SearchSettings:
     mcts_value: str = "prm"  # mcts: prm | verifier
     aggregation: str = "min"  # PRM aggregate used to choose among finished solutions
     revision_select: str = "prm"  # revision: prm | majority | last
+    revision_history: int = 4  # revision: attempts of its chain the revision model reads, at most
+    revision_chains: int = 1  # revision: parallel chains sharing the budget
 
     def needs_scorer(self, strategy: str) -> bool:
         """Whether ``strategy`` ranks solutions or steps with a scorer (a PRM) under these settings."""
@@ -351,17 +355,24 @@ class Strategies:
     def _revision(self, prompt, budget, cost):
         from veriloop.search.revision import revision_prompt
 
-        chain = self.proposer.complete(prompt, [""], 1, cost)
-        for _ in range(budget - 1):
-            chain += self.reviser.complete(revision_prompt(prompt, chain[-1]), [""], 1, cost)
-        how = self.settings.revision_select
-        if how == "last":
-            return Outcome(chain[-1], answer_key(chain[-1]), cost, len(chain))
-        if how == "majority":
-            return self._vote(chain, [1.0] * len(chain), cost)
-        scores = [aggregate(s, self.settings.aggregation) for s in self.scorer.step_scores(prompt, chain, cost)]
-        best = max(range(len(chain)), key=lambda i: scores[i])
-        return Outcome(chain[best], answer_key(chain[best]), cost, len(chain))
+        st = self.settings
+        n_chains = min(st.revision_chains, budget)
+        lengths = [budget // n_chains + (i < budget % n_chains) for i in range(n_chains)]
+        chains = [[a] for a in self.proposer.complete(prompt, [""], n_chains, cost)]
+        for chain, length in zip(chains, lengths):
+            for _ in range(length - 1):
+                chain += self.reviser.complete(revision_prompt(prompt, chain[-st.revision_history :]), [""], 1, cost)
+        attempts = [a for c in chains for a in c]
+        if st.revision_select == "last" and n_chains == 1:
+            out = Outcome(attempts[-1], answer_key(attempts[-1]), cost, len(attempts))
+        elif st.revision_select in ("last", "majority"):
+            voters = [c[-1] for c in chains] if st.revision_select == "last" else attempts
+            out = self._vote(voters, [1.0] * len(voters), cost)
+            out.candidates = len(attempts)
+        else:
+            out = self._best(attempts, self.scorer.step_scores(prompt, attempts, cost), cost)
+        out.chains = chains
+        return out
 
     def _value(self, prompt, node, cost) -> float:
         if node.value is None:
