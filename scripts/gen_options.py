@@ -11,6 +11,7 @@ from pathlib import Path
 
 from veriloop.prm.label import LabelConfig
 from veriloop.prm.train import PRMTrainConfig
+from veriloop.pipeline import PipelineConfig
 from veriloop.search.allocate import AllocateConfig
 from veriloop.search.revision import RevisionPairsConfig
 from veriloop.search.run import SearchConfig
@@ -24,6 +25,7 @@ COMMANDS = [
     ("veriloop train", TrainConfig),
     ("veriloop eval", EvalRunConfig),
     ("veriloop demo", DemoConfig),
+    ("veriloop pipeline", PipelineConfig),
     ("veriloop prm label", LabelConfig),
     ("veriloop prm train", PRMTrainConfig),
     ("veriloop search", SearchConfig),

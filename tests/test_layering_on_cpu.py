@@ -17,7 +17,7 @@ LAYERS = [
     ("training",),
     ("search",),
     ("report",),
-    ("demo",),
+    ("demo", "pipeline"),
     ("cli",),
 ]
 LAYER = {name: i for i, names in enumerate(LAYERS) for name in names}

@@ -49,6 +49,7 @@ def _command(sub, name: str, cls, help_text: str, defaults=None) -> argparse.Arg
 def _add_run_commands(sub) -> None:
     from veriloop.demo import DemoConfig, demo_defaults
     from veriloop.evaluation.run import EvalRunConfig
+    from veriloop.pipeline import PipelineConfig
     from veriloop.training.config import TrainConfig
 
     _command(sub, "sft", TrainConfig, "supervised fine-tuning on the task's teacher traces: the sft recipe from a "
@@ -60,6 +61,8 @@ def _add_run_commands(sub) -> None:
              "held-out evaluation: greedy/sampled accuracy, pass@k, format, process, wrong steps")  # fmt: skip
     _command(sub, "demo", DemoConfig, "evaluate the shipped base, train it with GRPO, evaluate again, print the table",
              demo_defaults())  # fmt: skip
+    _command(sub, "pipeline", PipelineConfig, "the R1 recipe: cold start, RL, rejection sampling, SFT from the base, "
+             "RL again (or R1-Zero); one run directory per stage, resumable")  # fmt: skip
     p = sub.add_parser("report", help="write plots/ and report.html for a run directory")
     p.add_argument("run_dir")
 
@@ -110,6 +113,13 @@ def _run(args: argparse.Namespace) -> int:
     progress = not getattr(args, "quiet", False)
     if args.command in ("sft", "train", "eval", "demo"):
         return _run_training(args, progress)
+    if args.command == "pipeline":
+        from veriloop.pipeline import PipelineConfig, run_pipeline
+
+        cfg = config_from_args(PipelineConfig, args)
+        run_pipeline(cfg, progress=progress)
+        print(open(f"{cfg.run_dir}/table.md").read())
+        print(f"pipeline directory: {cfg.run_dir} (pipeline.json, table.md, one run directory per stage)")
     if args.command == "report":
         from veriloop.report.report import write_report
 

@@ -1,0 +1,271 @@
+"""``veriloop pipeline``: the DeepSeek-R1 multi-stage recipe (seed 003, section 6), each stage a run directory.
+
+``variant r1`` (five stages):
+
+1. ``cold_start``: SFT from the base on a small set of readable, correct reasoning traces (the
+   task's teacher; on the built-in task with its slips off).
+2. ``rl``: GRPO from the cold start on the task's reward (the built-in ``arithmetic``: 0.8 x
+   correctness + 0.2 x format).  A language-consistency reward needs a task with a language to be
+   consistent in; the built-in task and GSM8K have none, so it is not part of this recipe.
+3. ``rejection_sample``: ``rs_samples`` samples per problem on ``rs_problems`` training problems
+   from the RL checkpoint; kept when the task's outcome verifier accepts the answer and its format
+   verifier (the readability filter) the text, deduplicated per problem; ``mix_data`` (JSONL rows
+   with ``prompt``, ``reference``, ``completion``) is mixed in as the non-reasoning share where a
+   task has such data (the built-in task has none).  Written once to ``rejection_sample/data.jsonl``
+   with every row's provenance.
+4. ``sft_from_base``: SFT **from the base** (not the RL weights: the seed insists) on that dataset.
+5. ``rl_again``: GRPO from that SFT model.
+
+``variant r1-zero``: ``rl`` from the base, no cold start (``rl_steps``).  ``variant rl-long``: one
+GRPO run from the base for ``max_minutes`` of wall time (the control of equal compute).
+
+After every stage its final model is evaluated greedily on ``eval_problems`` held-out problems
+(accuracy, right-answer-wrong-steps rate); ``pipeline.json`` records each stage's status, model and
+numbers, and ``table.md`` the table.  Run the same command again and the pipeline resumes: finished
+stages are skipped, an interrupted training stage resumes from its last checkpoint (one killed
+before its first checkpoint is moved aside to ``<stage>.incomplete-N`` and started over).  A
+different configuration in the same directory is refused.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from veriloop.config import build_config, to_dict
+from veriloop.errors import InputError
+from veriloop.evaluation.evaluate import EvalConfig, evaluate
+from veriloop.io import atomic_write_json, atomic_write_jsonl, atomic_write_text
+from veriloop.models.loading import load_policy
+from veriloop.models.solutions import sample_solutions
+from veriloop.rollout.sampler import SamplingParams
+from veriloop.seeding import derive_seed
+from veriloop.tasks.base import draw_problems
+from veriloop.tasks.jsonl import jsonl_objects
+from veriloop.training.checkpoint import find_latest_checkpoint
+from veriloop.training.config import TrainConfig
+from veriloop.training.trainer import Trainer
+from veriloop.verifiers import get as get_verifier
+from veriloop.verifiers import is_correct
+
+VARIANTS = {
+    "r1": ("cold_start", "rl", "rejection_sample", "sft_from_base", "rl_again"),
+    "r1-zero": ("rl",),
+    "rl-long": ("rl",),
+}
+READABLE_TEACHER = {"multiplication_slip": 0.0, "subtraction_slip": 0.0}  # the built-in task's cold-start traces
+
+
+@dataclass
+class PipelineConfig:
+    """``veriloop pipeline``: cold start -> RL -> rejection sampling -> SFT from the base -> RL (or R1-Zero)."""
+
+    run_dir: str = field(default="runs/r1", metadata={"help": "pipeline directory: one run directory per stage"})
+    variant: str = field(
+        default="r1", metadata={"help": "r1 | r1-zero (RL from the base) | rl-long (one RL run: equal-time control)"}
+    )
+    base: str = field(default="builtin:base", metadata={"help": "the base model every SFT stage starts from"})
+    seed: int = field(default=0, metadata={"help": "seed of every stage"})
+    threads: int = field(default=0, metadata={"help": "torch CPU threads; 0 = torch's default"})
+    cold_start_steps: int = field(default=60, metadata={"help": "cold_start: SFT steps on readable traces"})
+    rl_steps: int = field(default=60, metadata={"help": "rl: GRPO steps"})
+    rs_problems: int = field(default=1024, metadata={"help": "rejection_sample: training problems"})
+    rs_samples: int = field(default=4, metadata={"help": "rejection_sample: samples per problem"})
+    mix_data: str = field(default="", metadata={"help": "rejection_sample: non-reasoning JSONL rows to mix in"})
+    sft_steps: int = field(default=60, metadata={"help": "sft_from_base: SFT steps on the rejection-sampled data"})
+    rl_again_steps: int = field(default=60, metadata={"help": "rl_again: GRPO steps"})
+    max_minutes: float = field(default=0.0, metadata={"help": "rl-long: wall time of its one RL run (minutes)"})
+    sft_lr: float = field(default=2e-4, metadata={"help": "learning rate of the SFT stages"})
+    eval_problems: int = field(default=200, metadata={"help": "held-out problems evaluated after each stage"})
+    rl: TrainConfig = field(default_factory=TrainConfig, metadata={"help": "GRPO settings of the RL stages"})
+
+    def __post_init__(self):
+        if self.variant not in VARIANTS:
+            raise InputError(f"variant must be one of {list(VARIANTS)}, got {self.variant!r}")
+        if self.variant == "rl-long" and self.max_minutes <= 0:
+            raise InputError("variant rl-long needs --max_minutes (the wall time of the pipeline it is compared with)")
+        for name in ("cold_start_steps", "rl_steps", "rs_problems", "rs_samples", "sft_steps", "rl_again_steps",
+                     "eval_problems"):  # fmt: skip
+            if getattr(self, name) < 1:
+                raise InputError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.rl.run_dir != TrainConfig().run_dir or self.rl.policy != TrainConfig().policy:
+            raise InputError("rl.run_dir and rl.policy are set by the pipeline (--run_dir, --base); leave them")
+
+
+def run_pipeline(cfg: PipelineConfig, progress: bool = True) -> dict:
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    root = Path(cfg.run_dir)
+    state = _open(root, cfg)
+    task = cfg.rl.task.build()
+    for stage in VARIANTS[cfg.variant]:
+        entry = state["stages"].setdefault(stage, {"status": "pending"})
+        if entry["status"] == "done":
+            continue
+        t0 = time.time()
+        model = STAGES[stage](cfg, root, state, progress)
+        entry.update(status="done", seconds=round(time.time() - t0, 1) + entry.get("seconds", 0.0))
+        if model is not None:
+            entry["model"] = str(model)
+            entry["heldout"] = _evaluate(cfg, task, model)
+        atomic_write_json(root / "pipeline.json", state)
+        atomic_write_text(root / "table.md", pipeline_table(state))
+    return state
+
+
+def _open(root: Path, cfg: PipelineConfig) -> dict:
+    """The pipeline's state: a new one, or the one in ``root`` if it was started with this configuration."""
+    config = to_dict(cfg)
+    path = root / "pipeline.json"
+    if path.is_file():
+        state = json.loads(path.read_text())
+        if state["config"] != config:
+            differ = sorted(k for k in set(config) | set(state["config"]) if config.get(k) != state["config"].get(k))
+            raise InputError(f"{str(root)!r} holds a pipeline with another configuration (differs in {differ}); "
+                             "run it with its own configuration to resume, or choose another --run_dir")  # fmt: skip
+        return state
+    if root.exists() and any(root.iterdir()):
+        raise InputError(f"{str(root)!r} is not empty and holds no pipeline.json; choose another --run_dir")
+    root.mkdir(parents=True, exist_ok=True)
+    state = {"config": config, "stages": {}}
+    atomic_write_json(path, state)
+    return state
+
+
+def _train(root: Path, stage: str, cfg: TrainConfig, progress: bool) -> Path:
+    """One training stage in ``root/stage``: resumed from its last checkpoint if it has one."""
+    run_dir = root / stage
+    if run_dir.exists() and find_latest_checkpoint(run_dir) is None:
+        n = 1
+        while (root / f"{stage}.incomplete-{n}").exists():
+            n += 1
+        run_dir.rename(root / f"{stage}.incomplete-{n}")  # nothing to resume from: kept aside, started over
+        print(f"{stage}: no checkpoint to resume from; its directory is kept as {stage}.incomplete-{n}")
+    resume = run_dir.exists()
+    trainer = Trainer(dataclasses.replace(cfg, run_dir=str(run_dir)), resume=resume, progress=progress)
+    trainer.train()
+    return run_dir / "final"
+
+
+def _sft(cfg: PipelineConfig, steps: int, task: dict) -> TrainConfig:
+    data = {"algo": "sft", "policy": cfg.base, "seed": cfg.seed, "steps": steps, "task": task,
+            "checkpoint_every": max(1, steps // 4), "save_rollouts": False,
+            "optim": {"lr": cfg.sft_lr, "weight_decay": 0.01}}  # fmt: skip
+    return build_config(TrainConfig, data, {})
+
+
+def _rl(cfg: PipelineConfig, policy: str, steps: int, max_minutes: float = 0.0) -> TrainConfig:
+    return dataclasses.replace(cfg.rl, policy=policy, seed=cfg.seed, steps=steps, max_minutes=max_minutes,
+                               checkpoint_every=max(1, min(cfg.rl.checkpoint_every, steps // 4)))  # fmt: skip
+
+
+def _cold_start(cfg: PipelineConfig, root: Path, state: dict, progress: bool) -> Path:
+    task = to_dict(cfg.rl.task)
+    if task["name"] == "arithmetic":
+        task["teacher"] = {**task["teacher"], **READABLE_TEACHER}
+    return _train(root, "cold_start", _sft(cfg, cfg.cold_start_steps, task), progress)
+
+
+def _first_rl(cfg: PipelineConfig, root: Path, state: dict, progress: bool) -> Path:
+    if cfg.variant == "r1":
+        return _train(root, "rl", _rl(cfg, state["stages"]["cold_start"]["model"], cfg.rl_steps), progress)
+    if cfg.variant == "rl-long":
+        return _train(root, "rl", _rl(cfg, cfg.base, 10**9, cfg.max_minutes), progress)
+    return _train(root, "rl", _rl(cfg, cfg.base, cfg.rl_steps), progress)
+
+
+def _rejection_sample(cfg: PipelineConfig, root: Path, state: dict, progress: bool) -> None:
+    """Sample from the RL model, keep verified and readable solutions once per problem, write the dataset."""
+    source = state["stages"]["rl"]["model"]
+    policy, task = load_policy(source), cfg.rl.task.build()
+    roles = task_verifiers(cfg)
+    problems = draw_problems(task, "train", cfg.rs_problems, derive_seed(cfg.seed, "rejection_sample"))
+    gen = torch.Generator().manual_seed(derive_seed(cfg.seed, "rejection_sample", "samples"))
+    params = SamplingParams(temperature=cfg.rl.sampling.temperature, max_new_tokens=cfg.rl.sampling.max_new_tokens)
+    rows, counts = [], {"sampled": 0, "correct": 0, "readable": 0, "kept": 0}
+    for chunk, texts, finishes in sample_solutions(policy, problems, params, gen, cfg.rs_samples, batch=64):
+        refs = [chunk[j // cfg.rs_samples].reference for j in range(len(texts))]
+        verdicts = {role: v.verify_batch(texts, refs) for role, v in roles.items()}
+        seen: set[tuple[str, str]] = set()
+        for j, text in enumerate(texts):
+            p = chunk[j // cfg.rs_samples]
+            ok = is_correct(verdicts["outcome"][j]) and finishes[j] == "eos"
+            readable = "format" not in verdicts or is_correct(verdicts["format"][j])
+            counts["sampled"] += 1
+            counts["correct"] += ok
+            counts["readable"] += ok and readable
+            if ok and readable and (p.id, text) not in seen:
+                seen.add((p.id, text))
+                rows.append({"prompt": p.prompt, "reference": p.reference, "completion": text, "id": f"{p.id}-{j}",
+                             "provenance": {"source": "rejection_sample", "policy": source, "problem_id": p.id,
+                                            "seed": cfg.seed, "sampling": params.as_dict(),
+                                            "verifiers": {r: v.tag for r, v in roles.items()}}})  # fmt: skip
+    counts["kept"] = len(rows)
+    mixed = _mix_rows(cfg.mix_data)
+    if not rows:
+        raise InputError("rejection sampling kept nothing: the RL model solved none of the problems readably")
+    out = root / "rejection_sample"
+    atomic_write_jsonl(out / "data.jsonl", rows + mixed)
+    atomic_write_jsonl(out / "heldout.jsonl", [{"prompt": p.prompt, "reference": p.reference}
+                                               for p in task.heldout()[:64]])  # fmt: skip
+    state["stages"]["rejection_sample"].update(counts=counts, mixed=len(mixed), data=str(out / "data.jsonl"))
+    return None
+
+
+def task_verifiers(cfg: PipelineConfig) -> dict:
+    """The filters of rejection sampling: the task's outcome verifier and, where it has one, its format one."""
+    names = cfg.rl.task.eval_verifiers()
+    return {role: get_verifier(names[role]) for role in ("outcome", "format") if names.get(role)}
+
+
+def _mix_rows(path: str) -> list[dict]:
+    if not path:
+        return []
+    rows = []
+    for where, _, row in jsonl_objects(path, "mix_data file"):
+        for key in ("prompt", "reference", "completion"):
+            if not isinstance(row.get(key), str):
+                raise InputError(f"{where}: mix_data rows need a string {key!r}")
+        rows.append({**row, "provenance": {"source": "mix_data", "file": path}})
+    return rows
+
+
+def _sft_from_base(cfg: PipelineConfig, root: Path, state: dict, progress: bool) -> Path:
+    data = state["stages"]["rejection_sample"]["data"]
+    task = {"name": "jsonl", "data": data, "heldout_data": str(Path(data).with_name("heldout.jsonl")),
+            "verifier": cfg.rl.task.build().default_verifier}  # fmt: skip
+    return _train(root, "sft_from_base", _sft(cfg, cfg.sft_steps, task), progress)
+
+
+def _rl_again(cfg: PipelineConfig, root: Path, state: dict, progress: bool) -> Path:
+    return _train(root, "rl_again", _rl(cfg, state["stages"]["sft_from_base"]["model"], cfg.rl_again_steps), progress)
+
+
+STAGES = {"cold_start": _cold_start, "rl": _first_rl, "rejection_sample": _rejection_sample,
+          "sft_from_base": _sft_from_base, "rl_again": _rl_again}  # fmt: skip
+
+
+def _evaluate(cfg: PipelineConfig, task, model: Path) -> dict:
+    problems = task.heldout()[: cfg.eval_problems]
+    r = evaluate(load_policy(str(model)), problems, cfg.rl.task.eval_verifiers(), EvalConfig(n_samples=0))
+    fmt = None if r.format_rate != r.format_rate else r.format_rate  # NaN: the task has no format verifier
+    return {"greedy_accuracy": r.greedy_accuracy, "wrong_steps_rate": r.wrong_steps_rate, "format_rate": fmt,
+            "problems": r.num_problems}  # fmt: skip
+
+
+def pipeline_table(state: dict) -> str:
+    lines = ["| stage | held-out greedy accuracy | right answer, wrong steps | seconds | notes |",
+             "|---|---:|---:|---:|---|"]
+    for stage, e in state["stages"].items():
+        h = e.get("heldout") or {}
+        acc = "" if h.get("greedy_accuracy") is None else f"{h['greedy_accuracy']:.3f}"
+        wrong = "" if h.get("wrong_steps_rate") is None else f"{h['wrong_steps_rate']:.3f}"
+        c = e.get("counts")
+        note = f"{c['kept']} kept of {c['sampled']} sampled ({c['correct']} correct)" if c else ""
+        lines.append(f"| {stage} | {acc} | {wrong} | {e.get('seconds', '')} | {note} |")
+    return "\n".join(lines) + "\n"

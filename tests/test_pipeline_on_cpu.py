@@ -1,0 +1,81 @@
+"""The R1 pipeline: every stage a run directory, SFT from the base on rejection-sampled data, resume."""
+
+import json
+
+import pytest
+import yaml
+
+from veriloop import pipeline
+from veriloop.cli import main
+from veriloop.config import build_config
+from veriloop.errors import InputError
+from veriloop.pipeline import PipelineConfig, run_pipeline
+
+TINY = {"cold_start_steps": 2, "rl_steps": 2, "rs_problems": 24, "rs_samples": 2, "sft_steps": 2,
+        "rl_again_steps": 2, "eval_problems": 12,
+        "rl": {"rollout": {"prompts_per_step": 4, "group_size": 2}, "save_rollouts": False}}  # fmt: skip
+
+
+def _cfg(run_dir, **extra):
+    return build_config(PipelineConfig, {"run_dir": str(run_dir), **TINY, **extra}, {})
+
+
+def test_the_r1_pipeline_runs_every_stage_and_sfts_from_the_base(tmp_path):
+    state = run_pipeline(_cfg(tmp_path / "r1"), progress=False)
+    assert list(state["stages"]) == list(pipeline.VARIANTS["r1"])
+    assert all(e["status"] == "done" for e in state["stages"].values())
+    for stage in ("cold_start", "rl", "sft_from_base", "rl_again"):
+        assert 0 <= state["stages"][stage]["heldout"]["greedy_accuracy"] <= 1
+        assert (tmp_path / "r1" / stage / "final" / "config.json").is_file()
+    starts = {s: yaml.safe_load((tmp_path / "r1" / s / "config.yaml").read_text())["policy"]
+              for s in ("cold_start", "rl", "sft_from_base", "rl_again")}  # fmt: skip
+    # the second SFT starts from the base, not from the RL weights; each RL stage from the stage before it
+    assert starts["sft_from_base"] == starts["cold_start"] == "builtin:base"
+    assert starts["rl"] == str(tmp_path / "r1" / "cold_start" / "final")
+    assert starts["rl_again"] == str(tmp_path / "r1" / "sft_from_base" / "final")
+    rows = [json.loads(x) for x in (tmp_path / "r1" / "rejection_sample" / "data.jsonl").read_text().splitlines()]
+    counts = state["stages"]["rejection_sample"]["counts"]
+    assert counts["sampled"] == 48 and 0 < counts["kept"] == len(rows) <= counts["readable"] <= counts["correct"]
+    assert len({(r["provenance"]["problem_id"], r["completion"]) for r in rows}) == len(rows)  # deduplicated
+    assert rows[0]["provenance"]["policy"] == str(tmp_path / "r1" / "rl" / "final")
+    assert "rl_again" in (tmp_path / "r1" / "table.md").read_text()
+
+
+def test_the_pipeline_resumes_at_the_stage_it_stopped(tmp_path, monkeypatch):
+    def killed(*args):
+        raise KeyboardInterrupt  # as a kill during rejection sampling would leave it
+
+    monkeypatch.setitem(pipeline.STAGES, "rejection_sample", killed)
+    with pytest.raises(KeyboardInterrupt):
+        run_pipeline(_cfg(tmp_path / "p"), progress=False)
+    monkeypatch.undo()
+    done = json.loads((tmp_path / "p" / "pipeline.json").read_text())["stages"]
+    assert done["cold_start"]["status"] == done["rl"]["status"] == "done"
+    trained = []
+    real_train = pipeline._train
+    monkeypatch.setattr(pipeline, "_train", lambda root, stage, cfg, progress: trained.append(stage) or
+                        real_train(root, stage, cfg, progress))  # fmt: skip
+    (tmp_path / "p" / "sft_from_base").mkdir()  # a stage killed before its first checkpoint
+    (tmp_path / "p" / "sft_from_base" / "metrics.jsonl").write_text("")
+    state = run_pipeline(_cfg(tmp_path / "p"), progress=False)
+    assert trained == ["sft_from_base", "rl_again"]  # the finished stages are not run again
+    assert state["stages"]["rl_again"]["status"] == "done"
+    assert (tmp_path / "p" / "sft_from_base.incomplete-1" / "metrics.jsonl").is_file()  # kept aside, not lost
+    with pytest.raises(InputError, match="another configuration"):
+        run_pipeline(_cfg(tmp_path / "p", rl_steps=3), progress=False)
+
+
+def test_r1_zero_is_rl_from_the_base_and_bad_options_say_so(tmp_path, capsys):
+    state = run_pipeline(_cfg(tmp_path / "z", variant="r1-zero"), progress=False)
+    assert list(state["stages"]) == ["rl"]
+    assert yaml.safe_load((tmp_path / "z" / "rl" / "config.yaml").read_text())["policy"] == "builtin:base"
+    with pytest.raises(InputError, match="max_minutes"):
+        _cfg(tmp_path / "x", variant="rl-long")
+    with pytest.raises(InputError, match="variant"):
+        _cfg(tmp_path / "x", variant="r2")
+    assert main(["pipeline", "--run_dir", str(tmp_path / "y"), "--rl.policy", "x"]) == 2
+    assert "rl.policy" in capsys.readouterr().err
+    (tmp_path / "busy").mkdir()
+    (tmp_path / "busy" / "f").write_text("x")
+    with pytest.raises(InputError, match="not empty"):
+        run_pipeline(_cfg(tmp_path / "busy"), progress=False)
