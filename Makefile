@@ -26,7 +26,7 @@ demo: setup
 TEST_WORKERS ?= 2
 
 test: setup
-	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=15
 	@if [ -f $(VLLM_VENV)/.installed ]; then \
 		echo "vLLM engine tests in $(VLLM_VENV):"; $(VLLM_VENV)/bin/python -m pytest -q tests/test_vllm_engine_on_cpu.py; \
 	else echo "vLLM engine tests not run: no $(VLLM_VENV) (make vllm-env creates it)"; fi

@@ -56,6 +56,7 @@ def main() -> None:
     ap.add_argument("--histories", default="1,4")
     ap.add_argument("--chains", default="1,2,4,8")
     ap.add_argument("--budget", type=int, default=8)
+    ap.add_argument("--selects", default="majority,last", help="revision_select values: majority, last")
     ap.add_argument("--problems", type=int, default=200, help="held-out problems searched")
     ap.add_argument("--train_problems", type=int, default=2000)
     ap.add_argument("--sft_steps", type=int, default=100)
@@ -73,7 +74,7 @@ def main() -> None:
                   f"mean attempts {pairs['mean_attempts']:.2f}, mean edit distance {pairs['mean_edit_distance']:.1f} "
                   f"({time.time() - t0:.0f} s)", flush=True)  # fmt: skip
             for chains in [int(c) for c in args.chains.split(",")]:
-                for select in ("majority", "last"):
+                for select in args.selects.split(","):
                     cfg = SearchConfig(strategy="revision", budgets=str(args.budget), problems=args.problems,
                                        revision_policy=model, revision_select=select, revision_history=history,
                                        revision_chains=chains, bin_samples=1,
