@@ -149,6 +149,9 @@ def _train(root: Path, stage: str, cfg: TrainConfig, progress: bool) -> Path:
     resume = run_dir.exists()
     trainer = Trainer(dataclasses.replace(cfg, run_dir=str(run_dir)), resume=resume, progress=progress)
     trainer.train()
+    if trainer.stop_signal:  # preempted: the stage's checkpoint is written, it has no final model to go on from
+        print(f"pipeline stopped during {stage} ({trainer.stop_signal}); run the same command to resume it")
+        raise SystemExit(0)
     return run_dir / "final"
 
 
