@@ -291,9 +291,7 @@ def _solve(cfg: SearchConfig, strategies: Strategies, verifier, strategy: str, b
     if isinstance(strategies.scorer, VerifierScorer):
         strategies.scorer.reference = p.reference
     out = strategies.run(strategy, p.prompt, budget)
-    row = {"answer": out.answer, "completion": out.text, "correct": is_correct(verifier.verify(out.text, p.reference)),
-           "tokens": out.cost.tokens, "prm_calls": out.cost.prm_calls, "seconds": round(out.cost.seconds, 4),
-           "candidates": out.candidates}  # fmt: skip
+    row = _result_row(out, verifier.verify(out.text, p.reference))
     if out.chains is not None:
         row.update(revision_drift(out.chains, verifier, p.reference))
     return row
@@ -327,9 +325,13 @@ def _solve_many(cfg: SearchConfig, strategies: Strategies, verifier, strategy: s
     strategies.proposer.reseed_many([derive_seed(cfg.seed, budget, p.id) for p in problems])
     outs = strategies.run_many(strategy, [p.prompt for p in problems], budget)
     verdicts = verifier.verify_batch([o.text for o in outs], [p.reference for p in problems])
-    return [{"answer": o.answer, "completion": o.text, "correct": is_correct(v), "tokens": o.cost.tokens,
-             "prm_calls": o.cost.prm_calls, "seconds": round(o.cost.seconds, 4), "candidates": o.candidates}
-            for o, v in zip(outs, verdicts)]  # fmt: skip
+    return [_result_row(o, v) for o, v in zip(outs, verdicts)]
+
+
+def _result_row(out, verdict) -> dict:
+    """One problem's result: the chosen solution, whether the verifier accepts it, and its cost."""
+    return {"answer": out.answer, "completion": out.text, "correct": is_correct(verdict), "tokens": out.cost.tokens,
+            "prm_calls": out.cost.prm_calls, "seconds": round(out.cost.seconds, 4), "candidates": out.candidates}
 
 
 def _mean(xs) -> float | None:

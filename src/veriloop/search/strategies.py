@@ -168,9 +168,7 @@ class Strategies:
 
     def _best_of_n(self, prompt, budget, cost):
         texts = self.proposer.complete(prompt, [""], budget, cost)
-        scores = [aggregate(s, self.settings.aggregation) for s in self.scorer.step_scores(prompt, texts, cost)]
-        best = max(range(len(texts)), key=lambda i: scores[i])  # first of the ties
-        return Outcome(texts[best], answer_key(texts[best]), cost, len(texts))
+        return self._best(texts, self.scorer.step_scores(prompt, texts, cost), cost)
 
     def _samples_many(self, prompts, n, costs) -> list[list[str]]:
         return self.proposer.complete_many([(k, p, [""]) for k, p in enumerate(prompts)], n, costs)
@@ -244,9 +242,7 @@ class Strategies:
             finished += self.proposer.complete(prompt, beams, 1, cost, greedy=True)
         if not finished:
             finished = self.proposer.complete(prompt, beams, 1, cost, greedy=True)
-        scores = [aggregate(s, st.aggregation) for s in self.scorer.step_scores(prompt, finished, cost)]
-        best = max(range(len(finished)), key=lambda i: scores[i])
-        return Outcome(finished[best], answer_key(finished[best]), cost, len(finished))
+        return self._best(finished, self.scorer.step_scores(prompt, finished, cost), cost)
 
     def _beam_many(self, prompts, budget, costs, lookahead: int = 0):
         """``_beam`` on every problem in lockstep: each round one sampler call extends every live
