@@ -96,6 +96,15 @@ class SearchConfig:
     revision_chains: int = field(
         default=_DEFAULTS.revision_chains, metadata={"help": "revision: parallel chains sharing each budget"}
     )
+    rstar_reanswer: int = field(
+        default=_DEFAULTS.rstar_reanswer,
+        metadata={"help": "rstar: samples whose majority re-answers a sub-question (action A4)"},
+    )
+    discriminator: str = field(
+        default="",
+        metadata={"help": "rstar: policy that completes cut trajectories (mutual consistency); '' = the policy, "
+                          "drawing from a seed of its own"},
+    )
     task: TaskConfig = field(default_factory=TaskConfig)
     sampling: SamplingParams = field(default_factory=SamplingParams)
 
@@ -125,6 +134,8 @@ class SearchConfig:
             raise InputError("problems, bin_samples, expand and max_steps must be >= 1")
         if self.revision_history < 1 or self.revision_chains < 1:
             raise InputError("revision_history and revision_chains must be >= 1")
+        if self.rstar_reanswer < 1:
+            raise InputError(f"rstar_reanswer must be >= 1, got {self.rstar_reanswer}")
         if self.batch_problems < 1:
             raise InputError(f"batch_problems must be >= 1, got {self.batch_problems}")
         if self.sampling.temperature <= 0:
@@ -244,7 +255,12 @@ def _strategies(cfg: SearchConfig, task, policy, prm, verifier, settings: Search
     proposer = LMProposer(policy, cfg.sampling, splitter)
     reviser = LMProposer(load_policy(cfg.revision_policy), cfg.sampling, splitter) if cfg.revision_policy else None
     scorer = VerifierScorer(verifier) if cfg.scorer == "verifier" else PRMScorer(prm) if prm is not None else None
-    return Strategies(proposer, scorer, settings, reviser=reviser)
+    discriminator = None
+    if "rstar" in cfg.strategy_list():  # its own draws, from the policy itself unless another is named
+        discriminator = LMProposer(load_policy(cfg.discriminator) if cfg.discriminator else policy, cfg.sampling,
+                                   splitter)  # fmt: skip
+    return Strategies(proposer, scorer, settings, reviser=reviser, discriminator=discriminator,
+                      sub_questions=getattr(task, "sub_questions", None), splitter=splitter)  # fmt: skip
 
 
 def search_plan(cfg: SearchConfig) -> list[tuple[str, int]]:
@@ -287,6 +303,8 @@ def _solve(cfg: SearchConfig, strategies: Strategies, verifier, strategy: str, b
     strategies.proposer.reseed(derive_seed(cfg.seed, budget, p.id))
     if strategies.reviser is not None:
         strategies.reviser.reseed(derive_seed(cfg.seed, budget, p.id, "revise"))
+    if strategies.discriminator is not None:
+        strategies.discriminator.reseed(derive_seed(cfg.seed, budget, p.id, "discriminate"))
     strategies.outcome_check = lambda text, ref=p.reference: verifier.verify(text, ref).score
     if isinstance(strategies.scorer, VerifierScorer):
         strategies.scorer.reference = p.reference

@@ -27,6 +27,8 @@ Strategies (``budget`` is their one size knob):
   model (``veriloop.search.revision``), each conditioned on its chain's last ``revision_history``
   attempts; the answer is chosen over every attempt by PRM aggregate, majority vote, or as the last
   attempt (of the one chain; with several, the majority of their last attempts) (``revision_select``).
+* ``rstar``: ``budget`` rollouts of rStar's MCTS over reasoning actions, outcome self-consistency as
+  the only reward, mutual consistency with a discriminator choosing the answer (``veriloop.search.rstar``).
 """
 
 from __future__ import annotations
@@ -100,6 +102,7 @@ class SearchSettings:
     revision_select: str = "prm"  # revision: prm | majority | last
     revision_history: int = 4  # revision: attempts of its chain the revision model reads, at most
     revision_chains: int = 1  # revision: parallel chains sharing the budget
+    rstar_reanswer: int = 4  # rstar: samples whose majority re-answers a sub-question (action A4)
 
     def needs_scorer(self, strategy: str) -> bool:
         """Whether ``strategy`` ranks solutions or steps with a scorer (a PRM) under these settings."""
@@ -113,6 +116,9 @@ class Strategies:
     settings: SearchSettings = field(default_factory=SearchSettings)
     outcome_check: Callable[[str], float] | None = None  # mcts_value=verifier: score of a finished text
     reviser: Proposer | None = None  # revision: the revision model, prompted with revision_prompt()
+    discriminator: Proposer | None = None  # rstar: completes cut trajectories (None: the proposer itself)
+    sub_questions: Callable[[str], list[str]] | None = None  # rstar A3: the task's sub-questions of a prompt
+    splitter: str = "semicolon"  # how solutions split into steps (the task's step_splitter)
 
     def run(self, name: str, prompt: str, budget: int) -> Outcome:
         strategy = STRATEGIES.get(name)  # an unknown name: UnknownNameError listing the known ones
@@ -417,3 +423,5 @@ STRATEGIES.register("mcts", Strategy(Strategies._mcts, None, lambda s: s.mcts_va
 STRATEGIES.register(
     "revision", Strategy(Strategies._revision, None, lambda s: s.revision_select == "prm", needs_reviser=True)
 )
+
+from veriloop.search import rstar as _rstar  # noqa: E402,F401  (registers "rstar"; it builds on this module)

@@ -434,6 +434,17 @@ class ArithmeticTask:
     def teacher_completion(self, problem: Problem, rng: random.Random) -> str:
         return teacher_trace(parse_expression(problem.reference), self.teacher, rng)
 
+    def sub_questions(self, prompt: str) -> list[str]:
+        """rStar's sub-questions of a problem (action A3), as prompts: the operand sub-expressions of its root
+        operation that are not bare numbers, left then right (the order a trace computes them in)."""
+        try:
+            node = parse_expression(prompt.removesuffix(PROMPT_SUFFIX))
+        except ValueError:
+            return []  # not one of this task's prompts: nothing to decompose
+        if node.is_leaf:
+            return []
+        return [make_problem(render(child)).prompt for child in (node.left, node.right) if not child.is_leaf]
+
 
 @register_task("arithmetic")
 def _arithmetic(arithmetic: ArithmeticConfig | None = None, teacher: TeacherConfig | None = None, **_):

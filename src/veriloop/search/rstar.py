@@ -1,0 +1,225 @@
+"""rStar (seeds, test-time compute, 2.3.3.2): MCTS over human-like reasoning actions, rewarded only by
+the self-consistency of the answers it reaches, and answers chosen by mutual consistency with a
+second policy (the discriminator).
+
+Actions, each asked of the policy with a prompt of its own for the task at hand:
+
+* ``A1`` propose one step: the task's prompt and the trace so far; generation stops at the step separator.
+* ``A2`` propose the remaining steps: the same prompt, generated to the end: a terminal node.
+* ``A3`` ask the next sub-question and answer it: the sub-question is posed to the policy as a problem
+  of its own (the task's prompt format), and the steps of its answer join the trace.  Needs the task to
+  decompose a problem (``sub_questions(prompt)``); the built-in arithmetic task's sub-questions are the
+  operand sub-expressions of the root operation, in the order its traces compute them.
+* ``A4`` re-answer the last sub-question: only right after A3; the sub-question's majority answer over
+  ``rstar_reanswer`` samples (the seed's few-shot CoT re-answer, as self-consistency: the built-in policy
+  reads no few-shot prompt).
+* ``A5`` restate the problem (only right after the root) is **not built**: it needs a policy that follows
+  an instruction to restate a problem, and neither the built-in policy (it writes traces of bare
+  expressions, which have no conditions to list) nor any policy this machine can load does.
+
+Each rollout walks from the root by UCT (``Q + c sqrt(ln N_parent / N_child)``, an unvisited child
+first), expanding a node with every action that applies (``expand`` samples each) the first time it is
+reached, until it reaches a terminal node (an answer; at depth ``max_steps`` - 1 only A2 applies).
+There is no intermediate self-evaluation: the terminal node's reward is the self-consistency
+(majority-vote) confidence of its answer, the share of every terminal sample the tree has drawn so far
+that reached that answer, and it is added to every node on the path (``R(s_i) += R(s_K)``).  The vote
+is over the whole tree, not over one node's own samples as in rStar: on traces whose last step only
+copies the last value (the built-in task's ``answer=``), one node's samples agree trivially.
+
+Mutual consistency: every distinct terminal trajectory is cut after a random step (at least one step
+hidden, the answer among them), the discriminator completes the cut trajectory once, and the trajectory
+counts only when the completion reaches the same answer.  Among those, the highest ``reward x
+confidence`` wins (reward: the mean Q of the nodes on its path, the search's global value; confidence:
+the terminal's own).  When no trajectory is confirmed, the highest score among all of them wins
+(``Outcome.candidates`` counts the confirmed ones then as 0).  Tokens of the policy and of the
+discriminator both count in the cost.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import zlib
+from dataclasses import dataclass, field
+
+from veriloop.prm.steps import split_steps
+from veriloop.registry import STRATEGIES
+from veriloop.search.strategies import Cost, Outcome, Strategies, Strategy
+from veriloop.verifiers.answers import answer_key
+
+ACTIONS = ("A1", "A2", "A3", "A4", "A5")
+
+
+@dataclass
+class RNode:
+    """One node of an rStar tree: the trace so far, how it was made, and what the search learnt of it."""
+
+    text: str  # the trace so far (what A1 / A2 continue)
+    action: str  # the action that made it ("" for the root)
+    depth: int
+    terminal: bool = False
+    sub_done: int = 0  # sub-questions of the problem answered on the path so far
+    sub_question: str | None = None  # A3 / A4 nodes: the sub-question answered last
+    parent: RNode | None = None
+    children: list[RNode] = field(default_factory=list)
+    expanded: bool = False
+    visits: int = 0
+    total: float = 0.0
+
+    @property
+    def q(self) -> float:
+        return self.total / self.visits if self.visits else 0.0
+
+    def uct(self, parent_visits: int, c: float) -> float:
+        if self.visits == 0:
+            return math.inf  # every child is tried once before any is tried twice
+        return self.q + c * math.sqrt(math.log(max(parent_visits, 1)) / self.visits)
+
+    def path(self) -> list[RNode]:
+        out, node = [], self
+        while node.parent is not None:
+            out.append(node)
+            node = node.parent
+        return out[::-1]
+
+
+def sub_steps(completion: str, splitter: str) -> str:
+    """The steps of a sub-question's answer without its final answer step, as trace text to append."""
+    sep = {"semicolon": ";", "lines": "\n"}[splitter]
+    steps = [s.text for s in split_steps(completion, splitter)]
+    if steps and answer_key(steps[-1]) is not None:
+        steps = steps[:-1]
+    return "".join(s + sep for s in steps)
+
+
+class RStar:
+    """One problem's rStar search (``Strategies._rstar`` runs it)."""
+
+    def __init__(self, strategies: Strategies, prompt: str, cost: Cost):
+        self.s, self.prompt, self.cost = strategies, prompt, cost
+        self.settings = strategies.settings
+        self.subs = strategies.sub_questions(prompt) if strategies.sub_questions is not None else []
+        self.splitter = strategies.splitter
+        self.votes: dict[str | None, int] = {}  # answer -> terminal samples that reached it (repeats counted)
+
+    def confidence(self, node: RNode) -> float:
+        """Self-consistency: the share of the tree's terminal samples whose answer is ``node``'s (0 without one)."""
+        key = answer_key(node.text)
+        total = sum(self.votes.values())
+        return self.votes.get(key, 0) / total if key is not None and total else 0.0
+
+    def applicable(self, node: RNode) -> list[str]:
+        """The actions that apply at ``node`` (the seed's order constraints included)."""
+        if node.terminal:
+            return []
+        if node.depth >= self.settings.max_steps - 1:
+            return ["A2"]  # the last level: only a finished solution
+        acts = ["A1", "A2"]
+        # sub-questions are answered in order from the root, before any free step (the trace stays in
+        # the order the task's traces compute them)
+        if node.sub_done < len(self.subs) and all(n.action in ("A3", "A4") for n in node.path()):
+            acts.append("A3")
+        if node.action == "A3":
+            acts.append("A4")
+        return acts  # A5 (restate the problem) is not built: no shipped policy follows such an instruction
+
+    def expand(self, node: RNode) -> None:
+        st, p = self.settings, self.s.proposer
+        kids: list[RNode] = []
+        for act in self.applicable(node):
+            if act == "A1":
+                ext = p.step(self.prompt, [node.text], st.expand, self.cost)
+                kids += [RNode(t, "A1", node.depth + 1, f, node.sub_done) for t, f in ext]
+            elif act == "A2":
+                texts = p.complete(self.prompt, [node.text], st.expand, self.cost)
+                kids += [RNode(t, "A2", node.depth + 1, True, node.sub_done) for t in texts]
+            elif act == "A3":
+                q = self.subs[node.sub_done]
+                answers = p.complete(q, [""], st.expand, self.cost)
+                kids += [RNode(node.text + sub_steps(a, self.splitter), "A3", node.depth + 1, False,
+                               node.sub_done + 1, q) for a in answers]  # fmt: skip
+            elif act == "A4":
+                answers = p.complete(node.sub_question, [""], st.rstar_reanswer, self.cost)
+                key_of = [answer_key(a) for a in answers]
+                counted = [k for k in key_of if k is not None]
+                best = max(counted, key=counted.count) if counted else None  # ties: the first seen
+                a = answers[key_of.index(best)] if best is not None else answers[0]
+                base = node.parent.text if node.parent is not None else ""
+                kids.append(RNode(base + sub_steps(a, self.splitter), "A4", node.depth + 1, False, node.sub_done,
+                                  node.sub_question))  # fmt: skip
+        for k in kids:  # every terminal sample votes, repeats included
+            if k.terminal:
+                key = answer_key(k.text)
+                self.votes[key] = self.votes.get(key, 0) + 1
+        seen: dict[tuple[str, str, bool], RNode] = {}
+        for k in kids:  # one node per distinct (trace, action, terminal): a repeated sample adds no branch
+            seen.setdefault((k.text, k.action, k.terminal), k)
+        node.children = list(seen.values())
+        for k in node.children:
+            k.parent = node
+        node.expanded = True
+
+    def rollout(self, root: RNode) -> None:
+        node = root
+        while not node.terminal:
+            if not node.expanded:
+                self.expand(node)
+            if not node.children:
+                break
+            node = max(node.children, key=lambda ch: ch.uct(node.visits, self.settings.uct_c))
+        reward = self.confidence(node) if node.terminal else 0.0  # no intermediate self-evaluation
+        while node is not None:
+            node.visits += 1
+            node.total += reward
+            node = node.parent
+
+    def terminals(self, root: RNode) -> list[RNode]:
+        out, stack = [], [root]
+        while stack:
+            n = stack.pop()
+            if n.terminal:
+                out.append(n)
+            stack += reversed(n.children)
+        return out
+
+    def score(self, node: RNode) -> float:
+        """``reward x confidence``: the mean Q over the path (an unvisited terminal's Q is its confidence)."""
+        conf = self.confidence(node)
+        qs = [n.q if n.visits else conf for n in node.path()]
+        return sum(qs) / len(qs) * conf
+
+    def confirmed(self, text: str) -> bool:
+        """Mutual consistency: the discriminator completes ``text`` cut after a random step; same answer?"""
+        key = answer_key(text)
+        if key is None:
+            return False
+        steps = split_steps(text, self.splitter)
+        rng = random.Random(zlib.crc32(f"{self.prompt}\0{text}".encode()))  # repeatable, one cut per trajectory
+        keep = rng.randint(1, len(steps) - 1) if len(steps) > 1 else 0  # at least one step hidden
+        prefix = text[: steps[keep].start] if keep else ""
+        disc = self.s.discriminator or self.s.proposer
+        return answer_key(disc.complete(self.prompt, [prefix], 1, self.cost)[0]) == key
+
+    def run(self, rollouts: int) -> Outcome:
+        root = RNode("", "", 0)
+        for _ in range(rollouts):
+            self.rollout(root)
+        best: dict[str, RNode] = {}
+        for n in self.terminals(root):  # a trajectory reached twice: its better-scored node
+            if n.text not in best or self.score(n) > self.score(best[n.text]):
+                best[n.text] = n
+        ranked = sorted(best.values(), key=self.score, reverse=True)  # stable: ties keep tree order
+        if not ranked:
+            text = self.s.proposer.complete(self.prompt, [""], 1, self.cost)[0]
+            return Outcome(text, answer_key(text), self.cost, 0)
+        valid = [n for n in ranked if self.confirmed(n.text)]
+        pick = valid[0] if valid else ranked[0]
+        return Outcome(pick.text, answer_key(pick.text), self.cost, len(valid))
+
+
+def _rstar(self: Strategies, prompt: str, budget: int, cost: Cost) -> Outcome:
+    """``budget`` rollouts of rStar's MCTS on ``prompt`` (the module's docstring)."""
+    return RStar(self, prompt, cost).run(budget)
+
+
+STRATEGIES.register("rstar", Strategy(_rstar))

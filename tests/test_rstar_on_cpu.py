@@ -1,0 +1,144 @@
+"""rStar: MCTS over reasoning actions with an outcome-only self-consistency reward, answers chosen by
+mutual consistency with a discriminator (scripted policies: every number by hand; then the real policy)."""
+
+import json
+
+import pytest
+
+from veriloop.search.rstar import RNode, RStar, sub_steps
+from veriloop.search.run import SearchConfig, run_search
+from veriloop.search.scripted import ScriptedProposer
+from veriloop.search.strategies import Cost, SearchSettings, Strategies
+from veriloop.tasks.config import TaskConfig
+
+# the policy writes 1+1=3 four times as often as 1+1=2; either way its next step copies the value it wrote
+POLICY = {"": [("1+1=2;", 0.2), ("1+1=3;", 0.8)], "1+1=2;": [("answer=2", 1.0)], "1+1=3;": [("answer=3", 1.0)]}
+# a discriminator that, shown the first step, answers 2 however that step reads
+HONEST = {"": [("1+1=2;", 1.0)], "1+1=2;": [("answer=2", 1.0)], "1+1=3;": [("answer=2", 1.0)]}
+
+
+def _strategies(policy_tree=POLICY, disc_tree=HONEST, seed=3, **settings):
+    disc = ScriptedProposer(disc_tree, seed=7) if disc_tree is not None else None
+    return Strategies(ScriptedProposer(policy_tree, seed=seed), None, SearchSettings(**settings), discriminator=disc)
+
+
+@pytest.mark.parametrize("seed", range(2, 8))
+def test_mutual_consistency_chooses_the_answer_the_discriminator_reproduces(seed):
+    # self-consistency alone favours 3 (the policy's majority); the discriminator, completing each
+    # trajectory cut after its first step, reaches 2 from both: only "1+1=2;answer=2" is confirmed
+    # (seeds whose four rollouts reach both answers)
+    out = _strategies(seed=seed).run("rstar", "1+1?", 4)
+    assert out.answer == "2" and out.candidates == 1
+    # remove the mechanism (the discriminator is the policy: it confirms whatever the policy wrote) and the
+    # majority answer wins
+    same = _strategies(disc_tree=None, seed=seed).run("rstar", "1+1?", 4)
+    assert same.answer == "3" and same.candidates == 2
+
+
+def test_the_terminal_reward_is_its_answers_vote_share_added_along_the_path():
+    s = _strategies()
+    search = RStar(s, "1+1?", Cost())
+    root = RNode("", "", 0)
+    search.rollout(root)
+    # the root expands by A1 (4 steps) and A2 (4 solutions); the first rollout follows the first A1 child down
+    assert [c.action for c in root.children].count("A1") <= 4 and {c.action for c in root.children} == {"A1", "A2"}
+    terminal = root
+    while terminal.children:  # the one visited child at each level
+        (terminal,) = [c for c in terminal.children if c.visits]
+    path = [root, *terminal.path()]
+    assert terminal.terminal and terminal.visits == 1
+    votes = dict(search.votes)
+    # every terminal sample so far voted: the root's 4 A2 solutions, the first child's 4 A1 answer steps and
+    # its 4 A2 solutions
+    assert sum(votes.values()) == 12
+    share = votes[terminal.text[-1]] / 12
+    assert search.confidence(terminal) == pytest.approx(share)
+    # no intermediate evaluation: each node on the path got the terminal's reward, nothing else
+    assert all(n.visits == 1 and n.total == pytest.approx(share) for n in path)
+    assert all(c.visits == 0 and c.total == 0 for c in root.children if c not in path)
+
+
+def test_actions_follow_the_seeds_order_constraints():
+    subs = {"(1+1)*2?": ["1+1?"]}
+    s = _strategies(**{"max_steps": 4})
+    s.sub_questions = lambda prompt: subs.get(prompt, [])
+    search = RStar(s, "(1+1)*2?", Cost())
+    root = RNode("", "", 0)
+    assert search.applicable(root) == ["A1", "A2", "A3"]  # A3: a sub-question is left; A4 needs an A3 before it
+    a3 = RNode("1+1=2;", "A3", 1, sub_done=1, sub_question="1+1?", parent=root)
+    assert search.applicable(a3) == ["A1", "A2", "A4"]  # its one sub-question is answered
+    a1 = RNode("1+1=2;", "A1", 1, parent=root)
+    assert search.applicable(a1) == ["A1", "A2"]  # a free step ends the sub-questions
+    deep = RNode("x;", "A1", 3, parent=a1)
+    assert search.applicable(deep) == ["A2"]  # the last level only finishes
+    assert search.applicable(RNode("answer=1", "A2", 1, terminal=True)) == []
+    assert RStar(_strategies(), "(1+1)*2?", Cost()).applicable(root) == ["A1", "A2"]  # no decomposition: no A3
+
+
+def test_a_sub_question_is_answered_as_a_problem_of_its_own_and_re_answered_by_majority():
+    tree = {
+        "(1+1)*2?": {"": [("1+1=2;", 1.0)], "1+1=2;": [("2*2=4;", 1.0)], "1+1=2;2*2=4;": [("answer=4", 1.0)],
+                     "1+1=3;": [("3*2=6;", 1.0)], "1+1=3;3*2=6;": [("answer=6", 1.0)]},
+        "1+1?": {"": [("1+1=2;", 0.5), ("1+1=3;", 0.5)], "1+1=2;": [("answer=2", 1.0)], "1+1=3;": [("answer=3", 1.0)]},
+    }
+    s = Strategies(ScriptedProposer(tree, seed=1, per_prompt=True), None, SearchSettings(expand=2, rstar_reanswer=5),
+                   sub_questions=lambda p: ["1+1?"] if p == "(1+1)*2?" else [])
+    cost = Cost()
+    search = RStar(s, "(1+1)*2?", cost)
+    root = RNode("", "", 0)
+    search.expand(root)
+    a3 = [c for c in root.children if c.action == "A3"]
+    # the sub-question's answers, their steps without the answer step, appended to the trace
+    assert {c.text for c in a3} <= {"1+1=2;", "1+1=3;"} and all(c.sub_question == "1+1?" for c in a3)
+    before = cost.tokens
+    search.expand(a3[0])
+    (a4,) = [c for c in a3[0].children if c.action == "A4"]
+    # five fresh answers of "1+1?", the majority's steps replace the A3 node's (its parent's trace + them)
+    assert a4.text in ("1+1=2;", "1+1=3;") and a4.sub_done == 1 and a4.depth == 2
+    assert cost.tokens > before
+    assert sub_steps("1+1=2;answer=2", "semicolon") == "1+1=2;"
+    assert sub_steps("a\nb\nanswer: 3", "lines") == "a\nb\n"
+
+
+class _Counting(ScriptedProposer):
+    """A scripted proposer that keeps the tokens it generated."""
+
+    generated = 0
+
+    def step(self, prompt, prefixes, n, cost, greedy=False):
+        before = cost.tokens
+        out = super().step(prompt, prefixes, n, cost, greedy)
+        self.generated += cost.tokens - before
+        return out
+
+
+def test_the_discriminators_tokens_count_and_an_unconfirmed_search_still_answers():
+    policy, disc = _Counting(POLICY, seed=3), _Counting(HONEST, seed=7)
+    out = Strategies(policy, None, SearchSettings(), discriminator=disc).run("rstar", "1+1?", 4)
+    assert disc.generated > 0 and out.cost.tokens == policy.generated + disc.generated
+    without = _strategies(disc_tree=None)
+    without.discriminator = ScriptedProposer({"": [("answer=9", 1.0)], "1+1=2;": [("answer=9", 1.0)],
+                                              "1+1=3;": [("answer=9", 1.0)]}, seed=0)  # fmt: skip
+    out = without.run("rstar", "1+1?", 2)
+    assert out.candidates == 0 and out.answer in ("2", "3")  # nothing confirmed: the best-scored trajectory
+
+
+def test_arithmetic_sub_questions_are_the_root_operands():
+    task = TaskConfig().build()
+    assert task.sub_questions("(2+3)*(4-1)?") == ["2+3?", "4-1?"]
+    assert task.sub_questions("(2+3)*4?") == ["2+3?"]
+    assert task.sub_questions("2*4?") == [] and task.sub_questions("what?") == []
+
+
+def test_rstar_runs_on_the_built_in_policy_through_search(tmp_path):
+    cfg = SearchConfig(strategy="rstar", budgets="2", problems=3, split="validation", bin_samples=2,
+                       out=str(tmp_path / "a"), expand=2, threads=1)  # fmt: skip
+    first = run_search(cfg, progress=False)
+    cell = first["strategies"]["rstar"]["2"]
+    assert cell["mean_tokens"] > 0 and cell["mean_prm_calls"] == 0  # no PRM: the outcome's self-consistency only
+    cfg.out = str(tmp_path / "b")
+    again = run_search(cfg, progress=False)
+    assert again["strategies"]["rstar"]["2"]["accuracy"] == cell["accuracy"]
+    rows = [(tmp_path / d / "results.jsonl").read_text() for d in "ab"]
+    strip = [[{k: v for k, v in json.loads(r).items() if k != "seconds"} for r in t.splitlines()] for t in rows]
+    assert strip[0] == strip[1]  # the same seeds, the same search (this machine and torch build)
