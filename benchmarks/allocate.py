@@ -3,12 +3,19 @@ strategy, both applied to held-out problems, over several seeds.
 
     python benchmarks/allocate.py                          # makes a PRM first (about 70 s), seeds 0,1,2
     python benchmarks/allocate.py --prm runs/bench-prm/prm --seeds 0
+    python benchmarks/allocate.py --strategies single,majority,revision --budgets 1,2,4,8 --revision_sweep 1,2,4,8
 
 The PRM, unless ``--prm`` names one: the recipe of ``tests/test_prm_drives_steps_on_cpu.py`` (a
 completer SFT'd for 40 steps on the task's faithful teacher, Math-Shepherd labels of the shipped
 base's samples, 3 epochs).  Each seed draws its own probes and strategy samples (``--seed``); the
 PRM, the validation and the held-out problems stay the same.  Prints each seed's table and, per
 token budget, held-out accuracy and mean tokens as mean +- sd over the seeds.
+
+With ``revision`` among ``--strategies``: a revision model first (``benchmarks/revision.py``'s recipe, history
+1: pairs from 8 base samples on ``--revision_train_problems`` training problems, ``--revision_steps`` SFT steps
+from the base), answers by majority over every attempt, and with ``--revision_sweep`` each budget N split
+into C chains for each C <= N (``veriloop allocate --revision_chains_sweep``): the sequential/parallel ratio
+per bin, in each seed's table and chosen per bin like any cell.
 """
 
 from __future__ import annotations
@@ -24,6 +31,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import fmt, parse_seeds, silence_hub_progress  # noqa: E402
+from revision import revision_model  # noqa: E402
 
 from veriloop.config import build_config  # noqa: E402
 from veriloop.models.loading import load_policy  # noqa: E402
@@ -66,6 +74,9 @@ def main() -> None:
     ap.add_argument("--heldout_problems", type=int, default=200)
     ap.add_argument("--probe_samples", type=int, default=4)
     ap.add_argument("--levels", type=int, default=3)
+    ap.add_argument("--revision_sweep", default="", help="chain counts C for revision (--revision_chains_sweep)")
+    ap.add_argument("--revision_train_problems", type=int, default=2000)
+    ap.add_argument("--revision_steps", type=int, default=100)
     ap.add_argument("--threads", type=int, default=2)
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
@@ -74,12 +85,18 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         prm_dir = args.prm or make_prm(Path(tmp))
         prm, policy = load_prm(prm_dir), load_policy("builtin:base")
+        revision = {}
+        if "revision" in args.strategies.split(","):
+            model, pairs = revision_model(Path(tmp), 1, args.revision_train_problems, args.revision_steps)
+            print(f"revision model: {pairs['pairs']} demonstrations ({time.time() - t0:.0f} s)", flush=True)
+            revision = {"revision_policy": model, "revision_select": "majority", "revision_history": 1,
+                        "revision_chains_sweep": args.revision_sweep}  # fmt: skip
         runs = []
         for seed in parse_seeds(args.seeds):
             cfg = AllocateConfig(strategy=args.strategies, budgets=args.budgets, token_budgets=args.token_budgets,
                                  problems=args.problems, heldout_problems=args.heldout_problems,
                                  probe_samples=args.probe_samples, levels=args.levels, seed=seed,
-                                 out=f"{tmp}/allocate-{seed}", prm=prm_dir)  # fmt: skip
+                                 out=f"{tmp}/allocate-{seed}", prm=prm_dir, **revision)  # fmt: skip
             s = run_allocate(cfg, progress=False, policy=policy, prm=prm)
             runs.append(s)
             print(f"\nseed {seed} ({s['seconds']} s):\n" + Path(cfg.out, "table.md").read_text(), flush=True)

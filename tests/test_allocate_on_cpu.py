@@ -15,6 +15,7 @@ from veriloop.search.allocate import (
     fit_edges,
     run_allocate,
 )
+from veriloop.search.revision import revision_prompt
 from veriloop.search.scripted import ScriptedProposer
 from veriloop.search.strategies import SearchSettings, Strategies
 from veriloop.tasks.base import Problem
@@ -113,6 +114,74 @@ def test_the_allocation_a_scripted_policy_calls_for_is_chosen_on_validation_and_
     one = _allocate(tmp_path, task, levels=1, out=str(tmp_path / "b"))["choices"][1]
     assert one["allocation"] in (["probe_vote@4"], ["majority@4"])
     assert one["heldout"]["allocation"]["accuracy"] < h["allocation"]["accuracy"] - 0.05
+
+
+class FixableAndFragile:
+    """Two kinds of problem where the split of a budget between parallel samples and sequential revisions
+    matters in opposite ways.  *Fixable*: the policy's answers spread over six values (right with p 1/6),
+    and the reviser turns any attempt into the right one: one long chain is best.  *Fragile*: the policy
+    is right with p 0.85, and the reviser breaks any attempt: independent samples are best."""
+
+    name = "fixable-and-fragile"
+    default_verifier = "arithmetic-outcome"
+    step_splitter = "semicolon"
+
+    def __init__(self, n: int):
+        def problems(split):
+            return [Problem(f"{split}-{kind}-{i}", f"{kind} {split} {i}: 1+1=?", "1+1", (kind,))
+                    for i in range(n) for kind in ("fixable", "fragile")]  # fmt: skip
+
+        self._val, self._held = problems("validation"), problems("heldout")
+        spread = {"": [(f"answer={v}", 1 / 6) for v in range(2, 8)]}
+        sure = {"": [("answer=2", 0.85), ("answer=5", 0.15)]}
+        self.tree = {p.prompt: spread if "fixable" in p.tags else sure for p in self._val + self._held}
+        attempts = [f"answer={v}" for v in range(2, 8)]
+        revised = {kind: {"": [(answer, 1.0)]} for kind, answer in (("fixable", "answer=2"), ("fragile", "answer=6"))}
+        self.reviser_tree = {revision_prompt(p.prompt, a): revised[p.tags[0]]
+                             for p in self._val + self._held for a in attempts}  # fmt: skip
+
+    def validation(self):
+        return self._val
+
+    def heldout(self):
+        return self._held
+
+
+def test_the_sequential_parallel_ratio_is_swept_and_chosen_per_bin(tmp_path):
+    task = FixableAndFragile(40)
+    cfg = AllocateConfig(strategy="single,revision", budgets="8", revision_chains_sweep="1,2,4,8",
+                         revision_policy="(scripted)", revision_select="majority", revision_history=1, problems=80,
+                         heldout_problems=80, probe_samples=4, levels=2, token_budgets="12",
+                         out=str(tmp_path / "r"))  # fmt: skip
+    settings = SearchSettings(revision_select="majority", revision_history=1)
+    strategies = Strategies(ScriptedProposer(task.tree, per_prompt=True), None, settings,
+                            reviser=ScriptedProposer(task.reviser_tree, per_prompt=True))  # fmt: skip
+    s = run_allocate(cfg, progress=False, task=task, strategies=strategies)
+    low, high = s["bins"]
+    assert s["edges"] == [0.75]  # the fragile problems' probes mostly agree 3 or 4 times in 4, the fixable ones' not
+    cells = set(s["validation_overall"])
+    assert cells == {"single@1", "revision/c1@8", "revision/c2@8", "revision/c4@8", "revision/c8@8"}
+    assert strategies.settings.revision_chains == 1  # the setting is restored
+    sweep = s["ratio_sweep"]["8"]
+    # the seed's figure, in this policy's terms: one chain wins where the probe disagrees, parallel where it agrees
+    assert sweep[low]["1"] > sweep[low]["8"] + 0.3 and sweep[high]["8"] > sweep[high]["1"] + 0.3, sweep
+    eight = s["choices"][0]  # 12 samples' tokens: the probe's 4, then 8 attempts per problem on average
+    chains = [(int(c.split("/c")[1].split("@")[0]), int(c.split("@")[1])) if c.startswith("revision/") else None
+              for c in eight["allocation"]]  # fmt: skip
+    # where the probe disagrees: chains with revisions (C < N); where it agrees: no revision at all, the probe's
+    # own vote (free) or N parallel samples, which lets the other bin spend more
+    assert chains[0] is not None and chains[0][0] < chains[0][1], eight
+    assert eight["allocation"][1] == "probe_vote@4" or chains[1][0] == chains[1][1], eight
+    h = eight["heldout"]
+    # held-out: the ratio per bin beats the one cell best on validation for every problem (measured: 0.863 at
+    # 62 tokens against 0.762 at 64)
+    assert h["allocation"]["accuracy"] > h["single"]["accuracy"] + 0.05, h
+    table = (tmp_path / "r" / "table.md").read_text()
+    assert "Sequential/parallel ratio at 8 attempts" in table and "| C = 1 | C = 2 | C = 4 | C = 8 |" in table
+    with pytest.raises(InputError, match="add revision"):
+        AllocateConfig(strategy="single,majority", revision_chains_sweep="1,2")
+    with pytest.raises(InputError, match="revision_chains_sweep"):
+        AllocateConfig(strategy="single,revision", revision_policy="x", revision_chains_sweep="0,2")
 
 
 def test_allocate_options_and_cli_errors(capsys):

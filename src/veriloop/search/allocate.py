@@ -16,6 +16,10 @@ validation split and applied, unchanged, to held-out problems:
    ``sum_k n_k * tokens_k(cell_k) <= N * (T - probe tokens)`` (a knapsack over bins: easy bins may
    spend less so that hard bins spend more), solved exactly (the choice never exceeds T on
    validation).
+   With ``revision_chains_sweep`` C1,C2,... the ``revision`` strategy is one cell per chain count C <= N at
+   each budget N (``revision/cC@N``: C parallel chains of N / C attempts; C = N is N independent samples,
+   C = 1 one chain of N - 1 revisions): the sequential/parallel ratio at fixed budget, swept per bin
+   (``summary["ratio_sweep"]``, the seed's figure) and chosen per bin like any other cell.
 4. **Held-out, read once.**  Held-out problems are probed, binned with the validation edges, and
    each runs its bin's cell; the baseline is the single cell with the best validation accuracy
    within T (no probe), run on every held-out problem.  Both are reported with their held-out
@@ -68,6 +72,11 @@ class AllocateConfig(SearchConfig):
         default="4,8,16",
         metadata={"help": "mean tokens per problem allowed, in units of one sample's (single on validation)"},
     )
+    revision_chains_sweep: str = field(
+        default="",
+        metadata={"help": "chain counts C: revision at budget N runs as C parallel chains of N/C attempts for each "
+                          "C <= N (the sequential/parallel ratio per bin); '' = --revision_chains only"},
+    )
 
     def __post_init__(self):
         super().__post_init__()
@@ -83,6 +92,18 @@ class AllocateConfig(SearchConfig):
         if "single" not in self.strategy_list():
             raise InputError("allocate needs 'single' among the strategies: it sets the unit of token_budgets")
         self.budget_units()
+        if self.chain_counts() and "revision" not in self.strategy_list():
+            raise InputError("revision_chains_sweep sweeps the revision strategy: add revision to --strategy")
+
+    def chain_counts(self) -> list[int]:
+        try:
+            counts = sorted({int(c) for c in self.revision_chains_sweep.split(",") if c.strip()})
+        except ValueError:
+            raise InputError(f"revision_chains_sweep must be integers separated by commas, "
+                             f"got {self.revision_chains_sweep!r}") from None  # fmt: skip
+        if counts and counts[0] < 1:
+            raise InputError(f"revision_chains_sweep: chain counts must be >= 1, got {self.revision_chains_sweep!r}")
+        return counts
 
     def budget_units(self) -> list[float]:
         try:
@@ -181,6 +202,49 @@ def _cell_name(strategy: str, budget: int) -> str:
     return f"{strategy}@{budget}"
 
 
+def allocate_plan(cfg: AllocateConfig) -> list[tuple[str, int]]:
+    """The search's (strategy, budget) cells, revision split into ``revision/cC`` per swept chain count C <= N."""
+    counts = cfg.chain_counts()
+    plan = []
+    for s, b in search_plan(cfg):
+        if s == "revision" and counts:
+            plan += [(f"revision/c{c}", b) for c in counts if c <= b]
+        else:
+            plan.append((s, b))
+    return plan
+
+
+def _run_plan(cfg: AllocateConfig, strategies: Strategies, verifier, problems, values, bins, progress: bool,
+              plan: list[tuple[str, int]], names: list[str]) -> list[dict]:  # fmt: skip
+    """Result rows of every cell of ``plan``; a ``revision/cC`` cell runs revision with C chains."""
+    plain = [(s, b) for s, b in plan if not s.startswith("revision/c")]
+    rows = _run_cells(cfg, strategies, verifier, problems, values, bins, progress, plan=plain, names=names)[0] \
+        if plain else []  # fmt: skip
+    swept = sorted({s for s, _ in plan if s.startswith("revision/c")}, key=lambda s: int(s.removeprefix("revision/c")))
+    kept = strategies.settings.revision_chains
+    try:
+        for cell in swept:
+            strategies.settings.revision_chains = int(cell.removeprefix("revision/c"))
+            sub = [("revision", b) for s, b in plan if s == cell]
+            for r in _run_cells(cfg, strategies, verifier, problems, values, bins, progress, plan=sub, names=names)[0]:
+                rows.append({**r, "strategy": cell})
+    finally:
+        strategies.settings.revision_chains = kept
+    return rows
+
+
+def ratio_sweep(cfg: AllocateConfig, cells: dict[str, list[dict]], names: list[str]) -> dict:
+    """Per budget N and bin: validation accuracy of each chain count C (the sequential/parallel ratio)."""
+    out = {}
+    for n in cfg.budget_list():
+        counts = [c for c in cfg.chain_counts() if c <= n]
+        if len(counts) < 2:
+            continue
+        out[str(n)] = {name: {str(c): cells[_cell_name(f"revision/c{c}", n)][k]["accuracy"] for c in counts}
+                       for k, name in enumerate(names)}  # fmt: skip
+    return out
+
+
 def _per_problem(rows: list[dict]) -> dict[str, dict[str, dict]]:
     """``{cell name: {problem id: row}}`` from search result rows."""
     out: dict[str, dict[str, dict]] = {}
@@ -218,6 +282,7 @@ def run_allocate(cfg: AllocateConfig, progress: bool = True, *, policy=None, prm
         "unit_tokens": fit["unit"], "probe_tokens": {"validation": fit["probe_tokens"],
                                                      "heldout": _mean([p["tokens"] for p in held_probe])},
         "validation_cells": fit["cells"], "validation_overall": fit["overall"], "choices": choices,
+        "ratio_sweep": ratio_sweep(cfg, fit["cells"], fit["names"]),
         "problems": {"validation": len(val), "heldout": len(held)}, "seed": cfg.seed,
         "seconds": round(time.time() - t0, 1),
     }  # fmt: skip
@@ -236,8 +301,8 @@ def _fit_on_validation(cfg: AllocateConfig, strategies: Strategies, verifier, va
     edges = fit_edges([p["agreement"] for p in probes], cfg.levels)
     names = bin_names(edges)
     bins = [bin_of(p["agreement"], edges) for p in probes]
-    rows, _ = _run_cells(cfg, strategies, verifier, val, [p["agreement"] for p in probes], bins, progress,
-                         plan=search_plan(cfg), names=names)  # fmt: skip
+    rows = _run_plan(cfg, strategies, verifier, val, [p["agreement"] for p in probes], bins, progress,
+                     allocate_plan(cfg), names)  # fmt: skip
     rows += _vote_rows(verifier, val, probes, bins, names, m)
     for r in rows:
         r["agreement"] = r.pop("pass_rate")  # the bins here are by the probe's agreement, not a pass rate
@@ -276,9 +341,8 @@ def _apply_to_heldout(cfg: AllocateConfig, strategies: Strategies, verifier, hel
     probes = probe(strategies, held, m, cfg.seed, cfg.batch_problems)
     bins = [bin_of(p["agreement"], fit["edges"]) for p in probes]
     needed = {c for ch in choices for c in (ch["allocation"] or []) + ([ch["single"]] if ch["single"] else [])}
-    plan = [(s, b) for s, b in search_plan(cfg) if _cell_name(s, b) in needed]
-    rows = _run_cells(cfg, strategies, verifier, held, [p["agreement"] for p in probes], bins, progress, plan=plan,
-                      names=names)[0] if plan else []  # fmt: skip
+    plan = [(s, b) for s, b in allocate_plan(cfg) if _cell_name(s, b) in needed]
+    rows = _run_plan(cfg, strategies, verifier, held, [p["agreement"] for p in probes], bins, progress, plan, names)
     rows += _vote_rows(verifier, held, probes, bins, names, m)
     for r in rows:
         r["agreement"] = r.pop("pass_rate")
@@ -334,6 +398,12 @@ def allocation_table(summary: dict) -> str:
     lines += ["", f"Bins by the agreement of {summary['probe_samples']} probe samples (no reference): {sizes}.",
               f"One sample costs {summary['unit_tokens']:.1f} tokens on validation; the probe "
               f"{summary['probe_tokens']['validation']:.1f}."]  # fmt: skip
+    for n, per_bin in summary.get("ratio_sweep", {}).items():
+        counts = list(next(iter(per_bin.values())))
+        lines += ["", f"Sequential/parallel ratio at {n} attempts (validation accuracy; C chains of {n}/C attempts, "
+                      "C = 1 all sequential):", "",
+                  "| bin | " + " | ".join(f"C = {c}" for c in counts) + " |", "|---|" + "---:|" * len(counts)]
+        lines += [f"| {name} | " + " | ".join(_f(acc[c]) for c in counts) + " |" for name, acc in per_bin.items()]
     return "\n".join(lines) + "\n"
 
 
