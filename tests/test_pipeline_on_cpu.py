@@ -1,6 +1,10 @@
 """The R1 pipeline: every stage a run directory, SFT from the base on rejection-sampled data, resume."""
 
 import json
+import signal
+import subprocess
+import sys
+import time
 
 import pytest
 import yaml
@@ -63,6 +67,36 @@ def test_the_pipeline_resumes_at_the_stage_it_stopped(tmp_path, monkeypatch):
     assert (tmp_path / "p" / "sft_from_base.incomplete-1" / "metrics.jsonl").is_file()  # kept aside, not lost
     with pytest.raises(InputError, match="another configuration"):
         run_pipeline(_cfg(tmp_path / "p", rl_steps=3), progress=False)
+
+
+def test_sigterm_during_a_stage_stops_the_pipeline_cleanly_and_the_same_command_resumes(tmp_path):
+    config = tmp_path / "r1.yaml"
+    data = {**TINY, "run_dir": str(tmp_path / "s"), "rl_steps": 16,
+            "rl": {**TINY["rl"], "checkpoint_every": 1}}  # a checkpoint every step: a signal always finds one
+    config.write_text(yaml.safe_dump(data))
+    command = [sys.executable, "-c", "import sys; from veriloop.cli import main; sys.exit(main(sys.argv[1:]))",
+               "pipeline", "--config", str(config), "--quiet"]  # fmt: skip
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    metrics, deadline = tmp_path / "s" / "rl" / "metrics.jsonl", time.time() + 240
+    try:
+        while not (metrics.is_file() and metrics.read_text().strip()) and proc.poll() is None:
+            assert time.time() < deadline, "the rl stage never wrote a step"
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGTERM)  # as a scheduler preempting the job would
+        out, err = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, err[-2000:]
+    assert "pipeline stopped during rl (SIGTERM received); run the same command to resume it" in out
+    stages = json.loads((tmp_path / "s" / "pipeline.json").read_text())["stages"]
+    assert stages["cold_start"]["status"] == "done" and stages.get("rl", {}).get("status") != "done"
+    assert "rejection_sample" not in stages  # nothing after the stopped stage ran on a model it never wrote
+    steps_before = len(metrics.read_text().splitlines())
+    assert 1 <= steps_before < 16
+    state = run_pipeline(build_config(PipelineConfig, yaml.safe_load(config.read_text()), {}), progress=False)
+    assert all(e["status"] == "done" for e in state["stages"].values())
+    rows = [json.loads(line) for line in metrics.read_text().splitlines()]
+    assert [r["step"] for r in rows] == list(range(1, 17))  # resumed where it stopped: every step once
 
 
 def test_r1_zero_is_rl_from_the_base_and_bad_options_say_so(tmp_path, capsys):
