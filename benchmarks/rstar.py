@@ -2,15 +2,21 @@
 
     python benchmarks/rstar.py                          # makes a PRM first (about 70 s), seeds 0,1
     python benchmarks/rstar.py --prm runs/bench-prm/prm --seeds 0 --problems 40
+    python benchmarks/rstar.py --discriminator completer --strategies rstar   # a peer model confirms instead
 
 Every strategy runs through ``veriloop search`` on the same held-out problems with the shipped base as
 the policy.  rStar (``--rstar_budgets`` rollouts) uses no PRM and no reference: its reward is the outcome's
 self-consistency, its answer the best trajectory its discriminator (the policy, drawing from a seed of its
 own) confirms.  MCTS (PRM node values), beam and best-of-N rank with the PRM of
 ``benchmarks/allocate.py`` (``make_prm``); majority vote needs nothing.  For each rStar budget the table
-puts beside it, per strategy, the best accuracy among that strategy's budgets whose mean tokens per
-problem are at most rStar's (its budget and tokens named): equal or lower token cost, never higher.
+puts beside it, per strategy, the accuracy at that strategy's largest budget whose mean tokens per problem
+are at most rStar's (its budget and tokens named): the most it spends within rStar's cost, never more, and
+no choice among budgets made on the held-out problems.  Every cell is printed as it is measured.
 Mean +- sd over the seeds; each seed draws its own samples (``--seed``) on the same problems.
+
+``--discriminator completer``: the trajectories are confirmed by another model instead of the policy itself, as
+rStar pairs two small models of similar capability: the completer ``make_prm`` trains (the base SFT'd for 40 steps
+on the task's teacher with its multiplication slips off; it needs no ``--prm``, it is made either way).
 """
 
 from __future__ import annotations
@@ -31,7 +37,8 @@ from veriloop.models.loading import load_policy  # noqa: E402
 from veriloop.prm.model import load_prm  # noqa: E402
 from veriloop.search.run import SearchConfig, run_search  # noqa: E402
 
-BASELINES = {"mcts": "4,8,16,32", "beam": "4,8,16,32,64", "best_of_n": "4,8,16,32,64", "majority": "4,8,16,32,64"}
+BASELINES = {"single": "1", "mcts": "4,8,16,32", "beam": "4,8,16,32,64", "best_of_n": "4,8,16,32,64",
+             "majority": "4,8,16,32,64"}
 
 
 def main() -> None:
@@ -41,6 +48,8 @@ def main() -> None:
     ap.add_argument("--problems", type=int, default=100, help="held-out problems")
     ap.add_argument("--rstar_budgets", default="1,2,4", help="rStar rollouts")
     ap.add_argument("--expand", type=int, default=4, help="samples per action of an expansion (every strategy)")
+    ap.add_argument("--discriminator", default="policy", help="rstar's discriminator: policy | completer | DIR")
+    ap.add_argument("--strategies", default="rstar," + ",".join(BASELINES), help="which to run")
     ap.add_argument("--threads", type=int, default=2)
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
@@ -48,38 +57,46 @@ def main() -> None:
     t0 = time.time()
     cells: dict[tuple[str, str], list[dict]] = {}
     with tempfile.TemporaryDirectory() as tmp:
-        prm_dir = args.prm or make_prm(Path(tmp))
+        made = make_prm(Path(tmp)) if not args.prm or args.discriminator == "completer" else ""
+        prm_dir = args.prm or made
         prm, policy = load_prm(prm_dir), load_policy("builtin:base")
+        disc = {"policy": "", "completer": str(Path(tmp) / "completer" / "final")}.get(args.discriminator,
+                                                                                     args.discriminator)  # fmt: skip
+        wanted = args.strategies.split(",")
         for seed in parse_seeds(args.seeds):
             for strategy, budgets in {"rstar": args.rstar_budgets, **BASELINES}.items():
+                if strategy not in wanted:
+                    continue
                 cfg = SearchConfig(strategy=strategy, budgets=budgets, problems=args.problems, split="heldout",
-                                   bin_samples=1, expand=args.expand, seed=seed, out=f"{tmp}/{strategy}-{seed}")
-                summary = run_search(cfg, progress=False, policy=policy, prm=None if strategy in ("rstar", "majority")
-                                     else prm)  # fmt: skip
+                                   bin_samples=1, expand=args.expand, seed=seed, out=f"{tmp}/{strategy}-{seed}",
+                                   discriminator=disc)  # fmt: skip
+                scorer = None if strategy in ("rstar", "majority", "single") else prm
+                summary = run_search(cfg, progress=False, policy=policy, prm=scorer)
                 for b, c in summary["strategies"][strategy].items():
                     cells.setdefault((strategy, b), []).append(c)
                 done = " ".join(f"{b}:{c['accuracy']:.3f}/{c['mean_tokens']:.0f}t"
                                 for b, c in summary["strategies"][strategy].items())  # fmt: skip
                 print(f"seed {seed} {strategy}: {done} ({time.time() - t0:.0f} s)", flush=True)
-    print(table(cells, args.rstar_budgets))
+    print(table(cells, args.rstar_budgets, wanted))
     print(f"\n{args.problems} held-out problems, seeds {args.seeds}, expand {args.expand}; {time.time() - t0:.0f} s")
 
 
-def table(cells: dict[tuple[str, str], list[dict]], rstar_budgets: str) -> str:
-    lines = ["| rStar rollouts | rStar accuracy | rStar tokens | " + " | ".join(BASELINES) + " |",
-             "|---|---:|---:|" + "---|" * len(BASELINES)]  # fmt: skip
+def table(cells: dict[tuple[str, str], list[dict]], rstar_budgets: str, wanted: list[str]) -> str:
+    baselines = {s: b for s, b in BASELINES.items() if s in wanted}
+    lines = ["| rStar rollouts | rStar accuracy | rStar tokens | " + " | ".join(baselines) + " |",
+             "|---|---:|---:|" + "---|" * len(baselines)]  # fmt: skip
     mean = lambda xs: sum(xs) / len(xs)  # noqa: E731
     for b in rstar_budgets.split(","):
         rs = cells[("rstar", b.strip())]
         tokens = mean([c["mean_tokens"] for c in rs])
         row = [b, fmt([c["accuracy"] for c in rs]), fmt([c["mean_tokens"] for c in rs], 0)]
-        for s, budgets in BASELINES.items():
+        for s, budgets in baselines.items():
             fits = [(mean([c["accuracy"] for c in cells[(s, x)]]), x) for x in budgets.split(",")
                     if mean([c["mean_tokens"] for c in cells[(s, x)]]) <= tokens]  # fmt: skip
             if not fits:
                 row.append("-")
                 continue
-            _, x = max(fits)
+            x = max(fits, key=lambda f: int(f[1]))[1]  # the most this strategy spends within rStar's tokens
             used = cells[(s, x)]
             row.append(f"{fmt([c['accuracy'] for c in used])} (@{x}, {mean([c['mean_tokens'] for c in used]):.0f} t)")
         lines.append("| " + " | ".join(row) + " |")

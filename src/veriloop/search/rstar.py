@@ -42,7 +42,7 @@ import random
 import zlib
 from dataclasses import dataclass, field
 
-from veriloop.prm.steps import split_steps
+from veriloop.prm.steps import SEPARATORS, split_steps
 from veriloop.registry import STRATEGIES
 from veriloop.search.strategies import Cost, Outcome, Strategies, Strategy
 from veriloop.verifiers.answers import answer_key
@@ -85,7 +85,7 @@ class RNode:
 
 def sub_steps(completion: str, splitter: str) -> str:
     """The steps of a sub-question's answer without its final answer step, as trace text to append."""
-    sep = {"semicolon": ";", "lines": "\n"}[splitter]
+    sep = SEPARATORS[splitter]
     steps = [s.text for s in split_steps(completion, splitter)]
     if steps and answer_key(steps[-1]) is not None:
         steps = steps[:-1]
