@@ -5,6 +5,7 @@ import json
 
 import pytest
 
+from veriloop.errors import InputError
 from veriloop.search.rstar import RNode, RStar, sub_steps
 from veriloop.search.run import SearchConfig, run_search
 from veriloop.search.scripted import ScriptedProposer
@@ -142,3 +143,12 @@ def test_rstar_runs_on_the_built_in_policy_through_search(tmp_path):
     rows = [(tmp_path / d / "results.jsonl").read_text() for d in "ab"]
     strip = [[{k: v for k, v in json.loads(r).items() if k != "seconds"} for r in t.splitlines()] for t in rows]
     assert strip[0] == strip[1]  # the same seeds, the same search (this machine and torch build)
+
+
+def test_a_missing_discriminator_is_named(tmp_path):
+    cfg = SearchConfig(strategy="rstar", budgets="1", problems=1, discriminator=str(tmp_path / "nowhere"),
+                       out=str(tmp_path / "o"))  # fmt: skip
+    with pytest.raises(InputError, match="--discriminator: .*nowhere"):
+        run_search(cfg, progress=False)
+    with pytest.raises(InputError, match="rstar_reanswer"):
+        SearchConfig(strategy="rstar", rstar_reanswer=0)

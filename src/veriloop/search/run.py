@@ -257,8 +257,11 @@ def _strategies(cfg: SearchConfig, task, policy, prm, verifier, settings: Search
     scorer = VerifierScorer(verifier) if cfg.scorer == "verifier" else PRMScorer(prm) if prm is not None else None
     discriminator = None
     if "rstar" in cfg.strategy_list():  # its own draws, from the policy itself unless another is named
-        discriminator = LMProposer(load_policy(cfg.discriminator) if cfg.discriminator else policy, cfg.sampling,
-                                   splitter)  # fmt: skip
+        try:
+            judge = load_policy(cfg.discriminator) if cfg.discriminator else policy
+        except InputError as e:
+            raise InputError(f"--discriminator: {e}") from None
+        discriminator = LMProposer(judge, cfg.sampling, splitter)
     return Strategies(proposer, scorer, settings, reviser=reviser, discriminator=discriminator,
                       sub_questions=getattr(task, "sub_questions", None), splitter=splitter)  # fmt: skip
 
