@@ -47,9 +47,6 @@ from veriloop.registry import STRATEGIES
 from veriloop.search.strategies import Cost, Outcome, Strategies, Strategy
 from veriloop.verifiers.answers import answer_key
 
-ACTIONS = ("A1", "A2", "A3", "A4", "A5")
-
-
 @dataclass
 class RNode:
     """One node of an rStar tree: the trace so far, how it was made, and what the search learnt of it."""
@@ -93,7 +90,7 @@ def sub_steps(completion: str, splitter: str) -> str:
 
 
 class RStar:
-    """One problem's rStar search (``Strategies._rstar`` runs it)."""
+    """One problem's rStar search (the ``rstar`` strategy, ``_rstar`` below, runs it)."""
 
     def __init__(self, strategies: Strategies, prompt: str, cost: Cost):
         self.s, self.prompt, self.cost = strategies, prompt, cost
