@@ -47,6 +47,7 @@ from veriloop.registry import STRATEGIES
 from veriloop.search.strategies import Cost, Outcome, Strategies, Strategy
 from veriloop.verifiers.answers import answer_key
 
+
 @dataclass
 class RNode:
     """One node of an rStar tree: the trace so far, how it was made, and what the search learnt of it."""
