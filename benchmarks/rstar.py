@@ -52,6 +52,9 @@ def main() -> None:
     ap.add_argument("--strategies", default="rstar," + ",".join(BASELINES), help="which to run")
     ap.add_argument("--threads", type=int, default=2)
     args = ap.parse_args()
+    unknown = set(args.strategies.split(",")) - {"rstar", *BASELINES}
+    if "rstar" not in args.strategies.split(",") or unknown:
+        raise SystemExit(f"--strategies: rstar and any of {', '.join(BASELINES)}; got {args.strategies!r}")
     torch.set_num_threads(args.threads)
     silence_hub_progress()
     t0 = time.time()
