@@ -37,19 +37,18 @@ discriminator both count in the cost.
 
 from __future__ import annotations
 
-import math
 import random
 import zlib
 from dataclasses import dataclass, field
 
 from veriloop.prm.steps import SEPARATORS, split_steps
 from veriloop.registry import STRATEGIES
-from veriloop.search.strategies import Cost, Outcome, Strategies, Strategy
+from veriloop.search.strategies import Cost, Outcome, Strategies, Strategy, Visited
 from veriloop.verifiers.answers import answer_key
 
 
 @dataclass
-class RNode:
+class RNode(Visited):
     """One node of an rStar tree: the trace so far, how it was made, and what the search learnt of it."""
 
     text: str  # the trace so far (what A1 / A2 continue)
@@ -63,15 +62,6 @@ class RNode:
     expanded: bool = False
     visits: int = 0
     total: float = 0.0
-
-    @property
-    def q(self) -> float:
-        return self.total / self.visits if self.visits else 0.0
-
-    def uct(self, parent_visits: int, c: float) -> float:
-        if self.visits == 0:
-            return math.inf  # every child is tried once before any is tried twice
-        return self.q + c * math.sqrt(math.log(max(parent_visits, 1)) / self.visits)
 
     def path(self) -> list[RNode]:
         out, node = [], self
@@ -99,12 +89,12 @@ class RStar:
         self.subs = strategies.sub_questions(prompt) if strategies.sub_questions is not None else []
         self.splitter = strategies.splitter
         self.votes: dict[str | None, int] = {}  # answer -> terminal samples that reached it (repeats counted)
+        self.n_votes = 0  # sum(self.votes.values())
 
     def confidence(self, node: RNode) -> float:
         """Self-consistency: the share of the tree's terminal samples whose answer is ``node``'s (0 without one)."""
         key = answer_key(node.text)
-        total = sum(self.votes.values())
-        return self.votes.get(key, 0) / total if key is not None and total else 0.0
+        return self.votes.get(key, 0) / self.n_votes if key is not None and self.n_votes else 0.0
 
     def applicable(self, node: RNode) -> list[str]:
         """The actions that apply at ``node`` (the seed's order constraints included)."""
@@ -149,6 +139,7 @@ class RStar:
             if k.terminal:
                 key = answer_key(k.text)
                 self.votes[key] = self.votes.get(key, 0) + 1
+                self.n_votes += 1
         seen: dict[tuple[str, str, bool], RNode] = {}
         for k in kids:  # one node per distinct (trace, action, terminal): a repeated sample adds no branch
             seen.setdefault((k.text, k.action, k.terminal), k)
@@ -202,11 +193,12 @@ class RStar:
         root = RNode("", "", 0)
         for _ in range(rollouts):
             self.rollout(root)
-        best: dict[str, RNode] = {}
+        best: dict[str, tuple[float, RNode]] = {}
         for n in self.terminals(root):  # a trajectory reached twice: its better-scored node
-            if n.text not in best or self.score(n) > self.score(best[n.text]):
-                best[n.text] = n
-        ranked = sorted(best.values(), key=self.score, reverse=True)  # stable: ties keep tree order
+            sc = self.score(n)
+            if n.text not in best or sc > best[n.text][0]:
+                best[n.text] = (sc, n)
+        ranked = [n for _, n in sorted(best.values(), key=lambda x: -x[0])]  # stable: ties keep tree order
         if not ranked:
             text = self.s.proposer.complete(self.prompt, [""], 1, self.cost)[0]
             return Outcome(text, answer_key(text), self.cost, 0)

@@ -389,8 +389,26 @@ class Strategies:
         return node.value
 
 
+class Visited:
+    """Visit statistics of a search-tree node (``visits``, ``total``): its mean value and UCT score.
+
+    ``uct = Q + c sqrt(ln N_parent / (visit_offset + N_child))``; an unvisited child scores infinity, so
+    every child is tried once before any is tried twice."""
+
+    visit_offset = 0
+
+    @property
+    def q(self) -> float:
+        return self.total / self.visits if self.visits else 0.0
+
+    def uct(self, parent_visits: int, c: float) -> float:
+        if self.visits == 0:
+            return math.inf
+        return self.q + c * math.sqrt(math.log(max(parent_visits, 1)) / (self.visit_offset + self.visits))
+
+
 @dataclass
-class _Node:
+class _Node(Visited):
     text: str
     finished: bool
     depth: int
@@ -399,14 +417,7 @@ class _Node:
     total: float = 0.0
     value: float | None = None
 
-    @property
-    def q(self) -> float:
-        return self.total / self.visits if self.visits else 0.0
-
-    def uct(self, parent_visits: int, c: float) -> float:
-        if self.visits == 0:
-            return math.inf  # every child is tried once before any is tried twice
-        return self.q + c * math.sqrt(math.log(max(parent_visits, 1)) / (1 + self.visits))
+    visit_offset = 1  # the mcts strategy's UCT: ln N_parent / (1 + N_child)
 
 
 def _always(settings: SearchSettings) -> bool:
