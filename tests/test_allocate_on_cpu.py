@@ -52,29 +52,40 @@ def test_the_knapsack_spends_where_it_pays_and_never_exceeds_the_budget():
     assert choose_single(overall, 5) is None
 
 
-class TwoKinds:
-    """Easy problems the scripted policy answers right with p 0.95; hard ones with p 0.4, its wrong
-    answers spread over three values (so a vote of many samples finds the right one)."""
+class _TwoKindsTask:
+    """A scripted task of two kinds of problem, ``n`` of each per split; the policy's tree is per kind."""
 
-    name = "two-kinds"
     default_verifier = "arithmetic-outcome"
     step_splitter = "semicolon"
 
-    def __init__(self, n: int):
+    def __init__(self, n: int, kinds: tuple[str, str]):
         def problems(split):
             return [Problem(f"{split}-{kind}-{i}", f"{kind} {split} {i}: 1+1=?", "1+1", (kind,))
-                    for i in range(n) for kind in ("easy", "hard")]  # fmt: skip
+                    for i in range(n) for kind in kinds]  # fmt: skip
 
         self._val, self._held = problems("validation"), problems("heldout")
-        easy = {"": [("answer=2", 0.95), ("answer=3", 0.05)]}
-        hard = {"": [("answer=2", 0.4), ("answer=3", 0.2), ("answer=4", 0.2), ("answer=5", 0.2)]}
-        self.tree = {p.prompt: easy if "easy" in p.tags else hard for p in self._val + self._held}
+
+    def problems(self):
+        return self._val + self._held
 
     def validation(self):
         return self._val
 
     def heldout(self):
         return self._held
+
+
+class TwoKinds(_TwoKindsTask):
+    """Easy problems the scripted policy answers right with p 0.95; hard ones with p 0.4, its wrong
+    answers spread over three values (so a vote of many samples finds the right one)."""
+
+    name = "two-kinds"
+
+    def __init__(self, n: int):
+        super().__init__(n, ("easy", "hard"))
+        easy = {"": [("answer=2", 0.95), ("answer=3", 0.05)]}
+        hard = {"": [("answer=2", 0.4), ("answer=3", 0.2), ("answer=4", 0.2), ("answer=5", 0.2)]}
+        self.tree = {p.prompt: easy if "easy" in p.tags else hard for p in self.problems()}
 
 
 def _allocate(tmp_path, task, **extra):
@@ -116,35 +127,23 @@ def test_the_allocation_a_scripted_policy_calls_for_is_chosen_on_validation_and_
     assert one["heldout"]["allocation"]["accuracy"] < h["allocation"]["accuracy"] - 0.05
 
 
-class FixableAndFragile:
+class FixableAndFragile(_TwoKindsTask):
     """Two kinds of problem where the split of a budget between parallel samples and sequential revisions
     matters in opposite ways.  *Fixable*: the policy's answers spread over six values (right with p 1/6),
     and the reviser turns any attempt into the right one: one long chain is best.  *Fragile*: the policy
     is right with p 0.85, and the reviser breaks any attempt: independent samples are best."""
 
     name = "fixable-and-fragile"
-    default_verifier = "arithmetic-outcome"
-    step_splitter = "semicolon"
 
     def __init__(self, n: int):
-        def problems(split):
-            return [Problem(f"{split}-{kind}-{i}", f"{kind} {split} {i}: 1+1=?", "1+1", (kind,))
-                    for i in range(n) for kind in ("fixable", "fragile")]  # fmt: skip
-
-        self._val, self._held = problems("validation"), problems("heldout")
+        super().__init__(n, ("fixable", "fragile"))
         spread = {"": [(f"answer={v}", 1 / 6) for v in range(2, 8)]}
         sure = {"": [("answer=2", 0.85), ("answer=5", 0.15)]}
-        self.tree = {p.prompt: spread if "fixable" in p.tags else sure for p in self._val + self._held}
+        self.tree = {p.prompt: spread if "fixable" in p.tags else sure for p in self.problems()}
         attempts = [f"answer={v}" for v in range(2, 8)]
         revised = {kind: {"": [(answer, 1.0)]} for kind, answer in (("fixable", "answer=2"), ("fragile", "answer=6"))}
         self.reviser_tree = {revision_prompt(p.prompt, a): revised[p.tags[0]]
-                             for p in self._val + self._held for a in attempts}  # fmt: skip
-
-    def validation(self):
-        return self._val
-
-    def heldout(self):
-        return self._held
+                             for p in self.problems() for a in attempts}  # fmt: skip
 
 
 def test_the_sequential_parallel_ratio_is_swept_and_chosen_per_bin(tmp_path):
