@@ -35,7 +35,7 @@ from __future__ import annotations
 import math
 import time
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import torch
@@ -221,15 +221,12 @@ def _run_plan(cfg: AllocateConfig, strategies: Strategies, verifier, problems, v
     rows = _run_cells(cfg, strategies, verifier, problems, values, bins, progress, plan=plain, names=names)[0] \
         if plain else []  # fmt: skip
     swept = sorted({s for s, _ in plan if s.startswith("revision/c")}, key=lambda s: int(s.removeprefix("revision/c")))
-    kept = strategies.settings.revision_chains
-    try:
-        for cell in swept:
-            strategies.settings.revision_chains = int(cell.removeprefix("revision/c"))
-            sub = [("revision", b) for s, b in plan if s == cell]
-            for r in _run_cells(cfg, strategies, verifier, problems, values, bins, progress, plan=sub, names=names)[0]:
-                rows.append({**r, "strategy": cell})
-    finally:
-        strategies.settings.revision_chains = kept
+    for cell in swept:  # the same proposer, reviser and seeds; only the chain count differs
+        chains = replace(strategies.settings, revision_chains=int(cell.removeprefix("revision/c")))
+        sub = [("revision", b) for s, b in plan if s == cell]
+        for r in _run_cells(cfg, replace(strategies, settings=chains), verifier, problems, values, bins, progress,
+                            plan=sub, names=names)[0]:  # fmt: skip
+            rows.append({**r, "strategy": cell})
     return rows
 
 
