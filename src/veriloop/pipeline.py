@@ -256,9 +256,8 @@ STAGES = {"cold_start": _cold_start, "rl": _first_rl, "rejection_sample": _rejec
 def _evaluate(cfg: PipelineConfig, task, model: Path) -> dict:
     problems = task.heldout()[: cfg.eval_problems]
     r = evaluate(load_policy(str(model)), problems, cfg.rl.task.eval_verifiers(), EvalConfig(n_samples=0))
-    fmt = None if r.format_rate != r.format_rate else r.format_rate  # NaN: the task has no format verifier
-    return {"greedy_accuracy": r.greedy_accuracy, "wrong_steps_rate": r.wrong_steps_rate, "format_rate": fmt,
-            "problems": r.num_problems}  # fmt: skip
+    return {"greedy_accuracy": r.greedy_accuracy, "wrong_steps_rate": r.wrong_steps_rate,
+            "format_rate": r.format_rate, "problems": r.num_problems}  # format_rate None: no format check  # fmt: skip
 
 
 def pipeline_table(state: dict) -> str:

@@ -8,7 +8,7 @@ Definitions (all fractions of held-out problems unless said otherwise):
 * ``maj@k``: the expected accuracy of a majority vote over k of those samples (``maj_at_k``: every
   subset of k equally likely, ties split, no answer no vote), answers grouped by ``answer_key``.
 * ``format_rate`` / ``process_rate``: the greedy completion passes the format / process
-  verifier.
+  verifier (None where the task has none: GSM8K, jsonl, programs).
 * ``wrong_steps_rate``: *right answer, wrong steps*: the greedy completion passes the
   outcome verifier and fails the process verifier.
 * ``by_tag``: the greedy accuracy and wrong-steps rate of each problem class.
@@ -53,7 +53,7 @@ class EvalConfig:
 class EvalResult:
     num_problems: int
     greedy_accuracy: float
-    format_rate: float
+    format_rate: float | None  # None: the task has no format check (its JSON is null, never NaN)
     process_rate: float | None
     wrong_steps_rate: float | None
     sampled_accuracy: float | None
@@ -113,7 +113,7 @@ def evaluate(
     return EvalResult(
         num_problems=len(problems),
         greedy_accuracy=_mean(outcome),
-        format_rate=_mean(fmt) if fmt else float("nan"),
+        format_rate=_mean(fmt) if fmt else None,
         process_rate=_mean(proc) if proc else None,
         wrong_steps_rate=_mean(wrong_steps) if wrong_steps else None,
         sampled_accuracy=sampled_acc,

@@ -44,7 +44,7 @@ def format_result(name: str, r: EvalResult, split: str = "heldout") -> str:
         lines.append(f"  pass@{k:<15} {v:.3f}")
     for k, v in r.maj_at.items():
         lines.append(f"  maj@{k:<16} {v:.3f}")
-    if r.format_rate == r.format_rate:  # nan: the task has no format verifier
+    if r.format_rate is not None:  # None: the task has no format verifier
         lines.append(f"  format rate          {r.format_rate:.3f}")
     if r.process_rate is not None:
         lines.append(f"  process-correct rate {r.process_rate:.3f}")
