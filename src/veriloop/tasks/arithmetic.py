@@ -359,17 +359,52 @@ def _teacher_trace(node: Node, cfg: TeacherConfig, rng: random.Random, mul_slip:
 # ---------------------------------------------------------------- the task
 
 PROMPT_SUFFIX = "?"
+# task.reasoning -> what follows the expression in a prompt: the trace (cot) or a program (pot) is asked for
+PROMPT_SUFFIXES = {"cot": PROMPT_SUFFIX, "pot": "?py:"}
 
 
-def make_problem(expression: str) -> Problem:
+def make_problem(expression: str, reasoning: str = "cot") -> Problem:
+    """The problem of ``expression``; its id depends on the expression only, so the same problem asked for a
+    trace or for a program is one problem."""
     node = parse_expression(expression)
     text = render(node)
     return Problem(
         id="arith-" + hashlib.sha256(text.encode()).hexdigest()[:12],
-        prompt=text + PROMPT_SUFFIX,
+        prompt=text + PROMPT_SUFFIXES[reasoning],
         reference=text,
         tags=problem_tags(node),
     )
+
+
+def program_trace(node: Node, cfg: TeacherConfig, rng: random.Random) -> str:
+    """The teacher's program of thought: one assignment per operation in post-order, then ``print``:
+    ``a=2+3;b=a*4;print(b)``.  The interpreter does the arithmetic, so the teacher's arithmetic slips
+    (``multiplication_slip``, ``wrong_step_rate``) cannot happen; its reasoning slip can:
+    ``subtraction_slip`` writes the operands the wrong way round, and with ``compensate_slips`` the step
+    that uses the result takes ``abs()`` of it (the right answer through a wrong step, as in its traces).
+    Division is ``//``: every division of the task is exact, and the answer stays an integer."""
+    ops = internal_nodes(node)
+    if len(ops) > 26:
+        raise InputError(f"program_trace names each operation with one letter: {len(ops)} operations are too many")
+    names: dict[int, str] = {}
+    slipped: set[int] = set()
+
+    def operand(n: Node) -> str:
+        if n.is_leaf:
+            return format_int(n.value)
+        return f"abs({names[id(n)]})" if id(n) in slipped and cfg.compensate_slips else names[id(n)]
+
+    lines = []
+    for i, n in enumerate(ops):
+        name = chr(ord("a") + i)
+        names[id(n)] = name
+        a, b = operand(n.left), operand(n.right)
+        is_last = i == len(ops) - 1
+        if n.op == "-" and not is_last and n.left.value != n.right.value and rng.random() < cfg.subtraction_slip:
+            a, b = b, a
+            slipped.add(id(n))
+        lines.append(f"{name}={a}{'//' if n.op == '/' else n.op}{b}")
+    return ";".join(lines + [f"print({names[id(node)]})" if ops else f"print({format_int(node.value)})"])
 
 
 class ArithmeticTask:
@@ -385,9 +420,16 @@ class ArithmeticTask:
     prompt_template = "{reference}" + PROMPT_SUFFIX  # the prompt from the reference (a PRM verifier needs it)
     default_verifier = "arithmetic-outcome"
 
-    def __init__(self, config: ArithmeticConfig | None = None, teacher: TeacherConfig | None = None):
+    def __init__(self, config: ArithmeticConfig | None = None, teacher: TeacherConfig | None = None,
+                 reasoning: str = "cot"):  # fmt: skip
+        if reasoning not in PROMPT_SUFFIXES:
+            raise InputError(f"task.reasoning for the arithmetic task must be one of {tuple(PROMPT_SUFFIXES)}, "
+                             f"got {reasoning!r}")  # fmt: skip
         self.config = config or ArithmeticConfig()
         self.teacher = teacher or TeacherConfig()
+        self.reasoning = reasoning
+        self.prompt_template = "{reference}" + PROMPT_SUFFIXES[reasoning]
+        self.default_verifier = "arithmetic-pot" if reasoning == "pot" else "arithmetic-outcome"
         self.generator = ArithmeticGenerator(self.config)
         self._fixed: dict[str, list[Problem]] = {}
 
@@ -411,7 +453,7 @@ class ArithmeticTask:
         return [self._draw(rng, "train") for _ in range(n)]
 
     def train_batch(self, n: int, rng: random.Random) -> list[Problem]:
-        return [make_problem(render(node)) for node in self.train_nodes(n, rng)]
+        return [make_problem(render(node), self.reasoning) for node in self.train_nodes(n, rng)]
 
     def heldout(self) -> list[Problem]:
         return self._fixed_set("heldout", self.config.heldout_size, self.config.heldout_seed)
@@ -427,25 +469,29 @@ class ArithmeticTask:
                 text = render(self._draw(rng, split))
                 if text not in seen:
                     seen.add(text)
-                    out.append(make_problem(text))
+                    out.append(make_problem(text, self.reasoning))
             self._fixed[split] = out
         return self._fixed[split]
 
     def teacher_completion(self, problem: Problem, rng: random.Random) -> str:
-        return teacher_trace(parse_expression(problem.reference), self.teacher, rng)
+        """The teacher's trace (cot) or program (pot) of the problem."""
+        write = program_trace if self.reasoning == "pot" else teacher_trace
+        return write(parse_expression(problem.reference), self.teacher, rng)
 
     def sub_questions(self, prompt: str) -> list[str]:
         """rStar's sub-questions of a problem (action A3), as prompts: the operand sub-expressions of its root
         operation that are not bare numbers, left then right (the order a trace computes them in)."""
         try:
-            node = parse_expression(prompt.removesuffix(PROMPT_SUFFIX))
+            node = parse_expression(prompt.removesuffix(PROMPT_SUFFIXES[self.reasoning]))
         except ValueError:
             return []  # not one of this task's prompts: nothing to decompose
         if node.is_leaf:
             return []
-        return [make_problem(render(child)).prompt for child in (node.left, node.right) if not child.is_leaf]
+        return [make_problem(render(child), self.reasoning).prompt for child in (node.left, node.right)
+                if not child.is_leaf]  # fmt: skip
 
 
 @register_task("arithmetic")
-def _arithmetic(arithmetic: ArithmeticConfig | None = None, teacher: TeacherConfig | None = None, **_):
-    return ArithmeticTask(arithmetic, teacher)
+def _arithmetic(arithmetic: ArithmeticConfig | None = None, teacher: TeacherConfig | None = None,
+                reasoning: str = "cot", **_):  # fmt: skip
+    return ArithmeticTask(arithmetic, teacher, reasoning)

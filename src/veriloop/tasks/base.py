@@ -45,6 +45,20 @@ class Task(Protocol):
 # prompt_style boxed: what instruct models are asked in maths RL (the verifiers read \boxed{...})
 BOXED_INSTRUCTION = "\nPlease reason step by step, and put your final answer within \\boxed{}."
 PROMPT_STYLES = ("plain", "boxed")
+# task.reasoning pot (program of thought): the program's printed output is the answer (verifiers/program.py)
+PROGRAM_INSTRUCTION = ("\nWrite a Python program that computes the answer and prints only the final answer. "
+                       "Put the program in one ```python block.\n")  # fmt: skip
+REASONING_FORMATS = ("cot", "pot")
+
+
+def prompt_suffix(prompt_style: str, reasoning: str, plain: str = "") -> str:
+    """What follows a row's question (gsm8k, jsonl): ``plain``, the boxed instruction, or the program one."""
+    if reasoning == "pot":
+        if prompt_style != "plain":
+            raise InputError(f"task.prompt_style {prompt_style!r} asks for a boxed answer, task.reasoning pot for a "
+                             "printed one: use prompt_style plain with pot")  # fmt: skip
+        return PROGRAM_INSTRUCTION
+    return BOXED_INSTRUCTION if prompt_style == "boxed" else plain
 
 
 def register_task(name: str):

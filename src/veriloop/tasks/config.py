@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from veriloop.tasks.arithmetic import ArithmeticConfig, TeacherConfig
-from veriloop.tasks.base import PROMPT_STYLES, get_task
+from veriloop.tasks.base import PROMPT_STYLES, REASONING_FORMATS, get_task
 
 CHAT_TEMPLATE_MODES = ("auto", "none")
 
@@ -36,6 +36,11 @@ class TaskConfig:
         metadata={"help": "gsm8k, jsonl: plain | boxed (an instruction to put the final answer in \\boxed{}, for "
                   "instruct models and MATH rows)"},
     )
+    reasoning: str = field(
+        default="cot",
+        metadata={"help": "cot: the completion reasons in text | pot: the completion is a program, its printed output "
+                  "the answer (verifiers arithmetic-pot, gsm8k-pot, math-pot run it in the sandbox)"},
+    )
     arithmetic: ArithmeticConfig = field(default_factory=ArithmeticConfig)
     teacher: TeacherConfig = field(default_factory=TeacherConfig)
 
@@ -44,25 +49,40 @@ class TaskConfig:
             raise ValueError(f"task.chat_template must be one of {CHAT_TEMPLATE_MODES}, got {self.chat_template!r}")
         if self.prompt_style not in PROMPT_STYLES:
             raise ValueError(f"task.prompt_style must be one of {PROMPT_STYLES}, got {self.prompt_style!r}")
+        if self.reasoning not in REASONING_FORMATS:
+            raise ValueError(f"task.reasoning must be one of {REASONING_FORMATS}, got {self.reasoning!r}")
+        if self.reasoning == "pot" and self.prompt_style != "plain":
+            raise ValueError(f"task.prompt_style {self.prompt_style!r} asks for a boxed answer, task.reasoning pot "
+                             "for a printed one: use prompt_style plain with pot")  # fmt: skip
         if self.prompt_style != "plain" and self.name not in ("gsm8k", "jsonl"):
             raise ValueError(f"task.prompt_style applies to tasks gsm8k and jsonl, not {self.name!r}")
 
     def build(self):
         if self.name == "arithmetic":
-            return get_task("arithmetic", arithmetic=self.arithmetic, teacher=self.teacher)
+            return get_task("arithmetic", arithmetic=self.arithmetic, teacher=self.teacher, reasoning=self.reasoning)
         if self.name == "jsonl":
             return get_task("jsonl", data=self.data, heldout_data=self.heldout_data,
-                            verifier=self.verifier or "arithmetic-outcome", validation_data=self.validation_data,
-                            prompt_style=self.prompt_style)  # fmt: skip
+                            verifier=self.verifier or self._default_jsonl_verifier(),
+                            validation_data=self.validation_data, prompt_style=self.prompt_style,
+                            reasoning=self.reasoning)  # fmt: skip
         if self.name == "gsm8k":
             return get_task("gsm8k", data=self.data, heldout_data=self.heldout_data, heldout_size=self.heldout_size,
-                            prompt_style=self.prompt_style)  # fmt: skip
+                            prompt_style=self.prompt_style, reasoning=self.reasoning)  # fmt: skip
+        if self.reasoning != "cot":
+            raise ValueError(f"task.reasoning {self.reasoning!r} applies to tasks arithmetic, gsm8k and jsonl, "
+                             f"not {self.name!r}")  # fmt: skip
         return get_task(self.name)
 
+    def _default_jsonl_verifier(self) -> str:
+        return "arithmetic-pot" if self.reasoning == "pot" else "arithmetic-outcome"
+
     def eval_verifiers(self) -> dict[str, str]:
-        """Verifiers for evaluation: outcome always; format and process where the task has them."""
+        """Verifiers for evaluation: outcome always; format and process where the task has them (the
+        built-in task's traces; a program has neither)."""
         if self.name == "arithmetic":
+            if self.reasoning == "pot":
+                return {"outcome": "arithmetic-pot"}
             return {"outcome": "arithmetic-outcome", "format": "arithmetic-format", "process": "arithmetic-process"}
         if self.name == "gsm8k":  # known without loading 8.8k rows to ask the task
-            return {"outcome": self.verifier or "gsm8k"}
+            return {"outcome": self.verifier or ("gsm8k-pot" if self.reasoning == "pot" else "gsm8k")}
         return {"outcome": self.verifier or self.build().default_verifier}

@@ -17,7 +17,9 @@ import hashlib
 import random
 from pathlib import Path
 
-from veriloop.tasks.base import BOXED_INSTRUCTION, Problem, register_task
+from veriloop.errors import InputError
+from veriloop.tasks.base import Problem, register_task
+from veriloop.tasks.base import prompt_suffix as suffix_for
 from veriloop.tasks.jsonl import DatasetError, jsonl_objects
 
 DATA_DIR = Path(__file__).resolve().parent.parent / "data" / "gsm8k"
@@ -50,14 +52,16 @@ class GSM8KTask:
     step_splitter = "lines"  # veriloop.prm.split_steps: one step per non-blank line
 
     def __init__(self, data: str = "", heldout_data: str = "", prompt_suffix: str = DEFAULT_SUFFIX,
-                 heldout_size: int = 0, prompt_style: str = "plain"):  # fmt: skip
-        self.prompt_style = prompt_style
-        if prompt_style == "boxed":
-            prompt_suffix = BOXED_INSTRUCTION
-        rows, train_solutions = load_gsm8k(data or DATA_DIR / "train.jsonl", "train", prompt_suffix)
-        self._validation = [p for p in rows if _in_validation(p.prompt)]
-        self.train = [p for p in rows if not _in_validation(p.prompt)]
-        self._heldout, test_solutions = load_gsm8k(heldout_data or DATA_DIR / "test.jsonl", "test", prompt_suffix)
+                 heldout_size: int = 0, prompt_style: str = "plain", reasoning: str = "cot"):  # fmt: skip
+        self.prompt_style, self.reasoning = prompt_style, reasoning
+        self.default_verifier = "gsm8k-pot" if reasoning == "pot" else "gsm8k"
+        suffix = suffix_for(prompt_style, reasoning, plain=prompt_suffix)
+        rows, train_solutions = load_gsm8k(data or DATA_DIR / "train.jsonl", "train", suffix)
+        # the split hashes the question as the plain style asks it, so every style and format has the same split
+        in_validation = [_in_validation(p.prompt.removesuffix(suffix) + DEFAULT_SUFFIX) for p in rows]
+        self._validation = [p for p, v in zip(rows, in_validation) if v]
+        self.train = [p for p, v in zip(rows, in_validation) if not v]
+        self._heldout, test_solutions = load_gsm8k(heldout_data or DATA_DIR / "test.jsonl", "test", suffix)
         if heldout_size:
             self._heldout = self._heldout[:heldout_size]
         self.solutions = {**train_solutions, **test_solutions}
@@ -73,6 +77,10 @@ class GSM8KTask:
 
     def teacher_completion(self, problem: Problem, rng: random.Random) -> str:
         """The dataset's worked solution (SFT data); in the boxed style its ``#### N`` line becomes a box."""
+        if self.reasoning == "pot":
+            raise InputError("task gsm8k with task.reasoning pot: GSM8K's solutions are text, not programs, so there "
+                             "is nothing to imitate (rollout.source task-teacher); give program demonstrations as a "
+                             "jsonl task's 'completion' fields")  # fmt: skip
         solution = self.solutions[problem.id]
         if self.prompt_style != "boxed":
             return solution
@@ -81,5 +89,6 @@ class GSM8KTask:
 
 
 @register_task("gsm8k")
-def _gsm8k(data: str = "", heldout_data: str = "", heldout_size: int = 0, prompt_style: str = "plain", **_):
-    return GSM8KTask(data, heldout_data, heldout_size=heldout_size, prompt_style=prompt_style)
+def _gsm8k(data: str = "", heldout_data: str = "", heldout_size: int = 0, prompt_style: str = "plain",
+           reasoning: str = "cot", **_):  # fmt: skip
+    return GSM8KTask(data, heldout_data, heldout_size=heldout_size, prompt_style=prompt_style, reasoning=reasoning)

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from veriloop.errors import InputError
-from veriloop.tasks.base import BOXED_INSTRUCTION, Problem, register_task
+from veriloop.tasks.base import Problem, prompt_suffix, register_task
 
 
 class DatasetError(InputError):
@@ -77,11 +77,12 @@ class JsonlTask:
     step_splitter = "lines"
 
     def __init__(self, data: str, heldout_data: str = "", verifier: str = "arithmetic-outcome",
-                 validation_data: str = "", prompt_style: str = "plain"):  # fmt: skip
+                 validation_data: str = "", prompt_style: str = "plain", reasoning: str = "cot"):  # fmt: skip
         if not data and not heldout_data:
             raise DatasetError("task jsonl needs task.data (train rows) and/or task.heldout_data (eval rows)")
         self.demonstrations: dict[str, tuple[str | None, str]] = {}
-        suffix = BOXED_INSTRUCTION if prompt_style == "boxed" else ""  # e.g. MATH rows with --task.verifier math
+        # e.g. MATH rows with --task.verifier math (boxed) or math-pot (reasoning pot: rows' completions are programs)
+        suffix = prompt_suffix(prompt_style, reasoning)
         self.train = load_problems(data, self.demonstrations, suffix) if data else []
         self._heldout = load_problems(heldout_data, self.demonstrations, suffix) if heldout_data else []
         self._validation = load_problems(validation_data, self.demonstrations, suffix) if validation_data else []
@@ -112,5 +113,5 @@ class JsonlTask:
 
 @register_task("jsonl")
 def _jsonl(data: str = "", heldout_data: str = "", verifier: str = "arithmetic-outcome", validation_data: str = "",
-           prompt_style: str = "plain", **_):  # fmt: skip
-    return JsonlTask(data, heldout_data, verifier, validation_data, prompt_style)
+           prompt_style: str = "plain", reasoning: str = "cot", **_):  # fmt: skip
+    return JsonlTask(data, heldout_data, verifier, validation_data, prompt_style, reasoning)

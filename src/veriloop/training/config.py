@@ -28,6 +28,7 @@ from veriloop.training import objectives as _objectives  # noqa: F401  (register
 from veriloop.training.optim import OptimConfig
 from veriloop.training.recipes import recipe_overrides
 from veriloop.training.tracking import check_report_to
+from veriloop.verifiers.program import check_reasoning_verifier
 
 
 @dataclass
@@ -290,6 +291,7 @@ class TrainConfig:
         if self.eval_split not in ("validation", "heldout"):
             raise ValueError(f"eval_split must be validation or heldout, got {self.eval_split!r}")
         check_report_to(self.report_to)
+        check_reasoning_verifier(self.task.reasoning, self.verifier)
         if self.lora.enabled and self.kl.reset_every:
             raise ValueError("kl.reset_every with lora: the reference is the base under the adapters and cannot "
                              "be moved to the policy; train without lora or without the reset")  # fmt: skip
