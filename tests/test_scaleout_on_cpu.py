@@ -336,3 +336,39 @@ def test_async_mode_is_reproducible_whatever_the_delays(tiny_policy, tmp_path):
         runs.append(run(tiny_policy, tmp_path / f"delays-{seed}", **over, _engine={"delays": delays}))
     assert_same_run(*runs)
     assert max(m["staleness_max"] for m in runs[0].metrics.rows) == 2
+
+
+def test_tool_rollouts_through_ray_workers_equal_the_local_engine(tmp_path):
+    """task.reasoning tool: each actor's LocalEngine pauses at code blocks and runs them in its own sandbox; the
+    records (calls and model masks included) are the local engine's."""
+    import random
+
+    from veriloop.models.loading import load_policy
+    from veriloop.rollout.engine import LocalEngine
+    from veriloop.rollout.tools import ToolSettings
+    from veriloop.tasks.base import BRACES
+    from veriloop.verifiers.tools import run_block
+
+    cfg = config("builtin:init", tmp_path, **{"rollout.engine": "ray", "rollout.workers": 2,
+                                              "task.reasoning": "tool", "verifier": "arithmetic-tool"})  # fmt: skip
+    policy = load_policy("builtin:init", seed=2)  # random weights that close a block now and then
+    problems = cfg.task.build().train_batch(8, random.Random(1))
+    sampling = cfg.sampling.__class__(max_new_tokens=64)
+    requests = build_requests(0, 1, 0, problems, 4, sampling, 0, "policy", 2, ToolSettings(BRACES, run_block))
+
+    def rows(served):
+        out = []
+        for r in (r for batch in served for r in batch):
+            row = {k: v for k, v in r.to_json().items() if k not in RECORD_TIMES}
+            row["tool_calls"] = [{k: v for k, v in c.items() if k != "seconds"} for c in row["tool_calls"]]
+            out.append(row)
+        return out
+
+    local = rows(LocalEngine(policy).run(requests))
+    engine = RayEngine(policy, 0, cfg.rollout, cfg.ray, threads=0)
+    try:
+        distributed = rows(engine.run(requests))
+    finally:
+        engine.close()
+    assert distributed == local
+    assert sum(len(r["tool_calls"]) for r in local) > 0

@@ -52,6 +52,7 @@ from veriloop.training.config import TrainConfig
 from veriloop.training.trainer import Trainer
 from veriloop.verifiers import get as get_verifier
 from veriloop.verifiers import is_correct
+from veriloop.verifiers.tools import tool_settings
 
 VARIANTS = {
     "r1": ("cold_start", "rl", "rejection_sample", "sft_from_base", "rl_again"),
@@ -255,7 +256,8 @@ STAGES = {"cold_start": _cold_start, "rl": _first_rl, "rejection_sample": _rejec
 
 def _evaluate(cfg: PipelineConfig, task, model: Path) -> dict:
     problems = task.heldout()[: cfg.eval_problems]
-    r = evaluate(load_policy(str(model)), problems, cfg.rl.task.eval_verifiers(), EvalConfig(n_samples=0))
+    r = evaluate(load_policy(str(model)), problems, cfg.rl.task.eval_verifiers(), EvalConfig(n_samples=0),
+                 tools=tool_settings(task, cfg.rl.rollout.max_tool_calls, cfg.rl.rollout.tool_timeout_s))
     return {"greedy_accuracy": r.greedy_accuracy, "wrong_steps_rate": r.wrong_steps_rate,
             "format_rate": r.format_rate, "problems": r.num_problems}  # format_rate None: no format check  # fmt: skip
 

@@ -24,6 +24,9 @@ from veriloop.algorithms.pass_at_k import maj_at_k, pass_at_k
 from veriloop.errors import InputError
 from veriloop.models.loading import Policy
 from veriloop.rollout.sampler import SamplingParams, completion_text, generate
+from veriloop.rollout.thinking import generate_with_thinking_budget
+from veriloop.rollout.tools import ToolSettings, generate_with_tools
+from veriloop.seeding import derive_seed
 from veriloop.tasks.base import Problem
 from veriloop.tasks.jsonl import DatasetError
 from veriloop.verifiers import get as get_verifier
@@ -41,10 +44,26 @@ class EvalConfig:
     batch_size: int = field(default=256, metadata={"help": "prompts per generation batch"})
     seed: int = field(default=0, metadata={"help": "seed of the sampled evaluation"})
     max_problems: int = field(default=0, metadata={"help": "evaluate only the first N held-out problems; 0 = all"})
+    thinking_budgets: str = field(
+        default="", metadata={"help": "comma-separated thinking budgets (tokens): greedy accuracy with budget forcing "
+                              "at each (sampling.max_thinking_tokens), beside the unbudgeted one; empty = none"})
+    thinking_end: str = field(default="", metadata={"help": "end-of-thinking marker for thinking_budgets; empty = "
+                                                            "the task's"})  # fmt: skip
 
     def __post_init__(self):
         if self.n_samples < 0:
             raise InputError(f"eval.n_samples must be >= 0, got {self.n_samples}")
+        budgets = self.budgets()
+        if any(not 0 < b < self.max_new_tokens for b in budgets):
+            raise InputError(f"eval.thinking_budgets must be in (0, eval.max_new_tokens={self.max_new_tokens}), got "
+                             f"{self.thinking_budgets!r}")  # fmt: skip
+
+    def budgets(self) -> list[int]:
+        try:
+            return [int(b) for b in self.thinking_budgets.split(",") if b.strip()]
+        except ValueError:
+            raise InputError(f"eval.thinking_budgets must be comma-separated integers, got "
+                             f"{self.thinking_budgets!r}") from None
         if self.temperature <= 0 and self.n_samples > 0:
             raise InputError("eval.temperature must be > 0 for sampled evaluation")
 
@@ -62,12 +81,19 @@ class EvalResult:
     mean_completion_tokens: float
     examples: list[dict]
     maj_at: dict[str, float] = field(default_factory=dict)  # maj@k beside pass@k, same samples and k
+    tool_stats: dict[str, float] = field(default_factory=dict)  # task.reasoning tool: the greedy completions' calls
+    # eval.thinking_budgets: {budget: {greedy_accuracy, mean_completion_tokens, forced_rate}} with budget forcing
+    by_thinking_budget: dict[str, dict[str, float]] = field(default_factory=dict)
 
     def as_dict(self) -> dict:
         return asdict(self)
 
 
-def _complete(policy: Policy, problems: list[Problem], params: SamplingParams, n: int, batch: int, seed: int):
+def _complete(policy: Policy, problems: list[Problem], params: SamplingParams, n: int, batch: int, seed: int,
+              tools: ToolSettings | None = None, calls: list | None = None):  # fmt: skip
+    """Completions' texts and lengths; with ``tools`` (task.reasoning tool) each pauses for its code blocks (row
+    ``j`` of problem ``i`` draws from ``derive_seed(seed, "eval", i, j)``) and ``calls`` collects each one's calls;
+    with ``params.max_thinking_tokens`` budget forcing applies, and ``calls`` collects whether each was forced."""
     tok = policy.tokenizer
     gen = torch.Generator().manual_seed(seed)
     texts, lengths = [], []
@@ -75,7 +101,17 @@ def _complete(policy: Policy, problems: list[Problem], params: SamplingParams, n
     for i in range(0, len(problems), per_batch):
         chunk = problems[i : i + per_batch]
         ids = [policy.encode_prompt(p.prompt) for p in chunk]  # the chat template where the policy uses one
-        out = generate(policy.model, ids, params, eos_id=policy.end_ids, pad_id=policy.pad_id, generator=gen, n=n)
+        seeds = [derive_seed(seed, "eval", i + b, j) for b in range(len(chunk)) for j in range(n)]
+        if tools is not None:
+            out = generate_with_tools(policy, ids, params, tools, row_seeds=seeds, n=n)
+            if calls is not None:
+                calls.extend(out.tool_calls)
+        elif params.max_thinking_tokens:
+            out = generate_with_thinking_budget(policy, ids, params, row_seeds=seeds, n=n)
+            if calls is not None:
+                calls.extend(f is not None for f in out.forced_at)
+        else:
+            out = generate(policy.model, ids, params, eos_id=policy.end_ids, pad_id=policy.pad_id, generator=gen, n=n)
         for c, finish in zip(out.completion_ids, out.finish_reasons):
             texts.append(completion_text(tok, c, finish))
             lengths.append(len(c))
@@ -88,8 +124,11 @@ def evaluate(
     verifiers: dict[str, str],
     cfg: EvalConfig | None = None,
     ks: tuple[int, ...] = (1, 8),
+    tools: ToolSettings | None = None,
+    thinking_end: str = "",
 ) -> EvalResult:
-    """Evaluate ``policy`` on ``problems`` with ``verifiers`` {"outcome": name, "format": name, "process": name}."""
+    """Evaluate ``policy`` on ``problems`` with ``verifiers`` {"outcome": name, "format": name, "process": name};
+    ``tools``: the completions run their code blocks (task.reasoning tool), and ``tool_stats`` counts the calls."""
     cfg = cfg or EvalConfig()
     if cfg.max_problems:
         problems = problems[: cfg.max_problems]
@@ -99,7 +138,9 @@ def evaluate(
         raise ValueError("evaluation needs an 'outcome' verifier")
     vs = {role: get_verifier(name) for role, name in verifiers.items() if name}
     greedy = SamplingParams(temperature=0.0, max_new_tokens=cfg.max_new_tokens)
-    texts, lengths = _complete(policy, problems, greedy, 1, cfg.batch_size, cfg.seed)
+    calls: list[list] = []
+    tool_args = (tools, calls) if tools is not None else ()
+    texts, lengths = _complete(policy, problems, greedy, 1, cfg.batch_size, cfg.seed, *tool_args)
     refs = [p.reference for p in problems]
     verdicts = {role: v.verify_batch(texts, refs) for role, v in vs.items()}
     outcome = [is_correct(v) for v in verdicts["outcome"]]
@@ -109,7 +150,7 @@ def evaluate(
     by_tag = _by_tag(problems, outcome, wrong_steps)
     sampled_acc, pass_at, maj_at = None, {}, {}
     if cfg.n_samples > 0:
-        sampled_acc, pass_at, maj_at = _sampled(policy, problems, vs["outcome"], cfg, ks, by_tag)
+        sampled_acc, pass_at, maj_at = _sampled(policy, problems, vs["outcome"], cfg, ks, by_tag, tools)
     return EvalResult(
         num_problems=len(problems),
         greedy_accuracy=_mean(outcome),
@@ -122,7 +163,32 @@ def evaluate(
         by_tag=by_tag,
         mean_completion_tokens=_mean(lengths),
         examples=_examples(problems, texts, outcome, proc, verdicts["process" if proc else "outcome"]),
+        tool_stats=_tool_stats(calls) if tools is not None else {},
+        by_thinking_budget=_by_thinking_budget(policy, problems, vs["outcome"], cfg, cfg.thinking_end or thinking_end),
     )
+
+
+def _by_thinking_budget(policy, problems: list[Problem], verifier, cfg: EvalConfig, marker: str) -> dict:
+    """Greedy accuracy at each of ``eval.thinking_budgets`` with budget forcing (``rollout/thinking.py``)."""
+    out = {}
+    if cfg.budgets() and not marker:
+        raise InputError("eval.thinking_budgets: this task names no end-of-thinking marker; set eval.thinking_end")
+    for budget in cfg.budgets():
+        params = SamplingParams(temperature=0.0, max_new_tokens=cfg.max_new_tokens, max_thinking_tokens=budget,
+                                thinking_end=marker)  # fmt: skip
+        forced: list[bool] = []
+        texts, lengths = _complete(policy, problems, params, 1, cfg.batch_size, cfg.seed, calls=forced)
+        ok = [is_correct(v) for v in verifier.verify_batch(texts, [p.reference for p in problems])]
+        out[str(budget)] = {"greedy_accuracy": _mean(ok), "mean_completion_tokens": _mean(lengths),
+                            "forced_rate": _mean(forced)}  # fmt: skip
+    return out
+
+
+def _tool_stats(calls: list[list]) -> dict:
+    """The greedy completions' code blocks: calls per problem and the share that failed."""
+    flat = [c for row in calls for c in row]
+    return {"calls_per_problem": len(flat) / max(len(calls), 1),
+            "failure_rate": sum(c.status != "ok" for c in flat) / len(flat) if flat else 0.0}  # fmt: skip
 
 
 def _mean(xs) -> float:
@@ -142,12 +208,13 @@ def _by_tag(problems: list[Problem], outcome: list[bool], wrong_steps: list[bool
 
 
 def _sampled(policy: Policy, problems: list[Problem], verifier, cfg: EvalConfig, ks: tuple[int, ...],
-             by_tag: dict[str, dict]) -> tuple[float, dict[str, float], dict[str, float]]:  # fmt: skip
+             by_tag: dict[str, dict], tools=None) -> tuple[float, dict[str, float], dict[str, float]]:  # fmt: skip
     """Sampled accuracy, pass@k and maj@k over ``cfg.n_samples`` samples per problem; adds pass@k and maj@k
     to ``by_tag``."""
     n, refs = len(problems), [p.reference for p in problems]
     params = SamplingParams(temperature=cfg.temperature, max_new_tokens=cfg.max_new_tokens)
-    s_texts, _ = _complete(policy, problems, params, cfg.n_samples, cfg.batch_size, cfg.seed + 1)
+    tool_args = (tools,) if tools is not None else ()
+    s_texts, _ = _complete(policy, problems, params, cfg.n_samples, cfg.batch_size, cfg.seed + 1, *tool_args)
     s_refs = [r for r in refs for _ in range(cfg.n_samples)]
     s_ok = [is_correct(v) for v in verifier.verify_batch(s_texts, s_refs)]
     per_problem = [slice(i * cfg.n_samples, (i + 1) * cfg.n_samples) for i in range(n)]
@@ -188,7 +255,8 @@ def _examples(problems, texts, outcome, proc, verdicts) -> list[dict]:
     ]
 
 
-def validation_metrics(policy, task, verifiers: dict[str, str], max_problems: int, split: str = "validation") -> dict:
+def validation_metrics(policy, task, verifiers: dict[str, str], max_problems: int, split: str = "validation",
+                       tools: ToolSettings | None = None) -> dict:  # fmt: skip
     """Greedy accuracy (and the wrong-steps rate where the task has one) on the first ``max_problems`` of the
     task's ``split`` (validation, or heldout for a test-set curve), for monitoring during training; {} when
     the task has no such split.  Keys: ``<split>_greedy_accuracy``, ``<split>_wrong_steps_rate``."""
@@ -198,7 +266,7 @@ def validation_metrics(policy, task, verifiers: dict[str, str], max_problems: in
         return {}
     if not problems:
         return {}
-    result = evaluate(policy, problems, verifiers, EvalConfig(n_samples=0))
+    result = evaluate(policy, problems, verifiers, EvalConfig(n_samples=0), tools=tools)
     out = {f"{split}_greedy_accuracy": result.greedy_accuracy}
     if result.wrong_steps_rate is not None:
         out[f"{split}_wrong_steps_rate"] = result.wrong_steps_rate

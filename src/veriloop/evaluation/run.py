@@ -13,6 +13,7 @@ from veriloop.models.device import Placement
 from veriloop.models.loading import PromptFormat, load_policy
 from veriloop.tasks.base import split_problems
 from veriloop.tasks.config import TaskConfig
+from veriloop.verifiers.tools import tool_settings
 
 
 @dataclass
@@ -49,6 +50,14 @@ def format_result(name: str, r: EvalResult, split: str = "heldout") -> str:
     if r.process_rate is not None:
         lines.append(f"  process-correct rate {r.process_rate:.3f}")
         lines.append(f"  right answer, wrong steps {r.wrong_steps_rate:.3f}")
+    if r.by_thinking_budget:
+        lines.append("  thinking budget  greedy accuracy  tokens  forced")
+        for budget, row in r.by_thinking_budget.items():
+            lines.append(f"  {budget:>15}  {row['greedy_accuracy']:15.3f}  {row['mean_completion_tokens']:6.1f}  "
+                         f"{row['forced_rate']:6.3f}")
+        lines.append(f"  {'none':>15}  {r.greedy_accuracy:15.3f}  {r.mean_completion_tokens:6.1f}  {0:6.3f}")
+    for k, v in r.tool_stats.items():
+        lines.append(f"  tool {k.replace('_', ' '):<15} {v:.3f}")
     for tag, row in r.by_tag.items():
         extra = ", ".join(f"{k} {v:.3f}" for k, v in row.items() if k != "count")
         lines.append(f"  [{tag}] n={row['count']}: {extra}")
@@ -65,7 +74,8 @@ def run_eval(cfg: EvalRunConfig) -> dict:
     verifiers = cfg.task.eval_verifiers()
     prompts = PromptFormat(cfg.task.chat_template, cfg.task.system_prompt)
     policy = load_policy(cfg.policy, placement=Placement.of(cfg.device, cfg.dtype), prompts=prompts)
-    result = evaluate(policy, problems, verifiers, cfg.eval)
+    result = evaluate(policy, problems, verifiers, cfg.eval, tools=tool_settings(task),
+                      thinking_end=getattr(task, "thinking_end", ""))
     print(format_result(cfg.policy, result, cfg.split))
     teacher = evaluate_teacher(task, problems, verifiers)
     if teacher:

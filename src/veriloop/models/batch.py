@@ -18,16 +18,21 @@ class PolicyBatch(NamedTuple):
     attention_mask: torch.Tensor  # [N, L] int64
     logit_index: torch.Tensor  # [N, Tc] int64
     completion_ids: torch.Tensor  # [N, Tc] int64 (0 where masked)
-    completion_mask: torch.Tensor  # [N, Tc] float32, 1 on real completion tokens
+    completion_mask: torch.Tensor  # [N, Tc] float32, 1 on completion tokens the model wrote (0: padding, tool output)
 
     @property
     def num_tokens(self) -> int:
         return int(self.completion_mask.sum())
 
 
-def build_policy_batch(prompts: list[list[int]], completions: list[list[int]], pad_id: int) -> PolicyBatch:
+def build_policy_batch(prompts: list[list[int]], completions: list[list[int]], pad_id: int,
+                       model_masks: list[list[int] | None] | None = None) -> PolicyBatch:  # fmt: skip
+    """``model_masks`` (tool-integrated rollouts): per completion token 1 if the model sampled it; a tool's output
+    stays in the sequence (the context the model read) with ``completion_mask`` 0, so no loss reads it."""
     if len(prompts) != len(completions) or not prompts:
         raise ValueError("build_policy_batch needs equally many (>0) prompts and completions")
+    if model_masks is not None and len(model_masks) != len(completions):
+        raise ValueError(f"build_policy_batch: {len(model_masks)} model masks for {len(completions)} completions")
     N = len(prompts)
     L = max(len(p) + len(c) for p, c in zip(prompts, completions))
     Tc = max(1, max(len(c) for c in completions))
@@ -46,7 +51,13 @@ def build_policy_batch(prompts: list[list[int]], completions: list[list[int]], p
         index[i, :n] = torch.arange(len(p) - 1, len(p) - 1 + n)
         index[i, n:] = len(p) - 1  # any valid position; masked
         comp[i, :n] = torch.tensor(c, dtype=torch.long)
-        cmask[i, :n] = 1.0
+        m = model_masks[i] if model_masks is not None else None
+        if m is None:
+            cmask[i, :n] = 1.0
+        elif len(m) != n:
+            raise ValueError(f"row {i}: model mask of {len(m)} entries for a completion of {n} tokens")
+        else:
+            cmask[i, :n] = torch.tensor(m, dtype=torch.float32)
     return PolicyBatch(input_ids, attention, index, comp, cmask)
 
 
@@ -87,11 +98,19 @@ def logits_from_hidden(model: torch.nn.Module, hidden: torch.Tensor) -> torch.Te
     return logits
 
 
+def last_token_index(mask: torch.Tensor) -> torch.Tensor:
+    """``[N]`` index of each row's last mask-1 token (0 for a row with none).  Not ``mask.sum - 1``: a tool's
+    output leaves holes in the mask, so the count of the model's tokens is not the position of its last one."""
+    T = mask.shape[1]
+    positions = torch.arange(T, device=mask.device).expand_as(mask)
+    return torch.where(mask.bool(), positions, torch.zeros_like(positions)).max(dim=1).values
+
+
 def select(batch: PolicyBatch, rows: torch.Tensor) -> PolicyBatch:
     """The sub-batch of ``rows``, trimmed to its own longest sequence and completion."""
     sub = PolicyBatch(*(t[rows] for t in batch))
     L = int(sub.attention_mask.sum(dim=1).max())
-    Tc = max(1, int(sub.completion_mask.sum(dim=1).max()))
+    Tc = int(last_token_index(sub.completion_mask).max()) + 1 if sub.completion_mask.numel() else 1
     return PolicyBatch(
         sub.input_ids[:, :L],
         sub.attention_mask[:, :L],

@@ -47,6 +47,13 @@ class RolloutConfig:
                   "serve them); 0 = each sampling round in one request"},
     )  # fmt: skip
 
+    max_tool_calls: int = field(
+        default=4, metadata={"help": "task.reasoning tool: code blocks the sandbox runs per completion (later "
+                             "blocks are text)"})  # fmt: skip
+    tool_timeout_s: float = field(
+        default=5.0, metadata={"help": "task.reasoning tool: wall-clock limit of one code block (with the earlier "
+                               "blocks it re-runs for their state)"})  # fmt: skip
+
     engine: str = field(
         default="local",
         metadata={"help": "local (the KV-cached sampler in this process) | vllm (vLLM in this process, colocated "
@@ -99,6 +106,9 @@ class RolloutConfig:
         if not math.isfinite(self.length_cost) or self.length_cost < 0:
             raise ValueError(f"rollout.length_cost must be finite and >= 0 (reward per 1,000 tokens), "
                              f"got {self.length_cost}")  # fmt: skip
+        if self.max_tool_calls < 0 or not (math.isfinite(self.tool_timeout_s) and self.tool_timeout_s > 0):
+            raise ValueError(f"rollout.max_tool_calls must be >= 0 and tool_timeout_s > 0, got {self.max_tool_calls}, "
+                             f"{self.tool_timeout_s}")  # fmt: skip
         if min(self.lag, self.max_staleness, self.max_resample_rounds, self.overlong_buffer, self.request_groups) < 0:
             raise ValueError("rollout.lag, max_staleness, max_resample_rounds, overlong_buffer and request_groups "
                              "must be >= 0")

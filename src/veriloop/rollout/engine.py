@@ -29,6 +29,8 @@ import torch
 from veriloop.errors import InputError
 from veriloop.rollout.records import Record
 from veriloop.rollout.sampler import SamplingParams
+from veriloop.rollout.thinking import generate_with_thinking_budget
+from veriloop.rollout.tools import ToolSettings, generate_with_tools, split_segments
 from veriloop.seeding import derive_seed
 from veriloop.tasks.base import Problem
 
@@ -53,6 +55,7 @@ class RolloutRequest:
     row_seeds: tuple[int, ...]  # one per completion: derive_seed(run seed, step, round, group, sample)
     weights_version: int  # the policy version the engine must hold (FROZEN: a frozen source)
     source: str = "policy"  # provenance written into every record's sampling settings
+    tools: ToolSettings | None = None  # task.reasoning tool: code blocks run in the sandbox mid-sampling
 
     def __post_init__(self):
         if len(self.group_indices) != len(self.problems):
@@ -68,7 +71,7 @@ class RolloutRequest:
 
 def build_requests(seed: int, step: int, round_: int, problems: list[Problem], group_size: int,
                    sampling: SamplingParams, weights_version: int, source: str,
-                   request_groups: int = 0) -> list[RolloutRequest]:  # fmt: skip
+                   request_groups: int = 0, tools: ToolSettings | None = None) -> list[RolloutRequest]:  # fmt: skip
     """A round's work as requests of ``request_groups`` groups each (0: one request for the round).
 
     The cut depends only on the configuration, never on how many engines there are, and each
@@ -83,7 +86,8 @@ def build_requests(seed: int, step: int, round_: int, problems: list[Problem], g
         requests.append(RolloutRequest(
             request_id=f"{step}-{round_}-{first}", step=step, round=round_,
             problems=tuple(problems[g] for g in groups), group_indices=groups, group_size=group_size,
-            sampling=sampling, row_seeds=seeds, weights_version=weights_version, source=source))  # fmt: skip
+            sampling=sampling, row_seeds=seeds, weights_version=weights_version, source=source,
+            tools=tools))  # fmt: skip
     return requests
 
 
@@ -141,6 +145,17 @@ class LocalEngine(SequentialEngine):
         check_version(request, self.version)
         prompt_ids = [self.policy.encode_prompt(p.prompt) for p in request.problems]
         created = time.time()
+        if request.tools is not None:
+            gen = generate_with_tools(self.policy, prompt_ids, request.sampling, request.tools,
+                                      row_seeds=list(request.row_seeds), n=request.group_size)  # fmt: skip
+            return sampled_records(request, self.policy, prompt_ids, gen.completion_ids, gen.logprobs,
+                                   gen.finish_reasons, self.version, created, model_masks=gen.model_masks,
+                                   tool_calls=gen.tool_calls)  # fmt: skip
+        if request.sampling.max_thinking_tokens:
+            gen = generate_with_thinking_budget(self.policy, prompt_ids, request.sampling,
+                                                row_seeds=list(request.row_seeds), n=request.group_size)  # fmt: skip
+            return sampled_records(request, self.policy, prompt_ids, gen.completion_ids, gen.logprobs,
+                                   gen.finish_reasons, self.version, created, model_masks=gen.model_masks)  # fmt: skip
         gen = self.policy.sample(prompt_ids, request.sampling, row_seeds=list(request.row_seeds), n=request.group_size)
         return sampled_records(request, self.policy, prompt_ids, gen.completion_ids, gen.logprobs, gen.finish_reasons,
                                self.version, created)  # fmt: skip
@@ -154,19 +169,23 @@ def check_version(request: RolloutRequest, version: int) -> None:
 
 
 def sampled_records(request: RolloutRequest, policy, prompt_ids, completions, logprobs, finishes, version: int,
-                    created: float, **provenance) -> list[Record]:  # fmt: skip
+                    created: float, model_masks=None, tool_calls=None, **provenance) -> list[Record]:  # fmt: skip
     """The records of a request's completions (row ``i`` of prompt ``i // group_size``), stamped with ``version``;
-    ``provenance``: extra sampling settings (which engine, which weights)."""
+    ``model_masks`` / ``tool_calls``: a tool-integrated rollout's (``rollout/tools.py``); ``provenance``: extra
+    sampling settings (which engine, which weights)."""
     records, G = [], request.group_size
+    tools = request.tools.as_dict() if request.tools is not None else {}
     for i, (ids, lps, finish) in enumerate(zip(completions, logprobs, finishes)):
         b, p = i // G, request.problems[i // G]
         sampling = {**request.sampling.as_dict(), "seed": request.row_seeds[i], "source": request.source,
-                    **provenance}  # fmt: skip
+                    **tools, **provenance}  # fmt: skip
         records.append(Record(
             problem_id=p.id, group_id=request.group_id(b), prompt=p.prompt, reference=p.reference,
             prompt_ids=prompt_ids[b], completion_ids=ids, completion=policy.completion_text(ids, finish),
             behavior_logprobs=lps, sampling=sampling, policy_version=version, finish_reason=finish,
-            created_at=created, finish_token=ids[-1] if finish in ("eos", "stop") and ids else None))  # fmt: skip
+            created_at=created, finish_token=ids[-1] if finish in ("eos", "stop") and ids else None,
+            model_mask=list(model_masks[i]) if model_masks is not None else None,
+            tool_calls=[c.as_dict() for c in tool_calls[i]] if tool_calls is not None else None))  # fmt: skip
     return records
 
 
@@ -199,6 +218,7 @@ class TaskTeacherEngine(SequentialEngine):
     def __init__(self, task, policy):
         self.require_demonstrations(task)
         self.task, self.policy = task, policy
+        self.tool_format = getattr(task, "tool_format", None) if getattr(task, "reasoning", "cot") == "tool" else None
 
     @staticmethod
     def require_demonstrations(task) -> None:
@@ -215,15 +235,28 @@ class TaskTeacherEngine(SequentialEngine):
         pass  # frozen
 
     def generate(self, request: RolloutRequest) -> list[Record]:
-        tok, G, records = self.policy.tokenizer, request.group_size, []
+        G, records = request.group_size, []
         for i, seed in enumerate(request.row_seeds):
             p = request.problems[i // G]
             text = self.task.teacher_completion(p, random.Random(seed))
+            ids, mask = self.encode(text)
             records.append(Record(
                 problem_id=p.id, group_id=request.group_id(i // G), prompt=p.prompt, reference=p.reference,
-                prompt_ids=self.policy.encode_prompt(p.prompt),
-                completion_ids=tok(text, add_special_tokens=False).input_ids + [self.policy.eos_id],
+                prompt_ids=self.policy.encode_prompt(p.prompt), completion_ids=ids + [self.policy.eos_id],
                 completion=text, behavior_logprobs=None, sampling={"source": "task-teacher", "seed": seed},
                 policy_version=FROZEN, finish_reason="eos", created_at=time.time(),
-                finish_token=self.policy.eos_id))  # fmt: skip
+                finish_token=self.policy.eos_id, model_mask=mask + [1] if mask is not None else None))  # fmt: skip
         return records
+
+    def encode(self, text: str) -> tuple[list[int], list[int] | None]:
+        """Token ids of a demonstration and, in the tool format, its model mask: the output blocks are the tool's
+        (SFT imitates the code, never the interpreter's output), each part tokenized as a rollout tokenizes it."""
+        tok = self.policy.tokenizer
+        if self.tool_format is None:
+            return tok(text, add_special_tokens=False).input_ids, None
+        ids, mask = [], []
+        for segment, by_model in split_segments(text, self.tool_format):
+            part = tok(segment, add_special_tokens=False).input_ids
+            ids += part
+            mask += [int(by_model)] * len(part)
+        return ids, mask

@@ -42,6 +42,10 @@ class Record:
     created_at: float = 0.0  # unix time of sampling
     verified_at: float = 0.0
     finish_token: int | None = None  # the id that ended it (one of the model's end tokens, or a stop id); None: length
+    # tool-integrated rollouts (rollout/tools.py): per completion token 1 if the model sampled it, 0 if a tool's
+    # output (its behaviour log-prob is a placeholder 0.0, and no loss, KL or advantage reads it); None: all 1
+    model_mask: list[int] | None = None
+    tool_calls: list[dict] | None = None  # every code block run: code, output shown, status, seconds, start, tokens
 
     def __post_init__(self):
         if self.finish_reason not in FINISH_REASONS:
@@ -51,6 +55,26 @@ class Record:
                 f"record {self.group_id}/{self.problem_id}: {len(self.behavior_logprobs)} behaviour log-probs "
                 f"for {len(self.completion_ids)} completion tokens"
             )
+        if self.model_mask is not None:
+            if len(self.model_mask) != len(self.completion_ids) or not set(self.model_mask) <= {0, 1}:
+                raise ValueError(f"record {self.group_id}/{self.problem_id}: model_mask must hold one 0/1 per "
+                                 f"completion token ({len(self.completion_ids)}), got {len(self.model_mask)} entries")
+            if self.completion_ids and not any(self.model_mask):
+                raise ValueError(f"record {self.group_id}/{self.problem_id}: no token of the completion is the "
+                                 "model's (model_mask all 0)")
+
+    @property
+    def loss_mask(self) -> list[int]:
+        """1 on the tokens the model wrote (what a loss may read), 0 on tool output."""
+        return list(self.model_mask) if self.model_mask is not None else [1] * len(self.completion_ids)
+
+    @property
+    def model_tokens(self) -> int:
+        return sum(self.model_mask) if self.model_mask is not None else len(self.completion_ids)
+
+    @property
+    def failed_tool_calls(self) -> int:
+        return sum(c["status"] != "ok" for c in self.tool_calls or ())
 
     @property
     def truncated(self) -> bool:

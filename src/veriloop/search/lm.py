@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import torch
 
 from veriloop.prm.steps import SEPARATORS
 from veriloop.rollout.sampler import GroupStreams, SamplingParams
+from veriloop.rollout.thinking import generate_with_thinking_budget
 from veriloop.search.strategies import Cost
 
 
@@ -31,7 +34,9 @@ class LMProposer:
         self.stops = separator_ids(policy.tokenizer, splitter)
         self.generator = torch.Generator().manual_seed(seed)
         self.generators: list[torch.Generator] = []  # one per problem of a batch (reseed_many)
-        self.greedy_params = SamplingParams(temperature=0.0, max_new_tokens=sampling.max_new_tokens)
+        self.greedy_params = SamplingParams(temperature=0.0, max_new_tokens=sampling.max_new_tokens,
+                                            max_thinking_tokens=sampling.max_thinking_tokens,
+                                            thinking_end=sampling.thinking_end)  # fmt: skip
 
     def reseed(self, seed: int) -> None:
         self.generator.manual_seed(seed)
@@ -40,7 +45,9 @@ class LMProposer:
         self.generators = [torch.Generator().manual_seed(s) for s in seeds]
 
     def _generate_many(self, jobs, n, costs, greedy, stop, generators):
-        """``jobs``: (prompt, prefixes) per problem; ``generators[k]`` draws for job k's rows."""
+        """``jobs``: (prompt, prefixes) per problem; ``generators[k]`` draws for job k's rows.  With
+        ``sampling.max_thinking_tokens`` a whole solution (no prefix, no step stop) is sampled under budget
+        forcing (``rollout/thinking.py``); step-wise calls are refused by ``veriloop search``'s options."""
         p = self.policy
         ids, sizes = [], []
         for prompt, prefixes in jobs:
@@ -48,8 +55,16 @@ class LMProposer:
             ids += [base + (p.tokenizer(x, add_special_tokens=False).input_ids if x else []) for x in prefixes]
             sizes.append(len(prefixes) * (1 if greedy else n))
         params = self.greedy_params if greedy else self.sampling  # max_new_tokens bounds each call
-        gen = generators[0] if len(jobs) == 1 else None if greedy else GroupStreams(generators, sizes)
-        out = p.sample(ids, params, generator=gen, n=1 if greedy else n, stop_ids=self.stops if stop else ())
+        whole = not stop and not any(x for _, prefixes in jobs for x in prefixes)
+        if params.max_thinking_tokens and whole:  # budget forcing: each row's seed drawn from its problem's stream
+            seeds = [0] * sum(sizes) if greedy else [
+                s for g, size in zip(generators, sizes) for s in torch.randint(0, 2**62, (size,), generator=g)]
+            out = generate_with_thinking_budget(p, ids, params, row_seeds=[int(s) for s in seeds],
+                                                n=1 if greedy else n)  # fmt: skip
+        else:
+            gen = generators[0] if len(jobs) == 1 else None if greedy else GroupStreams(generators, sizes)
+            out = p.sample(ids, replace(params, max_thinking_tokens=0), generator=gen, n=1 if greedy else n,
+                           stop_ids=self.stops if stop else ())  # fmt: skip
         reps = 1 if greedy else n
         results, row = [], 0
         for (_, prefixes), size, cost in zip(jobs, sizes, costs):

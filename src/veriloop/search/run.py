@@ -17,7 +17,7 @@ Correctness is the task's outcome verifier on the chosen solution.  The run dire
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 
 import torch
@@ -28,6 +28,7 @@ from veriloop.io import atomic_write_json, atomic_write_jsonl, atomic_write_text
 from veriloop.models.loading import load_policy
 from veriloop.models.solutions import sample_solutions
 from veriloop.rollout.sampler import SamplingParams
+from veriloop.rollout.thinking import with_thinking_end
 from veriloop.search.lm import LMProposer, PRMScorer, VerifierScorer
 from veriloop.registry import STRATEGIES
 from veriloop.search.strategies import SearchSettings, Strategies
@@ -38,6 +39,8 @@ from veriloop.verifiers import get as get_verifier
 from veriloop.verifiers import is_correct
 
 _DEFAULTS = SearchSettings()  # the strategies' own defaults, which the options below keep
+# the strategies that sample whole solutions from the prompt: the ones a thinking budget applies to
+WHOLE_SOLUTION_STRATEGIES = ("single", "majority", "best_of_n", "weighted_vote")
 
 
 @dataclass
@@ -140,6 +143,10 @@ class SearchConfig:
             raise InputError(f"batch_problems must be >= 1, got {self.batch_problems}")
         if self.sampling.temperature <= 0:
             raise InputError("search samples: sampling.temperature must be > 0")
+        stepwise = [s for s in self.strategy_list() if s not in WHOLE_SOLUTION_STRATEGIES]
+        if self.sampling.max_thinking_tokens and stepwise:
+            raise InputError(f"sampling.max_thinking_tokens caps whole solutions (budget forcing); {stepwise} extend "
+                             f"solutions step by step: use --strategy with {', '.join(WHOLE_SOLUTION_STRATEGIES)}")
 
     def settings(self, aggregation: str) -> SearchSettings:
         """The strategies' settings from these options, with ``aggregation`` resolved ('' = the PRM's own)."""
@@ -175,7 +182,9 @@ def difficulty(policy, problems, verifier, cfg: SearchConfig) -> list[float]:
     """Each problem's pass rate over ``bin_samples`` samples of the policy."""
     gen = torch.Generator().manual_seed(derive_seed(cfg.seed, "bins"))
     rates = []
-    for chunk, texts, _ in sample_solutions(policy, problems, cfg.sampling, gen, cfg.bin_samples, batch=64):
+    # the bins are the policy's unbudgeted pass rate (a thinking budget is what the strategies are measured under)
+    unbudgeted = replace(cfg.sampling, max_thinking_tokens=0, thinking_end="")
+    for chunk, texts, _ in sample_solutions(policy, problems, unbudgeted, gen, cfg.bin_samples, batch=64):
         refs = [chunk[j // cfg.bin_samples].reference for j in range(len(texts))]
         ok = [is_correct(v) for v in verifier.verify_batch(texts, refs)]
         rates += [sum(ok[j : j + cfg.bin_samples]) / cfg.bin_samples for j in range(0, len(ok), cfg.bin_samples)]
@@ -252,7 +261,7 @@ def _settings(cfg: SearchConfig, prm) -> SearchSettings:
 
 def _strategies(cfg: SearchConfig, task, policy, prm, verifier, settings: SearchSettings) -> Strategies:
     splitter = getattr(task, "step_splitter", "lines")
-    proposer = LMProposer(policy, cfg.sampling, splitter)
+    proposer = LMProposer(policy, with_thinking_end(cfg.sampling, task), splitter)
     reviser = LMProposer(load_policy(cfg.revision_policy), cfg.sampling, splitter) if cfg.revision_policy else None
     scorer = VerifierScorer(verifier) if cfg.scorer == "verifier" else PRMScorer(prm) if prm is not None else None
     discriminator = None

@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 
 from veriloop.errors import InputError
-from veriloop.tasks.base import Problem, register_task
+from veriloop.tasks.base import BRACES, Problem, register_task
 from veriloop.tasks.expressions import (
     Node,
     apply_op,
@@ -360,7 +360,7 @@ def _teacher_trace(node: Node, cfg: TeacherConfig, rng: random.Random, mul_slip:
 
 PROMPT_SUFFIX = "?"
 # task.reasoning -> what follows the expression in a prompt: the trace (cot) or a program (pot) is asked for
-PROMPT_SUFFIXES = {"cot": PROMPT_SUFFIX, "pot": "?py:"}
+PROMPT_SUFFIXES = {"cot": PROMPT_SUFFIX, "pot": "?py:", "tool": "?run:"}
 
 
 def make_problem(expression: str, reasoning: str = "cot") -> Problem:
@@ -407,6 +407,46 @@ def program_trace(node: Node, cfg: TeacherConfig, rng: random.Random) -> str:
     return ";".join(lines + [f"print({names[id(node)]})" if ops else f"print({format_int(node.value)})"])
 
 
+def tool_trace(node: Node, cfg: TeacherConfig, rng: random.Random) -> str:
+    """The teacher's tool-integrated trace: one code block per operation in post-order, each shown its value by the
+    sandbox (a block's last expression prints, as in a notebook), then the answer in text:
+    ``{a=2+3;a}[5]{a*4}[20]answer=20``.  A block names its result when a later block uses it, so the blocks share
+    state.  The interpreter computes, so the arithmetic slips cannot happen; the subtraction slip can (operands the
+    wrong way round, ``abs()`` in the block that uses it, as in ``program_trace``).  The output blocks here are what
+    the sandbox prints for these blocks; SFT never trains on them (their tokens are the tool's)."""
+    ops = internal_nodes(node)
+    if len(ops) > 26:
+        raise InputError(f"tool_trace names each operation with one letter: {len(ops)} operations are too many")
+    if not ops:
+        return f"answer={format_int(node.value)}"
+    names: dict[int, str] = {}
+    slipped: set[int] = set()
+    values: dict[int, int] = {}
+
+    def operand(n: Node) -> tuple[str, int]:
+        if n.is_leaf:
+            return format_int(n.value), int(n.value)
+        if id(n) in slipped and cfg.compensate_slips:
+            return f"abs({names[id(n)]})", abs(values[id(n)])
+        return names[id(n)], values[id(n)]
+
+    blocks = []
+    for i, n in enumerate(ops):
+        (a, va), (b, vb) = operand(n.left), operand(n.right)
+        is_last = i == len(ops) - 1
+        if n.op == "-" and not is_last and n.left.value != n.right.value and rng.random() < cfg.subtraction_slip:
+            (a, va), (b, vb) = (b, vb), (a, va)
+            slipped.add(id(n))
+        values[id(n)] = int(apply_op(n.op, Fraction(va), Fraction(vb)))
+        expr = f"{a}{'//' if n.op == '/' else n.op}{b}"
+        if is_last:
+            blocks.append(f"{{{expr}}}[{values[id(n)]}]")
+        else:
+            names[id(n)] = chr(ord("a") + i)
+            blocks.append(f"{{{names[id(n)]}={expr};{names[id(n)]}}}[{values[id(n)]}]")
+    return "".join(blocks) + f"answer={values[id(node)]}"
+
+
 class ArithmeticTask:
     """Seeded problem source with disjoint train / validation / held-out splits.
 
@@ -429,7 +469,11 @@ class ArithmeticTask:
         self.teacher = teacher or TeacherConfig()
         self.reasoning = reasoning
         self.prompt_template = "{reference}" + PROMPT_SUFFIXES[reasoning]
-        self.default_verifier = "arithmetic-pot" if reasoning == "pot" else "arithmetic-outcome"
+        verifiers = {"pot": "arithmetic-pot", "tool": "arithmetic-tool"}
+        self.default_verifier = verifiers.get(reasoning, "arithmetic-outcome")
+        self.tool_format = BRACES  # task.reasoning tool: {code}[output]
+        # sampling.max_thinking_tokens: what budget forcing appends to a trace cut mid-thought (rollout/thinking.py)
+        self.thinking_end = ";answer=" if reasoning == "cot" else ""
         self.generator = ArithmeticGenerator(self.config)
         self._fixed: dict[str, list[Problem]] = {}
 
@@ -474,8 +518,8 @@ class ArithmeticTask:
         return self._fixed[split]
 
     def teacher_completion(self, problem: Problem, rng: random.Random) -> str:
-        """The teacher's trace (cot) or program (pot) of the problem."""
-        write = program_trace if self.reasoning == "pot" else teacher_trace
+        """The teacher's trace (cot), program (pot) or tool-integrated trace (tool) of the problem."""
+        write = {"pot": program_trace, "tool": tool_trace}.get(self.reasoning, teacher_trace)
         return write(parse_expression(problem.reference), self.teacher, rng)
 
     def sub_questions(self, prompt: str) -> list[str]:

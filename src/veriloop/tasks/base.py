@@ -48,17 +48,40 @@ PROMPT_STYLES = ("plain", "boxed")
 # task.reasoning pot (program of thought): the program's printed output is the answer (verifiers/program.py)
 PROGRAM_INSTRUCTION = ("\nWrite a Python program that computes the answer and prints only the final answer. "
                        "Put the program in one ```python block.\n")  # fmt: skip
-REASONING_FORMATS = ("cot", "pot")
+# task.reasoning tool (tool-integrated): code blocks run mid-sampling, their output fed back (rollout/tools.py)
+TOOL_INSTRUCTION = ("\nYou can run Python: write code in a ```python block, and what it prints comes back in an "
+                    "```output block.\n")  # fmt: skip
+REASONING_FORMATS = ("cot", "pot", "tool")
+
+
+@dataclass(frozen=True)
+class ToolFormat:
+    """The delimiters of code and output blocks in a completion's text."""
+
+    name: str
+    code_open: str
+    code_close: str
+    output_open: str
+    output_close: str
+
+
+# the built-in task (one character per token): {a=2+3;a}[5]{a*4}[20]answer=20
+BRACES = ToolFormat("braces", "{", "}", "[", "]")
+# GSM8K and MATH rows: ToRA's fenced blocks
+FENCES = ToolFormat("fences", "```python\n", "\n```", "```output\n", "\n```\n")
+TOOL_FORMATS = {f.name: f for f in (BRACES, FENCES)}
 
 
 def prompt_suffix(prompt_style: str, reasoning: str, plain: str = "") -> str:
-    """What follows a row's question (gsm8k, jsonl): ``plain``, the boxed instruction, or the program one."""
+    """What follows a row's question (gsm8k, jsonl): ``plain``, the boxed instruction, or the program one; the tool
+    format adds how to run code to the first two."""
     if reasoning == "pot":
         if prompt_style != "plain":
             raise InputError(f"task.prompt_style {prompt_style!r} asks for a boxed answer, task.reasoning pot for a "
                              "printed one: use prompt_style plain with pot")  # fmt: skip
         return PROGRAM_INSTRUCTION
-    return BOXED_INSTRUCTION if prompt_style == "boxed" else plain
+    asked = BOXED_INSTRUCTION if prompt_style == "boxed" else plain
+    return asked + TOOL_INSTRUCTION if reasoning == "tool" else asked
 
 
 def register_task(name: str):

@@ -39,7 +39,9 @@ class TaskConfig:
     reasoning: str = field(
         default="cot",
         metadata={"help": "cot: the completion reasons in text | pot: the completion is a program, its printed output "
-                  "the answer (verifiers arithmetic-pot, gsm8k-pot, math-pot run it in the sandbox)"},
+                  "the answer (verifiers arithmetic-pot, gsm8k-pot, math-pot run it in the sandbox) | tool: text "
+                  "with code blocks the sandbox runs during sampling, their output fed back (rollout.max_tool_calls; "
+                  "verifier arithmetic-tool on the built-in task)"},
     )
     arithmetic: ArithmeticConfig = field(default_factory=ArithmeticConfig)
     teacher: TeacherConfig = field(default_factory=TeacherConfig)
@@ -82,6 +84,8 @@ class TaskConfig:
         if self.name == "arithmetic":
             if self.reasoning == "pot":
                 return {"outcome": "arithmetic-pot"}
+            if self.reasoning == "tool":
+                return {"outcome": "arithmetic-tool", "process": "arithmetic-tool-process"}
             return {"outcome": "arithmetic-outcome", "format": "arithmetic-format", "process": "arithmetic-process"}
         if self.name == "gsm8k":  # known without loading 8.8k rows to ask the task
             return {"outcome": self.verifier or ("gsm8k-pot" if self.reasoning == "pot" else "gsm8k")}

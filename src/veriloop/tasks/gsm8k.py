@@ -17,8 +17,7 @@ import hashlib
 import random
 from pathlib import Path
 
-from veriloop.errors import InputError
-from veriloop.tasks.base import Problem, register_task
+from veriloop.tasks.base import FENCES, Problem, register_task
 from veriloop.tasks.base import prompt_suffix as suffix_for
 from veriloop.tasks.jsonl import DatasetError, jsonl_objects
 
@@ -55,6 +54,9 @@ class GSM8KTask:
                  heldout_size: int = 0, prompt_style: str = "plain", reasoning: str = "cot"):  # fmt: skip
         self.prompt_style, self.reasoning = prompt_style, reasoning
         self.default_verifier = "gsm8k-pot" if reasoning == "pot" else "gsm8k"
+        self.tool_format = FENCES  # task.reasoning tool: ToRA's ```python / ```output blocks
+        # sampling.max_thinking_tokens: the final-answer line budget forcing starts (rollout/thinking.py)
+        self.thinking_end = "\n#### " if reasoning == "cot" and prompt_style == "plain" else ""
         suffix = suffix_for(prompt_style, reasoning, plain=prompt_suffix)
         rows, train_solutions = load_gsm8k(data or DATA_DIR / "train.jsonl", "train", suffix)
         # the split hashes the question as the plain style asks it, so every style and format has the same split
@@ -77,10 +79,10 @@ class GSM8KTask:
 
     def teacher_completion(self, problem: Problem, rng: random.Random) -> str:
         """The dataset's worked solution (SFT data); in the boxed style its ``#### N`` line becomes a box."""
-        if self.reasoning == "pot":
-            raise InputError("task gsm8k with task.reasoning pot: GSM8K's solutions are text, not programs, so there "
-                             "is nothing to imitate (rollout.source task-teacher); give program demonstrations as a "
-                             "jsonl task's 'completion' fields")  # fmt: skip
+        if self.reasoning in ("pot", "tool"):
+            raise DatasetError(f"task gsm8k with task.reasoning {self.reasoning}: GSM8K's solutions are text, not "
+                               "programs or code blocks, so there is nothing to imitate (rollout.source task-teacher); "
+                               "give demonstrations in that format as a jsonl task's 'completion' fields")  # fmt: skip
         solution = self.solutions[problem.id]
         if self.prompt_style != "boxed":
             return solution

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from veriloop.errors import InputError
-from veriloop.tasks.base import Problem, prompt_suffix, register_task
+from veriloop.tasks.base import FENCES, Problem, prompt_suffix, register_task
 
 
 class DatasetError(InputError):
@@ -87,6 +87,8 @@ class JsonlTask:
         self._heldout = load_problems(heldout_data, self.demonstrations, suffix) if heldout_data else []
         self._validation = load_problems(validation_data, self.demonstrations, suffix) if validation_data else []
         self.default_verifier = verifier
+        self.reasoning = reasoning
+        self.tool_format = FENCES  # task.reasoning tool: ToRA's ```python / ```output blocks
 
     def train_batch(self, n: int, rng: random.Random) -> list[Problem]:
         if not self.train:

@@ -23,7 +23,9 @@ import torch
 from veriloop.algorithms import length_cost, overlong_penalty
 from veriloop.rollout.engine import FROZEN, build_requests
 from veriloop.rollout.records import Record, check_reward
+from veriloop.rollout.thinking import with_thinking_end
 from veriloop.seeding import derive_seed
+from veriloop.verifiers.tools import tool_settings
 
 
 def _groups(records: list[Record], G: int) -> list[list[Record]]:
@@ -35,6 +37,9 @@ class Collector:
         self.cfg, self.task, self.engine, self.verifier = cfg, task, engine, verifier
         self.pending = pending  # batches sampled ahead (rollout.lag), saved with each checkpoint
         self.ledger = ledger  # every request's records, once (rollout/ledger.py)
+        # task.reasoning tool: the policy's requests run code blocks (the task's demonstrations carry their own)
+        self.tools = tool_settings(task, cfg.rollout.max_tool_calls, cfg.rollout.tool_timeout_s)
+        self.sampling = with_thinking_end(cfg.sampling, task)  # sampling.max_thinking_tokens: the task's marker
 
     def collect(self, step: int, version: int) -> tuple[list[Record], list[Record], dict]:
         """(records to learn from this step, every record sampled this step, statistics incl. ``times``)."""
@@ -69,8 +74,8 @@ class Collector:
         problems = self.task.train_batch(cfg.rollout.prompts_per_step, rng)
         source = cfg.rollout.source
         version = version if source == "policy" else FROZEN
-        return build_requests(cfg.seed, step, round_, problems, cfg.rollout.group_size, cfg.sampling, version, source,
-                              cfg.rollout.request_groups)  # fmt: skip
+        return build_requests(cfg.seed, step, round_, problems, cfg.rollout.group_size, self.sampling, version, source,
+                              cfg.rollout.request_groups, self.tools if source == "policy" else None)  # fmt: skip
 
     def sample_round(self, step: int, round_: int, version: int, times: dict) -> list[Record]:
         t0 = time.time()

@@ -22,6 +22,7 @@ from veriloop.prm.config import ProcessConfig
 from veriloop.registry import ESTIMATORS, OBJECTIVES
 from veriloop.rollout.config import RayConfig, RolloutConfig, VLLMConfig
 from veriloop.rollout.sampler import SamplingParams
+from veriloop.rollout.tools import THINKING_UNSUPPORTED, TOOLS_UNSUPPORTED
 from veriloop.tasks.config import TaskConfig
 from veriloop.training import estimators as _estimators  # noqa: F401  (registers the built-in estimators)
 from veriloop.training import objectives as _objectives  # noqa: F401  (registers the built-in objectives)
@@ -292,6 +293,8 @@ class TrainConfig:
             raise ValueError(f"eval_split must be validation or heldout, got {self.eval_split!r}")
         check_report_to(self.report_to)
         check_reasoning_verifier(self.task.reasoning, self.verifier)
+        self._check_tools(ESTIMATORS.get(self.advantage.estimator))
+        self._check_thinking_budget()
         if self.lora.enabled and self.kl.reset_every:
             raise ValueError("kl.reset_every with lora: the reference is the base under the adapters and cannot "
                              "be moved to the policy; train without lora or without the reset")  # fmt: skip
@@ -312,6 +315,44 @@ class TrainConfig:
         self._check_estimator_and_objective(ESTIMATORS.get(self.advantage.estimator),
                                             OBJECTIVES.get(self.loss.policy_loss))  # fmt: skip
         self._refuse_options_that_would_do_nothing(ESTIMATORS.get(self.advantage.estimator))
+
+    def _check_thinking_budget(self) -> None:
+        """sampling.max_thinking_tokens forces a marker into sampled completions: where nothing is sampled, or an
+        engine cannot pause, it would do nothing silently."""
+        if not self.sampling.max_thinking_tokens:
+            if self.sampling.thinking_end:
+                raise ValueError("sampling.thinking_end applies only with sampling.max_thinking_tokens > 0")
+            return
+        r = self.rollout
+        if r.source == "task-teacher":
+            raise ValueError("sampling.max_thinking_tokens with rollout.source task-teacher: the task's traces are "
+                             "not sampled, so nothing would be forced")  # fmt: skip
+        if self.task.reasoning == "tool":
+            raise ValueError("sampling.max_thinking_tokens with task.reasoning tool is not built: a tool's output "
+                             "would count towards the thinking budget")  # fmt: skip
+        if r.engine == "vllm" or (r.engine == "ray" and self.ray.worker_engine == "vllm"):
+            raise ValueError(THINKING_UNSUPPORTED)
+
+    def _check_tools(self, estimator) -> None:
+        """Tool-integrated rollouts (task.reasoning tool) and what they cannot serve; the tool options without them."""
+        r = self.rollout
+        if self.task.reasoning != "tool":
+            default = RolloutConfig()
+            if r.max_tool_calls != default.max_tool_calls or r.tool_timeout_s != default.tool_timeout_s:
+                raise ValueError("rollout.max_tool_calls / tool_timeout_s apply only to task.reasoning tool")
+            return
+        uses_vllm = r.engine == "vllm" or (r.engine == "ray" and self.ray.worker_engine == "vllm")
+        if uses_vllm:
+            raise ValueError(TOOLS_UNSUPPORTED)
+        if r.source in ("initial", "teacher"):
+            raise ValueError(f"rollout.source {r.source} with task.reasoning tool: only the policy's own rollouts "
+                             "(source policy) and the task's demonstrations (task-teacher) run tools")  # fmt: skip
+        if estimator.needs_prm:
+            raise ValueError("advantage.estimator process with task.reasoning tool: the PRM scores text steps and "
+                             "has no notion of a tool's output; use an outcome estimator")  # fmt: skip
+        if self.sampling.min_new_tokens:
+            raise ValueError("sampling.min_new_tokens with task.reasoning tool: a tool's output would count towards "
+                             "it; leave it 0")  # fmt: skip
 
     def _check_estimator_and_objective(self, estimator, objective) -> None:
         """What the registered entries declare they need, against what is configured."""

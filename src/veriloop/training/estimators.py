@@ -61,9 +61,14 @@ def broadcast(per_seq: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
 
 
 def _gae(x: EstimatorInput, cfg) -> torch.Tensor:
+    # A tool's output leaves holes in the mask; the recursion runs over the model's tokens only (the tool's are
+    # the environment's transition, not actions), so each row's model tokens are packed to the left first, in
+    # order (the identity for a row without holes), and the advantages put back where the tokens were.
     mask = x.mask.double()
-    adv, _ = gae_advantages(x.token_rewards.double(), x.values.double(), mask, cfg.advantage.gamma, cfg.advantage.lam)
-    return adv
+    order = torch.argsort((mask == 0).to(torch.int8), dim=1, stable=True)
+    adv, _ = gae_advantages(x.token_rewards.double().gather(1, order), x.values.double().gather(1, order),
+                            mask.gather(1, order), cfg.advantage.gamma, cfg.advantage.lam)  # fmt: skip
+    return torch.zeros_like(adv).scatter(1, order, adv)
 
 
 def _accepted(x: EstimatorInput, cfg) -> torch.Tensor:

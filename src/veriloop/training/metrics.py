@@ -57,6 +57,38 @@ def outcome_rates(records: list[Record]) -> dict:
     return {f"outcome_rate_{k}": named.count(k) / len(named) for k in sorted(set(named))}
 
 
+def thinking_metrics(records: list[Record]) -> dict:
+    """Budget forcing (sampling.max_thinking_tokens): the share of sampled completions whose end of thinking was
+    forced (their forced tokens are the only mask-0 tokens of a record without tool calls)."""
+    budgeted = [r for r in records if r.sampling.get("max_thinking_tokens")]
+    if not budgeted:
+        return {}
+    forced = [r for r in budgeted if r.tool_calls is None and r.model_mask is not None and not all(r.model_mask)]
+    return {"thinking_forced_rate": len(forced) / len(budgeted)}
+
+
+def tool_metrics(records: list[Record]) -> dict:
+    """Tool-integrated rollouts (``tool_*``), over every record sampled this step: calls per completion, the share of
+    calls that failed and of each failure kind, the share of completion tokens that are tool output, and among the
+    completions where a call failed, how many the verifier did not accept (a tool failure is counted apart from a
+    wrong answer, never hidden in it).  Empty when no record ran tools."""
+    with_tools = [r for r in records if r.tool_calls is not None]
+    if not with_tools:
+        return {}
+    calls = [c for r in with_tools for c in r.tool_calls]
+    failed = [r for r in with_tools if r.failed_tool_calls]
+    total = sum(len(r.completion_ids) for r in with_tools)
+    out = {"tool_calls_per_completion": len(calls) / len(with_tools),
+           "tool_failure_rate": sum(c["status"] != "ok" for c in calls) / len(calls) if calls else 0.0,
+           "tool_token_share": 1 - sum(r.model_tokens for r in with_tools) / max(total, 1),
+           "tool_failed_completion_rate": len(failed) / len(with_tools)}  # fmt: skip
+    for status in sorted({c["status"] for c in calls} - {"ok"}):
+        out[f"tool_{status}_rate"] = sum(c["status"] == status for c in calls) / len(calls)
+    if failed:
+        out["tool_failed_not_correct_rate"] = sum(r.verdict_outcome != "correct" for r in failed) / len(failed)
+    return out
+
+
 def staleness(records: list[Record], version: int) -> dict:
     """Age of the learned-from records in policy versions (learner's version - the record's), for a policy source."""
     ages = [version - r.policy_version for r in records if r.policy_version >= 0]
@@ -72,7 +104,9 @@ def step_metrics(step, records: list[Record], rewards, advantages, mask, update:
     total_time = times["wall"] if "wall" in times else sum(times.values())
     row = {"step": step, "lr": lr, "time_generate_s": times.get("generate", 0.0),
            "time_verify_s": times.get("verify", 0.0), "time_update_s": times.get("update", 0.0),
-           "time_step_s": total_time, **outcome_rates(sampled if sampled is not None else records)}  # fmt: skip
+           "time_step_s": total_time, **outcome_rates(sampled if sampled is not None else records),
+           **tool_metrics(sampled if sampled is not None else records),
+           **thinking_metrics(sampled if sampled is not None else records)}  # fmt: skip
     if not records:
         return {**row, **update}
     lengths = torch.tensor([len(r.completion_ids) for r in records], dtype=torch.float32)

@@ -14,7 +14,7 @@ from typing import NamedTuple
 import torch
 
 from veriloop.algorithms import kl_estimate
-from veriloop.models.batch import PolicyBatch, build_policy_batch, select
+from veriloop.models.batch import PolicyBatch, build_policy_batch, last_token_index, select
 from veriloop.registry import ESTIMATORS
 from veriloop.rollout.records import Record
 from veriloop.training.estimators import EstimatorInput
@@ -49,7 +49,8 @@ class Signal(NamedTuple):
 
 def records_batch(records: list[Record], pad_id: int) -> tuple[PolicyBatch, torch.Tensor | None]:
     """Sequences of the records and their behaviour log-probs ``[N, T]`` (None if unknown)."""
-    batch = build_policy_batch([r.prompt_ids for r in records], [r.completion_ids for r in records], pad_id)
+    batch = build_policy_batch([r.prompt_ids for r in records], [r.completion_ids for r in records], pad_id,
+                               [r.model_mask for r in records] if any(r.model_mask for r in records) else None)
     if any(r.behavior_logprobs is None for r in records):
         return batch, None
     behavior = torch.zeros(batch.completion_mask.shape, dtype=torch.float64)
@@ -59,9 +60,9 @@ def records_batch(records: list[Record], pad_id: int) -> tuple[PolicyBatch, torc
 
 
 def terminal_rewards(rewards: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """``[N, T]``: each completion's reward on its last token, 0 elsewhere."""
+    """``[N, T]``: each completion's reward on its last token the model wrote, 0 elsewhere."""
     out = torch.zeros(mask.shape, dtype=torch.float64)
-    last = mask.sum(dim=1).long().clamp(min=1) - 1
+    last = last_token_index(mask)
     out[torch.arange(mask.shape[0]), last] = rewards.reshape(-1).double()
     return out
 

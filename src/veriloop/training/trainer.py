@@ -260,7 +260,7 @@ class Trainer:
         if not self.cfg.eval_every or (step % self.cfg.eval_every and step != self.cfg.steps):
             return {}
         return validation_metrics(self.policy, self.task, self.cfg.task.eval_verifiers(), self.cfg.eval_problems,
-                                  self.cfg.eval_split)  # fmt: skip
+                                  self.cfg.eval_split, self.collector.tools)  # fmt: skip
 
     # ------------------------------------------------------------------ the parts a test may call alone
 

@@ -262,9 +262,73 @@ class ArithmeticProcess(_Arithmetic):
         return self._outcome("correct" if ok else "wrong_steps", {**comps, "process": float(ok)}, float(ok), reason)
 
 
+def sound_tool_outputs(outputs: list[str], root: Node) -> tuple[bool, str]:
+    """Do a tool-integrated trace's outputs compute the problem soundly: each one the value of one operation of the
+    problem whose operands were computed before it (each operation once, in any such order), the root's last?
+    The interpreter makes every block's arithmetic true, so what can be wrong is the code: swapped operands, a
+    wrong number, a skipped or repeated operation.  Only values are compared (a block is not parsed)."""
+    ops = internal_nodes(root)
+    try:
+        values = [int(o.strip()) for o in outputs]
+    except ValueError:
+        return False, f"a tool output is not an integer: {outputs}"
+    if len(values) != len(ops):
+        return False, f"{len(values)} tool outputs for {len(ops)} operations"
+
+    def search(i: int, done: frozenset) -> bool:
+        if i == len(values):
+            return True
+        for n in ops:
+            ready = all(c.is_leaf or id(c) in done for c in (n.left, n.right))
+            if id(n) in done or not ready or values[i] != n.value or (n is root and i != len(values) - 1):
+                continue
+            if search(i + 1, done | {id(n)}):
+                return True
+        return False
+
+    return (True, "") if search(0, frozenset()) else (False, f"tool outputs {values} are not the problem's steps")
+
+
+TOOL_OUTPUT_RE = re.compile(r"\[([^\[\]]*)\]")  # the built-in tool format's output blocks, [..] (tasks/base.BRACES)
+
+
+class ArithmeticTool(_Arithmetic):
+    """A tool-integrated trace of the built-in task (``task.reasoning tool``: ``{a=2+3;a}[5]{a*4}[20]answer=20``):
+    the final answer is read from the text after the last output block (a value printed by the tool is not an
+    answer), strictly as ``arithmetic-outcome`` reads a trace.  ``components["process"]``: the answer is right and
+    the tool outputs are the problem's steps (``sound_tool_outputs``); ``require="process"`` scores that instead."""
+
+    name, version = "arithmetic-tool", "1"
+
+    def __init__(self, answer_prefix: str = DEFAULT_ANSWER_PREFIX, require: str = "outcome"):
+        super().__init__(answer_prefix)
+        if require not in ("outcome", "process"):
+            raise InputError(f"arithmetic-tool: require must be outcome or process, got {require!r}")
+        self.require = require
+
+    def verify(self, completion: str, reference: str) -> Verdict:
+        root = reference_tree(reference)
+        tail = completion[completion.rfind("]") + 1 :]
+        outcome, why, _ = read_outcome(tail, int(root.value), self.answer_prefix)
+        sound, reason = sound_tool_outputs(TOOL_OUTPUT_RE.findall(completion), root)
+        ok, process = outcome == "correct", outcome == "correct" and sound
+        comps = {"outcome": float(ok), "process": float(process)}
+        if self.require == "outcome" or not ok:
+            return self._outcome(outcome, comps, float(ok), why)
+        return self._outcome("correct" if process else "wrong_steps", comps, float(process), reason)
+
+
 register("arithmetic-outcome")(ArithmeticOutcome)
 register("arithmetic-format")(ArithmeticFormat)
 register("arithmetic-process")(ArithmeticProcess)
+register("arithmetic-tool")(ArithmeticTool)
+
+
+@register("arithmetic-tool-process")
+def _arithmetic_tool_process(answer_prefix: str = DEFAULT_ANSWER_PREFIX) -> ArithmeticTool:
+    v = ArithmeticTool(answer_prefix, require="process")
+    v.name = "arithmetic-tool-process"
+    return v
 
 
 @register("arithmetic")

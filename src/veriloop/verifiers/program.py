@@ -31,15 +31,27 @@ from veriloop.verifiers.sandbox import SandboxLimits, run_program
 POT_VERIFIER_OF = {"arithmetic": "arithmetic-pot", "arithmetic-outcome": "arithmetic-pot", "gsm8k": "gsm8k-pot",
                    "math": "math-pot"}  # fmt: skip
 PROGRAM_VERIFIERS = ("program-output", "arithmetic-pot", "gsm8k-pot", "math-pot")
+# task.reasoning tool on the built-in task: a trace verifier reads the last ';' segment, which a tool trace does
+# not end with; arithmetic-tool reads the answer after the last output block (gsm8k's and math's read text: fine)
+TOOL_VERIFIER_OF = {"arithmetic": "arithmetic-tool", "arithmetic-outcome": "arithmetic-tool",
+                    "arithmetic-process": "arithmetic-tool-process",
+                    "arithmetic-format": "arithmetic-tool"}  # fmt: skip
+TOOL_VERIFIERS = ("arithmetic-tool", "arithmetic-tool-process")
 
 
 def check_reasoning_verifier(reasoning: str, verifier: str, field: str = "verifier") -> None:
-    """A program scored by a text verifier (or a trace by a program one) scores 0 everywhere: refuse it."""
+    """A program scored by a text verifier (or a trace by a program one, or a tool trace by a verifier of plain
+    traces) scores 0 everywhere: refuse it."""
     if reasoning == "pot" and verifier in POT_VERIFIER_OF:
         raise InputError(f"task.reasoning pot: completions are programs, but {field} {verifier!r} reads text; use "
                          f"{field} {POT_VERIFIER_OF[verifier]!r} (it runs the program and grades what it prints)")
     if reasoning != "pot" and verifier in PROGRAM_VERIFIERS:
         raise InputError(f"{field} {verifier!r} runs the completion as a program: set task.reasoning pot")
+    if reasoning == "tool" and verifier in TOOL_VERIFIER_OF:
+        raise InputError(f"task.reasoning tool: {field} {verifier!r} reads a text trace, and a tool trace ends after "
+                         f"its last output block; use {field} {TOOL_VERIFIER_OF[verifier]!r}")  # fmt: skip
+    if reasoning != "tool" and verifier in TOOL_VERIFIERS:
+        raise InputError(f"{field} {verifier!r} reads a tool-integrated trace: set task.reasoning tool")
 
 
 def printed_answer(stdout: str) -> str:
