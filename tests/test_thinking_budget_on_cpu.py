@@ -117,6 +117,16 @@ def test_training_with_a_budget_records_the_forced_tokens(tmp_path):
         assert holes[0] == 10 and r.completion[holes[0] : holes[-1] + 1] in (";answer=", "answer=")
 
 
+def test_a_sampled_token_budget_stops_the_run(tmp_path):
+    cfg = build_config(TrainConfig, {}, {
+        "run_dir": str(tmp_path), "steps": 5, "rollout.prompts_per_step": 2, "rollout.group_size": 2,
+        "max_sampled_tokens": 150, "task.arithmetic.heldout_size": 10})  # fmt: skip
+    trainer = Trainer(cfg, progress=False)
+    trainer.train()
+    counts = [r["sampled_tokens"] for r in trainer.metrics.rows]  # ~110 tokens a step (4 completions of ~28)
+    assert 2 <= len(counts) < 5 and sum(counts[:-1]) < 150 <= sum(counts)
+
+
 def test_eval_reports_accuracy_against_the_budget():
     task = TaskConfig().build()
     problems = task.validation()[:40]

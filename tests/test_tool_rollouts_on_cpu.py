@@ -97,6 +97,10 @@ def test_tool_verifiers_and_formats_are_refused_where_they_would_score_nothing()
     with pytest.raises(Exception, match="PRM scores text steps"):
         build_config(TrainConfig, {}, {**base, "verifier": "arithmetic-tool", "algo": "grpo_process",
                                        "process.prm": "x"})  # fmt: skip
+    from veriloop.search.run import SearchConfig
+
+    with pytest.raises(Exception, match="samples without running tools"):
+        build_config(SearchConfig, {}, {"task.reasoning": "tool"})
     with pytest.raises(InputError, match="nothing to imitate"):
         gsm8k = TaskConfig(name="gsm8k", reasoning="tool").build()
         gsm8k.teacher_completion(gsm8k.heldout()[0], random.Random(0))

@@ -88,6 +88,7 @@ class PipelineConfig:
     def __post_init__(self):
         if self.variant not in VARIANTS:
             raise InputError(f"variant must be one of {list(VARIANTS)}, got {self.variant!r}")
+        self.rl.task.refuse_tools("veriloop pipeline (its rejection sampling)")
         if self.variant == "rl-long" and self.max_minutes <= 0:
             raise InputError("variant rl-long needs --max_minutes (the wall time of the pipeline it is compared with)")
         for name in ("cold_start_steps", "rl_steps", "rs_problems", "rs_samples", "sft_steps", "rl_again_steps",

@@ -55,6 +55,7 @@ class LabelConfig:
     sampling: SamplingParams = field(default_factory=SamplingParams)
 
     def __post_init__(self):
+        self.task.refuse_tools("veriloop prm label")
         check_split(self.split)
         for name in ("problems", "solutions", "completions", "batch_prompts"):
             if getattr(self, name) < 1:

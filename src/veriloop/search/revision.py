@@ -105,6 +105,7 @@ class RevisionPairsConfig:
     sampling: SamplingParams = field(default_factory=SamplingParams)
 
     def __post_init__(self):
+        self.task.refuse_tools("veriloop revision-pairs")
         check_split(self.split)
         if self.history < 1:
             raise InputError(f"history must be >= 1, got {self.history}")

@@ -112,6 +112,7 @@ class SearchConfig:
     sampling: SamplingParams = field(default_factory=SamplingParams)
 
     def __post_init__(self):
+        self.task.refuse_tools("veriloop search")
         unknown = [s for s in self.strategy_list() if s not in STRATEGIES]
         if unknown:
             raise InputError(f"strategy: unknown {unknown}; known: {list(STRATEGIES)}")

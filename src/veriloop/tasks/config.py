@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from veriloop.errors import InputError
 from veriloop.tasks.arithmetic import ArithmeticConfig, TeacherConfig
 from veriloop.tasks.base import PROMPT_STYLES, REASONING_FORMATS, get_task
 
@@ -58,6 +59,13 @@ class TaskConfig:
                              "for a printed one: use prompt_style plain with pot")  # fmt: skip
         if self.prompt_style != "plain" and self.name not in ("gsm8k", "jsonl"):
             raise ValueError(f"task.prompt_style applies to tasks gsm8k and jsonl, not {self.name!r}")
+
+    def refuse_tools(self, command: str) -> None:
+        """``command`` samples whole completions without pausing for code blocks: a tool trace would be scored
+        without its tool's output."""
+        if self.reasoning == "tool":
+            raise InputError(f"{command} samples without running tools; task.reasoning tool is served by `veriloop "
+                             "train`, `veriloop eval` and the trainer's validation")  # fmt: skip
 
     def build(self):
         if self.name == "arithmetic":

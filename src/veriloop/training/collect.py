@@ -103,10 +103,11 @@ class Collector:
         """Reward components that depend on the completion's token count alone, by name (only those switched on)."""
         r, lengths = self.cfg.rollout, torch.tensor([len(rec.completion_ids) for rec in records])
         out = {}
-        if r.overlong_buffer:
+        if r.overlong_buffer:  # the ramp is about the completion limit, which a tool's output counts towards
             out["overlong"] = overlong_penalty(lengths, self.cfg.sampling.max_new_tokens, r.overlong_buffer).tolist()
-        if r.length_cost:
-            out["length_cost"] = length_cost(lengths, r.length_cost).tolist()
+        if r.length_cost:  # T: the tokens the model wrote (a tool's output or a forced marker is not its cost)
+            written = torch.tensor([rec.model_tokens for rec in records])
+            out["length_cost"] = length_cost(written, r.length_cost).tolist()
         return out
 
     def fill_with_variance(self, step: int, records: list[Record], version: int, stats: dict):

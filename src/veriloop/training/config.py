@@ -231,6 +231,9 @@ class TrainConfig:
     max_samples: int = field(
         default=0, metadata={"help": "stop once this many completions were sampled (sample budget); 0 = no limit"}
     )
+    max_sampled_tokens: int = field(
+        default=0, metadata={"help": "stop once this many tokens were sampled (the model's: a tool's output and a "
+                             "forced marker do not count); compares formats at equal sampled tokens; 0 = no limit"})
     verifier: str = field(default="arithmetic", metadata={"help": "reward verifier (see `veriloop verifiers`)"})
     checkpoint_every: int = field(default=20, metadata={"help": "save a resumable checkpoint every N steps"})
     keep_checkpoints: int = field(default=2, metadata={"help": "how many recent checkpoints to keep"})
@@ -298,8 +301,9 @@ class TrainConfig:
         if self.lora.enabled and self.kl.reset_every:
             raise ValueError("kl.reset_every with lora: the reference is the base under the adapters and cannot "
                              "be moved to the policy; train without lora or without the reset")  # fmt: skip
-        if self.max_samples < 0 or self.max_minutes < 0 or self.eval_every < 0:
-            raise ValueError("max_samples, max_minutes and eval_every must be >= 0 (0 = no limit / never)")
+        if self.max_samples < 0 or self.max_minutes < 0 or self.eval_every < 0 or self.max_sampled_tokens < 0:
+            raise ValueError("max_samples, max_sampled_tokens, max_minutes and eval_every must be >= 0 (0 = no limit "
+                             "/ never)")  # fmt: skip
         if self.rollout.overlong_buffer > self.sampling.max_new_tokens:
             raise ValueError(
                 f"rollout.overlong_buffer ({self.rollout.overlong_buffer}) must be <= sampling.max_new_tokens "

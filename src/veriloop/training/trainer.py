@@ -125,11 +125,12 @@ class Trainer:
         cfg, first = self.cfg, self.state.step + 1
         # With a time or sample budget the step count is only a cap: show rate and elapsed time, not a fake
         # ETA (tqdm reads total=None as len(range); inf is its "unknown").
-        budget = cfg.max_minutes or cfg.max_samples
+        budget = cfg.max_minutes or cfg.max_samples or cfg.max_sampled_tokens
         bar = tqdm(range(first, cfg.steps + 1), desc=cfg.algo, unit="step", initial=first - 1, dynamic_ncols=True,
                    total=float("inf") if budget else cfg.steps, disable=not self.progress)  # fmt: skip
         self.started = time.time()
         sampled = sum(r.get("sampled_records", 0) for r in self.metrics.rows)  # a resumed run counts its past
+        self.sampled_tokens = sum(r.get("sampled_tokens", 0) for r in self.metrics.rows)
         previous = self._catch_sigterm()
         try:
             for step in bar:
@@ -137,6 +138,7 @@ class Trainer:
                 if "reward_mean" in row:  # a step that learned from nothing (rollout.lag warm-up) has no reward
                     bar.set_postfix(reward=f"{row['reward_mean']:.3f}", acc=f"{row['accuracy']:.3f}")
                 sampled += row["sampled_records"]
+                self.sampled_tokens += row["sampled_tokens"]
                 stop = self.stop_signal or self._why_stop(step, sampled)
                 if step % cfg.checkpoint_every == 0 or step == cfg.steps or stop:
                     self.checkpoint()
@@ -204,7 +206,7 @@ class Trainer:
         row = step_metrics(step, records, rewards, advantages, mask, update, lr, times, sampled=sampled)
         row.update(staleness(records, version))
         row.update(policy_version=self.state.policy_version, kl_beta=self.kl_control.beta,
-                   sampled_records=len(sampled), sampled_tokens=sum(len(r.completion_ids) for r in sampled),
+                   sampled_records=len(sampled), sampled_tokens=sum(r.model_tokens for r in sampled),
                    update_records=signal.batch.size if signal is not None and signal.batch is not None else 0,
                    **self.validate(step))  # fmt: skip
         self.state.step = step
@@ -318,6 +320,8 @@ class Trainer:
             return f"max_minutes={cfg.max_minutes} reached"
         if cfg.max_samples and sampled >= cfg.max_samples:
             return f"max_samples={cfg.max_samples} reached ({sampled} completions sampled)"
+        if cfg.max_sampled_tokens and self.sampled_tokens >= cfg.max_sampled_tokens:
+            return f"max_sampled_tokens={cfg.max_sampled_tokens} reached ({self.sampled_tokens} tokens sampled)"
         return ""
 
     def _count_version(self) -> None:
