@@ -26,6 +26,7 @@ from veriloop.verifiers.tools import run_block, with_display
 
 pytestmark = pytest.mark.timeout(300)
 SETTINGS = ToolSettings(BRACES, run_block, max_tool_calls=4, wall_seconds=5.0)
+SETTINGS_FENCES = ToolSettings(FENCES, run_block)
 
 
 # ---------------------------------------------------------------- the format and the sandbox
@@ -124,9 +125,9 @@ class ScriptedPolicy:
     sampler's contract: stop at a stop id, keep it; end with EOS after the last segment).  The tool loop, the
     sandbox and the records are real; only the model's choices are scripted, so each case is known."""
 
-    def __init__(self, segments: list[str]):
+    def __init__(self, segments: list[str], fmt=BRACES, prompt_end: str = "?run:"):
         self.tokenizer = load_policy("builtin:base").tokenizer
-        self.segments = segments
+        self.segments, self.fmt, self.prompt_end = segments, fmt, prompt_end
         self.eos_id = self.tokenizer.eos_token_id
         self.calls = []
 
@@ -136,8 +137,9 @@ class ScriptedPolicy:
         out, lps, fin = [], [], []
         for ids in rows:
             text = self.tokenizer.decode(ids)
-            k = text.count("[")
-            written = text[text.rfind("]") + 1 :] if k else text.split("?run:", 1)[1]
+            k = text.count(self.fmt.output_open)
+            after = text.rfind(self.fmt.output_close) + len(self.fmt.output_close)
+            written = text[after:] if k else text.split(self.prompt_end, 1)[1]
             seg = self.tokenizer(self.segments[min(k, len(self.segments) - 1)], add_special_tokens=False).input_ids
             seg = seg[len(self.tokenizer(written, add_special_tokens=False).input_ids) :] if written else seg
             new, why = [], "eos"
@@ -198,6 +200,38 @@ def test_the_token_budget_counts_tool_output_and_can_end_inside_it():
     gen, text, _ = tool_rows(["{a=2+3;a}", "{a*4}", "answer=20"], max_new_tokens=11)
     assert text == "{a=2+3;a}[5" and gen.finish_reasons == ["length"]
     assert gen.model_masks[0][-2:] == [0, 0] and gen.tool_calls[0][0].tokens == 2
+
+
+def test_fenced_blocks_pause_on_their_last_backtick():
+    """GSM8K's format with the built-in character tokenizer: each backtick may end a fence, so sampling pauses on
+    it, and only the one that closes an open ```python block runs it."""
+    policy = ScriptedPolicy(["Six sevens.\n```python\nx=6*7\nx\n```", "\n#### 42"], FENCES, "block.\n")
+    prompt = policy.tokenizer("Q?" + TaskConfig(name="gsm8k", reasoning="tool").build().heldout()[0].prompt[-80:],
+                              add_special_tokens=False).input_ids  # fmt: skip
+    gen = generate_with_tools(policy, [prompt], SamplingParams(max_new_tokens=120), SETTINGS_FENCES, row_seeds=[1],
+                              n=1)  # fmt: skip
+    text = policy.tokenizer.decode(gen.completion_ids[0])
+    assert text == "Six sevens.\n```python\nx=6*7\nx\n```\n```output\n42\n```\n\n#### 42<eos>"
+    assert [(c.code, c.output) for c in gen.tool_calls[0]] == [("x=6*7\nx", "42")]
+    assert len(policy.calls) > 3  # it paused at the opening fence's backticks too, and went on without a call
+    assert get("gsm8k").verify(text.removesuffix("<eos>"), "6*7\n#### 42").score == 1.0
+
+
+def test_gsm8k_trains_with_tools_and_with_a_thinking_budget(tmp_path):
+    base = {"policy": "builtin:init", "task.name": "gsm8k", "verifier": "gsm8k", "steps": 1,
+            "rollout.prompts_per_step": 2, "rollout.group_size": 2, "sampling.max_new_tokens": 24, "kl.beta": 0.0}
+    from veriloop.rollout.records import RecordStore
+
+    Trainer(build_config(TrainConfig, {}, {**base, "task.reasoning": "tool", "run_dir": str(tmp_path / "t")}),
+            progress=False).train()  # fmt: skip
+    records = RecordStore(tmp_path / "t" / "rollouts").read(1)
+    assert all(r.tool_calls is not None and r.model_mask is not None and r.sampling["tool_format"] == "fences"
+               for r in records)  # fmt: skip
+    Trainer(build_config(TrainConfig, {}, {**base, "sampling.max_thinking_tokens": 8, "run_dir": str(tmp_path / "b")}),
+            progress=False).train()  # fmt: skip
+    records = RecordStore(tmp_path / "b" / "rollouts").read(1)
+    forced = [r for r in records if not all(r.model_mask)]
+    assert forced and all("\n#### " in r.completion for r in forced)  # the random model never ends its thinking
 
 
 # ---------------------------------------------------------------- records, batches and the loss

@@ -21,6 +21,8 @@ from veriloop.rollout.sampler import Generation
 from veriloop.seeding import derive_seed
 
 SEPARATORS = " ;\n\t"
+THINKING_UNSUPPORTED = ("the vllm engine does not force the end of thinking (sampling.max_thinking_tokens): use "
+                        "rollout.engine local, or ray with ray.worker_engine local")  # fmt: skip
 
 
 @dataclass

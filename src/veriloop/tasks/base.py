@@ -68,7 +68,7 @@ class ToolFormat:
 # the built-in task (one character per token): {a=2+3;a}[5]{a*4}[20]answer=20
 BRACES = ToolFormat("braces", "{", "}", "[", "]")
 # GSM8K and MATH rows: ToRA's fenced blocks
-FENCES = ToolFormat("fences", "```python\n", "\n```", "```output\n", "\n```\n")
+FENCES = ToolFormat("fences", "```python\n", "\n```", "\n```output\n", "\n```\n")
 TOOL_FORMATS = {f.name: f for f in (BRACES, FENCES)}
 
 

@@ -22,7 +22,8 @@ from veriloop.prm.config import ProcessConfig
 from veriloop.registry import ESTIMATORS, OBJECTIVES
 from veriloop.rollout.config import RayConfig, RolloutConfig, VLLMConfig
 from veriloop.rollout.sampler import SamplingParams
-from veriloop.rollout.tools import THINKING_UNSUPPORTED, TOOLS_UNSUPPORTED
+from veriloop.rollout.thinking import THINKING_UNSUPPORTED
+from veriloop.rollout.tools import TOOLS_UNSUPPORTED
 from veriloop.tasks.config import TaskConfig
 from veriloop.training import estimators as _estimators  # noqa: F401  (registers the built-in estimators)
 from veriloop.training import objectives as _objectives  # noqa: F401  (registers the built-in objectives)
