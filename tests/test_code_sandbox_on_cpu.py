@@ -86,13 +86,13 @@ def test_hostile_program_is_contained(code, name, tmp_path):
     canary.unlink()
 
 
-def test_no_sandbox_directory_is_left_behind(code):
+def test_no_sandbox_directory_is_left_behind(code, tmp_path, monkeypatch):
     import tempfile
 
-    root = Path(tempfile.gettempdir())
-    before = set(root.glob("veriloop-sandbox-*"))
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # this test's own root: other runs may share /tmp
     code.verify("open('scratch.txt', 'w').write('x' * 1000)\nprint(5)", STDIO)  # writing inside is fine
-    assert set(root.glob("veriloop-sandbox-*")) == before
+    code.verify("open('scratch.txt', 'w').write('x')\ndef add(a, b):\n    return a + b", ASSERTS)
+    assert not list(tmp_path.glob("veriloop-sandbox-*"))
 
 
 def test_run_program_reports_status_and_output():
@@ -114,3 +114,113 @@ def test_code_audit_suite_has_no_false_accepts_or_rejects(code):
 
     report = run_audit("code", code, code_suite())
     assert report.false_accepts == 0 and report.false_rejects == 0, report.table()
+
+
+# ---------------------------------------------------------------- the tests are the grader's (issue 17)
+
+from forgers import ADD_TESTS, AREA_TESTS, EQ_FORGERS, FORGERS, PRIME_TESTS, SHADOWING_FORGER  # noqa: E402
+
+
+@pytest.mark.parametrize("name", list(FORGERS))
+def test_a_forged_pass_scores_zero(code, name):
+    assert code.verify("def is_prime(n):\n    return n > 1 and all(n % d for d in range(2, n))", PRIME_TESTS).score == 1
+    v = code.verify(FORGERS[name], PRIME_TESTS)
+    assert v.score == 0.0 and v.outcome != "pass", (name, v)
+    assert v.components["tests_passed"] < 1.0
+
+
+@pytest.mark.parametrize("name", list(EQ_FORGERS))
+def test_a_forged_equality_scores_zero(code, name):
+    v = code.verify(EQ_FORGERS[name], ADD_TESTS)
+    assert (v.outcome, v.score, v.components["tests_passed"]) == ("fail", 0.0, 0.0), (name, v)
+
+
+def test_a_program_cannot_shadow_a_builtin_the_tests_call(code):
+    assert code.verify("def area(r):\n    return 3.14159265 * r * r", AREA_TESTS).outcome == "pass"
+    v = code.verify(SHADOWING_FORGER, AREA_TESTS)
+    assert (v.outcome, v.components["tests_passed"]) == ("fail", 0.0), v
+
+
+def test_a_patched_standard_module_is_not_the_tests_module(code):
+    # the program's own math.isclose says yes to everything; the tests' math is the grader's
+    program = "import math\nmath.isclose = lambda *a, **k: True\ndef half(x):\n    return 0.0\n"
+    v = code.verify(program, "assert math.isclose(half(3), 1.5)")
+    assert v.outcome == "fail", v
+    assert code.verify("import math\ndef half(x):\n    return x / 2\n", "assert math.isclose(half(3), 1.5)").score == 1
+
+
+STATEFUL = """
+s = Stack()
+s.push(1)
+s.push(2, times=2)
+assert s.pop() == 2
+assert len(s) == 2 and 1 in s and s[0] == 1
+assert s
+assert not Stack()
+assert list(count_to(3)) == [0, 1, 2]
+assert [x * 2 for x in count_to(2)] == [0, 2]
+assert apply(double, 4) == 8
+assert s.items == [1, 2]
+assert LIMIT == 10 and NAMES == ("a", "b")
+try:
+    boom()
+    assert False, "boom() should raise"
+except ValueError as e:
+    assert str(e) == "no"
+def check(candidate):
+    assert candidate(1) == 2
+    assert candidate(-1) == -2
+check(double)
+"""
+STATEFUL_PROGRAM = """
+LIMIT = 10
+NAMES = ("a", "b")
+class Stack:
+    def __init__(self):
+        self.items = []
+    def push(self, x, times=1):
+        self.items.extend([x] * times)
+    def pop(self):
+        return self.items.pop()
+    def __len__(self):
+        return len(self.items)
+    def __contains__(self, x):
+        return x in self.items
+    def __getitem__(self, i):
+        return self.items[i]
+def count_to(n):
+    yield from range(n)
+def double(x):
+    return 2 * x
+def apply(f, x):
+    return f(x)
+def boom():
+    raise ValueError("no")
+"""
+
+
+def test_stateful_tests_through_the_proxies(code):
+    """Objects, keyword arguments, generators, len/in/[]/truth, the program's functions passed back to it,
+    values, an expected exception, and a HumanEval-style check(candidate): every statement is one test."""
+    v = code.verify(STATEFUL_PROGRAM, STATEFUL)
+    assert (v.outcome, v.score) == ("pass", 1.0), v
+    wrong = STATEFUL_PROGRAM.replace("raise ValueError", "raise KeyError").replace("return 2 * x", "return x + 1")
+    v = code.verify(wrong, STATEFUL)
+    # 13 tests (s = Stack() and def check set up); apply(double, 4), the expected ValueError and check(double) fail
+    assert (v.outcome, v.components["tests_passed"]) == ("fail", 10 / 13), v
+
+
+def test_a_program_object_is_equal_only_to_itself(code):
+    ref = "p = Point(1, 2)\nassert p == p\nassert p != Point(1, 2)\nassert p.x == 1 and p.y == 2"
+    v = code.verify("class Point:\n    def __init__(self, x, y):\n        self.x, self.y = x, y\n"
+                    "    def __eq__(self, o):\n        return True\n", ref)  # fmt: skip
+    assert v.outcome == "pass", v  # its __eq__ is never asked
+
+
+def test_a_call_that_hangs_ends_the_run_as_a_timeout(code):
+    start = time.monotonic()
+    v = code.verify("def add(a, b):\n    import time\n    time.sleep(100)\n", ADD_TESTS)
+    assert (v.outcome, v.score) == ("timeout", 0.0) and time.monotonic() - start < LIMIT_S + 5, v
+    # a reference that swallows every exception still cannot turn the ended run into a pass
+    v = code.verify("def f():\n    while True:\n        pass\n", "try:\n    f()\nexcept BaseException:\n    pass")
+    assert (v.outcome, v.components["tests_passed"]) == ("timeout", 0.0), v

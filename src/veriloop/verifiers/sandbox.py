@@ -13,14 +13,17 @@ Every run is a fresh ``python -I`` process in its own session, with
   directory, sockets, new processes (fork, exec, spawn, subprocess), signals, ``ctypes``,
   ``gc`` object walks.
 
-**The verdict is the parent's.**  In ``stdio`` mode the parent feeds the input and compares
-what was printed.  In ``assert`` mode an ``assert A == B`` test is split: only ``A`` (the call)
-is sent to the child, which reports the value through a strict encoder (built-in types only,
-so an object whose ``__eq__`` always says yes is not a value); ``B`` never leaves the parent,
-which compares.  Printing "PASS", exiting early with status 0, or patching the assert
-machinery therefore passes nothing.  Other asserts (``assert is_prime(7)``) run in the child,
-which reports each result tagged with a per-run random token; a program that digs the token
-out of the harness's frames could forge those (documented limit; prefer ``==`` tests).
+**The verdict is the grader's; the program only answers.**  In ``stdio`` mode the parent feeds the
+input and compares what was printed.  With assert-style tests (``run_tests``) the test code never
+enters the sandbox: it runs in the grader, where each name the program defined is a proxy; a call,
+attribute, iteration, ``len``, ``[]``, ``in`` or truth test on it is one request to the sandboxed
+process, which answers with a strictly encoded built-in value (exact built-in types, so an object whose
+``__eq__`` always says yes is not a value), a handle to any other object (equal only to itself), or the
+exception raised.  Every ``assert`` and comparison is evaluated by the grader, so walking the frames to
+the harness, writing fake result lines to any descriptor, exiting early, patching builtins or installing
+signal handlers in the program's process decides nothing (``tests/forgers.py``).  A program's name that
+shadows a built-in (``abs``) is not the tests' ``abs``, and a standard-library module it imported is the
+grader's own import of it.
 
 Outcomes: ``pass``, ``fail`` (wrong output or a failed assert), ``timeout``, ``crash``
 (an exception, a non-zero exit, memory exhausted, early exit), ``violation`` (a forbidden
@@ -30,8 +33,11 @@ act), ``output_limit``.
 from __future__ import annotations
 
 import ast
+import builtins
+import importlib
 import os
 import secrets
+import select
 import shutil
 import signal
 import subprocess
@@ -39,7 +45,7 @@ import sys
 import tempfile
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from veriloop.errors import InputError
 
@@ -68,32 +74,41 @@ class RunResult:
     stdout: str = ""
     detail: str = ""
     wall_seconds: float = 0.0
-    reports: list = field(default_factory=list)  # (kind, text) from the harness, token-checked
 
 
-# The child's program.  It runs with -I (no user site, no PYTHONPATH, no cwd on sys.path).
+# The child's program.  It runs with -I (no user site, no PYTHONPATH, no cwd on sys.path).  One line in on the
+# control pipe (the bundle), then: run the program; in "run" mode report how it ended; in "serve" mode report the
+# program's names and answer the grader's requests (calls in, strictly encoded built-in values or exceptions out)
+# until the grader ends.  Nothing the child sends is a verdict: the grader evaluates every test itself.
 _HARNESS = r"""
 import sys, os, builtins
-def _main(_read=os.read, _write=os.write, _exit=os._exit, _exec=exec, _eval=eval, _compile=compile,
-          _type=type, _isinstance=isinstance, _str=str, _repr=repr, _len=len, _tuple=tuple, _list=list,
-          _dict=dict, _set=set, _frozenset=frozenset, _sorted=sorted, _any=any, _float=float):
+def _main(_read=os.read, _write=os.write, _exit=os._exit, _exec=exec, _compile=compile, _type=type,
+          _isinstance=isinstance, _str=str, _repr=repr, _len=len, _tuple=tuple, _list=list, _dict=dict, _set=set,
+          _frozenset=frozenset, _sorted=sorted, _any=any, _float=float, _getattr=getattr, _iter=iter, _next=next,
+          _bool=bool, _BaseException=BaseException, _StopIteration=StopIteration, _bytes=bytes, _int=int):
     ctrl_in, ctrl_out = int(sys.argv[1]), int(sys.argv[2])
-    chunks = []
-    while True:
-        b = _read(ctrl_in, 1 << 16)
-        if not b:
-            break
-        chunks.append(b)
-    os.close(ctrl_in)
+    pending = [b""]
+    def readline():
+        while b"\n" not in pending[0]:
+            b = _read(ctrl_in, 1 << 16)
+            if not b:
+                line, pending[0] = pending[0], b""
+                return line
+            pending[0] += b
+        line, _, pending[0] = pending[0].partition(b"\n")
+        return line
     import ast
-    bundle = ast.literal_eval(b"".join(chunks).decode())
-    token, mode, program, tests = bundle["token"], bundle["mode"], bundle["program"], bundle["tests"]
+    literal = ast.literal_eval
+    bundle = literal(readline().decode())
+    token, mode, program = bundle["token"], bundle["mode"], bundle["program"]
     read_roots, denied = _tuple(bundle["read_roots"]), _tuple(bundle["denied_roots"])
     home = os.path.realpath(os.getcwd())
     realpath, fspath, join, sep = os.path.realpath, os.fspath, os.path.join, os.sep
     def report(kind, text):
-        line = token + " " + kind + " " + _str(text).replace(chr(10), " ")[:100000] + chr(10)
-        _write(ctrl_out, line.encode())
+        line = token + " " + kind + " " + _str(text).replace(chr(10), " ") + chr(10)
+        data = line.encode()
+        while data:
+            data = data[_write(ctrl_out, data):]
     def inside(path, roots):
         p = realpath(join(home, fspath(path)))
         return _any(p == r or p.startswith(r + sep) for r in roots)
@@ -137,12 +152,13 @@ def _main(_read=os.read, _write=os.write, _exit=os._exit, _exec=exec, _eval=eval
             violation(event)
         elif event == "import" and args[0].split(".")[0] in forbidden_imports:
             violation("import " + args[0])
+    handles = []  # objects that are not values, named to the grader by their index
     def encode(v, depth=0):
-        # built-in values only; anything else (a user class, a function) is not a test value
+        # built-in values only (exact types: a subclass of int may carry any __eq__); anything else is a handle
         t = _type(v)
         if depth > 50:
             raise TypeError("value nested too deeply")
-        if v is None or t is bool or t is int or t is _str or t is bytes:
+        if v is None or t is _bool or t is _int or t is _str or t is _bytes:
             return v
         if t is _float:
             return ("float", _repr(v))
@@ -152,14 +168,40 @@ def _main(_read=os.read, _write=os.write, _exit=os._exit, _exec=exec, _eval=eval
             return (t.__name__, _sorted([encode(x, depth + 1) for x in v], key=_repr))
         if t is _dict:
             return ("dict", [(encode(k, depth + 1), encode(x, depth + 1)) for k, x in v.items()])
-        raise TypeError("a test value must be a built-in value, got " + _repr(t.__name__))
+        raise TypeError("not a built-in value")
+    def decode(x):
+        if _type(x) is _tuple and _len(x) == 2 and _type(x[0]) is _str:
+            kind, body = x
+            if kind == "float":
+                return _float(body)
+            if kind == "list":
+                return [decode(e) for e in body]
+            if kind == "tuple":
+                return _tuple(decode(e) for e in body)
+            if kind == "set":
+                return {decode(e) for e in body}
+            if kind == "frozenset":
+                return _frozenset(decode(e) for e in body)
+            if kind == "dict":
+                return {decode(k): decode(v) for k, v in body}
+            if kind == "ref":
+                return resolve(body)
+        return x
+    def resolve(target):
+        kind, key = target
+        return namespace[key] if kind == "name" else handles[key]
+    def answer(v):
+        try:
+            report("VALUE", _repr(encode(v)))
+        except (TypeError, ValueError):
+            handles.append(v)
+            report("HANDLE", _repr((_len(handles) - 1, _str(_type(v).__name__))))
     try:
         code = _compile(program, "<program>", "exec")
-        compiled = [(kind, _compile(src, "<test>", "eval" if kind == "value" else "exec")) for kind, src in tests]
     except SyntaxError as e:
         report("CRASH", "SyntaxError: " + _str(e))
         _exit(0)
-    del bundle, chunks, program, tests, b
+    del bundle, program
     sys.addaudithook(hook)
     namespace = {"__name__": "__main__", "__builtins__": builtins}
     try:
@@ -171,83 +213,70 @@ def _main(_read=os.read, _write=os.write, _exit=os._exit, _exec=exec, _eval=eval
     except BaseException as e:
         report("CRASH", _type(e).__name__ + ": " + _str(e))
         _exit(0)
-    for i, (kind, test) in enumerate(compiled):
-        try:
-            if kind == "value":
-                report("VALUE", _str(i) + " " + _repr(encode(_eval(test, namespace))))
-            else:
-                _exec(test, namespace)
-                report("PASS", i)
-        except BaseException as e:
-            report("FAIL", _str(i) + " " + _type(e).__name__ + ": " + _str(e))
     try:
         sys.stdout.flush()
     except BaseException:
         pass
-    report("DONE", "")
+    if mode == "run":
+        report("DONE", "")
+        _exit(0)
+    names = []
+    for name, v in _list(namespace.items()):
+        if name.startswith("__"):
+            continue
+        if _type(v) is _type(sys):
+            names.append((name, ("module", _str(v.__name__))))
+            continue
+        try:
+            names.append((name, ("value", encode(v))))
+        except (TypeError, ValueError):
+            names.append((name, ("object", _str(_type(v).__name__))))
+    report("READY", _repr(names))
+    while True:
+        line = readline()
+        if not line:
+            break
+        op, target, payload = literal(line.decode())
+        if op == "end":
+            break
+        try:
+            obj = resolve(target)
+            if op == "call":
+                result = obj(*decode(payload[0]), **decode(payload[1]))
+            elif op == "getattr":
+                result = _getattr(obj, payload)
+            elif op == "iter":
+                result = _iter(obj)
+            elif op == "next":
+                try:
+                    result = _next(obj)
+                except _StopIteration:
+                    report("STOP", "")
+                    continue
+            elif op == "len":
+                result = _len(obj)
+            elif op == "getitem":
+                result = obj[decode(payload)]
+            elif op == "contains":
+                result = decode(payload) in obj
+            elif op == "bool":
+                result = _bool(obj)
+            else:
+                raise TypeError("unknown request " + _repr(op))
+            answer(result)
+        except _BaseException as e:
+            try:
+                why = _str(e)[:2000]
+            except _BaseException:
+                why = ""
+            report("RAISE", _repr((_str(_type(e).__name__), why)))
+    try:
+        sys.stdout.flush()
+    except BaseException:
+        pass
     _exit(0)
 _main()
 """
-
-
-def split_assert_tests(source: str) -> list[tuple[str, str, object]]:
-    """Assert-style test code -> ``[(kind, child_source, expected)]``.
-
-    ``assert A == B`` with ``B`` a literal becomes ``("value", A, B)``: the child evaluates ``A``
-    and the parent compares with ``B``.  Anything else becomes ``("assert", statement, None)``.
-    Non-assert statements (imports, helper definitions) are prepended to every child test.
-    """
-    tree = ast.parse(source)
-    setup = [node for node in tree.body if not isinstance(node, ast.Assert)]
-    prefix = "".join(ast.unparse(n) + "\n" for n in setup)
-    out = []
-    for node in tree.body:
-        if not isinstance(node, ast.Assert):
-            continue
-        t = node.test
-        if isinstance(t, ast.Compare) and len(t.ops) == 1 and isinstance(t.ops[0], ast.Eq) and not setup:
-            try:
-                expected = ast.literal_eval(t.comparators[0])
-            except ValueError:
-                expected = _NO_LITERAL
-            if expected is not _NO_LITERAL:
-                out.append(("value", ast.unparse(t.left), expected))
-                continue
-        out.append(("assert", prefix + ast.unparse(node), None))
-    if not out:
-        raise ValueError("the test code has no assert statements")
-    return out
-
-
-_NO_LITERAL = object()
-
-
-def decode_value(encoded):
-    """Inverse of the child's strict encoder (from its ``repr``)."""
-    if isinstance(encoded, tuple) and len(encoded) == 2 and isinstance(encoded[0], str):
-        kind, body = encoded
-        if kind == "float":
-            return float(body)
-        if kind in ("list", "tuple"):
-            items = [decode_value(x) for x in body]
-            return items if kind == "list" else tuple(items)
-        if kind in ("set", "frozenset"):
-            items = {decode_value(x) for x in body}
-            return items if kind == "set" else frozenset(items)
-        if kind == "dict":
-            return {decode_value(k): decode_value(v) for k, v in body}
-    return encoded
-
-
-def values_equal(actual, expected) -> bool:
-    """Python's ``==`` on built-in values, with container types kept apart (``[1] != (1,)``)."""
-    if isinstance(expected, (list, tuple)) or isinstance(actual, (list, tuple)):
-        return (type(actual) is type(expected) and len(actual) == len(expected)
-                and all(values_equal(a, e) for a, e in zip(actual, expected)))  # fmt: skip
-    if isinstance(expected, dict) or isinstance(actual, dict):
-        return (isinstance(actual, dict) and isinstance(expected, dict) and actual.keys() == expected.keys()
-                and all(values_equal(actual[k], expected[k]) for k in expected))  # fmt: skip
-    return actual == expected
 
 
 def _preexec(limits: SandboxLimits):
@@ -284,41 +313,449 @@ def _read_roots() -> list[str]:
     return sorted(roots | {"/dev/null", "/dev/urandom", "/dev/zero"})
 
 
-def run_program(program: str, *, tests: list[tuple[str, str]] | None = None, stdin: str = "",
-                limits: SandboxLimits = SandboxLimits()) -> RunResult:  # fmt: skip
-    """Run ``program`` once in the sandbox, feeding ``stdin``; then the child ``tests``
-    (``[(kind, source)]``, kind ``value`` or ``assert``).  Returns how it ended, what it printed
-    and the child's per-test reports in ``reports`` (the caller judges them)."""
-    token = secrets.token_hex(16)
-    workdir = tempfile.mkdtemp(prefix="veriloop-sandbox-")
-    os.chmod(workdir, 0o700)
-    bundle = repr({"token": token, "mode": "tests" if tests else "stdio", "program": program,
-                   "tests": list(tests or []), "read_roots": _read_roots(),
-                   "denied_roots": _denied_roots()}).encode()  # fmt: skip
-    ctrl_in_r, ctrl_in_w = os.pipe()
-    ctrl_out_r, ctrl_out_w = os.pipe()
-    env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "PYTHONHASHSEED": "0", "PYTHONDONTWRITEBYTECODE": "1"}
-    started = time.monotonic()
+def run_program(program: str, *, stdin: str = "", limits: SandboxLimits = SandboxLimits()) -> RunResult:
+    """Run ``program`` once in the sandbox, feeding ``stdin``.  Returns how it ended and what it printed
+    (the caller judges the output)."""
+    child = _Child(program, "run", limits, stdin)
     try:
-        proc = subprocess.Popen(
-            [sys.executable, "-I", "-c", _HARNESS, str(ctrl_in_r), str(ctrl_out_w)],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=workdir, env=env,
-            pass_fds=(ctrl_in_r, ctrl_out_w), start_new_session=True, preexec_fn=_preexec(limits),
-        )  # fmt: skip
-    except OSError:
-        for fd in (ctrl_in_w, ctrl_out_r):
-            os.close(fd)
-        shutil.rmtree(workdir, ignore_errors=True)
-        raise
+        control = bytearray()
+
+        def read_control():
+            while True:
+                chunk = os.read(child.ctrl_out, 65536)
+                if not chunk:
+                    return
+                if len(control) < (4 << 20):
+                    control.extend(chunk)
+
+        reader = threading.Thread(target=read_control, daemon=True)
+        reader.start()
+        timed_out = not child.wait(limits.wall_seconds)
+        child.join_threads()
+        reader.join(timeout=2)
+        reports = [r for r in (child.parse(line) for line in control.splitlines()) if r is not None]
+        return child.ending(reports, timed_out, finished="DONE" in {k for k, _ in reports})
     finally:
-        os.close(ctrl_in_r)
-        os.close(ctrl_out_w)
+        child.close()
+
+
+# ---------------------------------------------------------------- assert-style tests, judged by the grader
+
+
+class RemoteError(Exception):
+    """An exception the program raised that is not one of Python's built-in ``Exception`` classes."""
+
+
+class _SessionOver(BaseException):  # noqa: N818 - not an error of a test: the run ended (test code cannot catch it)
+    """The program stopped answering (it ended, timed out, broke a rule or sent what is not a value)."""
+
+
+@dataclass(frozen=True)
+class TestRun:
+    """How an assert-style run ended (``status`` as in ``RunResult``) and what the grader found."""
+
+    __test__ = False  # not a pytest class
+    status: str
+    passed: int
+    total: int
+    first_fail: str = ""
+    detail: str = ""
+    wall_seconds: float = 0.0
+
+
+_SETUP = (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Assign, ast.AnnAssign,
+          ast.AugAssign, ast.Pass)  # fmt: skip
+
+
+def parse_tests(source: str) -> list[tuple[bool, object, str]]:
+    """Assert-style test code -> ``[(is_test, code, text)]``, one entry per top-level statement, in order.
+
+    Definitions, imports and assignments set up; every other statement (``assert``, a call such as
+    HumanEval's ``check(candidate)``, ``try``/``if``/``for`` blocks) is one test, passed when it runs to its
+    end.  Raises ``SyntaxError`` or ``ValueError`` (no test at all)."""
+    tree = ast.parse(source)
+    out = [(not isinstance(node, _SETUP), compile(ast.Module([node], []), "<test>", "exec"), ast.unparse(node))
+           for node in tree.body]  # fmt: skip
+    if not any(is_test for is_test, _, _ in out):
+        raise ValueError("the test code has no test statement (assert, or a call such as check(candidate))")
+    return out
+
+
+def run_tests(program: str, tests: list[tuple[bool, object, str]],
+              limits: SandboxLimits = SandboxLimits()) -> TestRun:  # fmt: skip
+    """Run ``program`` in the sandbox, then evaluate ``tests`` (``parse_tests``) here, in the grader.
+
+    The test code never enters the sandbox.  Each name the program defined is, in the tests' namespace, its
+    value when it is a built-in value (``N = 5``) and otherwise a proxy: calling it, reading an attribute,
+    iterating, ``len``, ``[]``, ``in`` and truth send one request to the sandbox, which answers with a
+    strictly encoded built-in value, a handle to an object that is not one (a proxy again, equal only to
+    itself), or the exception raised (re-raised here as the built-in class of that name, or ``RemoteError``).
+    So every comparison and every ``assert`` is the grader's: what the program prints, exits with or patches
+    in its own process decides nothing.  The test code is the grader's own code (it comes with the reference):
+    it runs in this process, unsandboxed, and only its calls into the program cross the boundary."""
+    child = _Child(program, "serve", limits, None)
+    passed, total, first_fail = 0, sum(is_test for is_test, _, _ in tests), ""
     try:
-        return _supervise(proc, token, bundle, ctrl_in_w, ctrl_out_r, stdin, limits, started)
+        names = child.start_session()
+        if names is not None:
+            namespace = {"__name__": "__veriloop_test__", "__builtins__": builtins}
+            for name, (kind, body) in names:
+                bound = _test_binding(child, name, kind, body)
+                if bound is not _UNBOUND:
+                    namespace[name] = bound
+            for is_test, code, text in tests:
+                try:
+                    exec(code, namespace)  # noqa: S102 - the reference's own test code, with proxies
+                except _SessionOver:
+                    break
+                except (Exception, SystemExit) as e:  # a failed assert, or the program's exception re-raised
+                    if not first_fail:
+                        first_fail = f"{'test' if is_test else 'setup'} {text[:200]!r} failed: " + (
+                            f"{type(e).__name__}: {e}"[:300])
+                    continue
+                if child.over:  # the run ended inside this statement (and the test code caught it): no pass
+                    break
+                passed += is_test
+        run = child.end_session()
+        return TestRun(run.status, passed, total, first_fail or run.detail, run.detail, run.wall_seconds)
     finally:
-        _kill_group(proc)
-        os.close(ctrl_out_r)
-        shutil.rmtree(workdir, ignore_errors=True)
+        child.close()
+
+
+def _test_binding(child, name: str, kind: str, body):
+    """What a name the program defined is in the tests' namespace.  A built-in's name (``abs``, ``sorted``) is
+    never the program's: a test's ``abs(f(x) - y) < 1e-9`` must not call the program's ``abs``.  A standard
+    library module the program imported is the grader's own import of it, not the program's (patched) one."""
+    if hasattr(builtins, name):
+        return _UNBOUND
+    if kind == "value":
+        return _decode(body)
+    if kind == "module":
+        if str(body).partition(".")[0] not in sys.stdlib_module_names:
+            return _UNBOUND
+        try:
+            return importlib.import_module(str(body))
+        except ImportError:
+            return _UNBOUND
+    return _Remote(child, ("name", name), body)
+
+
+_UNBOUND = object()  # the name stays unbound in the tests' namespace
+
+
+def _encode(v, depth: int = 0):
+    """The grader's side of the strict encoding (built-in values, and proxies by reference)."""
+    t = type(v)
+    if depth > 50:
+        raise TypeError("value nested too deeply")
+    if v is None or t in (bool, int, str, bytes):
+        return v
+    if t is float:
+        return ("float", repr(v))
+    if t in (list, tuple):
+        return (t.__name__, [_encode(x, depth + 1) for x in v])
+    if t in (set, frozenset):
+        return (t.__name__, sorted((_encode(x, depth + 1) for x in v), key=repr))
+    if t is dict:
+        return ("dict", [(_encode(k, depth + 1), _encode(x, depth + 1)) for k, x in v.items()])
+    if t is _Remote:
+        return ("ref", object.__getattribute__(v, "_ref"))
+    raise TypeError(f"only built-in values and the program's own objects can be passed to it, not {t.__name__}")
+
+
+def _decode(encoded):
+    """Inverse of the strict encoder: built-in values only."""
+    if isinstance(encoded, tuple):
+        if len(encoded) != 2 or not isinstance(encoded[0], str):
+            raise ValueError("not an encoded value")
+        kind, body = encoded
+        if kind == "float":
+            return float(body)
+        if kind in ("list", "tuple", "set", "frozenset"):
+            items = [_decode(x) for x in body]
+            return {"list": list, "tuple": tuple, "set": set, "frozenset": frozenset}[kind](items)
+        if kind == "dict":
+            return {_decode(k): _decode(x) for k, x in body}
+        raise ValueError(f"not an encoded value: {kind!r}")
+    if encoded is None or type(encoded) in (bool, int, str, bytes):
+        return encoded
+    raise ValueError("not an encoded value")
+
+
+def _remote_exception(name: str, message: str) -> Exception:
+    cls = getattr(builtins, name, None)
+    if isinstance(cls, type) and issubclass(cls, Exception) and cls is not StopIteration:
+        try:
+            return cls(message)
+        except Exception:  # an exception class with other required arguments (UnicodeDecodeError)
+            pass
+    return RemoteError(f"{name}: {message}")
+
+
+class _Remote:
+    """A name or object of the program, in the grader's test namespace.  Equal only to itself."""
+
+    __slots__ = ("_child", "_ref", "_type")
+
+    def __init__(self, child, ref, type_name):
+        object.__setattr__(self, "_child", child)
+        object.__setattr__(self, "_ref", ref)
+        object.__setattr__(self, "_type", type_name)
+
+    def _ask(self, op, payload=None):
+        return object.__getattribute__(self, "_child").request(op, object.__getattribute__(self, "_ref"), payload)
+
+    def __call__(self, *args, **kwargs):
+        return self._ask("call", (_encode(list(args)), _encode(dict(kwargs))))
+
+    def __getattr__(self, name):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return self._ask("getattr", name)
+
+    def __setattr__(self, name, value):
+        raise TypeError("the tests cannot set attributes of the program's objects")
+
+    def __iter__(self):
+        it = self._ask("iter")
+        return it if isinstance(it, _Remote) else iter(it)
+
+    def __next__(self):
+        return self._ask("next")
+
+    def __len__(self):
+        return self._ask("len")
+
+    def __getitem__(self, key):
+        return self._ask("getitem", _encode(key))
+
+    def __contains__(self, item):
+        return self._ask("contains", _encode(item))
+
+    def __bool__(self):
+        return self._ask("bool")
+
+    def __repr__(self):
+        return f"<the program's {object.__getattribute__(self, '_type')}>"
+
+
+_MAX_REPLY = 4 << 20  # bytes of one answer from the sandbox
+
+
+# ---------------------------------------------------------------- one sandboxed process
+
+
+class _Child:
+    """One sandboxed process: started with its limits, its output drained under a cap, talked to on the
+    control pipes, killed with its process group, its directory removed."""
+
+    def __init__(self, program: str, mode: str, limits: SandboxLimits, stdin: str | None):
+        self.limits, self.token = limits, secrets.token_hex(16)
+        self.workdir = tempfile.mkdtemp(prefix="veriloop-sandbox-")
+        os.chmod(self.workdir, 0o700)
+        bundle = repr({"token": self.token, "mode": mode, "program": program, "read_roots": _read_roots(),
+                       "denied_roots": _denied_roots()}).encode() + b"\n"  # fmt: skip
+        ctrl_in_r, self.ctrl_in = os.pipe()
+        self.ctrl_out, ctrl_out_w = os.pipe()
+        env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "PYTHONHASHSEED": "0", "PYTHONDONTWRITEBYTECODE": "1"}
+        self.started = time.monotonic()
+        self.deadline = self.started + limits.wall_seconds
+        try:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-I", "-c", _HARNESS, str(ctrl_in_r), str(ctrl_out_w)],
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=self.workdir, env=env,
+                pass_fds=(ctrl_in_r, ctrl_out_w), start_new_session=True, preexec_fn=_preexec(limits),
+            )  # fmt: skip
+        except OSError:
+            for fd in (self.ctrl_in, self.ctrl_out):
+                os.close(fd)
+            shutil.rmtree(self.workdir, ignore_errors=True)
+            raise
+        finally:
+            os.close(ctrl_in_r)
+            os.close(ctrl_out_w)
+        self.out, self.printed, self.lock = bytearray(), 0, threading.Lock()
+        self.overflow, self.closed_in = threading.Event(), False
+        self.buffer, self.reports, self.over = b"", [], ""
+        keep_in = mode == "serve"
+        self.threads = [threading.Thread(target=self._feed, args=(bundle, stdin, keep_in), daemon=True),
+                        threading.Thread(target=self._drain, args=(self.proc.stdout, True), daemon=True),
+                        threading.Thread(target=self._drain, args=(self.proc.stderr, False), daemon=True)]  # fmt: skip
+        for t in self.threads:
+            t.start()
+
+    # -- supervision
+    def _feed(self, bundle: bytes, stdin: str | None, keep_in: bool) -> None:
+        try:
+            view = memoryview(bundle)
+            while view:
+                view = view[os.write(self.ctrl_in, view) :]
+        except OSError:
+            pass
+        finally:
+            if not keep_in:
+                self._close_in()
+        try:
+            self.proc.stdin.write((stdin or "").encode())
+            self.proc.stdin.close()
+        except (BrokenPipeError, OSError, ValueError):
+            pass
+
+    def _close_in(self) -> None:
+        with self.lock:
+            if not self.closed_in:
+                self.closed_in = True
+                os.close(self.ctrl_in)
+
+    def _drain(self, stream, keep: bool) -> None:
+        while True:
+            chunk = stream.read1(65536)
+            if not chunk:
+                return
+            with self.lock:
+                self.printed += len(chunk)
+                if keep:
+                    self.out.extend(chunk)
+                if self.printed > self.limits.output_bytes:
+                    self.overflow.set()
+            if self.overflow.is_set():
+                _kill_group(self.proc)
+                return
+
+    def wait(self, seconds: float) -> bool:
+        try:
+            self.proc.wait(timeout=max(seconds, 0.0))
+            return True
+        except subprocess.TimeoutExpired:
+            _kill_group(self.proc)
+            return False
+
+    def join_threads(self) -> None:
+        for t in self.threads:
+            t.join(timeout=2)
+
+    def close(self) -> None:
+        _kill_group(self.proc)
+        self._close_in()
+        os.close(self.ctrl_out)
+        shutil.rmtree(self.workdir, ignore_errors=True)
+
+    def parse(self, line: bytes):
+        """``(kind, text)`` of a line of the harness (it carries this run's token), else None."""
+        text = line.decode("utf-8", errors="replace")
+        if not text.startswith(self.token + " "):
+            return None
+        kind, _, rest = text[len(self.token) + 1 :].partition(" ")
+        return kind, rest
+
+    def ending(self, reports, timed_out: bool, finished: bool) -> RunResult:
+        return _ending(self.proc.returncode, reports, self.out, self.overflow, timed_out, finished, self.limits,
+                       time.monotonic() - self.started)  # fmt: skip
+
+    # -- the session of an assert-style run
+    def _next_report(self):
+        """The harness's next line, or None when the run is over (the reason in ``self.over``)."""
+        while True:
+            if b"\n" in self.buffer:
+                line, _, self.buffer = self.buffer.partition(b"\n")
+                report = self.parse(line)
+                if report is None:
+                    continue  # not the harness's: nothing the program writes here is read as an answer
+                if report[0] in ("VIOLATION", "CRASH"):
+                    self.reports.append(report)
+                    self.over = report[0].lower()
+                    return None
+                return report
+            if len(self.buffer) > _MAX_REPLY:
+                self.over = f"an answer over {_MAX_REPLY} bytes"
+                return None
+            left = self.deadline - time.monotonic()
+            if left <= 0:
+                self.over = "timeout"
+                return None
+            ready, _, _ = select.select([self.ctrl_out], [], [], left)
+            if not ready:
+                continue
+            chunk = os.read(self.ctrl_out, 65536)
+            if not chunk:
+                self.over = "ended"
+                return None
+            self.buffer += chunk
+
+    def start_session(self):
+        """The program's names (``[(name, ("value", v) | ("object", type name))]``), or None when it did not get
+        that far (it crashed, broke a rule, timed out)."""
+        report = self._next_report()
+        if report is None:
+            return None
+        if report[0] != "READY":
+            self.over = "protocol"
+            return None
+        self.reports.append(("READY", ""))
+        try:
+            return [(str(n), (str(k), body)) for n, (k, body) in ast.literal_eval(report[1])]
+        except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+            self.over = "protocol"
+            return None
+
+    def request(self, op: str, target, payload):
+        if self.over:
+            raise _SessionOver(self.over)
+        try:
+            _write_all(self.ctrl_in, repr((op, target, payload)).encode() + b"\n", self.deadline)
+        except (OSError, TimeoutError) as e:
+            self.over = "timeout" if isinstance(e, TimeoutError) else "ended"
+            raise _SessionOver(self.over) from None
+        report = self._next_report()
+        if report is None:
+            raise _SessionOver(self.over)
+        kind, text = report
+        try:
+            if kind == "VALUE":
+                return _decode(ast.literal_eval(text))
+            if kind == "HANDLE":
+                index, type_name = ast.literal_eval(text)
+                return _Remote(self, ("handle", int(index)), str(type_name))
+            if kind == "RAISE":
+                name, message = ast.literal_eval(text)
+                error = _remote_exception(str(name), str(message))
+            elif kind == "STOP":
+                error = StopIteration()
+            else:
+                raise ValueError(kind)
+        except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+            self.over = "protocol"
+            raise _SessionOver(self.over) from None
+        raise error
+
+    def end_session(self) -> RunResult:
+        finished = not self.over and ("READY", "") in self.reports
+        if not self.over:
+            try:
+                _write_all(self.ctrl_in, repr(("end", None, None)).encode() + b"\n", self.deadline)
+            except (OSError, TimeoutError):
+                pass
+        self._close_in()
+        timed_out = self.over == "timeout" or not self.wait(min(1.0, max(self.deadline - time.monotonic(), 0.0)))
+        if finished:
+            timed_out = False  # every test was judged; a program that lingers after "end" is killed, not failed
+        self.join_threads()
+        result = self.ending(self.reports, timed_out, finished)
+        if result.status == "crash" and (self.over == "protocol" or self.over.startswith("an answer over")):
+            detail = "the program sent what is not an answer" if self.over == "protocol" else self.over
+            return RunResult("crash", result.stdout, detail, result.wall_seconds)
+        return result
+
+
+def _write_all(fd: int, data: bytes, deadline: float) -> None:
+    view = memoryview(data)
+    while view:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError
+        _, ready, _ = select.select([], [fd], [], left)
+        if ready:
+            view = view[os.write(fd, view[:65536]) :]
 
 
 def _kill_group(proc: subprocess.Popen) -> None:
@@ -332,90 +769,27 @@ def _kill_group(proc: subprocess.Popen) -> None:
         pass
 
 
-def _supervise(proc, token, bundle, ctrl_in_w, ctrl_out_r, stdin, limits, started) -> RunResult:
-    out, printed, control = bytearray(), [0], bytearray()
-    overflow = threading.Event()
-    lock = threading.Lock()
-
-    def feed():
-        try:
-            view = memoryview(bundle)
-            while view:
-                view = view[os.write(ctrl_in_w, view) :]
-        except OSError:
-            pass
-        finally:
-            os.close(ctrl_in_w)
-        try:
-            proc.stdin.write(stdin.encode())
-            proc.stdin.close()
-        except (BrokenPipeError, OSError, ValueError):
-            pass
-
-    def drain(stream, keep: bool):
-        while True:
-            chunk = stream.read1(65536)
-            if not chunk:
-                return
-            with lock:
-                printed[0] += len(chunk)
-                if keep:
-                    out.extend(chunk)
-                if printed[0] > limits.output_bytes:
-                    overflow.set()
-            if overflow.is_set():
-                _kill_group(proc)
-                return
-
-    def read_control():
-        while True:
-            chunk = os.read(ctrl_out_r, 65536)
-            if not chunk:
-                return
-            if len(control) < (4 << 20):
-                control.extend(chunk)
-
-    threads = [threading.Thread(target=feed, daemon=True), threading.Thread(target=read_control, daemon=True),
-               threading.Thread(target=drain, args=(proc.stdout, True), daemon=True),
-               threading.Thread(target=drain, args=(proc.stderr, False), daemon=True)]  # fmt: skip
-    for t in threads:
-        t.start()
-    try:
-        proc.wait(timeout=limits.wall_seconds)
-        timed_out = False
-    except subprocess.TimeoutExpired:
-        timed_out = True
-        _kill_group(proc)
-    for t in threads:
-        t.join(timeout=2)
-    return _ending(proc, token, out, control, overflow, timed_out, limits, time.monotonic() - started)
-
-
-def _ending(proc, token, out, control, overflow, timed_out, limits, wall) -> RunResult:
-    """How the run ended: what the harness reported on the control pipe (the first report of each
-    kind), the limits it hit, and the exit status."""
+def _ending(rc, reports, out, overflow, timed_out, finished, limits, wall) -> RunResult:
+    """How the run ended: what the harness reported (the first report of each kind), the limits it hit,
+    and the exit status."""
     stdout = bytes(out[: limits.output_bytes]).decode("utf-8", errors="replace")
-    reports = [ln[len(token) + 1 :].split(" ", 1) for ln in control.decode("utf-8", errors="replace").splitlines()
-               if ln.startswith(token + " ")]  # fmt: skip
-    reports = [(r[0], r[1] if len(r) > 1 else "") for r in reports]
     first = {kind: text for kind, text in reversed(reports)}
     if "VIOLATION" in first:
-        return RunResult("violation", stdout, first["VIOLATION"], wall, reports)
+        return RunResult("violation", stdout, first["VIOLATION"], wall)
     if overflow.is_set():
-        return RunResult("output_limit", stdout, f"printed over {limits.output_bytes} bytes", wall, reports)
+        return RunResult("output_limit", stdout, f"printed over {limits.output_bytes} bytes", wall)
     if timed_out:
-        return RunResult("timeout", stdout, f"no exit within {limits.wall_seconds:g} s", wall, reports)
+        return RunResult("timeout", stdout, f"no exit within {limits.wall_seconds:g} s", wall)
     if "CRASH" in first:
-        return RunResult("crash", stdout, first["CRASH"], wall, reports)
-    rc = proc.returncode
+        return RunResult("crash", stdout, first["CRASH"], wall)
     if rc == -signal.SIGXCPU:
-        return RunResult("timeout", stdout, f"CPU time limit ({limits.cpu_seconds} s) reached", wall, reports)
-    if "DONE" not in first or rc != 0:
+        return RunResult("timeout", stdout, f"CPU time limit ({limits.cpu_seconds} s) reached", wall)
+    if not finished or (rc is not None and rc != 0):
         if rc is not None and rc < 0:
             why = f"killed by signal {signal.Signals(-rc).name}"
             if -rc in (signal.SIGKILL, signal.SIGSEGV):
                 why += " (memory or CPU limit?)"
         else:
             why = f"exited with status {rc} before the harness finished"
-        return RunResult("crash", stdout, why, wall, reports)
-    return RunResult("ok", stdout, "", wall, reports)
+        return RunResult("crash", stdout, why, wall)
+    return RunResult("ok", stdout, "", wall)
