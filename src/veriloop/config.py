@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import difflib
+import math
 import types
 import typing
 from pathlib import Path
@@ -56,18 +57,30 @@ def _convert(value: Any, tp, key: str) -> Any:
     if tp is int:
         if isinstance(value, bool):
             raise ConfigError(f"{key}: expected an integer, got {value!r}")
+        if isinstance(value, int):
+            return value  # exact, however large (a float round trip would change 2**60 + 1)
+        if isinstance(value, str):
+            try:
+                return int(value.strip())
+            except ValueError:
+                pass
         try:
             f = float(value)
         except (TypeError, ValueError):
             raise ConfigError(f"{key}: expected an integer, got {value!r}") from None
-        if f != int(f):
+        if not math.isfinite(f) or f != int(f):  # 1e3 and "1e3" are 1000; nan, inf and 1.5 are not integers
             raise ConfigError(f"{key}: expected an integer, got {value!r}")
         return int(f)
     if tp is float:
+        if isinstance(value, bool):
+            raise ConfigError(f"{key}: expected a number, got {value!r}")
         try:
-            return float(value)
-        except (TypeError, ValueError):
+            f = float(value)
+        except (TypeError, ValueError, OverflowError):
             raise ConfigError(f"{key}: expected a number, got {value!r}") from None
+        if not math.isfinite(f):  # no option means anything at nan or inf; a typo must not train with them
+            raise ConfigError(f"{key}: expected a finite number, got {value!r}")
+        return f
     if tp is str:
         if isinstance(value, (dict, list)):
             raise ConfigError(f"{key}: expected a string, got {value!r}")
@@ -87,6 +100,8 @@ def _build(cls, data: dict, prefix: str):
     hints = _hints(cls)
     names = [f.name for f in dataclasses.fields(cls) if f.init]
     for key in data:
+        if not isinstance(key, str):  # YAML allows `1: 2` and `null: x`
+            raise ConfigError(f"{prefix or 'config'}: keys are names, got {key!r}")
         if key not in names:
             raise _unknown(prefix + key, names)
     defaults_for = getattr(cls, "config_defaults", None)
@@ -153,7 +168,9 @@ def load_yaml(path: str | Path) -> dict:
     if not p.is_file():
         raise ConfigError(f"config file {str(p)!r} does not exist")
     try:
-        data = yaml.safe_load(p.read_text()) or {}
+        data = yaml.safe_load(p.read_bytes().decode("utf-8")) or {}
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"config file {str(p)!r} is not UTF-8 text ({e.reason} at byte {e.start})") from None
     except yaml.YAMLError as e:
         raise ConfigError(f"config file {str(p)!r} is not valid YAML: {e}") from None
     if not isinstance(data, dict):

@@ -50,7 +50,8 @@ from veriloop.tasks.expressions import (
 
 # ---------------------------------------------------------------- trace grammar
 
-NUMBER = r"-?(?:0|[1-9][0-9]*)"
+# at most 1,000 digits: int() refuses over 4,300 (and is quadratic); a longer number is not an answer of this task
+NUMBER = r"-?(?:0|[1-9][0-9]{0,999})(?![0-9])"
 STEP_RE = re.compile(rf"({NUMBER})([-+*/])({NUMBER})=({NUMBER})")
 ANSWER_RE = re.compile(rf"answer=({NUMBER})")
 DEFAULT_ANSWER_PREFIX = "answer"

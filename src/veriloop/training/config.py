@@ -289,6 +289,10 @@ class TrainConfig:
     def __post_init__(self):
         if self.steps < 1:
             raise ValueError(f"steps must be >= 1, got {self.steps}")
+        if not 0 <= self.seed < 2**63:  # derived seeds and torch.manual_seed take a signed 64-bit integer
+            raise ValueError(f"seed must be in [0, 2**63), got {self.seed}")
+        if not str(self.run_dir).strip():
+            raise ValueError("run_dir must name a directory, got an empty string")
         if self.checkpoint_every < 1 or self.keep_checkpoints < 1:
             raise ValueError("checkpoint_every and keep_checkpoints must be >= 1")
         if self.dtype not in DTYPES:
