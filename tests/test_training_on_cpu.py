@@ -294,7 +294,7 @@ def test_run_directory_contents(tiny_policy, tmp_path):
     assert records[-1].group_id == "1-0-3"  # step 1, sampling round 0, prompt 3
     assert RecordStore(tmp_path / "rollouts").read(2)[0].policy_version > 0
     saved = tmp_path / "checkpoints" / "step-000002"
-    assert {p.name for p in saved.iterdir()} == {"ledger.jsonl", "model", "optimizer.pt", "rng.pt",
+    assert {p.name for p in saved.iterdir()} == {"ledger.jsonl", "manifest.json", "model", "optimizer.pt", "rng.pt",
                                                   "trainer_state.json"}  # fmt: skip
     # the ledger: each request of each step issued and done once, its records (as sampled, before the
     # verdicts the step's file adds) written once

@@ -1,6 +1,9 @@
 """Atomic files: write to a temporary name in the same directory, then rename.
 
-A reader (or a resumed run) sees either the old file or the new one, never half of one.
+A reader (or a resumed run) sees either the old file or the new one, never half of one: the data is
+fsync'ed before the rename and the directory after it, so a power loss cannot undo the rename while a
+later write (a checkpoint that counts on this file) survives.  A kill mid-write leaves at most a hidden
+``.NAME.XXXX.tmp`` beside the file (``remove_temp_files`` clears them).
 Also: reading JSONL back, and the names of per-step files (``step_name`` / ``step_of``).
 """
 
@@ -37,6 +40,37 @@ def atomic_write_bytes(path: str | Path, data: bytes) -> None:
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
+    fsync_dir(path.parent)
+
+
+def fsync_dir(directory: str | Path) -> None:
+    """Make the names in ``directory`` (a rename into it, an unlink) durable; a no-op where the OS or the file
+    system cannot fsync a directory."""
+    try:
+        fd = os.open(directory, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def fsync_file(path: str | Path) -> None:
+    """Flush a file someone else wrote (``torch.save``, ``save_pretrained``) to disk."""
+    with open(path, "rb") as fh:
+        os.fsync(fh.fileno())
+
+
+def remove_temp_files(directory: str | Path) -> list[Path]:
+    """Remove what a killed ``atomic_write_*`` left in ``directory`` (``.NAME.XXXX.tmp`` files); returns them."""
+    directory = Path(directory)
+    found = [p for p in directory.glob(".*.tmp") if p.is_file()] if directory.is_dir() else []
+    for p in found:
+        p.unlink()
+    return found
 
 
 def atomic_write_text(path: str | Path, text: str) -> None:

@@ -12,13 +12,12 @@ events after the checkpoint's step are forgotten exactly like its metrics rows.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import time
 from collections import Counter
 from pathlib import Path
 
-from veriloop.io import atomic_write_jsonl, read_jsonl
+from veriloop.io import atomic_write_bytes, atomic_write_jsonl, read_jsonl
 from veriloop.rollout.records import Record
 
 LEDGER_FILE = "ledger.jsonl"
@@ -60,10 +59,8 @@ class Ledger:
     def restore(self, checkpoint: Path) -> None:
         """The ledger as the checkpoint saw it; request files it does not list as done removed."""
         saved = checkpoint / LEDGER_FILE
-        if saved.exists():
-            tmp = self.path.with_name(f".{LEDGER_FILE}.tmp")
-            shutil.copyfile(saved, tmp)
-            os.replace(tmp, self.path)
+        if saved.exists():  # in place of the run's own, whose last line a kill may have cut
+            atomic_write_bytes(self.path, saved.read_bytes())
         elif self.path.exists():
             self.path.unlink()
         done = self.done_counts()

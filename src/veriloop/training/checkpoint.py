@@ -1,28 +1,45 @@
-"""Resumable checkpoints: ``checkpoints/step-N/`` written whole or not at all.
+"""Resumable checkpoints: ``checkpoints/step-N/`` written whole or not at all, and checked before use.
 
 Each holds the learner's state (``Learner.save``: ``model/``, ``save_pretrained``'s safetensors
 weights, config and tokenizer; ``optimizer.pt``), ``rng.pt`` (torch and Python RNG states) and
 ``trainer_state.json``; and, where the run has them, ``critic.pt``, ``reference/`` (after an
 iterative-RL reset), ``pending/`` (batches sampled ahead with ``rollout.lag``) and ``ledger.jsonl``
-(the rollout ledger as of this step, ``rollout/ledger.py``).  The directory
-is built under a temporary name and renamed into place, so a crash mid-write leaves the previous
-checkpoint as the latest.
+(the rollout ledger as of this step, ``rollout/ledger.py``).  Last comes ``manifest.json``: every
+other file's relative path, size and SHA-256.
+
+The directory is built under a temporary name (``.step-N.tmp``), every file and directory in it is
+fsync'ed, the manifest written, and only then is it renamed into place (and ``checkpoints/`` fsync'ed),
+so a kill or power loss mid-write leaves the previous checkpoint as the latest; older checkpoints are
+pruned (``keep_checkpoints``) only after that.  Resuming (``open_run_dir``) removes what a kill left
+behind (``.step-N.tmp``, hidden ``.*.tmp`` files), takes the latest checkpoint that matches its
+manifest (a damaged one is named, with its first bad file, and set aside as ``.step-N.damaged``), and
+when there is none starts the run over from step 0 in the same directory.  Checkpoints of versions
+before manifests are loaded unverified, with a warning.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import random
 import shutil
-from dataclasses import asdict, dataclass
+import sys
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
 import torch
 
 from veriloop.errors import InputError
-from veriloop.io import atomic_write_json, atomic_write_yaml, step_name, steps_in
+from veriloop.io import (atomic_write_json, atomic_write_yaml, fsync_dir, fsync_file, remove_temp_files, step_name,
+                         steps_in)  # fmt: skip
 from veriloop.rollout.records import RecordStore
+
+MANIFEST = "manifest.json"
+MANIFEST_FORMAT = 1
+# What a run writes into its directory as it goes (besides config.yaml and checkpoints/); a run started over
+# from step 0 discards these.  Trackers' folders (tensorboard/, wandb/, mlruns/) are left alone, as on any resume.
+RUN_OUTPUTS = ("metrics.jsonl", "ledger.jsonl", "rollouts", "prm", "final")
 
 
 @dataclass
@@ -38,6 +55,7 @@ def checkpoint_dir(run_dir: Path, step: int) -> Path:
 
 
 def list_checkpoints(run_dir: Path) -> list[Path]:
+    """The complete checkpoints (renamed into place, with their trainer state), oldest first; not verified."""
     return [p for _, p in steps_in(run_dir / "checkpoints") if p.is_dir() and (p / "trainer_state.json").is_file()]
 
 
@@ -46,26 +64,189 @@ def find_latest_checkpoint(run_dir: Path) -> Path | None:
     return found[-1] if found else None
 
 
+# ---------------------------------------------------------------------------------------------------- manifests
+
+
+def _sha256(path: Path) -> str:
+    with open(path, "rb") as fh:
+        return hashlib.file_digest(fh, "sha256").hexdigest()  # chunked reads
+
+
+def write_manifest(directory: Path) -> None:
+    """fsync every file and directory under ``directory``, then write ``manifest.json`` (path, size, SHA-256 of
+    every other file) and fsync it: a checkpoint is renamed into place only after this."""
+    entries = []
+    for path in sorted(directory.rglob("*")):
+        if path.is_dir() or path.name == MANIFEST:
+            continue
+        fsync_file(path)
+        entries.append({"path": path.relative_to(directory).as_posix(), "size": path.stat().st_size,
+                        "sha256": _sha256(path)})  # fmt: skip
+    for sub in sorted((p for p in directory.rglob("*") if p.is_dir()), reverse=True):
+        fsync_dir(sub)
+    atomic_write_json(directory / MANIFEST, {"format": MANIFEST_FORMAT, "files": entries})  # fsyncs it and its dir
+
+
+def _read_json(path: Path):
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def check_checkpoint(path: Path) -> tuple[str, str]:
+    """``("ok", "")`` when every file the manifest lists is there with its size and SHA-256; ``("unverified",
+    why)`` for a checkpoint of an older veriloop (no manifest, and its trainer state names none); else
+    ``("bad", what)``: the first bad file and what is wrong with it."""
+    manifest = _read_json(path / MANIFEST)
+    if manifest is None:
+        state = _read_json(path / "trainer_state.json")
+        if not isinstance(state, dict):
+            what = "missing" if not (path / "trainer_state.json").exists() else "unreadable"
+            return "bad", f"trainer_state.json is {what} and there is no {MANIFEST}"
+        if "manifest" in state:  # written with one: it was lost or damaged
+            return "bad", f"{MANIFEST} is {'unreadable' if (path / MANIFEST).exists() else 'missing'}"
+        return "unverified", f"no {MANIFEST} (written by a veriloop before checkpoint manifests)"
+    try:
+        files = [(str(e["path"]), int(e["size"]), str(e["sha256"])) for e in manifest["files"]]
+    except (KeyError, TypeError, ValueError):
+        return "bad", f"{MANIFEST} is unreadable (not a list of files with path, size and sha256)"
+    if not any(name == "trainer_state.json" for name, _, _ in files):
+        return "bad", f"{MANIFEST} does not list trainer_state.json"
+    for name, size, _ in files:  # sizes first: a truncated file is found without hashing the others
+        f = path / name
+        if not f.is_file():
+            return "bad", f"{name} is missing"
+        if f.stat().st_size != size:
+            return "bad", f"{name} has {f.stat().st_size} bytes, the manifest says {size}"
+    for name, _, digest in files:
+        if _sha256(path / name) != digest:
+            return "bad", f"{name} does not match its SHA-256 in the manifest"
+    return "ok", ""
+
+
+def _say(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def find_resumable_checkpoint(run_dir: Path) -> Path | None:
+    """The latest checkpoint that passes ``check_checkpoint``; each newer one that fails is named with its first
+    bad file and set aside as ``checkpoints/.step-N.damaged`` (out of every later listing), then the one before
+    it is tried.  A checkpoint without a manifest (an older veriloop's) is taken with a warning."""
+    for _, path in reversed(steps_in(run_dir / "checkpoints")):
+        if not path.is_dir():
+            continue
+        status, why = check_checkpoint(path)
+        if status == "ok":
+            return path
+        if status == "unverified":
+            _say(f"warning: checkpoint {path}: {why}; loading it unverified")
+            return path
+        aside = path.with_name(f".{path.name}.damaged")
+        if aside.exists():
+            shutil.rmtree(aside)
+        os.replace(path, aside)
+        fsync_dir(path.parent)
+        _say(f"checkpoint {path} is damaged: {why}; set aside as {aside.name}, trying the one before it")
+    return None
+
+
+# ---------------------------------------------------------------------------------------------------- run dirs
+
+
+def _remove_leftovers(run_dir: Path) -> None:
+    """What a kill mid-write leaves: a checkpoint's temporary directory, hidden ``.*.tmp`` files."""
+    checkpoints = run_dir / "checkpoints"
+    for p in checkpoints.glob(".step-*") if checkpoints.is_dir() else []:
+        if p.is_dir() and p.name.endswith((".tmp", ".old")):
+            shutil.rmtree(p)
+    for d in (run_dir, run_dir / "rollouts", run_dir / "rollouts" / "requests", run_dir / "prm"):
+        remove_temp_files(d)
+
+
+def _partial_run(run_dir: Path) -> list[str]:
+    """The outputs of a run in ``run_dir`` (it has no complete checkpoint), in words; [] when there are none."""
+    said = []
+    metrics = run_dir / "metrics.jsonl"
+    if metrics.is_file():
+        rows = [line for line in metrics.read_bytes().splitlines() if line.strip()]
+        said.append(f"{len(rows)} metrics row{'s' * (len(rows) != 1)}")
+    steps = RecordStore(run_dir / "rollouts").steps()
+    if steps:
+        said.append(f"the rollouts of {len(steps)} step{'s' * (len(steps) != 1)}")
+    ledger = run_dir / "ledger.jsonl"
+    if ledger.is_file():
+        events = len([line for line in ledger.read_bytes().splitlines() if line.strip()])
+        said.append(f"{events} ledger event{'s' * (events != 1)}")
+    for name in ("rollouts", "prm", "final"):
+        if (run_dir / name).is_dir() and any((run_dir / name).iterdir()) and not (name == "rollouts" and steps):
+            said.append(f"{name}/")
+    if any(p.is_dir() for _, p in steps_in(run_dir / "checkpoints")):
+        said.append("checkpoints/")
+    return said
+
+
+def _start_over(run_dir: Path, why: str) -> None:
+    """Discard a run's partial outputs (``RUN_OUTPUTS``) so that it runs again from step 0; config.yaml stays."""
+    discarded = _partial_run(run_dir)
+    for name in RUN_OUTPUTS:
+        p = run_dir / name
+        if p.is_dir():
+            shutil.rmtree(p)
+        elif p.exists():
+            p.unlink()
+    fsync_dir(run_dir)
+    _say(f"{why} in {str(run_dir)!r}: starting the run over from step 0 with its config, discarding "
+         f"{', '.join(discarded) or 'nothing (it had written nothing yet)'}")  # fmt: skip
+
+
 def open_run_dir(run_dir: Path, config: dict, resume: bool) -> Path | None:
-    """The checkpoint to resume from (resume), or a new run: refuse a directory that holds one, write config.yaml."""
+    """The checkpoint to resume from (resume), or a new run: refuse a directory that holds one, write config.yaml.
+
+    Resuming a run directory (one with config.yaml) that has no valid checkpoint (killed before its first one,
+    or every one damaged) starts it over from step 0: returns None after discarding its partial outputs."""
     if resume:
-        checkpoint = find_latest_checkpoint(run_dir)
-        if checkpoint is None:
-            raise FileNotFoundError(f"nothing to resume in {str(run_dir)!r}: no complete checkpoint")
-        return checkpoint
-    if (run_dir / "metrics.jsonl").exists() or list_checkpoints(run_dir):
+        _remove_leftovers(run_dir)
+        complete = list_checkpoints(run_dir)
+        checkpoint = find_resumable_checkpoint(run_dir)
+        if checkpoint is not None:
+            return checkpoint
+        if not (run_dir / "config.yaml").is_file():
+            raise FileNotFoundError(f"nothing to resume in {str(run_dir)!r}: no "
+                                    f"{'valid (undamaged)' if complete else 'complete'} checkpoint")
+        _start_over(run_dir, "no valid checkpoint (every one is damaged)" if complete else "no complete checkpoint")
+        return None
+    if list_checkpoints(run_dir):
         raise InputError(
             f"run directory {str(run_dir)!r} already holds a run; continue it with "
             f"`veriloop train --resume {run_dir}` or choose another --run_dir"
+        )
+    partial = _partial_run(run_dir) if run_dir.is_dir() else []
+    if partial and (run_dir / "config.yaml").is_file():
+        raise InputError(
+            f"run directory {str(run_dir)!r} already holds a run that stopped before its first complete checkpoint "
+            f"({', '.join(partial)}); `veriloop train --resume {run_dir}` starts it over from step 0 with its "
+            "config.yaml (discarding those), or choose another --run_dir"
+        )
+    if partial:
+        raise InputError(
+            f"run directory {str(run_dir)!r} already holds a run's files ({', '.join(partial)}) but no config.yaml "
+            "and no checkpoint, so it cannot be resumed; remove them or choose another --run_dir"
         )
     run_dir.mkdir(parents=True, exist_ok=True)
     atomic_write_yaml(run_dir / "config.yaml", config)
     return None
 
 
+# ---------------------------------------------------------------------------------------------------- save, load
+
+
 def save_checkpoint(run_dir: Path, state: RunState, learner, keep: int, *, critic=None, reference=None,
                     pending: list | None = None, ledger=None) -> Path:  # fmt: skip
-    """Learner (weights, optimizer), RNG, trainer state; the critic, a reset reference and batches in flight if any."""
+    """Learner (weights, optimizer), RNG, trainer state; the critic, a reset reference and batches in flight if any.
+
+    Built in ``.step-N.tmp``, fsync'ed with its manifest, renamed into place; only then are older checkpoints
+    beyond ``keep`` removed, so the last good one is never gone before the new one is durable."""
     final = checkpoint_dir(run_dir, state.step)
     tmp = final.with_name(f".{final.name}.tmp")
     if tmp.exists():
@@ -81,17 +262,29 @@ def save_checkpoint(run_dir: Path, state: RunState, learner, keep: int, *, criti
         RecordStore(tmp / "pending").write_batches(pending)
     if ledger is not None:
         ledger.save(tmp)
-    atomic_write_json(tmp / "trainer_state.json", asdict(state))
-    if final.exists():
-        shutil.rmtree(final)
+    # "manifest": checkpoints written with one say so, so that a lost manifest.json is told from an old checkpoint
+    atomic_write_json(tmp / "trainer_state.json", {**asdict(state), "manifest": MANIFEST})
+    write_manifest(tmp)
+    replaced = None
+    if final.exists():  # this step's checkpoint from an earlier attempt: set aside until the new one is in place
+        replaced = final.with_name(f".{final.name}.old")
+        if replaced.exists():
+            shutil.rmtree(replaced)
+        os.replace(final, replaced)
     os.replace(tmp, final)
-    for old in list_checkpoints(run_dir)[:-keep]:
+    fsync_dir(final.parent)
+    if replaced is not None:
+        shutil.rmtree(replaced)
+    complete = set(list_checkpoints(run_dir))
+    older = [p for s, p in steps_in(final.parent) if s < state.step and p in complete]
+    for old in older[: max(len(older) - (keep - 1), 0)]:
         shutil.rmtree(old)
     return final
 
 
 def load_checkpoint(path: Path, learner, critic=None, reference=None, pending=None) -> RunState:
-    state = RunState(**json.loads((path / "trainer_state.json").read_text()))
+    saved = json.loads((path / "trainer_state.json").read_text())
+    state = RunState(**{f.name: saved[f.name] for f in fields(RunState) if f.name in saved})
     learner.load(path)
     rng = torch.load(path / "rng.pt", weights_only=False)
     torch.set_rng_state(rng["torch"])

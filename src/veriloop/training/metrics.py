@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import torch
 
 from veriloop.algorithms import zero_variance_groups
+from veriloop.errors import InputError
 from veriloop.io import atomic_write_text
 from veriloop.rollout.records import Record
 
@@ -17,11 +19,27 @@ TIMING_KEYS = ("time_generate_s", "time_verify_s", "time_update_s", "time_step_s
 
 
 class MetricsLog:
+    """``metrics.jsonl``, rewritten whole (atomically) at every append.  Reading it back, a last line that is
+    not a whole JSON object (cut by a kill or a copy) is dropped with a warning: it is a step past the
+    checkpoint that the resumed run redoes; a bad line before the last one is an error naming it."""
+
     def __init__(self, path: Path):
         self.path = Path(path)
         self.rows: list[dict] = []
         if self.path.is_file():
-            self.rows = [json.loads(line) for line in self.path.read_text().splitlines() if line.strip()]
+            lines = [(n, line) for n, line in enumerate(self.path.read_bytes().splitlines(), 1) if line.strip()]
+            for i, (lineno, line) in enumerate(lines):
+                try:
+                    row = json.loads(line)
+                    if not isinstance(row, dict) or "step" not in row:
+                        raise ValueError("not a metrics row")
+                except ValueError as e:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+                    if i < len(lines) - 1:
+                        raise InputError(f"{self.path}:{lineno}: not a metrics row ({e})") from None
+                    print(f"warning: {self.path}:{lineno}: dropping the last line, which is not a whole metrics row "
+                          f"({len(line)} bytes, cut by a kill?)", file=sys.stderr, flush=True)  # fmt: skip
+                    break
+                self.rows.append(row)
 
     def append(self, row: dict) -> None:
         self.rows.append(row)

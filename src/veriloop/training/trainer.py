@@ -22,7 +22,9 @@ methods is configuration (``training/recipes.py``).  Conventions:
 from __future__ import annotations
 
 import copy
+import os
 import signal as os_signal
+import sys
 import threading
 import time
 from collections import deque
@@ -131,7 +133,7 @@ class Trainer:
         self.started = time.time()
         sampled = sum(r.get("sampled_records", 0) for r in self.metrics.rows)  # a resumed run counts its past
         self.sampled_tokens = sum(r.get("sampled_tokens", 0) for r in self.metrics.rows)
-        previous = self._catch_sigterm()
+        previous = self._catch_stop_signals()
         try:
             for step in bar:
                 row = self.train_step(step)
@@ -152,21 +154,35 @@ class Trainer:
             else:
                 self.save_final()
         finally:
-            if previous is not None:
-                os_signal.signal(os_signal.SIGTERM, previous)
+            for signum, handler in previous.items():
+                os_signal.signal(signum, handler)
             self.tracker.close()
             self.close()
         return self.metrics.rows[-1] if self.metrics.rows else {}
 
-    def _catch_sigterm(self):
-        """SIGTERM (a preemptible cluster taking the machine back): finish the step, checkpoint, exit cleanly."""
+    def _catch_stop_signals(self) -> dict:
+        """SIGTERM (a preemptible cluster taking the machine back) or a first SIGINT (Ctrl-C): finish the step,
+        checkpoint, exit cleanly.  A second SIGINT raises KeyboardInterrupt at once (quit without waiting).
+        Only in the main thread (where Python runs handlers); returns the handlers it replaced, to put back."""
         if threading.current_thread() is not threading.main_thread():
-            return None
+            return {}
 
         def on_sigterm(signum, frame):
             self.stop_signal = "SIGTERM received"
 
-        return os_signal.signal(os_signal.SIGTERM, on_sigterm)
+        def on_sigint(signum, frame):
+            if self.stop_signal:  # asked to stop already: this one means now
+                raise KeyboardInterrupt
+            self.stop_signal = "SIGINT received"
+            # os.write, not print: a handler may run while the main thread is inside a print to the same stream
+            os.write(2, b"\nSIGINT received: finishing this step, then writing a checkpoint "
+                        b"(Ctrl-C again to quit at once)\n")  # fmt: skip
+
+        previous = {os_signal.SIGTERM: os_signal.signal(os_signal.SIGTERM, on_sigterm)}
+        if os_signal.getsignal(os_signal.SIGINT) is not os_signal.SIG_IGN:  # started with SIGINT ignored: keep it so
+            previous[os_signal.SIGINT] = os_signal.signal(os_signal.SIGINT, on_sigint)
+        # a handler installed from outside Python reads as None and cannot be put back
+        return {signum: handler for signum, handler in previous.items() if handler is not None}
 
     def close(self) -> None:
         """Stop what the run started (rollout actors, learner ranks, the sampling thread); idempotent."""
@@ -301,6 +317,10 @@ class Trainer:
         self.state = load_checkpoint(checkpoint, self.learner, self._critic_state(), reference, self.pending)
         self.ledger.restore(checkpoint)
         self.kl_control.beta = self.state.kl_beta
+        if (self.metrics.rows[-1]["step"] if self.metrics.rows else 0) < self.state.step:
+            print(f"warning: {self.metrics.path} has rows up to step "
+                  f"{self.metrics.rows[-1]['step'] if self.metrics.rows else 0} only, the checkpoint is of step "
+                  f"{self.state.step}: the missing rows are not redone", file=sys.stderr)  # fmt: skip
         self.metrics.truncate(self.state.step)
         self.store.remove_after(self.state.step)
 
