@@ -56,7 +56,8 @@ def _add_run_commands(sub) -> None:
              "new built-in model (makes the base)", _sft_defaults())  # fmt: skip
     p = _command(sub, "train", TrainConfig,
                  "train a policy with any recipe (--algo, default grpo); resumable run directory")  # fmt: skip
-    p.add_argument("--resume", metavar="RUN_DIR", help="continue the run in RUN_DIR from its latest checkpoint")
+    p.add_argument("--resume", metavar="RUN_DIR", help="continue the run in RUN_DIR from its latest checkpoint that "
+                   "matches its manifest; with none (killed before its first), start it over from step 0")  # fmt: skip
     _command(sub, "eval", EvalRunConfig,
              "held-out evaluation: greedy/sampled accuracy, pass@k, format, process, wrong steps")  # fmt: skip
     _command(sub, "demo", DemoConfig, "evaluate the shipped base, train it with GRPO, evaluate again, print the table",
@@ -248,12 +249,17 @@ def _audit(args: argparse.Namespace) -> int:
     verifier = get(args.verifier, **_options(args.option))
     report = run_audit(args.verifier, verifier, cases)
     print(report.table())
+    sandboxed = hasattr(verifier, "limits")  # code and the program verifiers run completions in the sandbox
+    if sandboxed:
+        from veriloop.verifiers.sandbox import isolation
+
+        print(isolation().describe())
     if args.json:
         from veriloop.io import atomic_write_json
 
         atomic_write_json(args.json, {"verifier": args.verifier, "rows": report.rows, "failures": report.failures,
-                                      "false_accepts": report.false_accepts,
-                                      "false_rejects": report.false_rejects})  # fmt: skip
+                                      "false_accepts": report.false_accepts, "false_rejects": report.false_rejects,
+                                      **({"sandbox": isolation().layers} if sandboxed else {})})  # fmt: skip
     return 1 if report.false_accepts or report.false_rejects else 0
 
 

@@ -77,27 +77,27 @@ class CodeVerifier(Verifier):
                 jobs.append((i, None, (program, None)))
         with ThreadPoolExecutor(max_workers=self.workers) as ex:
             runs = list(ex.map(lambda job: self._run(job, parsed[job[0]]), jobs))
-        per_completion: dict[int, list[tuple[str, int, int, str]]] = {}
+        per_completion: dict[int, list[tuple[str, int, int, str, str]]] = {}
         for (i, _, _), result in zip(jobs, runs):
             per_completion.setdefault(i, []).append(result)
         return [self._verdict_of(per_completion[i]) for i in range(len(completions))]
 
-    def _run(self, job, parsed) -> tuple[str, int, int, str]:
-        """(outcome, passed, total, detail) of one run."""
+    def _run(self, job, parsed) -> tuple[str, int, int, str, str]:
+        """(outcome, passed, total, detail, isolation layers) of one run."""
         i, k, (program, stdin) = job
         mode, cases = parsed
         if mode == "stdio":
             res = run_program(program, stdin=stdin, limits=self.limits)
             if res.status != "ok":
-                return res.status, 0, 1, res.detail
+                return res.status, 0, 1, res.detail, res.layers
             ok = normalize_output(res.stdout) == normalize_output(cases[k][1])
-            return ("pass", 1, 1, "") if ok else ("fail", 0, 1, f"case {k}: wrong output")
+            return ("pass", 1, 1, "", res.layers) if ok else ("fail", 0, 1, f"case {k}: wrong output", res.layers)
         run = run_tests(program, cases, limits=self.limits)  # the grader evaluates every test, the program answers
         if run.status != "ok":
-            return run.status, run.passed, run.total, run.detail
-        return ("pass" if run.passed == run.total else "fail"), run.passed, run.total, run.first_fail
+            return run.status, run.passed, run.total, run.detail, run.layers
+        return ("pass" if run.passed == run.total else "fail"), run.passed, run.total, run.first_fail, run.layers
 
-    def _verdict_of(self, runs: list[tuple[str, int, int, str]]) -> Verdict:
+    def _verdict_of(self, runs: list[tuple[str, int, int, str, str]]) -> Verdict:
         passed, total = sum(r[1] for r in runs), sum(r[2] for r in runs)
         outcomes = {r[0] for r in runs}
         outcome = "pass" if outcomes == {"pass"} else next(o for o in SEVERITY if o in outcomes)
@@ -106,6 +106,7 @@ class CodeVerifier(Verifier):
         if outcome == "violation":
             score = 0.0  # a forbidden act earns nothing, whatever passed before it
         detail = next((r[3] for r in runs if r[0] == outcome and r[3]), "")
+        detail = "; ".join(filter(None, [detail, "sandbox: " + "/".join(sorted({r[4] for r in runs}))]))
         return Verdict(score, {"tests_passed": share, "outcome": float(outcome == "pass")}, self.tag, detail, outcome)
 
 

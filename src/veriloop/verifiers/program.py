@@ -89,15 +89,17 @@ class ProgramOutput(Verifier):
         by_index = dict(zip(graded, inner))
         out = []
         for i, run in enumerate(runs):
+            where = f"; sandbox: {run.layers}"
             if i in by_index:
                 v = by_index[i]
                 out.append(Verdict(v.score, {"program_ran": 1.0, **v.components}, self.tag,
-                                   f"printed {printed_answer(run.stdout)!r}" + (f"; {v.details}" if v.details else ""),
-                                   v.outcome))  # fmt: skip
+                                   f"printed {printed_answer(run.stdout)!r}" + (f"; {v.details}" if v.details else "")
+                                   + where, v.outcome))  # fmt: skip
             elif run.status == "ok":
-                out.append(Verdict(0.0, {"program_ran": 1.0}, self.tag, "the program printed nothing", "no_answer"))
+                out.append(Verdict(0.0, {"program_ran": 1.0}, self.tag, "the program printed nothing" + where,
+                                   "no_answer"))  # fmt: skip
             else:
-                out.append(Verdict(0.0, {"program_ran": 0.0}, self.tag, run.detail[:300], run.status))
+                out.append(Verdict(0.0, {"program_ran": 0.0}, self.tag, run.detail[:300] + where, run.status))
         return out
 
 

@@ -33,7 +33,9 @@ act), ``output_limit``.
 from __future__ import annotations
 
 import ast
+import atexit
 import builtins
+import dataclasses
 import importlib
 import os
 import secrets
@@ -74,6 +76,7 @@ class RunResult:
     stdout: str = ""
     detail: str = ""
     wall_seconds: float = 0.0
+    layers: str = ""  # the isolation it ran under (``Isolation.layers``)
 
 
 # The child's program.  It runs with -I (no user site, no PYTHONPATH, no cwd on sys.path).  One line in on the
@@ -82,6 +85,52 @@ class RunResult:
 # until the grader ends.  Nothing the child sends is a verdict: the grader evaluates every test itself.
 _HARNESS = r"""
 import sys, os, builtins
+def _enter_view(view):
+    # A fresh tmpfs becomes "/": the interpreter's own directories and a few device files bound read-only at their
+    # own paths, the run's directory read-write, nothing else (no /proc, /tmp, /home, the grader's files, other
+    # runs).  pivot_root and detaching the old root leave no path back to it.
+    import ctypes
+    libc = ctypes.CDLL(None, use_errno=True)
+    MS_RDONLY, MS_NOSUID, MS_NODEV, MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 1, 2, 4, 32, 4096, 16384, 1 << 18
+    def mount(src, target, fs, flags, data=None):
+        enc = lambda x: None if x is None else x.encode()
+        if libc.mount(enc(src), enc(target), enc(fs), flags, enc(data)) != 0:
+            raise OSError(ctypes.get_errno(), "mount " + target + ": " + os.strerror(ctypes.get_errno()))
+    root, work = view["root"], view["work"]
+    mount(None, "/", None, MS_REC | MS_PRIVATE)
+    mount("tmpfs", root, "tmpfs", MS_NOSUID | MS_NODEV, "size=64k,mode=755")
+    for path in view["read_only"]:
+        target = root + path
+        if os.path.isdir(path):
+            os.makedirs(target, exist_ok=True)
+        else:
+            os.makedirs(os.path.dirname(target), exist_ok=True)
+            open(target, "a").close()
+        mount(path, target, None, MS_BIND | MS_REC)
+        mount(None, target, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV)
+    os.makedirs(root + work, exist_ok=True)
+    mount(work, root + work, None, MS_BIND)
+    mount(None, root + work, None, MS_REMOUNT | MS_BIND | MS_NOSUID | MS_NODEV)
+    os.mkdir(root + "/.old")
+    if libc.syscall(view["pivot_root"], root.encode(), (root + "/.old").encode()) != 0:
+        raise OSError(ctypes.get_errno(), "pivot_root: " + os.strerror(ctypes.get_errno()))
+    os.chdir("/")
+    if libc.umount2(b"/.old", 2) != 0:  # MNT_DETACH
+        raise OSError(ctypes.get_errno(), "umount old root: " + os.strerror(ctypes.get_errno()))
+    os.rmdir("/.old")
+    mount(None, "/", None, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV)
+    os.chdir(work)
+    # Root of its namespace, the run keeps no capability: no mount, chroot, raw socket or namespace of its own.
+    if libc.prctl(38, 1, 0, 0, 0) != 0:  # PR_SET_NO_NEW_PRIVS
+        raise OSError(ctypes.get_errno(), "no_new_privs")
+    for cap in range(64):
+        libc.prctl(24, cap, 0, 0, 0)  # PR_CAPBSET_DROP (EINVAL past the last capability)
+    header = (ctypes.c_uint32 * 2)(0x20080522, 0)  # _LINUX_CAPABILITY_VERSION_3, this process
+    data = (ctypes.c_uint32 * 6)()  # effective, permitted, inheritable: empty (two 32-bit words each)
+    if libc.capset(header, data) != 0:
+        raise OSError(ctypes.get_errno(), "capset: " + os.strerror(ctypes.get_errno()))
+    for name in [m for m in sys.modules if m in ("ctypes", "_ctypes") or m.startswith("ctypes.")]:
+        del sys.modules[name]  # an import of a cached module raises no audit event: make the program's import a new one
 def _main(_read=os.read, _write=os.write, _exit=os._exit, _exec=exec, _compile=compile, _type=type,
           _isinstance=isinstance, _str=str, _repr=repr, _len=len, _tuple=tuple, _list=list, _dict=dict, _set=set,
           _frozenset=frozenset, _sorted=sorted, _any=any, _float=float, _getattr=getattr, _iter=iter, _next=next,
@@ -102,6 +151,21 @@ def _main(_read=os.read, _write=os.write, _exit=os._exit, _exec=exec, _compile=c
     bundle = literal(readline().decode())
     token, mode, program = bundle["token"], bundle["mode"], bundle["program"]
     read_roots, denied = _tuple(bundle["read_roots"]), _tuple(bundle["denied_roots"])
+    view = bundle.get("view")
+    if view:  # kernel layer: in new user/mount/pid/net/ipc/uts namespaces, make the file system this run's view
+        try:
+            _enter_view(view)
+        except BaseException as e:
+            report("SETUP", _type(e).__name__ + ": " + _str(e))
+            _exit(0)
+        # The namespace's first process ignores signals it has no handler for (SIGXCPU at the CPU limit among
+        # them): it only waits, and the run is its child, which ends as any process does.
+        pid = os.fork()
+        if pid:
+            os.close(ctrl_in)
+            os.close(ctrl_out)
+            status = os.waitpid(pid, 0)[1]
+            _exit(128 + os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status))
     home = os.path.realpath(os.getcwd())
     realpath, fspath, join, sep = os.path.realpath, os.fspath, os.path.join, os.sep
     def report(kind, text):
@@ -201,8 +265,10 @@ def _main(_read=os.read, _write=os.write, _exit=os._exit, _exec=exec, _compile=c
     except SyntaxError as e:
         report("CRASH", "SyntaxError: " + _str(e))
         _exit(0)
+    hook_on = bundle.get("hook", True)
     del bundle, program
-    sys.addaudithook(hook)
+    if hook_on:
+        sys.addaudithook(hook)
     namespace = {"__name__": "__main__", "__builtins__": builtins}
     try:
         _exec(code, namespace)
@@ -279,9 +345,13 @@ _main()
 """
 
 
-def _preexec(limits: SandboxLimits):
+def _preexec(limits: SandboxLimits, cgroup: str = ""):
     def apply() -> None:
         import resource
+
+        if cgroup:  # this process (and everything it starts) joins the run's pids cgroup before the exec
+            with open(os.path.join(cgroup, "cgroup.procs"), "w") as fh:
+                fh.write("0")
 
         def cap(which, value, hard=None):
             try:
@@ -301,6 +371,106 @@ def _preexec(limits: SandboxLimits):
     return apply
 
 
+# ---------------------------------------------------------------- isolation layers
+
+_PIVOT_ROOT = {"x86_64": 155, "aarch64": 41}  # syscall numbers
+_NAMESPACES = ["--user", "--map-root-user", "--mount", "--pid", "--net", "--ipc", "--uts", "--fork", "--kill-child"]
+
+
+@dataclass(frozen=True)
+class Isolation:
+    """The layers every run gets on this machine, strongest first; ``why`` says why a stronger one is missing."""
+
+    namespaces: bool  # user, mount, pid, net, ipc, uts namespaces and a read-only view of the file system
+    pids_cgroup: str  # the cgroup directory under which each run gets its own pids.max, or ""
+    why: str = ""
+
+    @property
+    def layers(self) -> str:
+        parts = (["namespaces"] if self.namespaces else []) + (["pids-cgroup"] if self.pids_cgroup else [])
+        return "+".join(parts + ["rlimits", "audit-hook"])
+
+    def describe(self) -> str:
+        kernel = ("user, mount, pid, net, ipc and uts namespaces; a read-only view of the interpreter's files and "
+                  "the run's own directory, nothing else; no network device; no capabilities") if self.namespaces else (
+                  "no kernel boundary")  # fmt: skip
+        pids = f"; at most {PIDS_MAX} processes and threads (pids cgroup)" if self.pids_cgroup else ""
+        return (f"sandbox layers: {self.layers}: {kernel}{pids}; resource limits; the audit hook"
+                + (f" ({self.why})" if self.why else ""))  # fmt: skip
+
+
+PIDS_MAX = 64
+_ISOLATION: Isolation | None = None
+_ISOLATION_LOCK = threading.Lock()
+
+
+def isolation() -> Isolation:
+    """The strongest isolation this machine allows, probed once per process.  ``VERILOOP_SANDBOX=process`` keeps
+    the process layers only; ``namespaces`` requires the kernel layer (an error where it cannot be had)."""
+    global _ISOLATION
+    with _ISOLATION_LOCK:
+        if _ISOLATION is None:
+            _ISOLATION = _probe_isolation(os.environ.get("VERILOOP_SANDBOX", "auto"))
+        return _ISOLATION
+
+
+def _probe_isolation(mode: str) -> Isolation:
+    if mode not in ("auto", "process", "namespaces"):
+        raise InputError(f"VERILOOP_SANDBOX must be auto, process or namespaces, got {mode!r}")
+    if mode == "process":
+        return Isolation(False, "", "VERILOOP_SANDBOX=process")
+    cgroup = _pids_cgroup_root()
+    why = ""
+    if not sys.platform.startswith("linux") or os.uname().machine not in _PIVOT_ROOT:
+        why = f"no namespaces on {sys.platform}/{os.uname().machine}"
+    elif shutil.which("unshare") is None:
+        why = "no unshare command (util-linux)"
+    else:
+        probe = Isolation(True, cgroup)
+        try:
+            res = run_program("print(sum(range(10)))", limits=SandboxLimits(wall_seconds=20), isolation_=probe)
+            if res.status == "ok" and res.stdout.strip() == "45":
+                return probe
+            why = f"namespaces unavailable: {res.status} {res.detail}".strip()
+        except (OSError, SandboxError) as e:
+            why = f"namespaces unavailable: {e}"
+    if mode == "namespaces":
+        raise SandboxError(f"VERILOOP_SANDBOX=namespaces, but {why}")
+    return Isolation(False, cgroup, why)
+
+
+def _pids_cgroup_root() -> str:
+    """A directory where this process may make cgroups with a ``pids.max`` (cgroup v1 or v2), or ""."""
+    for base in ("/sys/fs/cgroup/pids", "/sys/fs/cgroup"):
+        if not os.path.isfile(os.path.join(base, "cgroup.procs")):
+            continue
+        if base == "/sys/fs/cgroup" and "pids" not in _read_text(os.path.join(base, "cgroup.subtree_control")):
+            continue
+        root = os.path.join(base, "veriloop-sandbox")
+        try:
+            os.makedirs(root, exist_ok=True)
+            probe = tempfile.mkdtemp(dir=root)
+            ok = os.path.isfile(os.path.join(probe, "pids.max"))
+            os.rmdir(probe)
+            if ok:
+                return root
+        except OSError:
+            continue
+    return ""
+
+
+def _read_text(path: str) -> str:
+    try:
+        with open(path) as fh:
+            return fh.read()
+    except OSError:
+        return ""
+
+
+class SandboxError(RuntimeError):
+    """The sandbox itself could not be set up: no judgement was made (never a score)."""
+
+
 def _denied_roots() -> list[str]:
     """The grader's own files (the veriloop package), even where they lie under a readable root
     (an installed package in site-packages).  Everything outside the readable roots, other runs'
@@ -308,15 +478,27 @@ def _denied_roots() -> list[str]:
     return [os.path.dirname(os.path.dirname(os.path.realpath(__file__)))]
 
 
+def _view_paths() -> list[str]:
+    """What a run in namespaces sees, read-only: the interpreter's prefixes, the system's shared libraries (the
+    interpreter's extension modules load them), and the device files a program may open."""
+    paths = {os.path.realpath(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix)}
+    paths |= {os.path.realpath(p) for p in ("/lib", "/lib64", "/usr/lib", "/usr/lib64") if os.path.isdir(p)}
+    paths |= {p for p in ("/dev/null", "/dev/zero", "/dev/urandom", "/dev/random") if os.path.exists(p)}
+    # a path inside another one is bound with it
+    return sorted(p for p in paths if not any(p != q and p.startswith(q + os.sep) for q in paths))
+
+
 def _read_roots() -> list[str]:
     roots = {os.path.realpath(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix)}
     return sorted(roots | {"/dev/null", "/dev/urandom", "/dev/zero"})
 
 
-def run_program(program: str, *, stdin: str = "", limits: SandboxLimits = SandboxLimits()) -> RunResult:
+def run_program(program: str, *, stdin: str = "", limits: SandboxLimits = SandboxLimits(),
+                isolation_: Isolation | None = None, audit_hook: bool = True) -> RunResult:  # fmt: skip
     """Run ``program`` once in the sandbox, feeding ``stdin``.  Returns how it ended and what it printed
-    (the caller judges the output)."""
-    child = _Child(program, "run", limits, stdin)
+    (the caller judges the output).  ``audit_hook=False`` leaves the process layer's hook out (tests of the
+    kernel layer only)."""
+    child = _Child(program, "run", limits, stdin, isolation_, audit_hook)
     try:
         control = bytearray()
 
@@ -361,6 +543,7 @@ class TestRun:
     first_fail: str = ""
     detail: str = ""
     wall_seconds: float = 0.0
+    layers: str = ""
 
 
 _SETUP = (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Assign, ast.AnnAssign,
@@ -417,7 +600,7 @@ def run_tests(program: str, tests: list[tuple[bool, object, str]],
                     break
                 passed += is_test
         run = child.end_session()
-        return TestRun(run.status, passed, total, first_fail or run.detail, run.detail, run.wall_seconds)
+        return TestRun(run.status, passed, total, first_fail or run.detail, run.detail, run.wall_seconds, run.layers)
     finally:
         child.close()
 
@@ -545,16 +728,87 @@ _MAX_REPLY = 4 << 20  # bytes of one answer from the sandbox
 # ---------------------------------------------------------------- one sandboxed process
 
 
-class _Child:
-    """One sandboxed process: started with its limits, its output drained under a cap, talked to on the
-    control pipes, killed with its process group, its directory removed."""
+class _CgroupReaper:
+    """Removes run cgroups in the background: the kernel frees one only once its last process is reaped, a few
+    milliseconds after the kill, and a run should not wait for that.  At exit, what is left is removed (bounded)."""
 
-    def __init__(self, program: str, mode: str, limits: SandboxLimits, stdin: str | None):
+    def __init__(self):
+        self.pending: list[str] = []
+        self.cond = threading.Condition()
+        self.thread: threading.Thread | None = None
+        atexit.register(self.drain, 2.0)
+
+    def remove(self, path: str) -> None:
+        if self._try(path):
+            return
+        with self.cond:
+            self.pending.append(path)
+            if self.thread is None:
+                self.thread = threading.Thread(target=self._run, name="veriloop-cgroup-reaper", daemon=True)
+                self.thread.start()
+            self.cond.notify()
+
+    @staticmethod
+    def _try(path: str) -> bool:
+        try:
+            os.rmdir(path)
+        except FileNotFoundError:
+            pass
+        except OSError:
+            return False
+        return True
+
+    def _run(self) -> None:
+        while True:
+            with self.cond:
+                while not self.pending:
+                    self.cond.wait()
+                batch, self.pending = self.pending, []
+            time.sleep(0.02)
+            left = [p for p in batch if not self._try(p)]
+            with self.cond:
+                self.pending = left + self.pending
+
+    def drain(self, seconds: float) -> None:
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            with self.cond:
+                self.pending = [p for p in self.pending if not self._try(p)]
+                if not self.pending:
+                    return
+            time.sleep(0.02)
+
+
+_CGROUP_REAPER = _CgroupReaper()
+
+
+class _Child:
+    """One sandboxed process: started with its limits (in its namespaces and pids cgroup where the machine has
+    them), its output drained under a cap, talked to on the control pipes, killed with its process group, its
+    directory (and cgroup) removed."""
+
+    def __init__(self, program: str, mode: str, limits: SandboxLimits, stdin: str | None,
+                 isolation_: Isolation | None = None, audit_hook: bool = True):  # fmt: skip
         self.limits, self.token = limits, secrets.token_hex(16)
-        self.workdir = tempfile.mkdtemp(prefix="veriloop-sandbox-")
-        os.chmod(self.workdir, 0o700)
-        bundle = repr({"token": self.token, "mode": mode, "program": program, "read_roots": _read_roots(),
-                       "denied_roots": _denied_roots()}).encode() + b"\n"  # fmt: skip
+        self.isolation = iso = isolation_ or isolation()
+        self.base = tempfile.mkdtemp(prefix="veriloop-sandbox-")
+        os.chmod(self.base, 0o700)
+        self.workdir = os.path.join(os.path.realpath(self.base), "work")
+        os.mkdir(self.workdir, 0o700)
+        bundle = {"token": self.token, "mode": mode, "program": program, "read_roots": _read_roots(),
+                  "denied_roots": _denied_roots(), "hook": audit_hook}  # fmt: skip
+        argv = [sys.executable, "-I", "-c", _HARNESS]
+        if iso.namespaces:
+            os.mkdir(os.path.join(self.base, "root"), 0o700)
+            bundle["view"] = {"root": os.path.join(os.path.realpath(self.base), "root"), "work": self.workdir,
+                              "read_only": _view_paths(), "pivot_root": _PIVOT_ROOT[os.uname().machine]}  # fmt: skip
+            argv = ["unshare", *_NAMESPACES, *argv]
+        self.cgroup = ""
+        if iso.pids_cgroup:
+            self.cgroup = os.path.join(iso.pids_cgroup, self.token[:16])
+            os.mkdir(self.cgroup)
+            with open(os.path.join(self.cgroup, "pids.max"), "w") as fh:
+                fh.write(str(PIDS_MAX))
         ctrl_in_r, self.ctrl_in = os.pipe()
         self.ctrl_out, ctrl_out_w = os.pipe()
         env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "PYTHONHASHSEED": "0", "PYTHONDONTWRITEBYTECODE": "1"}
@@ -562,18 +816,19 @@ class _Child:
         self.deadline = self.started + limits.wall_seconds
         try:
             self.proc = subprocess.Popen(
-                [sys.executable, "-I", "-c", _HARNESS, str(ctrl_in_r), str(ctrl_out_w)],
+                [*argv, str(ctrl_in_r), str(ctrl_out_w)],
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=self.workdir, env=env,
-                pass_fds=(ctrl_in_r, ctrl_out_w), start_new_session=True, preexec_fn=_preexec(limits),
+                pass_fds=(ctrl_in_r, ctrl_out_w), start_new_session=True, preexec_fn=_preexec(limits, self.cgroup),
             )  # fmt: skip
         except OSError:
             for fd in (self.ctrl_in, self.ctrl_out):
                 os.close(fd)
-            shutil.rmtree(self.workdir, ignore_errors=True)
+            self._remove()
             raise
         finally:
             os.close(ctrl_in_r)
             os.close(ctrl_out_w)
+        bundle = repr(bundle).encode() + b"\n"
         self.out, self.printed, self.lock = bytearray(), 0, threading.Lock()
         self.overflow, self.closed_in = threading.Event(), False
         self.buffer, self.reports, self.over = b"", [], ""
@@ -638,7 +893,18 @@ class _Child:
         _kill_group(self.proc)
         self._close_in()
         os.close(self.ctrl_out)
-        shutil.rmtree(self.workdir, ignore_errors=True)
+        self._remove()
+
+    def _remove(self) -> None:
+        shutil.rmtree(self.base, ignore_errors=True)
+        if self.cgroup:
+            for pid in _read_text(os.path.join(self.cgroup, "cgroup.procs")).split():
+                try:  # anything still in it (a process that left the killed group) goes with the run
+                    os.kill(int(pid), signal.SIGKILL)
+                except (ProcessLookupError, PermissionError, ValueError):
+                    pass
+            _CGROUP_REAPER.remove(self.cgroup)
+
 
     def parse(self, line: bytes):
         """``(kind, text)`` of a line of the harness (it carries this run's token), else None."""
@@ -649,8 +915,12 @@ class _Child:
         return kind, rest
 
     def ending(self, reports, timed_out: bool, finished: bool) -> RunResult:
-        return _ending(self.proc.returncode, reports, self.out, self.overflow, timed_out, finished, self.limits,
-                       time.monotonic() - self.started)  # fmt: skip
+        rc = self.proc.returncode
+        if self.isolation.namespaces and rc is not None and rc > 128:  # the run's signal, through its first process
+            rc = -(rc - 128)
+        result = _ending(rc, reports, self.out, self.overflow, timed_out, finished, self.limits,
+                         time.monotonic() - self.started)  # fmt: skip
+        return dataclasses.replace(result, layers=self.isolation.layers)
 
     # -- the session of an assert-style run
     def _next_report(self):
@@ -661,7 +931,7 @@ class _Child:
                 report = self.parse(line)
                 if report is None:
                     continue  # not the harness's: nothing the program writes here is read as an answer
-                if report[0] in ("VIOLATION", "CRASH"):
+                if report[0] in ("VIOLATION", "CRASH", "SETUP"):
                     self.reports.append(report)
                     self.over = report[0].lower()
                     return None
@@ -743,7 +1013,7 @@ class _Child:
         result = self.ending(self.reports, timed_out, finished)
         if result.status == "crash" and (self.over == "protocol" or self.over.startswith("an answer over")):
             detail = "the program sent what is not an answer" if self.over == "protocol" else self.over
-            return RunResult("crash", result.stdout, detail, result.wall_seconds)
+            return RunResult("crash", result.stdout, detail, result.wall_seconds, result.layers)
         return result
 
 
@@ -774,6 +1044,8 @@ def _ending(rc, reports, out, overflow, timed_out, finished, limits, wall) -> Ru
     and the exit status."""
     stdout = bytes(out[: limits.output_bytes]).decode("utf-8", errors="replace")
     first = {kind: text for kind, text in reversed(reports)}
+    if "SETUP" in first:
+        raise SandboxError(f"the sandbox could not be set up: {first['SETUP']}")
     if "VIOLATION" in first:
         return RunResult("violation", stdout, first["VIOLATION"], wall)
     if overflow.is_set():

@@ -1,0 +1,133 @@
+"""The sandbox's kernel layer (issue 17): each claim tested with the process layer's audit hook switched off, so
+that what stops the act is the kernel.  Skipped, saying why, where the machine has no namespaces."""
+
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from veriloop.verifiers.sandbox import SandboxLimits, _probe_isolation, isolation, run_program
+
+ISO = isolation()
+kernel = pytest.mark.skipif(not ISO.namespaces, reason=f"no kernel layer on this machine: {ISO.why}")
+LIMITS = SandboxLimits(wall_seconds=8, cpu_seconds=4)
+
+
+def bare(program: str, **kw):
+    """A run with the kernel layer only (no audit hook)."""
+    return run_program(program, limits=LIMITS, audit_hook=False, **kw)
+
+
+@kernel
+def test_a_read_outside_the_run_directory_finds_nothing(tmp_path):
+    secret = tmp_path / "secret.txt"  # under /tmp, like the run's own directory
+    secret.write_text("grader-only")
+    for path in (str(secret), __file__, "/etc/hostname", "/proc/self/cmdline", str(Path.home())):
+        res = bare(f"print(open({path!r}).read())")
+        assert res.status == "crash" and ("FileNotFoundError" in res.detail or "IsADirectoryError" in res.detail), (
+            path, res)
+    res = bare("import os\nprint(sorted(os.listdir('/')))")
+    assert res.status == "ok", res
+    assert set(eval(res.stdout)) <= {"dev", "lib", "lib64", "usr", "tmp", "work", "root", "opt", "home"}, res.stdout
+    assert "secret.txt" not in bare(f"import os\nprint(os.listdir({str(tmp_path)!r}))").stdout
+
+
+@kernel
+def test_nothing_outside_the_run_directory_can_be_written(tmp_path):
+    res = bare(f"open({str(tmp_path / 'pwned')!r}, 'w').write('x')")
+    assert res.status == "crash" and not (tmp_path / "pwned").exists(), res
+    res = bare(f"open({sys.prefix + '/pwned'!r}, 'w').write('x')")
+    assert res.status == "crash" and "Read-only file system" in res.detail, res
+    assert not Path(sys.prefix, "pwned").exists()
+    assert bare("open('scratch', 'w').write('x')\nprint(open('scratch').read())").stdout == "x\n"  # its own is fine
+
+
+@kernel
+def test_a_connection_to_the_host_fails():
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(1)
+    server.settimeout(3)
+    port = server.getsockname()[1]
+    accepted = []
+    t = threading.Thread(target=lambda: accepted.append(_accept(server)), daemon=True)
+    t.start()
+    res = bare(f"import socket\nsocket.create_connection(('127.0.0.1', {port}), timeout=2)\nprint('connected')")
+    t.join(timeout=5)
+    server.close()
+    assert res.status == "crash" and "connected" not in res.stdout, res
+    assert "unreachable" in res.detail or "refused" in res.detail, res
+    assert accepted == [None]  # nothing reached the server
+
+
+def _accept(server):
+    try:
+        return server.accept()
+    except OSError:
+        return None
+
+
+@kernel
+@pytest.mark.skipif(not ISO.pids_cgroup, reason="no pids cgroup here: a fork bomb without the audit hook would be "
+                    "bounded by the wall-clock limit only")  # fmt: skip
+def test_a_fork_bomb_is_bounded_and_leaves_nothing():
+    before = _count_processes()
+    start = time.monotonic()
+    res = bare("import os\nwhile True:\n    os.fork()")
+    assert res.status in ("crash", "timeout") and time.monotonic() - start < LIMITS.wall_seconds + 5, res
+    assert "Resource temporarily unavailable" in res.detail, res  # fork failed at pids.max
+    time.sleep(0.5)
+    assert not [p for p in Path(ISO.pids_cgroup).iterdir() if p.is_dir()]  # each run's cgroup removed
+    assert _count_processes() <= before + 2  # every process of the run is gone (the namespace died with it)
+
+
+def _count_processes() -> int:
+    return sum(1 for p in Path("/proc").iterdir() if p.name.isdigit())
+
+
+@kernel
+def test_no_other_program_can_be_started():
+    res = bare("import subprocess\nsubprocess.run(['sh', '-c', 'echo hi'])")
+    assert res.status == "crash" and "FileNotFoundError" in res.detail, res
+
+
+def test_the_layers_are_recorded_in_every_verdict_and_in_the_audit():
+    from veriloop.verifiers import get
+
+    v = get("code", workers=1).verify("def add(a, b):\n    return a + b", "assert add(1, 2) == 3")
+    assert v.outcome == "pass" and f"sandbox: {ISO.layers}" in v.details, v
+    assert ISO.layers.endswith("rlimits+audit-hook")
+    out = subprocess.run([sys.executable, "-m", "veriloop.cli", "audit", "code"], capture_output=True, text=True,
+                         timeout=300)  # fmt: skip
+    assert out.returncode == 0 and f"sandbox layers: {ISO.layers}" in out.stdout, out.stdout[-500:]
+
+
+def test_the_process_layer_is_the_fallback():
+    process = _probe_isolation("process")
+    assert not process.namespaces and process.layers == "rlimits+audit-hook"
+    res = run_program("print(6 * 7)", isolation_=process)
+    assert (res.status, res.stdout, res.layers) == ("ok", "42\n", "rlimits+audit-hook")
+    res = run_program("print(open('/etc/hostname').read())", isolation_=process)
+    assert res.status == "violation", res  # the audit hook alone stops it there
+    with pytest.raises(ValueError, match="VERILOOP_SANDBOX"):
+        _probe_isolation("container")
+
+
+def test_the_hostile_suite_holds_under_every_layer():
+    """The process layer's own guarantees hold with the kernel layer under it (its messages are the hook's)."""
+    for program, status in [("import socket\nsocket.create_connection(('127.0.0.1', 9))", "violation"),
+                            ("import os\nos.fork()", "violation"), ("import ctypes", "violation"),
+                            ("print(open('/etc/hostname').read())", "violation")]:  # fmt: skip
+        assert run_program(program, limits=LIMITS).status == status, program
+
+
+@kernel
+def test_the_run_holds_no_capability_in_its_namespaces():
+    for program in ("import os\nos.chroot('.')", "import socket\nsocket.socket(socket.AF_INET, socket.SOCK_RAW, 1)",
+                    "import os\nos.mknod('dev', 0o600 | 0o020000, os.makedev(1, 3))"):
+        res = bare(program)
+        assert res.status == "crash" and "PermissionError" in res.detail, (program, res)
