@@ -181,3 +181,46 @@ def test_only_a_bad_reference_is_a_verifier_error(name, reference):
 
     with pytest.raises(VerifierError):
         get(name).verify("answer=1", reference)
+
+
+# ---------------------------------------------------------------- the record store's reader
+
+
+def _one_step_of_records(tmp_path):
+    from veriloop.rollout.records import Record, RecordStore
+
+    store = RecordStore(tmp_path / "rollouts")
+    rec = Record("p1", "1-0-0", "(2+3)*4?", "(2+3)*4", [1, 2, 3], [4, 5, 6], "2+3", [-0.1, -0.2, -0.3],
+                 {"temperature": 1.0}, 0, "eos", reward=1.0)  # fmt: skip
+    return store, store.write(1, [rec, rec])
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(cut=st.floats(min_value=0.0, max_value=1.0), flip=st.one_of(st.none(), st.integers(min_value=0)))
+@example(cut=0.5, flip=None)  # a truncated gzip: was an EOFError from gzip
+@example(cut=1.0, flip=0)  # not gzip at all: was a BadGzipFile
+def test_a_damaged_record_file_is_an_input_error_naming_it(tmp_path, cut, flip):
+    store, path = _one_step_of_records(tmp_path)
+    data = bytearray(path.read_bytes())
+    data = data[: int(len(data) * cut)]
+    if flip is not None and data:
+        data[flip % len(data)] ^= 0xFF
+    path.write_bytes(bytes(data))
+    try:
+        records = store.read(1)
+    except InputError as e:
+        assert str(path) in str(e), e
+        return
+    assert all(r.problem_id == "p1" for r in records)  # what reads is what was written (a gzip CRC checks it)
+
+
+@pytest.mark.parametrize("line", ['{"problem_id": "p"}', "[1, 2]", '{"problem_id": 1, "group_id": "g"}',
+                                  "not json", '{"extra": 1}'])  # fmt: skip
+def test_a_record_line_that_is_not_a_record_names_its_file_and_line(tmp_path, line):
+    import gzip
+
+    store, path = _one_step_of_records(tmp_path)
+    rows = gzip.decompress(path.read_bytes()).decode().splitlines()
+    path.write_bytes(gzip.compress("\n".join([rows[0], line]).encode()))
+    with pytest.raises(InputError, match=f"{path}:2"):
+        store.read(1)

@@ -14,6 +14,7 @@ import json
 import os
 import re
 import tempfile
+import zlib
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -114,7 +115,10 @@ def read_jsonl(path: str | Path) -> list[dict]:
     path = Path(path)
     raw = path.read_bytes()
     if path.suffix == ".gz":
-        raw = gzip.decompress(raw)
+        try:
+            raw = gzip.decompress(raw)
+        except (EOFError, OSError, zlib.error) as e:  # cut short (EOFError), not gzip (BadGzipFile), bad data
+            raise InputError(f"{path}: not a complete gzip file ({type(e).__name__}: {e})") from None
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as e:

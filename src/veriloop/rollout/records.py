@@ -11,6 +11,7 @@ have ``policy_version = -1``, and ``sampling["source"]`` says where they came fr
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -87,8 +88,31 @@ class Record:
         return {f.name: _copy(getattr(self, f.name)) for f in fields(self)}
 
     @classmethod
-    def from_json(cls, row: dict) -> Record:
-        return cls(**row)
+    def from_json(cls, row: dict, where: str = "a record") -> Record:
+        """The record of a JSON row; a row that is not one (a field missing, unknown or of the wrong kind) is an
+        ``InputError`` naming ``where`` (file:line)."""
+        if not isinstance(row, dict):
+            raise InputError(f"{where}: expected a JSON object, got {type(row).__name__}")
+        names = {f.name: f for f in dataclasses.fields(cls)}
+        unknown = sorted(set(row) - set(names))
+        missing = sorted(n for n, f in names.items() if n not in row and f.default is dataclasses.MISSING
+                         and f.default_factory is dataclasses.MISSING)  # fmt: skip
+        if unknown or missing:
+            raise InputError(f"{where}: not a rollout record (" + "; ".join(
+                filter(None, [f"unknown fields {unknown}" if unknown else "",
+                              f"missing fields {missing}" if missing else ""])) + ")")  # fmt: skip
+        for name in ("problem_id", "group_id", "prompt", "reference", "completion", "finish_reason"):
+            if not isinstance(row[name], str):
+                raise InputError(f"{where}: field {name!r} must be a string, got {type(row[name]).__name__}")
+        for name in ("prompt_ids", "completion_ids", "behavior_logprobs", "model_mask"):
+            value = row.get(name)
+            if value is not None and not (isinstance(value, list) and all(
+                    isinstance(x, (int, float)) and not isinstance(x, bool) for x in value)):  # fmt: skip
+                raise InputError(f"{where}: field {name!r} must be a list of numbers")
+        try:
+            return cls(**row)
+        except (ValueError, TypeError) as e:
+            raise InputError(f"{where}: {e}") from None
 
 
 def _copy(value):
@@ -124,7 +148,8 @@ class RecordStore:
         return p
 
     def read(self, step: int) -> list[Record]:
-        return [Record.from_json(r) for r in read_jsonl(self.path(step))]
+        path = self.path(step)
+        return [Record.from_json(r, f"{path}:{i}") for i, r in enumerate(read_jsonl(path), start=1)]
 
     def write_batches(self, batches: list[list[Record]]) -> None:
         """Several batches in order (e.g. the ones sampled ahead), one file each."""
