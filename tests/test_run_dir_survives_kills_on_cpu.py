@@ -5,10 +5,13 @@ rows without timings, final weights bit for bit), on the tiny built-in model."""
 
 import json
 import os
+import queue
+import random
 import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -18,7 +21,7 @@ import torch
 from veriloop import cli
 from veriloop.config import build_config
 from veriloop.errors import InputError
-from veriloop.models.loading import load_policy
+from veriloop.models.loading import Policy, load_policy
 from veriloop.models.tiny import TinyModelConfig, build_char_tokenizer, build_tiny_model
 from veriloop.rollout.ledger import Ledger
 from veriloop.rollout.records import RecordStore
@@ -411,3 +414,322 @@ def test_a_kill_while_writing_a_checkpoint_keeps_the_previous_one(tiny_policy, p
     on_disk = {p.relative_to(run_dir / "checkpoints" / "step-000004").as_posix()
                for p in (run_dir / "checkpoints" / "step-000004").rglob("*") if p.is_file()}  # fmt: skip
     assert listed == on_disk - {"manifest.json"} and "model/model.safetensors" in listed
+
+
+
+def test_a_kill_while_pruning_an_old_checkpoint_leaves_no_half_of_it(tiny_policy, plugin_dir, straight_short,
+                                                                    tmp_path, monkeypatch):  # fmt: skip
+    """keep_checkpoints 1: the kill comes while step 2's checkpoint is removed, once step 4's is in place (its
+    trainer_state.json already gone, the rest not).  What is left is no checkpoint, under no checkpoint's name:
+    the resume clears it, and it is not left behind for good."""
+    run_dir, real_rmtree = tmp_path / "run", shutil.rmtree
+
+    def killed_midway(path, *args, **kwargs):
+        if "step-000002" in Path(path).name and (Path(path) / "trainer_state.json").exists():
+            (Path(path) / "trainer_state.json").unlink()
+            raise KeyboardInterrupt
+        real_rmtree(path, *args, **kwargs)
+
+    monkeypatch.setattr(shutil, "rmtree", killed_midway)
+    with pytest.raises(KeyboardInterrupt):
+        Trainer(config(tiny_policy, run_dir, SHORT, keep_checkpoints=1), progress=False).train()
+    monkeypatch.undo()
+    assert [p.name for p in ckpt.list_checkpoints(run_dir)] == ["step-000004"]
+    assert not (run_dir / "checkpoints" / "step-000002").exists()  # a half checkpoint is never under its name
+    resumed = Trainer(config(tiny_policy, run_dir, SHORT, keep_checkpoints=1), resume=True, progress=False)
+    assert resumed.state.step == 4 and [p.name for p in (run_dir / "checkpoints").iterdir()] == ["step-000004"]
+    resumed.train()
+    assert_same_run(run_dir, straight_short)
+
+
+def test_a_kill_while_final_is_written_leaves_no_half_final(tiny_policy, plugin_dir, straight_short, tmp_path,
+                                                          monkeypatch):  # fmt: skip
+    """final/ is built as .final.tmp and renamed into place: a kill after the weights, before the rest (the
+    tokenizer's rewrite, veriloop_train.json), leaves no final/; the resume clears .final.tmp and writes it."""
+    run_dir, real_save = interrupted_copy(straight_short, tmp_path / "run"), Policy.save_merged
+
+    def killed_midway(self, path):
+        real_save(self, path)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(Policy, "save_merged", killed_midway)
+    with pytest.raises(KeyboardInterrupt):
+        Trainer(config(tiny_policy, run_dir, SHORT), resume=True, progress=False).train()
+    monkeypatch.undo()
+    assert not (run_dir / "final").exists() and (run_dir / ".final.tmp" / "model.safetensors").is_file()
+    Trainer(config(tiny_policy, run_dir, SHORT), resume=True, progress=False).train()
+    assert_same_run(run_dir, straight_short)
+    assert not (run_dir / ".final.tmp").exists() and (run_dir / "final" / "veriloop_train.json").is_file()
+
+# ---------------------------------------------------------------------------------------------------- (e)
+# The kill drill: SIGKILL a `veriloop train` process again and again, at moments a seeded schedule draws, inside
+# each phase of a step, and `--resume` it until it completes; the result must be the uninterrupted run's.
+
+DRILL = {"steps": 6, "checkpoint_every": 1, "keep_checkpoints": 1, "rollout.prompts_per_step": 4,
+         "rollout.request_groups": 1, "update.micro_batch_size": 6, "sampling.max_new_tokens": 12}  # fmt: skip
+PHASES = ("sampling", "verification", "update", "records", "checkpoint")  # each gets at least one kill
+FSYNC_DELAY = 0.02  # a slow disk: each fsync takes this long, so a write lasts long enough to be killed inside
+PAUSE = {"verification": 0.1, "update": 0.05}  # the phases that write nothing last this much longer
+
+# The processes the drill kills are forks of this one, which imported veriloop (and torch) once: a fresh
+# `python -m veriloop.cli` spends seconds on imports, the drill starts a dozen.  A fork runs `cli.main(argv)` as
+# the `veriloop` command does; the only differences are the slow fsync and the marks: wrappers that append
+# "pid phase start|end step time" to a file around each phase, so that the test knows when a phase runs (to kill
+# inside it) and where each kill landed (the phases it started and never ended).
+ZYGOTE = r'''
+import json, os, sys, time, traceback
+
+marks_path, fsync_delay, pauses = sys.argv[1], float(sys.argv[2]), json.loads(sys.argv[3])
+import killplugin  # noqa: F401  (the --plugin of the runs: imported once, here)
+from veriloop import cli
+from veriloop.report import report  # noqa: F401  (written after each run: imported once, here)
+from veriloop.rollout.engine import LocalEngine
+from veriloop.rollout.records import RecordStore
+from veriloop.training.collect import Collector
+from veriloop.training.trainer import Trainer
+
+MARKS, STEP = os.open(marks_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644), [0]
+
+
+def mark(phase, edge, step):
+    os.write(MARKS, f"{os.getpid()} {phase} {edge} {step} {time.time():.6f}\n".encode())
+
+
+def marked(cls, name, phase, step_of):
+    real = getattr(cls, name)
+
+    def wrapper(*args, **kwargs):
+        step = step_of(*args)
+        mark(phase, "start", step)
+        time.sleep(pauses.get(phase, 0.0))
+        out = real(*args, **kwargs)
+        mark(phase, "end", step)
+        return out
+
+    setattr(cls, name, wrapper)
+
+
+def train_step(self, step):
+    STEP[0] = step
+    return step
+
+
+marked(Trainer, "__init__", "init", lambda *a: 0)
+marked(Trainer, "train_step", "step", train_step)
+marked(LocalEngine, "run", "sampling", lambda self, requests, *a: requests[0].step)
+marked(Collector, "score", "verification", lambda *a: STEP[0])
+marked(Trainer, "learn", "update", lambda self, step, *a: step)
+marked(RecordStore, "write", "records", lambda self, step, *a: step)
+marked(Trainer, "checkpoint", "checkpoint", lambda self: self.state.step)
+marked(Trainer, "save_final", "final", lambda self: self.state.step)
+real_fsync = os.fsync
+
+
+def slow_fsync(fd):
+    time.sleep(fsync_delay)
+    real_fsync(fd)
+
+
+os.fsync = slow_fsync
+print("ready", flush=True)
+for line in sys.stdin:
+    argv, log = json.loads(line)
+    pid = os.fork()
+    if pid == 0:
+        code = 70
+        try:
+            fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            os.dup2(fd, 1)
+            os.dup2(fd, 2)
+            mark("process", "start", 0)
+            code = cli.main(argv)
+        except BaseException:
+            traceback.print_exc()
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(code)
+    print(pid, flush=True)
+    print(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]), flush=True)
+'''
+
+
+class Zygote:
+    """The process that forks the drill's `veriloop train` processes and reports how each ended."""
+
+    def __init__(self, plugin_dir, marks: Path):
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(plugin_dir), os.environ.get("PYTHONPATH", "")])}
+        self.proc = subprocess.Popen([sys.executable, "-c", ZYGOTE, str(marks), str(FSYNC_DELAY), json.dumps(PAUSE)],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)  # fmt: skip
+        self.lines: queue.Queue = queue.Queue()
+        reader = threading.Thread(target=lambda: [self.lines.put(line.strip()) for line in self.proc.stdout], daemon=True)
+        reader.start()
+        self.ready = False
+
+    def _line(self, timeout: float) -> str:
+        try:
+            return self.lines.get(timeout=timeout)
+        except queue.Empty:
+            raise AssertionError(f"the drill's zygote said nothing for {timeout} s (exit {self.proc.poll()})")
+
+    def start(self, argv: list[str], log: Path) -> int:
+        if not self.ready:
+            assert self._line(180) == "ready"
+            self.ready = True
+        self.proc.stdin.write(json.dumps([argv, str(log)]) + "\n")
+        self.proc.stdin.flush()
+        self.code = None
+        return int(self._line(30))
+
+    def exited(self) -> bool:
+        if self.code is None and not self.lines.empty():
+            self.code = int(self.lines.get())
+        return self.code is not None
+
+    def wait(self, timeout: float) -> int:
+        if self.code is None:
+            self.code = int(self._line(timeout))
+        return self.code
+
+    def close(self):
+        self.proc.stdin.close()
+        try:
+            self.proc.wait(timeout=30)
+        finally:
+            self.proc.kill()
+
+
+class Marks:
+    """The zygote's marks: (pid, phase, edge, step, time) rows, read as they are appended."""
+
+    def __init__(self, path: Path):
+        self.path, self.offset, self.rows = path, 0, []
+
+    def poll(self) -> list:
+        with open(self.path, "rb") as f:
+            f.seek(self.offset)
+            data = f.read()
+        whole = data[: data.rfind(b"\n") + 1]
+        self.offset += len(whole)
+        for line in whole.decode().splitlines():
+            pid, phase, edge, step, t = line.split()
+            self.rows.append((int(pid), phase, edge, int(step), float(t)))
+        return self.rows
+
+    def first(self, pid: int, phase: str, edge: str, step: int | None = None):
+        return next((r for r in self.rows if r[:3] == (pid, phase, edge) and step in (None, r[3])), None)
+
+    def open_phases(self, pid: int) -> list[str]:
+        """The phases that process started and never ended (where a kill landed), outermost first."""
+        stack = []
+        for p, phase, edge, _, _ in self.rows:
+            if p == pid:
+                stack.append(phase) if edge == "start" else stack.remove(phase)
+        return stack
+
+    def durations(self, phase: str) -> list[float]:
+        starts, out = {}, []
+        for pid, p, edge, step, t in self.rows:
+            if p == phase and edge == "start":
+                starts[pid, step] = t
+            elif p == phase and (pid, step) in starts:
+                out.append(t - starts.pop((pid, step)))
+        return out
+
+
+@pytest.fixture
+def zygote(plugin_dir, tmp_path):
+    """Started before the uninterrupted run (its imports take seconds, on the other core)."""
+    (tmp_path / "marks").touch()
+    z = Zygote(plugin_dir, tmp_path / "marks")
+    yield z
+    z.close()
+
+
+@pytest.fixture(scope="module")
+def straight_drill(tiny_policy, plugin_dir, tmp_path_factory):
+    run_dir = tmp_path_factory.mktemp("straight-drill") / "run"
+    Trainer(config(tiny_policy, run_dir, {**LONG, **DRILL}), progress=False).train()
+    assert metric_rows(run_dir)[-1]["kl"] > 0
+    return run_dir
+
+
+def median(values: list[float], default: float) -> float:
+    return sorted(values)[len(values) // 2] if values else default
+
+
+def drill_schedule(seed: int) -> list[tuple[str, float, float]]:
+    """(what to kill, where in the run's remaining steps, how far into the moment): each phase once, in a seeded
+    order, then two kills at random moments of a random step, one while a resumed run starts up (reading its
+    checkpoint, clearing leftovers) and one while final/ is written."""
+    rng = random.Random(seed)
+    kinds = list(PHASES)
+    rng.shuffle(kinds)
+    extra = ["random", "random", "startup"]
+    rng.shuffle(extra)
+    return [(kind, rng.random(), rng.random()) for kind in kinds + extra + ["final"]]
+
+
+@pytest.mark.timeout(300)
+def test_kill_drill_sigkill_at_seeded_moments_of_every_phase_and_resume_to_the_same_run(zygote, tiny_policy,
+                                                                                        plugin_dir, straight_drill,
+                                                                                        tmp_path):  # fmt: skip
+    """A fresh run, then `--resume` again and again, each SIGKILLed at a moment of the seeded schedule: inside
+    sampling, verification, the update, the write of a step's records and of a checkpoint (each at least once,
+    again later if the phase ended before the kill), at random moments of a step, while a resumed run starts up
+    and while final/ is written.  After every kill each complete checkpoint matches its manifest; at the end the
+    run equals the uninterrupted one and nothing a kill left behind is still there.  ~30 s on 2 cores."""
+    run_dir, marks, steps = tmp_path / "run", Marks(tmp_path / "marks"), DRILL["steps"]
+    resume = ["--plugin", "killplugin", "train", "--quiet", "--resume", str(run_dir)]
+    schedule, landed, done, retries = drill_schedule(17), [], False, 0
+    while schedule and not done:
+        kind, where, when = schedule.pop(0)
+        latest = ckpt.find_latest_checkpoint(run_dir)
+        ckpt_step = json.loads((latest / "trainer_state.json").read_text())["step"] if latest else 0
+        # the step after the checkpoint or the one after it, not the last one while earlier ones are left (a kill
+        # past the last step's checkpoint leaves a complete run, where only startup and final/ can be killed)
+        last = steps - 1 if ckpt_step < steps - 1 else steps
+        step = ckpt_step + 1 + int(where * min(2, last - ckpt_step)) if landed else 1  # first: before any checkpoint
+        if ckpt_step == steps and kind != "final":
+            kind = "startup"
+        log = tmp_path / f"process-{len(landed)}.log"
+        pid = zygote.start(cli_args(tiny_policy, run_dir, **DRILL) if not landed else resume, log)
+        phase = {"random": "step", "startup": "process"}.get(kind, kind)
+        typical = {"step": 0.6, "process": 1.0, "final": 0.1, "checkpoint": 0.3, "records": 2 * FSYNC_DELAY,
+                   "sampling": 0.2, **PAUSE}  # fmt: skip
+        length = median(marks.durations("init" if phase == "process" else phase), typical[phase])
+        if kind == "random":  # anywhere in the step or its checkpoint
+            length += median(marks.durations("checkpoint"), typical["checkpoint"])
+        deadline, begun = time.time() + 120, None
+        while begun is None and not zygote.exited() and time.time() < deadline:
+            time.sleep(0.002)
+            marks.poll()
+            begun = marks.first(pid, phase, "start", None if phase in ("process", "final") else step)
+        if begun is not None:
+            time.sleep(max(begun[4] + when * length - time.time(), 0))
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        code = zygote.wait(60)
+        marks.poll()
+        opened = marks.open_phases(pid)
+        if code == 0:
+            done = True  # the kill came after the run's end: it is complete
+        else:
+            assert code == -signal.SIGKILL, f"{kind} at step {step}: exit {code}\n" + log.read_text()[-5000:]
+            landed.append((kind, step if phase not in ("process", "final") else "-", opened))
+            if kind in PHASES and kind not in opened and retries < 6:  # it ended before the kill: again, later
+                retries += 1
+                schedule.insert(min(len(schedule), 2), (kind, where, when))
+        for checkpoint in ckpt.list_checkpoints(run_dir):  # never a torn checkpoint under a complete name
+            assert check_checkpoint(checkpoint) == ("ok", ""), (kind, step, opened)
+    print("kills (what, step, phases the process was in):", *landed, sep="\n  ")
+    assert {kind for kind, _, opened in landed if kind in opened} >= set(PHASES), landed
+    assert len(landed) >= 7
+    if not done:
+        pid = zygote.start(resume, tmp_path / "last.log")
+        assert zygote.wait(180) == 0, (tmp_path / "last.log").read_text()[-5000:]
+    assert_same_run(run_dir, straight_drill)
+    assert [p.name for p in ckpt.list_checkpoints(run_dir)] == [f"step-{steps:06d}"]
+    assert not list(run_dir.rglob(".*.tmp")) and not list(run_dir.rglob(".step-*"))

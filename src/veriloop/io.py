@@ -3,7 +3,8 @@
 A reader (or a resumed run) sees either the old file or the new one, never half of one: the data is
 fsync'ed before the rename and the directory after it, so a power loss cannot undo the rename while a
 later write (a checkpoint that counts on this file) survives.  A kill mid-write leaves at most a hidden
-``.NAME.XXXX.tmp`` beside the file (``remove_temp_files`` clears them).
+``.NAME.XXXX.tmp`` beside the file (``remove_temp_files`` clears them).  A directory is built under a
+hidden name and renamed into place whole (``replace_dir``).
 Also: reading JSONL back, and the names of per-step files (``step_name`` / ``step_of``).
 """
 
@@ -13,6 +14,7 @@ import gzip
 import json
 import os
 import re
+import shutil
 import tempfile
 import zlib
 from collections.abc import Iterable
@@ -63,6 +65,29 @@ def fsync_file(path: str | Path) -> None:
     """Flush a file someone else wrote (``torch.save``, ``save_pretrained``) to disk."""
     with open(path, "rb") as fh:
         os.fsync(fh.fileno())
+
+
+def replace_dir(built: str | Path, target: str | Path) -> None:
+    """Put the directory ``built`` (a hidden sibling of ``target``, written whole) in place of ``target``: its
+    files and directories fsync'ed, then renamed; an earlier ``target`` is set aside as ``.NAME.old`` for the
+    rename and removed after it.  A kill leaves ``target`` (the old one or the new one), or no ``target`` and
+    the hidden ``.NAME.old``/``built`` directories, never a mix of old and new files."""
+    built, target = Path(built), Path(target)
+    for p in sorted(built.rglob("*"), reverse=True):  # what a directory holds before the directory
+        if p.is_dir():
+            fsync_dir(p)
+        else:
+            fsync_file(p)
+    fsync_dir(built)
+    old = target.with_name(f".{target.name}.old")
+    if old.exists():
+        shutil.rmtree(old)
+    if target.exists():
+        os.replace(target, old)
+    os.replace(built, target)
+    fsync_dir(target.parent)
+    if old.exists():
+        shutil.rmtree(old)
 
 
 def remove_temp_files(directory: str | Path) -> list[Path]:

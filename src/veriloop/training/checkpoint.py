@@ -13,8 +13,9 @@ so a kill or power loss mid-write leaves the previous checkpoint as the latest; 
 pruned (``keep_checkpoints``) only after that.  Resuming (``open_run_dir``) removes what a kill left
 behind (``.step-N.tmp``, hidden ``.*.tmp`` files), takes the latest checkpoint that matches its
 manifest (a damaged one is named, with its first bad file, and set aside as ``.step-N.damaged``), and
-when there is none starts the run over from step 0 in the same directory.  Checkpoints of versions
-before manifests are loaded unverified, with a warning.
+when there is none starts the run over from step 0 in the same directory.  A pruned checkpoint is renamed
+``.step-N.old`` before it is removed, so a kill mid-removal leaves nothing under a checkpoint's name.
+Checkpoints of versions before manifests are loaded unverified, with a warning.
 """
 
 from __future__ import annotations
@@ -155,9 +156,11 @@ def find_resumable_checkpoint(run_dir: Path) -> Path | None:
 
 
 def _remove_leftovers(run_dir: Path) -> None:
-    """What a kill mid-write leaves: a checkpoint's temporary directory, hidden ``.*.tmp`` files."""
+    """What a kill mid-write leaves: a checkpoint's temporary directory, final/'s (``.final.tmp``, ``.final.old``:
+    the resumed run writes final/ again), hidden ``.*.tmp`` files."""
     checkpoints = run_dir / "checkpoints"
-    for p in checkpoints.glob(".step-*") if checkpoints.is_dir() else []:
+    for p in [*(checkpoints.glob(".step-*") if checkpoints.is_dir() else []), run_dir / ".final.tmp",
+              run_dir / ".final.old"]:  # fmt: skip
         if p.is_dir() and p.name.endswith((".tmp", ".old")):
             shutil.rmtree(p)
     for d in (run_dir, run_dir / "rollouts", run_dir / "rollouts" / "requests", run_dir / "prm"):
@@ -278,7 +281,13 @@ def save_checkpoint(run_dir: Path, state: RunState, learner, keep: int, *, criti
     complete = set(list_checkpoints(run_dir))
     older = [p for s, p in steps_in(final.parent) if s < state.step and p in complete]
     for old in older[: max(len(older) - (keep - 1), 0)]:
-        shutil.rmtree(old)
+        # renamed out of the listings first: a kill mid-removal leaves a hidden .step-N.old (cleared on resume), not
+        # a half checkpoint under its name that no listing counts as complete, so no later prune would remove it
+        doomed = old.with_name(f".{old.name}.old")
+        if doomed.exists():
+            shutil.rmtree(doomed)
+        os.replace(old, doomed)
+        shutil.rmtree(doomed)
     return final
 
 

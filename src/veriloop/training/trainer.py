@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import copy
 import os
+import shutil
 import signal as os_signal
 import sys
 import threading
@@ -38,7 +39,7 @@ from tqdm import tqdm
 from veriloop.algorithms import AdaptiveKLController, FixedKLController
 from veriloop.config import to_dict
 from veriloop.evaluation.evaluate import validation_metrics
-from veriloop.io import atomic_write_json
+from veriloop.io import atomic_write_json, replace_dir
 from veriloop.models.loading import load_policy
 from veriloop.prm.process import ProcessSupervisor
 from veriloop.registry import ESTIMATORS
@@ -366,6 +367,13 @@ class Trainer:
                 "policy_version": self.state.policy_version,
                 "wall_time_s": round(time.time() - getattr(self, "started", time.time()), 1),
                 "config": to_dict(self.cfg), "final": self.metrics.rows[-1] if self.metrics.rows else {}}  # fmt: skip
-        for target in [self.run_dir / "final"] + ([Path(self.cfg.export)] if self.cfg.export else []):
+        # final/ is built as .final.tmp and renamed into place: a kill leaves no half-written final/ (the resumed
+        # run, which starts from the last step's checkpoint, writes it again)
+        building = self.run_dir / ".final.tmp"
+        for target in [building] + ([Path(self.cfg.export)] if self.cfg.export else []):
+            if target == building and building.exists():
+                shutil.rmtree(building)
             self.policy.save_merged(target)  # LoRA: the merged model, and the adapter in adapter/
             atomic_write_json(target / f"{made_by.replace(' ', '_')}.json", made)
+            if target == building:
+                replace_dir(building, self.run_dir / "final")

@@ -1,0 +1,193 @@
+"""Soak: many GRPO steps in one process, watching for what grows (memory, file descriptors, processes, threads).
+
+    python benchmarks/soak.py [--steps 1000] [--every 50] [--prompts 8] [--group 4] [--max_new_tokens 64]
+                              [--threads 1] [--work DIR] [--json FILE] [--set key=value ...]
+
+Trains the shipped base (``builtin:base``) on the built-in task with ``Trainer.train`` in this process, as
+``veriloop train`` does (checkpoints every ``--checkpoint_every`` steps, every record saved, metrics.jsonl), with
+small steps (``--prompts`` x ``--group`` completions of up to ``--max_new_tokens`` tokens).  After step 1 and
+every ``--every`` steps it samples: this process's resident memory (VmRSS) and Python objects (``gc``), its open
+file descriptors (``/proc/self/fd``), its threads (the kernel's count, native ones included, and Python's), and
+its descendant processes (verifier sandboxes, workers: how many and their resident memory together).  Prints a
+row per sample as it goes (the progress), then the growth after warm-up: the sample at ``--warmup`` of the run
+(10%) against the last, in MB and MB per 100 steps, and the difference in descriptors, processes and threads.
+A leak shows as steady growth after warm-up; allocator noise as a few MB that do not keep climbing.
+``--json FILE`` writes the settings, every sample and the summary.  The run directory is a temporary one,
+removed at the end; with ``--work DIR`` it is ``DIR/soak-<date>-<time>``, kept.
+Linux only (it reads ``/proc``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import silence_hub_progress  # noqa: E402
+
+PAGE_KB = os.sysconf("SC_PAGE_SIZE") // 1024
+
+
+def _status(pid: int | str = "self") -> dict[str, str]:
+    with open(f"/proc/{pid}/status") as f:
+        return dict(line.rstrip("\n").split(":\t", 1) for line in f if ":\t" in line)
+
+
+def _kb(field: str) -> int:
+    return int(field.split()[0])
+
+
+def descendants(root: int) -> list[int]:
+    """Every live process below ``root`` (children, their children, ...), from each process's parent in /proc."""
+    parent = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                stat = f.read()
+        except OSError:  # gone meanwhile
+            continue
+        parent[int(entry)] = int(stat[stat.rindex(")") + 2 :].split()[1])  # after "(comm)": state, ppid
+    below, frontier = [], [root]
+    while frontier:
+        frontier = [pid for pid, ppid in parent.items() if ppid in frontier]
+        below += frontier
+    return below
+
+
+def descendants_rss_mb(pids: list[int]) -> float:
+    total = 0
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/statm") as f:
+                total += int(f.read().split()[1]) * PAGE_KB
+        except OSError:
+            pass
+    return total / 1024
+
+
+def sample(step: int, started: float, last: dict | None) -> dict:
+    status = _status()
+    below = descendants(os.getpid())
+    now = time.time()
+    row = {"step": step, "rss_mb": _kb(status["VmRSS"]) / 1024, "peak_rss_mb": _kb(status["VmHWM"]) / 1024,
+           "fds": len(os.listdir("/proc/self/fd")), "children": len(below),
+           "children_rss_mb": descendants_rss_mb(below), "threads": int(status["Threads"]),
+           "py_threads": threading.active_count(), "py_objects": len(gc.get_objects()),
+           "elapsed_s": now - started}  # fmt: skip
+    if last is not None and step > last["step"]:
+        row["s_per_step"] = (row["elapsed_s"] - last["elapsed_s"]) / (step - last["step"])
+    return row
+
+
+HEADER = ("| step | RSS MB | peak MB | objects k | fds | children | children MB | threads | py threads | s/step "
+          "| elapsed s |\n|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")  # fmt: skip
+
+
+def table_row(r: dict) -> str:
+    per_step = f"{r['s_per_step']:.2f}" if "s_per_step" in r else ""
+    return (f"| {r['step']} | {r['rss_mb']:.1f} | {r['peak_rss_mb']:.1f} | {r['py_objects'] / 1000:.0f} | {r['fds']} "
+            f"| {r['children']} | {r['children_rss_mb']:.1f} | {r['threads']} | {r['py_threads']} | {per_step} "
+            f"| {r['elapsed_s']:.0f} |")  # fmt: skip
+
+
+def growth(samples: list[dict], warmup: float, steps: int) -> dict:
+    """The last sample against the first one at or after ``warmup`` of the run (not the last one itself)."""
+    end = samples[-1]
+    after = [s for s in samples[:-1] if s["step"] >= warmup * steps] or samples[:-1] or samples
+    start = after[0]
+    span = max(end["step"] - start["step"], 1)
+    rss = end["rss_mb"] - start["rss_mb"]
+    return {"from_step": start["step"], "to_step": end["step"], "rss_mb": rss, "rss_mb_per_100_steps": rss / span * 100,
+            "children_rss_mb": end["children_rss_mb"] - start["children_rss_mb"],
+            "py_objects": end["py_objects"] - start["py_objects"], "fds": end["fds"] - start["fds"],
+            "children": end["children"] - start["children"], "threads": end["threads"] - start["threads"],
+            "s_per_step_warm": (end["elapsed_s"] - start["elapsed_s"]) / span}  # fmt: skip
+
+
+def options(a, run_dir: str) -> dict:
+    out = {"run_dir": run_dir, "policy": "builtin:base", "steps": a.steps, "seed": a.seed, "threads": a.threads,
+           "rollout.prompts_per_step": a.prompts, "rollout.group_size": a.group,
+           "sampling.max_new_tokens": a.max_new_tokens, "checkpoint_every": a.checkpoint_every}  # fmt: skip
+    for item in a.set:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise SystemExit(f"--set takes key=value, got {item!r}")
+        out[key] = value
+    return out
+
+
+def run(a, run_dir: str) -> dict:
+    from veriloop.config import build_config
+    from veriloop.training.config import TrainConfig
+    from veriloop.training.trainer import Trainer
+
+    settings = options(a, run_dir)
+    cfg = build_config(TrainConfig, {}, settings)
+    started = time.time()
+    trainer = Trainer(cfg, progress=False)
+    print(f"# soak: {a.steps} steps of {cfg.algo} on {cfg.policy} ({a.prompts} prompts x {a.group}, up to "
+          f"{a.max_new_tokens} new tokens, {a.threads or 'default'} torch threads), a sample every {a.every} steps; "
+          f"run directory {run_dir}; set up in {time.time() - started:.1f} s", flush=True)  # fmt: skip
+    print(HEADER, flush=True)
+    samples: list[dict] = []
+    real_step = trainer.train_step
+
+    def step_and_sample(step: int) -> dict:
+        row = real_step(step)
+        if step == 1 or step % a.every == 0 or step == a.steps:
+            samples.append(sample(step, started, samples[-1] if samples else None))
+            samples[-1]["reward_mean"] = row.get("reward_mean")
+            print(table_row(samples[-1]), flush=True)
+        return row
+
+    trainer.train_step = step_and_sample  # train() calls it: checkpoints, records and metrics as in a real run
+    trainer.train()
+    summary = growth(samples, a.warmup, a.steps)
+    print(f"\ngrowth after warm-up (step {summary['from_step']} -> {summary['to_step']}): RSS "
+          f"{summary['rss_mb']:+.1f} MB ({summary['rss_mb_per_100_steps']:+.2f} MB per 100 steps), Python objects "
+          f"{summary['py_objects']:+d}, fds {summary['fds']:+d}, child processes {summary['children']:+d} "
+          f"({summary['children_rss_mb']:+.1f} MB), threads {summary['threads']:+d}; "
+          f"{summary['s_per_step_warm']:.2f} s/step after warm-up", flush=True)  # fmt: skip
+    return {"settings": {k: v for k, v in settings.items() if k != "run_dir"}, "samples": samples, "summary": summary}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--steps", type=int, default=1000)
+    p.add_argument("--every", type=int, default=50, help="sample every N steps (and after steps 1 and the last)")
+    p.add_argument("--prompts", type=int, default=8, help="prompts per step")
+    p.add_argument("--group", type=int, default=4, help="completions per prompt")
+    p.add_argument("--max_new_tokens", type=int, default=64)
+    p.add_argument("--checkpoint_every", type=int, default=20)
+    p.add_argument("--threads", type=int, default=1, help="torch CPU threads; 0 = torch's default")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--warmup", type=float, default=0.1, help="share of the run after which growth is measured")
+    p.add_argument("--work", default="", help="keep the run directory, in this directory (default: a temporary one)")
+    p.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="more veriloop options")
+    p.add_argument("--json", default="")
+    a = p.parse_args()
+    if a.steps < 2 or a.every < 1 or not 0 <= a.warmup < 1:
+        p.error("--steps must be >= 2, --every >= 1 and --warmup in [0, 1)")
+    silence_hub_progress()
+    if a.work:  # kept, to look at
+        run_dir = Path(a.work) / time.strftime("soak-%Y%m%d-%H%M%S")
+        result = run(a, str(run_dir))
+    else:
+        with tempfile.TemporaryDirectory(prefix="soak-") as tmp:
+            result = run(a, f"{tmp}/run")
+    if a.json:
+        Path(a.json).write_text(json.dumps(result, indent=2) + "\n")
+        print(f"wrote {a.json}")
+
+
+if __name__ == "__main__":
+    main()
