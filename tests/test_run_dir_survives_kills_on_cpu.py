@@ -562,7 +562,8 @@ class Zygote:
         self.proc = subprocess.Popen([sys.executable, "-c", ZYGOTE, str(marks), str(FSYNC_DELAY), json.dumps(PAUSE)],
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)  # fmt: skip
         self.lines: queue.Queue = queue.Queue()
-        reader = threading.Thread(target=lambda: [self.lines.put(line.strip()) for line in self.proc.stdout], daemon=True)
+        reader = threading.Thread(target=lambda: [self.lines.put(line.strip()) for line in self.proc.stdout],
+                                  daemon=True)
         reader.start()
         self.ready = False
 
@@ -570,7 +571,7 @@ class Zygote:
         try:
             return self.lines.get(timeout=timeout)
         except queue.Empty:
-            raise AssertionError(f"the drill's zygote said nothing for {timeout} s (exit {self.proc.poll()})")
+            raise AssertionError(f"the drill's zygote said nothing for {timeout} s (exit {self.proc.poll()})") from None
 
     def start(self, argv: list[str], log: Path) -> int:
         if not self.ready:

@@ -32,8 +32,15 @@ from pathlib import Path
 import torch
 
 from veriloop.errors import InputError
-from veriloop.io import (atomic_write_json, atomic_write_yaml, fsync_dir, fsync_file, remove_temp_files, step_name,
-                         steps_in)  # fmt: skip
+from veriloop.io import (
+    atomic_write_json,
+    atomic_write_yaml,
+    fsync_dir,
+    fsync_file,
+    remove_temp_files,
+    step_name,
+    steps_in,  # fmt: skip
+)
 from veriloop.rollout.records import RecordStore
 
 MANIFEST = "manifest.json"
