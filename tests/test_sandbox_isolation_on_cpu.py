@@ -131,3 +131,12 @@ def test_the_run_holds_no_capability_in_its_namespaces():
                     "import os\nos.mknod('dev', 0o600 | 0o020000, os.makedev(1, 3))"):
         res = bare(program)
         assert res.status == "crash" and "PermissionError" in res.detail, (program, res)
+
+
+@kernel
+def test_a_view_that_cannot_be_set_up_is_an_error_never_a_score(monkeypatch):
+    from veriloop.verifiers import sandbox
+
+    monkeypatch.setattr(sandbox, "_view_paths", lambda: ["/nonexistent-veriloop-path"])
+    with pytest.raises(sandbox.SandboxError, match="could not be set up"):
+        run_program("print(1)", isolation_=sandbox.Isolation(True, ""))

@@ -151,6 +151,15 @@ def _main(_read=os.read, _write=os.write, _exit=os._exit, _exec=exec, _compile=c
     bundle = literal(readline().decode())
     token, mode, program = bundle["token"], bundle["mode"], bundle["program"]
     read_roots, denied = _tuple(bundle["read_roots"]), _tuple(bundle["denied_roots"])
+    realpath, fspath, join, sep = os.path.realpath, os.fspath, os.path.join, os.sep
+    def report(kind, text):
+        line = token + " " + kind + " " + _str(text).replace(chr(10), " ") + chr(10)
+        data = line.encode()
+        while data:
+            data = data[_write(ctrl_out, data):]
+    def inside(path, roots):
+        p = realpath(join(home, fspath(path)))
+        return _any(p == r or p.startswith(r + sep) for r in roots)
     view = bundle.get("view")
     if view:  # kernel layer: in new user/mount/pid/net/ipc/uts namespaces, make the file system this run's view
         try:
@@ -166,16 +175,7 @@ def _main(_read=os.read, _write=os.write, _exit=os._exit, _exec=exec, _compile=c
             os.close(ctrl_out)
             status = os.waitpid(pid, 0)[1]
             _exit(128 + os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status))
-    home = os.path.realpath(os.getcwd())
-    realpath, fspath, join, sep = os.path.realpath, os.fspath, os.path.join, os.sep
-    def report(kind, text):
-        line = token + " " + kind + " " + _str(text).replace(chr(10), " ") + chr(10)
-        data = line.encode()
-        while data:
-            data = data[_write(ctrl_out, data):]
-    def inside(path, roots):
-        p = realpath(join(home, fspath(path)))
-        return _any(p == r or p.startswith(r + sep) for r in roots)
+    home = realpath(os.getcwd())  # after the view: the run directory at its own path
     def violation(what):
         report("VIOLATION", what)
         _exit(86)
