@@ -426,17 +426,27 @@ def _probe_isolation(mode: str) -> Isolation:
     elif shutil.which("unshare") is None:
         why = "no unshare command (util-linux)"
     else:
-        probe = Isolation(True, cgroup)
-        try:
-            res = run_program("print(sum(range(10)))", limits=SandboxLimits(wall_seconds=20), isolation_=probe)
-            if res.status == "ok" and res.stdout.strip() == "45":
-                return probe
-            why = f"namespaces unavailable: {res.status} {res.detail}".strip()
-        except (OSError, SandboxError) as e:
-            why = f"namespaces unavailable: {e}"
+        for candidate in dict.fromkeys([Isolation(True, cgroup), Isolation(True, "")]):  # the cgroup may refuse us
+            ok, why = _works(candidate)
+            if ok:
+                return candidate
+        why = f"namespaces unavailable: {why}"
     if mode == "namespaces":
         raise SandboxError(f"VERILOOP_SANDBOX=namespaces, but {why}")
+    if cgroup and not _works(Isolation(False, cgroup))[0]:
+        cgroup = ""
     return Isolation(False, cgroup, why)
+
+
+def _works(candidate: Isolation) -> tuple[bool, str]:
+    """Does a trivial program run, and print what it should, under ``candidate``?"""
+    try:
+        res = run_program("print(sum(range(10)))", limits=SandboxLimits(wall_seconds=20), isolation_=candidate)
+    except (OSError, subprocess.SubprocessError, SandboxError) as e:  # SubprocessError: preexec_fn (the cgroup)
+        return False, f"{type(e).__name__}: {e}"
+    if res.status == "ok" and res.stdout.strip() == "45":
+        return True, ""
+    return False, f"{res.status} {res.detail}".strip()
 
 
 def _pids_cgroup_root() -> str:
