@@ -830,7 +830,7 @@ class _Child:
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=self.workdir, env=env,
                 pass_fds=(ctrl_in_r, ctrl_out_w), start_new_session=True, preexec_fn=_preexec(limits, self.cgroup),
             )  # fmt: skip
-        except OSError:
+        except (OSError, subprocess.SubprocessError):  # SubprocessError: the preexec_fn (rlimits, cgroup) failed
             for fd in (self.ctrl_in, self.ctrl_out):
                 os.close(fd)
             self._remove()
@@ -914,7 +914,6 @@ class _Child:
                 except (ProcessLookupError, PermissionError, ValueError):
                     pass
             _CGROUP_REAPER.remove(self.cgroup)
-
 
     def parse(self, line: bytes):
         """``(kind, text)`` of a line of the harness (it carries this run's token), else None."""
@@ -1034,8 +1033,8 @@ def _write_all(fd: int, data: bytes, deadline: float) -> None:
         if left <= 0:
             raise TimeoutError
         _, ready, _ = select.select([], [fd], [], left)
-        if ready:
-            view = view[os.write(fd, view[:65536]) :]
+        if ready:  # a writable pipe has room for PIPE_BUF bytes: this write cannot block past the deadline
+            view = view[os.write(fd, view[: select.PIPE_BUF]) :]
 
 
 def _kill_group(proc: subprocess.Popen) -> None:
