@@ -6,6 +6,7 @@ import os
 import socket
 import struct
 
+import pytest
 from hypothesis import settings
 
 
@@ -73,3 +74,17 @@ class DigitShare(verifiers.Verifier):
     def verify(self, completion, reference):
         score = sum(c.isdigit() for c in completion) / max(len(completion), 1)
         return self._verdict(score, {"digits": score})
+
+
+@pytest.fixture(scope="module")
+def tiny_policy(tmp_path_factory):
+    """A tiny random built-in policy (char tokenizer, 2 layers of 64), saved once per module: its directory."""
+    from veriloop.models.tiny import TinyModelConfig, build_char_tokenizer, build_tiny_model  # after the netns
+
+    path = tmp_path_factory.mktemp("policy")
+    tok = build_char_tokenizer()
+    model = build_tiny_model(tok, TinyModelConfig(hidden_size=64, intermediate_size=128, num_layers=2, num_heads=2),
+                             seed=1)  # fmt: skip
+    model.save_pretrained(path)
+    tok.save_pretrained(path)
+    return str(path)

@@ -18,6 +18,9 @@ from veriloop.config import ConfigError, build_config, load_yaml
 from veriloop.errors import InputError
 from veriloop.training.config import TrainConfig
 
+# the maths verifier's worker pool and the record files are the only things started here; each example is bounded
+pytestmark = pytest.mark.timeout(600)
+
 # ---------------------------------------------------------------- config files and flags
 
 KEYS = ["steps", "seed", "optim.lr", "optim.weight_decay", "sampling.temperature", "sampling.top_p",
@@ -151,24 +154,20 @@ def test_text_verifiers_give_a_verdict_for_any_completion(name, completion):
 @example(completion="\\boxed{" + "9" * 5000 + "}")
 @example(completion="\\boxed{x^{x^{x^{x^{x^{x^{99}}}}}}}")
 @example(completion="\\boxed{10^{10^{10^{10}}}}")  # a pathological expression
-def test_the_maths_verifier_gives_a_verdict_in_bounded_time(completion):
+def test_the_maths_verifier_gives_a_verdict_in_bounded_time(maths, completion):
     start = time.monotonic()
-    v = _MATH.verify(completion, REFERENCES["math"])  # a pathological one times out (5 s) in its worker
+    v = maths.verify(completion, REFERENCES["math"])  # a pathological one times out (5 s) in its worker
     assert 0.0 <= v.score <= 1.0 and isinstance(v.outcome, str) and v.outcome, v
     assert time.monotonic() - start < 30.0, completion[:80]
 
 
-_MATH = None
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _maths_verifier():
-    global _MATH
+@pytest.fixture(scope="module")
+def maths():
     from veriloop.verifiers import get
 
-    _MATH = get("math")
-    yield
-    close = getattr(_MATH, "close", None)
+    verifier = get("math")  # one worker pool for the module
+    yield verifier
+    close = getattr(verifier, "close", None)
     if close:
         close()
 

@@ -22,7 +22,6 @@ from veriloop import cli
 from veriloop.config import build_config
 from veriloop.errors import InputError
 from veriloop.models.loading import Policy, load_policy
-from veriloop.models.tiny import TinyModelConfig, build_char_tokenizer, build_tiny_model
 from veriloop.rollout.ledger import Ledger
 from veriloop.rollout.records import RecordStore
 from veriloop.training import checkpoint as ckpt
@@ -66,17 +65,6 @@ def plugin_dir(tmp_path_factory):
     __import__("killplugin")
     yield where
     sys.path.remove(str(where))
-
-
-@pytest.fixture(scope="module")
-def tiny_policy(tmp_path_factory):
-    path = tmp_path_factory.mktemp("policy")
-    tok = build_char_tokenizer()
-    model = build_tiny_model(tok, TinyModelConfig(hidden_size=64, intermediate_size=128, num_layers=2, num_heads=2),
-                             seed=1)  # fmt: skip
-    model.save_pretrained(path)
-    tok.save_pretrained(path)
-    return str(path)
 
 
 def config(policy, run_dir, base, **over):

@@ -12,6 +12,8 @@ import pytest
 
 from veriloop.verifiers.sandbox import SandboxLimits, _probe_isolation, isolation, run_program
 
+pytestmark = pytest.mark.timeout(300)  # every run is a sandboxed process with its own wall-clock limit
+
 ISO = isolation()
 kernel = pytest.mark.skipif(not ISO.namespaces, reason=f"no kernel layer on this machine: {ISO.why}")
 LIMITS = SandboxLimits(wall_seconds=8, cpu_seconds=4)

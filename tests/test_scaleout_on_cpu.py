@@ -13,7 +13,6 @@ import ray
 import torch
 
 from veriloop.config import build_config
-from veriloop.models.tiny import TinyModelConfig, build_char_tokenizer, build_tiny_model
 from veriloop.rollout.engine import WeightsVersionError, build_requests, weights_digest
 from veriloop.rollout.ledger import Ledger
 from veriloop.rollout.ray_engine import RayEngine, SeededDelays
@@ -33,17 +32,6 @@ def ray_cluster():
              log_to_driver=False)  # fmt: skip
     yield
     ray.shutdown()
-
-
-@pytest.fixture(scope="module")
-def tiny_policy(tmp_path_factory):
-    path = tmp_path_factory.mktemp("policy")
-    tok = build_char_tokenizer()
-    model = build_tiny_model(tok, TinyModelConfig(hidden_size=64, intermediate_size=128, num_layers=2, num_heads=2),
-                             seed=1)  # fmt: skip
-    model.save_pretrained(path)
-    tok.save_pretrained(path)
-    return str(path)
 
 
 @pytest.fixture(scope="module")

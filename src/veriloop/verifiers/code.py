@@ -19,7 +19,8 @@ import re
 from concurrent.futures import ThreadPoolExecutor
 
 from veriloop.verifiers.base import Verdict, Verifier, VerifierError, register
-from veriloop.verifiers.sandbox import SandboxLimits, parse_tests, run_program, run_tests
+from veriloop.verifiers.sandbox import SandboxLimits, run_program
+from veriloop.verifiers.sandbox_grader import parse_tests, run_tests
 
 SEVERITY = ("violation", "timeout", "crash", "output_limit", "fail")
 _FENCE = re.compile(r"```(?:python|py|python3)?[ \t]*\n(.*?)```", re.DOTALL | re.IGNORECASE)

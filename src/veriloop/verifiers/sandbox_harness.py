@@ -1,0 +1,273 @@
+"""The program a sandboxed process runs (``python -I -c HARNESS ctrl_in ctrl_out``): kept apart from its
+supervisor (``sandbox.py``) because it is text that runs in the child, not code of this process.
+
+What it does, in order: read the bundle (one line on the control pipe); with a ``view`` (the kernel layer) make
+the run's file system, drop every capability and fork (the namespace's first process only waits); install the
+audit hook; run the program; then either report how it ended (``run`` mode) or answer the grader's requests
+(``serve`` mode: the program's names, then calls in, strictly encoded values, handles or exceptions out).
+"""
+
+# The child's program.  It runs with -I (no user site, no PYTHONPATH, no cwd on sys.path).  One line in on the
+# control pipe (the bundle), then: run the program; in "run" mode report how it ended; in "serve" mode report the
+# program's names and answer the grader's requests (calls in, strictly encoded built-in values or exceptions out)
+# until the grader ends.  Nothing the child sends is a verdict: the grader evaluates every test itself.
+HARNESS = r"""
+import sys, os, builtins
+def _enter_view(view):
+    # A fresh tmpfs becomes "/": the interpreter's own directories and a few device files bound read-only at their
+    # own paths, the run's directory read-write, nothing else (no /proc, /tmp, /home, the grader's files, other
+    # runs).  pivot_root and detaching the old root leave no path back to it.
+    import ctypes
+    libc = ctypes.CDLL(None, use_errno=True)
+    MS_RDONLY, MS_NOSUID, MS_NODEV, MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 1, 2, 4, 32, 4096, 16384, 1 << 18
+    def mount(src, target, fs, flags, data=None):
+        enc = lambda x: None if x is None else x.encode()
+        if libc.mount(enc(src), enc(target), enc(fs), flags, enc(data)) != 0:
+            raise OSError(ctypes.get_errno(), "mount " + target + ": " + os.strerror(ctypes.get_errno()))
+    root, work = view["root"], view["work"]
+    mount(None, "/", None, MS_REC | MS_PRIVATE)
+    mount("tmpfs", root, "tmpfs", MS_NOSUID | MS_NODEV, "size=64k,mode=755")
+    for path in view["read_only"]:
+        target = root + path
+        if os.path.isdir(path):
+            os.makedirs(target, exist_ok=True)
+        else:
+            os.makedirs(os.path.dirname(target), exist_ok=True)
+            open(target, "a").close()
+        mount(path, target, None, MS_BIND | MS_REC)
+        mount(None, target, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV)
+    os.makedirs(root + work, exist_ok=True)
+    mount(work, root + work, None, MS_BIND)
+    mount(None, root + work, None, MS_REMOUNT | MS_BIND | MS_NOSUID | MS_NODEV)
+    os.mkdir(root + "/.old")
+    if libc.syscall(view["pivot_root"], root.encode(), (root + "/.old").encode()) != 0:
+        raise OSError(ctypes.get_errno(), "pivot_root: " + os.strerror(ctypes.get_errno()))
+    os.chdir("/")
+    if libc.umount2(b"/.old", 2) != 0:  # MNT_DETACH
+        raise OSError(ctypes.get_errno(), "umount old root: " + os.strerror(ctypes.get_errno()))
+    os.rmdir("/.old")
+    mount(None, "/", None, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV)
+    os.chdir(work)
+    # Root of its namespace, the run keeps no capability: no mount, chroot, raw socket or namespace of its own.
+    if libc.prctl(38, 1, 0, 0, 0) != 0:  # PR_SET_NO_NEW_PRIVS
+        raise OSError(ctypes.get_errno(), "no_new_privs")
+    for cap in range(64):
+        libc.prctl(24, cap, 0, 0, 0)  # PR_CAPBSET_DROP (EINVAL past the last capability)
+    header = (ctypes.c_uint32 * 2)(0x20080522, 0)  # _LINUX_CAPABILITY_VERSION_3, this process
+    data = (ctypes.c_uint32 * 6)()  # effective, permitted, inheritable: empty (two 32-bit words each)
+    if libc.capset(header, data) != 0:
+        raise OSError(ctypes.get_errno(), "capset: " + os.strerror(ctypes.get_errno()))
+    for name in [m for m in sys.modules if m in ("ctypes", "_ctypes") or m.startswith("ctypes.")]:
+        del sys.modules[name]  # an import of a cached module raises no audit event: make the program's import a new one
+def _main(_read=os.read, _write=os.write, _exit=os._exit, _exec=exec, _compile=compile, _type=type,
+          _isinstance=isinstance, _str=str, _repr=repr, _len=len, _tuple=tuple, _list=list, _dict=dict, _set=set,
+          _frozenset=frozenset, _sorted=sorted, _any=any, _float=float, _getattr=getattr, _iter=iter, _next=next,
+          _bool=bool, _BaseException=BaseException, _StopIteration=StopIteration, _bytes=bytes, _int=int):
+    ctrl_in, ctrl_out = int(sys.argv[1]), int(sys.argv[2])
+    pending = [b""]
+    def readline():
+        while b"\n" not in pending[0]:
+            b = _read(ctrl_in, 1 << 16)
+            if not b:
+                line, pending[0] = pending[0], b""
+                return line
+            pending[0] += b
+        line, _, pending[0] = pending[0].partition(b"\n")
+        return line
+    import ast
+    literal = ast.literal_eval
+    bundle = literal(readline().decode())
+    token, mode, program = bundle["token"], bundle["mode"], bundle["program"]
+    read_roots, denied = _tuple(bundle["read_roots"]), _tuple(bundle["denied_roots"])
+    realpath, fspath, join, sep = os.path.realpath, os.fspath, os.path.join, os.sep
+    def report(kind, text):
+        line = token + " " + kind + " " + _str(text).replace(chr(10), " ") + chr(10)
+        data = line.encode()
+        while data:
+            data = data[_write(ctrl_out, data):]
+    def inside(path, roots):
+        p = realpath(join(home, fspath(path)))
+        return _any(p == r or p.startswith(r + sep) for r in roots)
+    view = bundle.get("view")
+    if view:  # kernel layer: in new user/mount/pid/net/ipc/uts namespaces, make the file system this run's view
+        try:
+            _enter_view(view)
+        except BaseException as e:
+            report("SETUP", _type(e).__name__ + ": " + _str(e))
+            _exit(0)
+        # The namespace's first process ignores signals it has no handler for (SIGXCPU at the CPU limit among
+        # them): it only waits, and the run is its child, which ends as any process does.
+        pid = os.fork()
+        if pid:
+            os.close(ctrl_in)
+            os.close(ctrl_out)
+            status = os.waitpid(pid, 0)[1]
+            _exit(128 + os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status))
+    home = realpath(os.getcwd())  # after the view: the run directory at its own path
+    def violation(what):
+        report("VIOLATION", what)
+        _exit(86)
+    forbidden_imports = {"ctypes", "_ctypes", "_posixsubprocess", "multiprocessing", "_multiprocessing",
+                         "socket", "_socket", "ssl", "_ssl", "pty", "resource", "_xxsubinterpreters"}
+    writes = {"os.remove", "os.rename", "os.rmdir", "os.mkdir", "shutil.rmtree", "os.chmod", "os.chown",
+              "os.truncate", "os.utime", "os.link", "os.symlink", "os.chflags", "os.lchown", "os.mkfifo",
+              "os.mknod", "shutil.move", "shutil.copyfile"}
+    processes = {"os.fork", "os.forkpty", "os.exec", "os.posix_spawn", "os.spawn", "os.system", "os.startfile",
+                 "subprocess.Popen", "pty.spawn", "os.kill", "os.killpg", "signal.pthread_kill", "os.setsid",
+                 "os.setpgid", "os.setuid", "os.setgid"}
+    walks = {"gc.get_objects", "gc.get_referrers", "gc.get_referents", "sys.addaudithook"}
+    def hook(event, args):
+        if event == "open":
+            path = args[0]
+            if path is None or _isinstance(path, int):
+                return  # a descriptor the process already holds
+            mode = args[1] if _len(args) > 1 and _isinstance(args[1], _str) else "r"
+            flags = args[2] if _len(args) > 2 and _isinstance(args[2], int) else 0
+            if inside(path, (home,)):
+                return
+            if _any(c in mode for c in "wax+") or flags & 3:
+                violation("write outside the working directory: " + _str(path))
+            if inside(path, denied) or not inside(path, read_roots):
+                violation("read outside the working directory: " + _str(path))
+        elif event in ("os.listdir", "os.scandir", "os.chdir", "glob.glob", "os.walk"):
+            target = args[0] if args and args[0] is not None else "."
+            if not _isinstance(target, int) and not inside(target, (home,)) and not (
+                    inside(target, read_roots) and not inside(target, denied)):
+                violation(event + " outside the working directory: " + _str(target))
+        elif event in writes:
+            paths = [a for a in args[:2] if _isinstance(a, (_str, bytes))]
+            if _any(not inside(a, (home,)) for a in paths):
+                violation(event + " outside the working directory: " + _repr(paths))
+        elif event in processes or event in walks:
+            violation(event)
+        elif event.startswith("socket.") or event.startswith("ctypes."):
+            violation(event)
+        elif event == "import" and args[0].split(".")[0] in forbidden_imports:
+            violation("import " + args[0])
+    handles = []  # objects that are not values, named to the grader by their index
+    def encode(v, depth=0):
+        # built-in values only (exact types: a subclass of int may carry any __eq__); anything else is a handle
+        t = _type(v)
+        if depth > 50:
+            raise TypeError("value nested too deeply")
+        if v is None or t is _bool or t is _int or t is _str or t is _bytes:
+            return v
+        if t is _float:
+            return ("float", _repr(v))
+        if t is _list or t is _tuple:
+            return (t.__name__, [encode(x, depth + 1) for x in v])
+        if t is _set or t is _frozenset:
+            return (t.__name__, _sorted([encode(x, depth + 1) for x in v], key=_repr))
+        if t is _dict:
+            return ("dict", [(encode(k, depth + 1), encode(x, depth + 1)) for k, x in v.items()])
+        raise TypeError("not a built-in value")
+    def decode(x):
+        if _type(x) is _tuple and _len(x) == 2 and _type(x[0]) is _str:
+            kind, body = x
+            if kind == "float":
+                return _float(body)
+            if kind == "list":
+                return [decode(e) for e in body]
+            if kind == "tuple":
+                return _tuple(decode(e) for e in body)
+            if kind == "set":
+                return {decode(e) for e in body}
+            if kind == "frozenset":
+                return _frozenset(decode(e) for e in body)
+            if kind == "dict":
+                return {decode(k): decode(v) for k, v in body}
+            if kind == "ref":
+                return resolve(body)
+        return x
+    def resolve(target):
+        kind, key = target
+        return namespace[key] if kind == "name" else handles[key]
+    def answer(v):
+        try:
+            report("VALUE", _repr(encode(v)))
+        except (TypeError, ValueError):
+            handles.append(v)
+            report("HANDLE", _repr((_len(handles) - 1, _str(_type(v).__name__))))
+    try:
+        code = _compile(program, "<program>", "exec")
+    except SyntaxError as e:
+        report("CRASH", "SyntaxError: " + _str(e))
+        _exit(0)
+    hook_on = bundle.get("hook", True)
+    del bundle, program
+    if hook_on:
+        sys.addaudithook(hook)
+    namespace = {"__name__": "__main__", "__builtins__": builtins}
+    try:
+        _exec(code, namespace)
+    except SystemExit as e:
+        if e.code not in (None, 0):
+            report("CRASH", "SystemExit " + _repr(e.code))
+            _exit(0)
+    except BaseException as e:
+        report("CRASH", _type(e).__name__ + ": " + _str(e))
+        _exit(0)
+    try:
+        sys.stdout.flush()
+    except BaseException:
+        pass
+    if mode == "run":
+        report("DONE", "")
+        _exit(0)
+    names = []
+    for name, v in _list(namespace.items()):
+        if name.startswith("__"):
+            continue
+        if _type(v) is _type(sys):
+            names.append((name, ("module", _str(v.__name__))))
+            continue
+        try:
+            names.append((name, ("value", encode(v))))
+        except (TypeError, ValueError):
+            names.append((name, ("object", _str(_type(v).__name__))))
+    report("READY", _repr(names))
+    while True:
+        line = readline()
+        if not line:
+            break
+        op, target, payload = literal(line.decode())
+        if op == "end":
+            break
+        try:
+            obj = resolve(target)
+            if op == "call":
+                result = obj(*decode(payload[0]), **decode(payload[1]))
+            elif op == "getattr":
+                result = _getattr(obj, payload)
+            elif op == "iter":
+                result = _iter(obj)
+            elif op == "next":
+                try:
+                    result = _next(obj)
+                except _StopIteration:
+                    report("STOP", "")
+                    continue
+            elif op == "len":
+                result = _len(obj)
+            elif op == "getitem":
+                result = obj[decode(payload)]
+            elif op == "contains":
+                result = decode(payload) in obj
+            elif op == "bool":
+                result = _bool(obj)
+            else:
+                raise TypeError("unknown request " + _repr(op))
+            answer(result)
+        except _BaseException as e:
+            try:
+                why = _str(e)[:2000]
+            except _BaseException:
+                why = ""
+            report("RAISE", _repr((_str(_type(e).__name__), why)))
+    try:
+        sys.stdout.flush()
+    except BaseException:
+        pass
+    _exit(0)
+_main()
+"""

@@ -1,0 +1,219 @@
+"""The sandbox's isolation layers: what this machine allows (probed once per process), the read-only view a
+run in namespaces sees, the read roots the audit hook allows, and each run's pids cgroup (made by the
+supervisor, removed here in the background).
+
+``VERILOOP_SANDBOX=auto`` (default) takes the strongest layers that work: namespaces (user, mount, pid, net,
+ipc, uts; a read-only ``pivot_root`` view; no capabilities), a pids cgroup per run, resource limits and the
+audit hook.  ``process`` keeps the last two; ``namespaces`` requires the kernel layer.
+"""
+
+from __future__ import annotations
+
+import atexit
+import functools
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass
+
+from veriloop.errors import InputError
+
+_PIVOT_ROOT = {"x86_64": 155, "aarch64": 41}  # syscall numbers
+_NAMESPACES = ["--user", "--map-root-user", "--mount", "--pid", "--net", "--ipc", "--uts", "--fork", "--kill-child"]
+
+
+@dataclass(frozen=True)
+class Isolation:
+    """The layers every run gets on this machine, strongest first; ``why`` says why a stronger one is missing."""
+
+    namespaces: bool  # user, mount, pid, net, ipc, uts namespaces and a read-only view of the file system
+    pids_cgroup: str  # the cgroup directory under which each run gets its own pids.max, or ""
+    why: str = ""
+
+    @property
+    def layers(self) -> str:
+        parts = (["namespaces"] if self.namespaces else []) + (["pids-cgroup"] if self.pids_cgroup else [])
+        return "+".join(parts + ["rlimits", "audit-hook"])
+
+    def describe(self) -> str:
+        kernel = ("user, mount, pid, net, ipc and uts namespaces; a read-only view of the interpreter's files and "
+                  "the run's own directory, nothing else; no network device; no capabilities") if self.namespaces else (
+                  "no kernel boundary")  # fmt: skip
+        pids = f"; at most {PIDS_MAX} processes and threads (pids cgroup)" if self.pids_cgroup else ""
+        return (f"sandbox layers: {self.layers}: {kernel}{pids}; resource limits; the audit hook"
+                + (f" ({self.why})" if self.why else ""))  # fmt: skip
+
+
+PIDS_MAX = 64
+_ISOLATION: Isolation | None = None
+_ISOLATION_LOCK = threading.Lock()
+
+
+def isolation() -> Isolation:
+    """The strongest isolation this machine allows, probed once per process.  ``VERILOOP_SANDBOX=process`` keeps
+    the process layers only; ``namespaces`` requires the kernel layer (an error where it cannot be had)."""
+    global _ISOLATION
+    with _ISOLATION_LOCK:
+        if _ISOLATION is None:
+            _ISOLATION = _probe_isolation(os.environ.get("VERILOOP_SANDBOX", "auto"))
+        return _ISOLATION
+
+
+def _probe_isolation(mode: str) -> Isolation:
+    if mode not in ("auto", "process", "namespaces"):
+        raise InputError(f"VERILOOP_SANDBOX must be auto, process or namespaces, got {mode!r}")
+    if mode == "process":
+        return Isolation(False, "", "VERILOOP_SANDBOX=process")
+    cgroup = _pids_cgroup_root()
+    why = ""
+    if not sys.platform.startswith("linux") or os.uname().machine not in _PIVOT_ROOT:
+        why = f"no namespaces on {sys.platform}/{os.uname().machine}"
+    elif shutil.which("unshare") is None:
+        why = "no unshare command (util-linux)"
+    else:
+        for candidate in dict.fromkeys([Isolation(True, cgroup), Isolation(True, "")]):  # the cgroup may refuse us
+            ok, why = _works(candidate)
+            if ok:
+                return candidate
+        why = f"namespaces unavailable: {why}"
+    if mode == "namespaces":
+        raise SandboxError(f"VERILOOP_SANDBOX=namespaces, but {why}")
+    if cgroup and not _works(Isolation(False, cgroup))[0]:
+        cgroup = ""
+    return Isolation(False, cgroup, why)
+
+
+def _works(candidate: Isolation) -> tuple[bool, str]:
+    """Does a trivial program run, and print what it should, under ``candidate``?"""
+    from veriloop.verifiers.sandbox import SandboxLimits, run_program  # the supervisor imports this module
+
+    try:
+        res = run_program("print(sum(range(10)))", limits=SandboxLimits(wall_seconds=20), isolation_=candidate)
+    except (OSError, subprocess.SubprocessError, SandboxError) as e:  # SubprocessError: preexec_fn (the cgroup)
+        return False, f"{type(e).__name__}: {e}"
+    if res.status == "ok" and res.stdout.strip() == "45":
+        return True, ""
+    return False, f"{res.status} {res.detail}".strip()
+
+
+def _pids_cgroup_root() -> str:
+    """A directory where this process may make cgroups with a ``pids.max`` (cgroup v1 or v2), or ""."""
+    for base in ("/sys/fs/cgroup/pids", "/sys/fs/cgroup"):
+        if not os.path.isfile(os.path.join(base, "cgroup.procs")):
+            continue
+        if base == "/sys/fs/cgroup" and "pids" not in _read_text(os.path.join(base, "cgroup.subtree_control")):
+            continue
+        root = os.path.join(base, "veriloop-sandbox")
+        try:
+            os.makedirs(root, exist_ok=True)
+            probe = tempfile.mkdtemp(dir=root)
+            ok = os.path.isfile(os.path.join(probe, "pids.max"))
+            os.rmdir(probe)
+            if ok:
+                return root
+        except OSError:
+            continue
+    return ""
+
+
+def _read_text(path: str) -> str:
+    try:
+        with open(path) as fh:
+            return fh.read()
+    except OSError:
+        return ""
+
+
+class SandboxError(RuntimeError):
+    """The sandbox itself could not be set up: no judgement was made (never a score)."""
+
+
+# Computed once per process (each is a few realpath calls, and every run asks).
+
+
+@functools.cache
+def _denied_roots() -> tuple[str, ...]:
+    """The grader's own files (the veriloop package), even where they lie under a readable root
+    (an installed package in site-packages).  Everything outside the readable roots, other runs'
+    temporary directories included, is denied anyway."""
+    return (os.path.dirname(os.path.dirname(os.path.realpath(__file__))),)
+
+
+@functools.cache
+def _prefixes() -> frozenset[str]:
+    return frozenset(os.path.realpath(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix))
+
+
+@functools.cache
+def _view_paths() -> tuple[str, ...]:
+    """What a run in namespaces sees, read-only: the interpreter's prefixes, the system's shared libraries (the
+    interpreter's extension modules load them), and the device files a program may open."""
+    paths = set(_prefixes())
+    paths |= {os.path.realpath(p) for p in ("/lib", "/lib64", "/usr/lib", "/usr/lib64") if os.path.isdir(p)}
+    paths |= {p for p in ("/dev/null", "/dev/zero", "/dev/urandom", "/dev/random") if os.path.exists(p)}
+    # a path inside another one is bound with it
+    return tuple(sorted(p for p in paths if not any(p != q and p.startswith(q + os.sep) for q in paths)))
+
+
+@functools.cache
+def _read_roots() -> tuple[str, ...]:
+    """What the audit hook lets a program read outside its directory: the interpreter's prefixes, 3 devices."""
+    return tuple(sorted(_prefixes() | {"/dev/null", "/dev/urandom", "/dev/zero"}))
+
+
+class _CgroupReaper:
+    """Removes run cgroups in the background: the kernel frees one only once its last process is reaped, a few
+    milliseconds after the kill, and a run should not wait for that.  At exit, what is left is removed (bounded)."""
+
+    def __init__(self):
+        self.pending: list[str] = []
+        self.cond = threading.Condition()
+        self.thread: threading.Thread | None = None
+        atexit.register(self.drain, 2.0)
+
+    def remove(self, path: str) -> None:
+        if self._try(path):
+            return
+        with self.cond:
+            self.pending.append(path)
+            if self.thread is None:
+                self.thread = threading.Thread(target=self._run, name="veriloop-cgroup-reaper", daemon=True)
+                self.thread.start()
+            self.cond.notify()
+
+    @staticmethod
+    def _try(path: str) -> bool:
+        try:
+            os.rmdir(path)
+        except FileNotFoundError:
+            pass
+        except OSError:
+            return False
+        return True
+
+    def _run(self) -> None:
+        while True:
+            with self.cond:
+                while not self.pending:
+                    self.cond.wait()
+                batch, self.pending = self.pending, []
+            time.sleep(0.02)
+            left = [p for p in batch if not self._try(p)]
+            with self.cond:
+                self.pending = left + self.pending
+
+    def drain(self, seconds: float) -> None:
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            with self.cond:
+                self.pending = [p for p in self.pending if not self._try(p)]
+                if not self.pending:
+                    return
+            time.sleep(0.02)
+
+
+CGROUP_REAPER = _CgroupReaper()
