@@ -80,8 +80,14 @@ def cli_args(policy, run_dir, **over):
 
 def start_cli(plugin_dir, args):
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(plugin_dir), os.environ.get("PYTHONPATH", "")])}
+    # Ctrl-C as a terminal delivers it: a run started in the background (`make test &`) inherits SIGINT ignored,
+    # and the trainer rightly keeps an ignored SIGINT ignored
     return subprocess.Popen([sys.executable, "-m", "veriloop.cli", *args], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=env)  # fmt: skip
+                            stderr=subprocess.PIPE, text=True, env=env, preexec_fn=_default_sigint)  # fmt: skip
+
+
+def _default_sigint():
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def wait_for_rows(proc, run_dir, rows, timeout=180):
@@ -306,29 +312,35 @@ def test_sigint_checkpoints_exits_0_and_resume_runs_each_step_once(tiny_policy, 
 def test_a_second_sigint_raises_keyboard_interrupt_and_the_handlers_are_put_back(tiny_policy, plugin_dir, tmp_path):
     """In process: the first SIGINT (sent during step 2) stops the run after that step with a checkpoint; two of
     them raise KeyboardInterrupt out of ``train``; either way SIGINT's and SIGTERM's handlers are restored."""
-    before = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
-    for sends, run_dir in ((1, tmp_path / "once"), (2, tmp_path / "twice")):
-        trainer = Trainer(config(tiny_policy, run_dir, SHORT), progress=False)
-        real_step = trainer.train_step
+    # as in a terminal, even where this session was started with SIGINT ignored (see start_cli)
+    ignored = signal.getsignal(signal.SIGINT)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        before = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
+        for sends, run_dir in ((1, tmp_path / "once"), (2, tmp_path / "twice")):
+            trainer = Trainer(config(tiny_policy, run_dir, SHORT), progress=False)
+            real_step = trainer.train_step
 
-        def step(n, real_step=real_step, sends=sends):
-            if n == 2:
-                for _ in range(sends):
-                    os.kill(os.getpid(), signal.SIGINT)
-                    time.sleep(0.05)  # the handler runs in the main thread between bytecodes
-            return real_step(n)
+            def step(n, real_step=real_step, sends=sends):
+                if n == 2:
+                    for _ in range(sends):
+                        os.kill(os.getpid(), signal.SIGINT)
+                        time.sleep(0.05)  # the handler runs in the main thread between bytecodes
+                return real_step(n)
 
-        trainer.train_step = step
-        if sends == 1:
-            trainer.train()
-            assert trainer.stop_signal == "SIGINT received" and trainer.state.step == 2
-            assert [p.name for p in ckpt.list_checkpoints(run_dir)] == ["step-000002"]
-            assert not (run_dir / "final").exists()
-        else:
-            with pytest.raises(KeyboardInterrupt):
+            trainer.train_step = step
+            if sends == 1:
                 trainer.train()
-            assert trainer.state.step == 1 and not ckpt.list_checkpoints(run_dir)
-        assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == before
+                assert trainer.stop_signal == "SIGINT received" and trainer.state.step == 2
+                assert [p.name for p in ckpt.list_checkpoints(run_dir)] == ["step-000002"]
+                assert not (run_dir / "final").exists()
+            else:
+                with pytest.raises(KeyboardInterrupt):
+                    trainer.train()
+                assert trainer.state.step == 1 and not ckpt.list_checkpoints(run_dir)
+            assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == before
+    finally:
+        signal.signal(signal.SIGINT, ignored)
 
 
 # ---------------------------------------------------------------------------------------------------- (d)
