@@ -180,6 +180,8 @@ class _Child:
             bundle["view"] = {"root": os.path.join(os.path.realpath(self.base), "root"), "work": self.workdir,
                               "read_only": _view_paths(), "pivot_root": _PIVOT_ROOT[os.uname().machine]}  # fmt: skip
             argv = ["unshare", *_NAMESPACES, *argv]
+        if iso.seccomp:
+            bundle["seccomp"] = iso.seccomp_spec()
         self.cgroup = ""
         if iso.pids_cgroup:
             self.cgroup = os.path.join(iso.pids_cgroup, self.token[:16])

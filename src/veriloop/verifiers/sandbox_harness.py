@@ -2,9 +2,10 @@
 supervisor (``sandbox.py``) because it is text that runs in the child, not code of this process.
 
 What it does, in order: read the bundle (one line on the control pipe); with a ``view`` (the kernel layer) make
-the run's file system, drop every capability and fork (the namespace's first process only waits); install the
-audit hook; run the program; then either report how it ended (``run`` mode) or answer the grader's requests
-(``serve`` mode: the program's names, then calls in, strictly encoded values, handles or exceptions out).
+the run's file system, drop every capability; load the seccomp filter (where the bundle has one); with a view,
+fork (the namespace's first process only waits); install the audit hook; run the program; then either report
+how it ended (``run`` mode) or answer the grader's requests (``serve`` mode: the program's names, then calls in,
+strictly encoded values, handles or exceptions out).
 """
 
 # The child's program.  It runs with -I (no user site, no PYTHONPATH, no cwd on sys.path).  One line in on the
@@ -13,12 +14,60 @@ audit hook; run the program; then either report how it ended (``run`` mode) or a
 # until the grader ends.  Nothing the child sends is a verdict: the grader evaluates every test itself.
 HARNESS = r"""
 import sys, os, builtins
-def _enter_view(view):
+def _load_seccomp(spec):
+    # libseccomp, loaded before the view hides the loader's cache
+    import ctypes
+    lib = ctypes.CDLL(spec["library"], use_errno=True)
+    lib.seccomp_init.restype, lib.seccomp_init.argtypes = ctypes.c_void_p, [ctypes.c_uint32]
+    lib.seccomp_syscall_resolve_name.argtypes = [ctypes.c_char_p]
+    lib.seccomp_load.argtypes = lib.seccomp_release.argtypes = [ctypes.c_void_p]
+    return lib
+def _enter_seccomp(lib, spec):
+    # The syscall filter: default allow; the listed calls fail with EPERM (clone3 with ENOSYS: the C library then
+    # uses clone, whose flags the filter reads); clone with a namespace flag and socket(family != AF_UNIX) fail.
+    # no_new_privs first: an unprivileged process may load a filter only with it, and the run inherits both.
+    import ctypes
+    class Cmp(ctypes.Structure):  # struct scmp_arg_cmp
+        _fields_ = [("arg", ctypes.c_uint), ("op", ctypes.c_int), ("a", ctypes.c_uint64), ("b", ctypes.c_uint64)]
+    lib.seccomp_rule_add_array.argtypes = [ctypes.c_void_p, ctypes.c_uint32, ctypes.c_int, ctypes.c_uint,
+                                           ctypes.POINTER(Cmp)]
+    if ctypes.CDLL(None, use_errno=True).prctl(38, 1, 0, 0, 0) != 0:  # PR_SET_NO_NEW_PRIVS
+        raise OSError(ctypes.get_errno(), "no_new_privs")
+    EPERM, ENOSYS = 0x00050000 | 1, 0x00050000 | 38  # SCMP_ACT_ERRNO(errno)
+    NE, MASKED_EQ = 1, 7  # enum scmp_compare
+    ctx = lib.seccomp_init(0x7FFF0000)  # SCMP_ACT_ALLOW
+    if not ctx:
+        raise OSError("seccomp_init failed")
+    def rule(action, name, *cmps):
+        nr = lib.seccomp_syscall_resolve_name(name.encode())
+        if nr < 0:
+            return  # no such call on this architecture
+        rc = lib.seccomp_rule_add_array(ctx, action, nr, len(cmps), (Cmp * max(1, len(cmps)))(*[Cmp(*c) for c in cmps]))
+        if rc != 0:
+            raise OSError(-rc, "seccomp rule for " + name + ": " + os.strerror(-rc))
+    try:
+        for name in spec["eperm"]:
+            rule(EPERM, name)
+        for name in spec["enosys"]:
+            rule(ENOSYS, name)
+        for flag in spec["clone_flags"]:
+            rule(EPERM, "clone", (0, MASKED_EQ, flag, flag))
+        rule(EPERM, "socket", (0, NE, spec["socket_family"], 0))
+        rc = lib.seccomp_load(ctx)
+        if rc != 0:
+            raise OSError(-rc, "seccomp_load: " + os.strerror(-rc))
+    finally:
+        lib.seccomp_release(ctx)
+def _forget_ctypes():
+    for name in [m for m in sys.modules if m in ("ctypes", "_ctypes") or m.startswith("ctypes.")]:
+        del sys.modules[name]  # an import of a cached module raises no audit event: make the program's import a new one
+def _enter_view(view, seccomp):
     # A fresh tmpfs becomes "/": the interpreter's own directories and a few device files bound read-only at their
     # own paths, the run's directory read-write, nothing else (no /proc, /tmp, /home, the grader's files, other
     # runs).  pivot_root and detaching the old root leave no path back to it.
     import ctypes
     libc = ctypes.CDLL(None, use_errno=True)
+    libseccomp = _load_seccomp(seccomp) if seccomp else None
     MS_RDONLY, MS_NOSUID, MS_NODEV, MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 1, 2, 4, 32, 4096, 16384, 1 << 18
     def mount(src, target, fs, flags, data=None):
         enc = lambda x: None if x is None else x.encode()
@@ -57,8 +106,8 @@ def _enter_view(view):
     data = (ctypes.c_uint32 * 6)()  # effective, permitted, inheritable: empty (two 32-bit words each)
     if libc.capset(header, data) != 0:
         raise OSError(ctypes.get_errno(), "capset: " + os.strerror(ctypes.get_errno()))
-    for name in [m for m in sys.modules if m in ("ctypes", "_ctypes") or m.startswith("ctypes.")]:
-        del sys.modules[name]  # an import of a cached module raises no audit event: make the program's import a new one
+    if libseccomp is not None:
+        _enter_seccomp(libseccomp, seccomp)
 def _main(_read=os.read, _write=os.write, _exit=os._exit, _exec=exec, _compile=compile, _type=type,
           _isinstance=isinstance, _str=str, _repr=repr, _len=len, _tuple=tuple, _list=list, _dict=dict, _set=set,
           _frozenset=frozenset, _sorted=sorted, _any=any, _float=float, _getattr=getattr, _iter=iter, _next=next,
@@ -88,13 +137,17 @@ def _main(_read=os.read, _write=os.write, _exit=os._exit, _exec=exec, _compile=c
     def inside(path, roots):
         p = realpath(join(home, fspath(path)))
         return _any(p == r or p.startswith(r + sep) for r in roots)
-    view = bundle.get("view")
-    if view:  # kernel layer: in new user/mount/pid/net/ipc/uts namespaces, make the file system this run's view
-        try:
-            _enter_view(view)
-        except BaseException as e:
-            report("SETUP", _type(e).__name__ + ": " + _str(e))
-            _exit(0)
+    view, seccomp = bundle.get("view"), bundle.get("seccomp")
+    try:
+        if view:  # kernel layer: in new user/mount/pid/net/ipc/uts namespaces, make the file system this run's view
+            _enter_view(view, seccomp)
+        elif seccomp:
+            _enter_seccomp(_load_seccomp(seccomp), seccomp)
+        _forget_ctypes()
+    except BaseException as e:
+        report("SETUP", _type(e).__name__ + ": " + _str(e))
+        _exit(0)
+    if view:
         # The namespace's first process ignores signals it has no handler for (SIGXCPU at the CPU limit among
         # them): it only waits, and the run is its child, which ends as any process does.
         pid = os.fork()

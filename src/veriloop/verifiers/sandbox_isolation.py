@@ -3,8 +3,15 @@ run in namespaces sees, the read roots the audit hook allows, and each run's pid
 supervisor, removed here in the background).
 
 ``VERILOOP_SANDBOX=auto`` (default) takes the strongest layers that work: namespaces (user, mount, pid, net,
-ipc, uts; a read-only ``pivot_root`` view; no capabilities), a pids cgroup per run, resource limits and the
-audit hook.  ``process`` keeps the last two; ``namespaces`` requires the kernel layer.
+ipc, uts; a read-only ``pivot_root`` view; no capabilities), a seccomp filter, a pids cgroup per run, resource
+limits and the audit hook.  ``process`` keeps the last two; ``namespaces`` requires the kernel layer.
+
+The seccomp filter is compiled and loaded by libseccomp (the maintained C library, ``libseccomp2`` on Debian),
+called through ctypes in the child: libseccomp's own Python binding is a distribution package, not on PyPI.
+Default allow; the calls below fail with EPERM (clone3 with ENOSYS, so that the C library falls back to clone,
+whose flags a filter can read).  It is loaded after the view is made and the capabilities dropped, with
+no_new_privs set, and a run inherits it: no nested namespaces, no ptrace, no socket but a Unix one, no kernel
+keyring, BPF, perf, io_uring, module or clock call.
 """
 
 from __future__ import annotations
@@ -22,6 +29,24 @@ from dataclasses import dataclass
 
 from veriloop.errors import InputError
 
+SECCOMP_EPERM = (
+    # other processes' memory and namespaces; the file system's shape
+    "ptrace", "process_vm_readv", "process_vm_writev", "kcmp", "pidfd_getfd", "unshare", "setns", "mount",
+    "umount2", "pivot_root", "chroot", "mount_setattr", "move_mount", "open_tree", "fsopen", "fsconfig", "fsmount",
+    "fspick", "open_by_handle_at", "name_to_handle_at",
+    # the kernel's rarer surfaces: BPF, perf, userfaultfd, io_uring, key rings, modules, kexec
+    "bpf", "perf_event_open", "userfaultfd", "io_uring_setup", "io_uring_enter", "io_uring_register", "keyctl",
+    "add_key", "request_key", "init_module", "finit_module", "delete_module", "kexec_load", "kexec_file_load",
+    # the machine's settings
+    "reboot", "swapon", "swapoff", "acct", "quotactl", "syslog", "settimeofday", "clock_settime", "clock_adjtime",
+    "adjtimex", "sethostname", "setdomainname", "vhangup", "uselib", "iopl", "ioperm", "lookup_dcookie",
+    "fanotify_init",
+)  # fmt: skip
+SECCOMP_ENOSYS = ("clone3",)  # its flags lie in memory, unreadable to a filter: glibc then uses clone
+# clone with any namespace flag: CLONE_NEWTIME, NEWNS, NEWCGROUP, NEWUTS, NEWIPC, NEWUSER, NEWPID, NEWNET
+SECCOMP_CLONE_FLAGS = (0x80, 0x20000, 0x02000000, 0x04000000, 0x08000000, 0x10000000, 0x20000000, 0x40000000)
+AF_UNIX = 1
+
 _PIVOT_ROOT = {"x86_64": 155, "aarch64": 41}  # syscall numbers
 _NAMESPACES = ["--user", "--map-root-user", "--mount", "--pid", "--net", "--ipc", "--uts", "--fork", "--kill-child"]
 
@@ -33,19 +58,30 @@ class Isolation:
     namespaces: bool  # user, mount, pid, net, ipc, uts namespaces and a read-only view of the file system
     pids_cgroup: str  # the cgroup directory under which each run gets its own pids.max, or ""
     why: str = ""
+    seccomp: str = ""  # the libseccomp library the child loads its syscall filter with, or "" (no filter)
 
     @property
     def layers(self) -> str:
-        parts = (["namespaces"] if self.namespaces else []) + (["pids-cgroup"] if self.pids_cgroup else [])
+        parts = (["namespaces"] if self.namespaces else []) + (["seccomp"] if self.seccomp else [])
+        parts += ["pids-cgroup"] if self.pids_cgroup else []
         return "+".join(parts + ["rlimits", "audit-hook"])
 
     def describe(self) -> str:
         kernel = ("user, mount, pid, net, ipc and uts namespaces; a read-only view of the interpreter's files and "
                   "the run's own directory, nothing else; no network device; no capabilities") if self.namespaces else (
-                  "no kernel boundary")  # fmt: skip
+                  "no namespaces")  # fmt: skip
+        seccomp = (f"; a seccomp filter (libseccomp): {len(SECCOMP_EPERM) + 1} calls refused, no namespace flag to "
+                   "clone, no socket but a Unix one") if self.seccomp else "; no seccomp filter"  # fmt: skip
         pids = f"; at most {PIDS_MAX} processes and threads (pids cgroup)" if self.pids_cgroup else ""
-        return (f"sandbox layers: {self.layers}: {kernel}{pids}; resource limits; the audit hook"
+        return (f"sandbox layers: {self.layers}: {kernel}{seccomp}{pids}; resource limits; the audit hook"
                 + (f" ({self.why})" if self.why else ""))  # fmt: skip
+
+    def seccomp_spec(self) -> dict | None:
+        """What the child's harness needs to build the filter (None: no filter)."""
+        if not self.seccomp:
+            return None
+        return {"library": self.seccomp, "eperm": SECCOMP_EPERM, "enosys": SECCOMP_ENOSYS,
+                "clone_flags": SECCOMP_CLONE_FLAGS, "socket_family": AF_UNIX}  # fmt: skip
 
 
 PIDS_MAX = 64
@@ -69,22 +105,42 @@ def _probe_isolation(mode: str) -> Isolation:
     if mode == "process":
         return Isolation(False, "", "VERILOOP_SANDBOX=process")
     cgroup = _pids_cgroup_root()
+    library, why_no_seccomp = _seccomp_library()
     why = ""
     if not sys.platform.startswith("linux") or os.uname().machine not in _PIVOT_ROOT:
         why = f"no namespaces on {sys.platform}/{os.uname().machine}"
     elif shutil.which("unshare") is None:
         why = "no unshare command (util-linux)"
     else:
-        for candidate in dict.fromkeys([Isolation(True, cgroup), Isolation(True, "")]):  # the cgroup may refuse us
+        # the strongest first: the cgroup may refuse us, the filter may fail to load
+        candidates = [Isolation(True, cg, "", lib) for lib in dict.fromkeys([library, ""]) for cg in
+                      dict.fromkeys([cgroup, ""])]  # fmt: skip
+        for candidate in candidates:
             ok, why = _works(candidate)
             if ok:
-                return candidate
+                if library and not candidate.seccomp:  # the filter failed where the namespaces worked: say why
+                    why_no_seccomp = f"the seccomp filter failed to load: {_works(candidates[0])[1]}"
+                return Isolation(True, candidate.pids_cgroup, why_no_seccomp, candidate.seccomp)
         why = f"namespaces unavailable: {why}"
     if mode == "namespaces":
         raise SandboxError(f"VERILOOP_SANDBOX=namespaces, but {why}")
-    if cgroup and not _works(Isolation(False, cgroup))[0]:
+    # without namespaces (a container that refuses user namespaces, say) the filter and the cgroup still help
+    ok, failure = _works(Isolation(False, "", "", library)) if library else (True, "")
+    if not ok:
+        library, why_no_seccomp = "", f"the seccomp filter failed to load: {failure}"
+    if cgroup and not _works(Isolation(False, cgroup, "", library))[0]:
         cgroup = ""
-    return Isolation(False, cgroup, why)
+    return Isolation(False, cgroup, "; ".join(w for w in (why, why_no_seccomp) if w), library)
+
+
+def _seccomp_library() -> tuple[str, str]:
+    """libseccomp's shared library (by its soname, for the child's loader), or "" and why not."""
+    if not sys.platform.startswith("linux"):
+        return "", f"no seccomp on {sys.platform}"
+    import ctypes.util
+
+    name = ctypes.util.find_library("seccomp")
+    return (name, "") if name else ("", "no seccomp filter: libseccomp is not installed (Debian: libseccomp2)")
 
 
 def _works(candidate: Isolation) -> tuple[bool, str]:
