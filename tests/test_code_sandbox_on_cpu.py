@@ -98,6 +98,11 @@ def test_no_sandbox_directory_is_left_behind(code, tmp_path, monkeypatch):
 def test_run_program_reports_status_and_output():
     res = run_program("print(input()[::-1])", stdin="abc\n", limits=SandboxLimits(wall_seconds=5))
     assert (res.status, res.stdout) == ("ok", "cba\n")
+    # what it printed before it crashed is kept (it was lost: the harness ended without flushing)
+    for program, why in [("print(41)\nraise ValueError('x')", "ValueError: x"),
+                         ("print(41)\nraise SystemExit(3)", "SystemExit 3")]:  # fmt: skip
+        res = run_program(program, limits=SandboxLimits(wall_seconds=5))
+        assert (res.status, res.stdout, res.detail) == ("crash", "41\n", why), res
 
 
 def test_bad_references_are_errors(code):

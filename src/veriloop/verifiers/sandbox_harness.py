@@ -251,19 +251,23 @@ def _main(_read=os.read, _write=os.write, _exit=os._exit, _exec=exec, _compile=c
     if hook_on:
         sys.addaudithook(hook)
     namespace = {"__name__": "__main__", "__builtins__": builtins}
+    def flush():  # what the program printed before it ended, crash or not, reaches the supervisor
+        try:
+            sys.stdout.flush()
+        except BaseException:
+            pass
     try:
         _exec(code, namespace)
     except SystemExit as e:
         if e.code not in (None, 0):
+            flush()
             report("CRASH", "SystemExit " + _repr(e.code))
             _exit(0)
     except BaseException as e:
+        flush()
         report("CRASH", _type(e).__name__ + ": " + _str(e))
         _exit(0)
-    try:
-        sys.stdout.flush()
-    except BaseException:
-        pass
+    flush()
     if mode == "run":
         report("DONE", "")
         _exit(0)
