@@ -229,3 +229,26 @@ def test_a_call_that_hangs_ends_the_run_as_a_timeout(code):
     # a reference that swallows every exception still cannot turn the ended run into a pass
     v = code.verify("def f():\n    while True:\n        pass\n", "try:\n    f()\nexcept BaseException:\n    pass")
     assert (v.outcome, v.components["tests_passed"]) == ("timeout", 0.0), v
+
+
+@pytest.mark.parametrize("pidfd", [True, False], ids=["pidfd", "popen-wait"])
+def test_waiting_for_a_run_reaps_it_and_times_out_on_a_live_one(pidfd, monkeypatch):
+    """The supervisor's wait (a pidfd where the kernel has one, else Popen.wait): False while the process lives
+    and the time is not up, True once it ended, with its exit status collected."""
+    import subprocess
+    import sys
+
+    from veriloop.verifiers import sandbox
+
+    if not pidfd:
+        monkeypatch.delattr(os, "pidfd_open", raising=False)
+    proc = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read(); raise SystemExit(3)"],
+                            stdin=subprocess.PIPE)  # fmt: skip
+    try:
+        assert sandbox._wait_exit(proc, 0.2) is False and proc.returncode is None
+        proc.stdin.close()  # the program reads EOF and ends
+        assert sandbox._wait_exit(proc, 30.0) is True and proc.returncode == 3
+        assert sandbox._wait_exit(proc, 0.0) is True  # already reaped: no pidfd, no error
+    finally:
+        proc.kill()
+        proc.wait()
