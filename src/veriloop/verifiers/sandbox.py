@@ -168,6 +168,7 @@ class _Child:
                  isolation_: Isolation | None = None, audit_hook: bool = True):  # fmt: skip
         self.limits, self.token = limits, secrets.token_hex(16)
         self.isolation = iso = isolation_ or isolation()
+        seccomp = iso.seccomp_spec()  # before anything is made: an error here leaves nothing behind
         self.base = tempfile.mkdtemp(prefix="veriloop-sandbox-")
         os.chmod(self.base, 0o700)
         self.workdir = os.path.join(os.path.realpath(self.base), "work")
@@ -180,8 +181,8 @@ class _Child:
             bundle["view"] = {"root": os.path.join(os.path.realpath(self.base), "root"), "work": self.workdir,
                               "read_only": _view_paths(), "pivot_root": _PIVOT_ROOT[os.uname().machine]}  # fmt: skip
             argv = ["unshare", *_NAMESPACES, *argv]
-        if iso.seccomp:
-            bundle["seccomp"] = iso.seccomp_spec()
+        if seccomp:
+            bundle["seccomp"] = seccomp
         self.cgroup = ""
         if iso.pids_cgroup:
             self.cgroup = os.path.join(iso.pids_cgroup, self.token[:16])

@@ -14,50 +14,20 @@ strictly encoded values, handles or exceptions out).
 # until the grader ends.  Nothing the child sends is a verdict: the grader evaluates every test itself.
 HARNESS = r"""
 import sys, os, builtins
-def _load_seccomp(spec):
-    # libseccomp, loaded before the view hides the loader's cache
-    import ctypes
-    lib = ctypes.CDLL(spec["library"], use_errno=True)
-    lib.seccomp_init.restype, lib.seccomp_init.argtypes = ctypes.c_void_p, [ctypes.c_uint32]
-    lib.seccomp_syscall_resolve_name.argtypes = [ctypes.c_char_p]
-    lib.seccomp_load.argtypes = lib.seccomp_release.argtypes = [ctypes.c_void_p]
-    return lib
-def _enter_seccomp(lib, spec):
-    # The syscall filter: default allow; the listed calls fail with EPERM (clone3 with ENOSYS: the C library then
-    # uses clone, whose flags the filter reads); clone with a namespace flag and socket(family != AF_UNIX) fail.
+def _enter_seccomp(bpf):
+    # The syscall filter the supervisor compiled with libseccomp (a BPF program, 8 bytes an instruction).
     # no_new_privs first: an unprivileged process may load a filter only with it, and the run inherits both.
     import ctypes
-    class Cmp(ctypes.Structure):  # struct scmp_arg_cmp
-        _fields_ = [("arg", ctypes.c_uint), ("op", ctypes.c_int), ("a", ctypes.c_uint64), ("b", ctypes.c_uint64)]
-    lib.seccomp_rule_add_array.argtypes = [ctypes.c_void_p, ctypes.c_uint32, ctypes.c_int, ctypes.c_uint,
-                                           ctypes.POINTER(Cmp)]
-    if ctypes.CDLL(None, use_errno=True).prctl(38, 1, 0, 0, 0) != 0:  # PR_SET_NO_NEW_PRIVS
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
+    class Prog(ctypes.Structure):  # struct sock_fprog
+        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+    buf = ctypes.create_string_buffer(bpf, len(bpf))
+    prog = Prog(len(bpf) // 8, ctypes.addressof(buf))
+    if libc.prctl(38, 1, 0, 0, 0) != 0:  # PR_SET_NO_NEW_PRIVS
         raise OSError(ctypes.get_errno(), "no_new_privs")
-    EPERM, ENOSYS = 0x00050000 | 1, 0x00050000 | 38  # SCMP_ACT_ERRNO(errno)
-    NE, MASKED_EQ = 1, 7  # enum scmp_compare
-    ctx = lib.seccomp_init(0x7FFF0000)  # SCMP_ACT_ALLOW
-    if not ctx:
-        raise OSError("seccomp_init failed")
-    def rule(action, name, *cmps):
-        nr = lib.seccomp_syscall_resolve_name(name.encode())
-        if nr < 0:
-            return  # no such call on this architecture
-        rc = lib.seccomp_rule_add_array(ctx, action, nr, len(cmps), (Cmp * max(1, len(cmps)))(*[Cmp(*c) for c in cmps]))
-        if rc != 0:
-            raise OSError(-rc, "seccomp rule for " + name + ": " + os.strerror(-rc))
-    try:
-        for name in spec["eperm"]:
-            rule(EPERM, name)
-        for name in spec["enosys"]:
-            rule(ENOSYS, name)
-        for flag in spec["clone_flags"]:
-            rule(EPERM, "clone", (0, MASKED_EQ, flag, flag))
-        rule(EPERM, "socket", (0, NE, spec["socket_family"], 0))
-        rc = lib.seccomp_load(ctx)
-        if rc != 0:
-            raise OSError(-rc, "seccomp_load: " + os.strerror(-rc))
-    finally:
-        lib.seccomp_release(ctx)
+    if libc.prctl(22, 2, ctypes.addressof(prog), 0, 0) != 0:  # PR_SET_SECCOMP, SECCOMP_MODE_FILTER
+        raise OSError(ctypes.get_errno(), "seccomp: " + os.strerror(ctypes.get_errno()))
 def _forget_ctypes():
     for name in [m for m in sys.modules if m in ("ctypes", "_ctypes") or m.startswith("ctypes.")]:
         del sys.modules[name]  # an import of a cached module raises no audit event: make the program's import a new one
@@ -67,7 +37,6 @@ def _enter_view(view, seccomp):
     # runs).  pivot_root and detaching the old root leave no path back to it.
     import ctypes
     libc = ctypes.CDLL(None, use_errno=True)
-    libseccomp = _load_seccomp(seccomp) if seccomp else None
     MS_RDONLY, MS_NOSUID, MS_NODEV, MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 1, 2, 4, 32, 4096, 16384, 1 << 18
     def mount(src, target, fs, flags, data=None):
         enc = lambda x: None if x is None else x.encode()
@@ -106,8 +75,8 @@ def _enter_view(view, seccomp):
     data = (ctypes.c_uint32 * 6)()  # effective, permitted, inheritable: empty (two 32-bit words each)
     if libc.capset(header, data) != 0:
         raise OSError(ctypes.get_errno(), "capset: " + os.strerror(ctypes.get_errno()))
-    if libseccomp is not None:
-        _enter_seccomp(libseccomp, seccomp)
+    if seccomp:
+        _enter_seccomp(seccomp)
 def _main(_read=os.read, _write=os.write, _exit=os._exit, _exec=exec, _compile=compile, _type=type,
           _isinstance=isinstance, _str=str, _repr=repr, _len=len, _tuple=tuple, _list=list, _dict=dict, _set=set,
           _frozenset=frozenset, _sorted=sorted, _any=any, _float=float, _getattr=getattr, _iter=iter, _next=next,
@@ -142,7 +111,7 @@ def _main(_read=os.read, _write=os.write, _exit=os._exit, _exec=exec, _compile=c
         if view:  # kernel layer: in new user/mount/pid/net/ipc/uts namespaces, make the file system this run's view
             _enter_view(view, seccomp)
         elif seccomp:
-            _enter_seccomp(_load_seccomp(seccomp), seccomp)
+            _enter_seccomp(seccomp)
         _forget_ctypes()
     except BaseException as e:
         report("SETUP", _type(e).__name__ + ": " + _str(e))
