@@ -5,6 +5,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -126,3 +128,14 @@ def test_the_peers_variants_differ_from_the_contract_only_in_their_memory_settin
     changed = {v: {k: o[k] for k in o if plain.get(k) != o[k]} for v, o in options.items()}
     assert changed == {"veriloop-ckpt": {"update.gradient_checkpointing": "true"},
                        "veriloop-mb16": {"update.micro_batch_size": 16}}  # fmt: skip
+
+
+@pytest.mark.timeout(120)
+def test_the_sandbox_layers_benchmark_times_each_layer():
+    """benchmarks/sandbox_layers.py at toy size: a row per layer set this machine runs, both ways of waiting."""
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "sandbox_layers.py"), "--runs", "2",
+                           "--repeats", "1"], capture_output=True, text=True, timeout=100)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = [line for line in proc.stdout.splitlines() if line.startswith("| ") and "ms per run" not in line]
+    assert any("process layers | pidfd" in r for r in rows) and any("| Popen.wait |" in r for r in rows), proc.stdout
+    assert all(float(r.split("|")[3].strip()) > 0 for r in rows), proc.stdout

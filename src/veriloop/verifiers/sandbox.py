@@ -397,9 +397,9 @@ def _write_all(fd: int, data: bytes, deadline: float) -> None:
 def _wait_exit(proc: subprocess.Popen, seconds: float) -> bool:
     """Wait up to ``seconds`` for ``proc`` to end (and reap it); False if it is still running.
 
-    ``Popen.wait(timeout)`` polls with sleeps that double up to 50 ms, so a 25 ms run was seen ending after
-    about 60: two thirds of a verdict's time.  A pidfd (Linux 5.3+) becomes readable the moment the process
-    exits; elsewhere, or for a process already reaped, ``Popen.wait`` does."""
+    ``Popen.wait(timeout)`` polls with sleeps that double up to 50 ms, so a short run is seen ending late
+    (``benchmarks/sandbox_layers.py`` compares the two).  A pidfd (Linux 5.3+) becomes readable the moment the
+    process exits; elsewhere, or for a process already reaped, ``Popen.wait`` does."""
     seconds = max(seconds, 0.0)
     fd = -1
     if proc.returncode is None and hasattr(os, "pidfd_open"):

@@ -145,7 +145,7 @@ def _seccomp_library() -> tuple[str, str]:
 def seccomp_bpf(library: str) -> bytes:
     """The syscall filter, compiled by libseccomp (``library``) into a classic BPF program for this machine's
     architecture: the raw ``struct sock_filter`` array the child hands to ``prctl(PR_SET_SECCOMP)``.  Compiled here
-    once, not in every run (loading libseccomp and adding the rules took about 10 ms a run).
+    once, not in every run: a run only hands the kernel the compiled program.
 
     Default allow; SECCOMP_EPERM fail with EPERM, clone3 with ENOSYS (the C library then uses clone, whose flags
     the filter reads); clone with a namespace flag and socket(family != AF_UNIX) fail with EPERM."""
