@@ -72,7 +72,9 @@ def test_printed_answer_is_the_last_non_blank_line():
 
 def test_a_program_verifier_needs_pot_and_pot_needs_one():
     with pytest.raises(ConfigError, match="verifier 'arithmetic-pot'"):
-        build_config(TrainConfig, {}, {"task.reasoning": "pot"})  # the default verifier reads traces
+        build_config(TrainConfig, {}, {"task.reasoning": "pot", "verifier": "arithmetic"})  # a verifier of traces
+    # with no verifier named, the task's own: its program verifier
+    assert build_config(TrainConfig, {}, {"task.reasoning": "pot"}).verifier == "arithmetic-pot"
     with pytest.raises(ConfigError, match="set task.reasoning pot"):
         build_config(TrainConfig, {}, {"verifier": "gsm8k-pot"})
     with pytest.raises(ConfigError, match="prompt_style plain with pot"):

@@ -356,15 +356,20 @@ def test_critic_warmup_trains_only_the_critic(tiny_policy, tmp_path):
 
 @pytest.mark.parametrize(
     "over, message",
-    [({"algo": "dr_grpo", "advantage.std": "sample"}, "estimator dr_grpo ignores them"),
-     ({"algo": "rloo", "advantage.eps": 0.1}, "advantage.std / advantage.eps"),
-     ({"algo": "grpo", "advantage.baseline": "constant"}, "only by estimator reinforce"),
-     ({"algo": "dpo", "loss.aggregation": "token-mean"}, "loss.aggregation do not apply"),
-     ({"algo": "dpo", "loss.entropy_coef": 0.01}, "loss.entropy_coef do not apply"),
-     ({"algo": "dpo", "loss.tis_cap": 2.0}, "loss.tis_cap do not apply"),
-     ({"algo": "dpo", "kl.beta": 0.1}, "kl.beta do not apply"),
-     ({"algo": "grpo", "critic.warmup_steps": 3}, "only to estimator gae"),
-     ({"algo": "grpo", "process.outcome_weight": 1.0}, "only to estimator process")],
+    [({"algo": "dr_grpo", "advantage.std": "sample"},
+      "advantage.std='sample' is not read by the advantage estimator 'dr_grpo'.*Dr. GRPO .* only centres"),
+     ({"algo": "rloo", "advantage.eps": 0.1}, "advantage.eps=0.1 is not read by the advantage estimator 'rloo'"),
+     ({"algo": "grpo", "advantage.baseline": "constant"},
+      "advantage.baseline='constant' is not read by the advantage estimator 'grpo'.*advantage.estimator reinforce"),
+     ({"algo": "dpo", "loss.aggregation": "token-mean"}, "loss.aggregation='token-mean' is not read by the policy "
+                                                          "objective 'dpo'"),
+     ({"algo": "dpo", "loss.entropy_coef": 0.01}, "loss.entropy_coef=0.01 is not read by the policy objective 'dpo'"),
+     ({"algo": "dpo", "loss.tis_cap": 2.0}, "loss.tis_cap=2.0 is not read by the policy objective 'dpo'"),
+     ({"algo": "dpo", "kl.beta": 0.1}, "kl.beta does not apply to loss.policy_loss=dpo"),
+     ({"algo": "grpo", "critic.warmup_steps": 3},
+      "critic.warmup_steps=3 is not read by the advantage estimator 'grpo'.*advantage.estimator gae"),
+     ({"algo": "grpo", "process.outcome_weight": 1.0},
+      "process.outcome_weight=1.0 is not read by the advantage estimator 'grpo'.*advantage.estimator process")],
 )  # fmt: skip
 def test_options_that_would_do_nothing_are_refused(over, message):
     with pytest.raises(ConfigError, match=message):
@@ -375,7 +380,7 @@ def test_sft_model_options_need_a_new_model_and_the_demo_owns_its_run_dirs():
     from veriloop.demo import DemoConfig
     from veriloop.training.recipes import SFT_COMMAND_DEFAULTS
 
-    with pytest.raises(ConfigError, match="apply only to policy builtin:init"):
+    with pytest.raises(ConfigError, match="model.num_layers=2 is not read by the starting policy .*builtin:init"):
         build_config(TrainConfig, SFT_COMMAND_DEFAULTS, {"policy": "builtin:base", "model.num_layers": 2})
     assert build_config(TrainConfig, SFT_COMMAND_DEFAULTS, {"model.num_layers": 2}).model.num_layers == 2
     with pytest.raises(ConfigError, match="set --run_dir instead"):

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
+import inspect
 from dataclasses import dataclass, field
 
 from veriloop.errors import InputError
+from veriloop.options import OptionScope, dotted_defaults, refuse_unread
+from veriloop.registry import TASKS
 from veriloop.tasks.arithmetic import ArithmeticConfig, TeacherConfig
 from veriloop.tasks.base import PROMPT_STYLES, REASONING_FORMATS, get_task
 
@@ -26,7 +30,9 @@ class TaskConfig:
         default="", metadata={"help": "jsonl: validation rows {prompt, reference} (what tuning reads); '' = none"}
     )
     heldout_size: int = field(default=0, metadata={"help": "gsm8k: evaluate on the first N test rows; 0 = all"})
-    verifier: str = field(default="", metadata={"help": "jsonl task: outcome verifier of its references"})
+    verifier: str = field(
+        default="", metadata={"help": "the verifier of the task's references (jsonl: required, it has none of its own; "
+                              "gsm8k: default gsm8k)"})  # fmt: skip
     chat_template: str = field(
         default="auto", metadata={"help": "auto: prompts go through the tokenizer's chat template when it has one "
                                   "(user turn, generation prompt); none: plain text"},
@@ -57,8 +63,7 @@ class TaskConfig:
         if self.reasoning == "pot" and self.prompt_style != "plain":
             raise ValueError(f"task.prompt_style {self.prompt_style!r} asks for a boxed answer, task.reasoning pot "
                              "for a printed one: use prompt_style plain with pot")  # fmt: skip
-        if self.prompt_style != "plain" and self.name not in ("gsm8k", "jsonl"):
-            raise ValueError(f"task.prompt_style applies to tasks gsm8k and jsonl, not {self.name!r}")
+        refuse_unread(self, [task_scope()], dotted_defaults(TaskConfig))
 
     def refuse_tools(self, command: str) -> None:
         """``command`` samples whole completions without pausing for code blocks: a tool trace would be scored
@@ -68,23 +73,23 @@ class TaskConfig:
                              "train`, `veriloop eval` and the trainer's validation")  # fmt: skip
 
     def build(self):
-        if self.name == "arithmetic":
-            return get_task("arithmetic", arithmetic=self.arithmetic, teacher=self.teacher, reasoning=self.reasoning)
-        if self.name == "jsonl":
-            return get_task("jsonl", data=self.data, heldout_data=self.heldout_data,
-                            verifier=self.verifier or self._default_jsonl_verifier(),
-                            validation_data=self.validation_data, prompt_style=self.prompt_style,
-                            reasoning=self.reasoning)  # fmt: skip
-        if self.name == "gsm8k":
-            return get_task("gsm8k", data=self.data, heldout_data=self.heldout_data, heldout_size=self.heldout_size,
-                            prompt_style=self.prompt_style, reasoning=self.reasoning)  # fmt: skip
-        if self.reasoning != "cot":
-            raise ValueError(f"task.reasoning {self.reasoning!r} applies to tasks arithmetic, gsm8k and jsonl, "
-                             f"not {self.name!r}")  # fmt: skip
-        return get_task(self.name)
+        """The task, given exactly the options it declares (its registered factory's parameters)."""
+        if self.reasoning != "cot" and "reasoning" not in task_reads(self.name):
+            raise ValueError(f"task.reasoning {self.reasoning!r} applies to tasks that read it "
+                             f"({', '.join(readers('reasoning'))}), not {self.name!r}")  # fmt: skip
+        return get_task(self.name, **{k: getattr(self, k) for k in sorted(task_reads(self.name))})
 
-    def _default_jsonl_verifier(self) -> str:
-        return "arithmetic-pot" if self.reasoning == "pot" else "arithmetic-outcome"
+    def reward_verifier(self) -> str:
+        """The verifier that rewards training on this task when none is named ('' when the task has none: a jsonl
+        task without task.verifier): on the built-in task the seeds' R = 0.8 outcome + 0.2 format
+        (``arithmetic``; a program and a tool trace their own); else the task's own verifier."""
+        if self.name == "arithmetic":
+            return {"pot": "arithmetic-pot", "tool": "arithmetic-tool"}.get(self.reasoning, "arithmetic")
+        if self.name == "gsm8k":  # known without loading 8.8k rows to ask the task
+            return self.verifier or ("gsm8k-pot" if self.reasoning == "pot" else "gsm8k")
+        if "verifier" in task_reads(self.name) and not self.verifier:
+            return ""
+        return self.verifier or self.build().default_verifier
 
     def eval_verifiers(self) -> dict[str, str]:
         """Verifiers for evaluation: outcome always; format and process where the task has them (the
@@ -98,3 +103,22 @@ class TaskConfig:
         if self.name == "gsm8k":  # known without loading 8.8k rows to ask the task
             return {"outcome": self.verifier or ("gsm8k-pot" if self.reasoning == "pot" else "gsm8k")}
         return {"outcome": self.verifier or self.build().default_verifier}
+
+
+# Read for every task: how a prompt becomes tokens (the policy's prompt format), not where problems come from.
+COMMON_TASK_OPTIONS = ("name", "chat_template", "system_prompt")
+TASK_OPTIONS = tuple(f.name for f in dataclasses.fields(TaskConfig) if f.name not in COMMON_TASK_OPTIONS)
+
+
+def task_reads(name: str) -> frozenset[str]:
+    """The task.* options task ``name`` reads: the parameters of its registered factory that are options."""
+    params = inspect.signature(TASKS.get(name)).parameters
+    return frozenset(p for p in params if p in TASK_OPTIONS)
+
+
+def readers(option: str) -> list[str]:
+    return [n for n in TASKS.names() if option in task_reads(n)]
+
+
+def task_scope() -> OptionScope:
+    return OptionScope("task", "name", TASK_OPTIONS, task_reads, choices=TASKS.names, prefix="task.")

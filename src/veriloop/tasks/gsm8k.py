@@ -51,9 +51,10 @@ class GSM8KTask:
     step_splitter = "lines"  # veriloop.prm.split_steps: one step per non-blank line
 
     def __init__(self, data: str = "", heldout_data: str = "", prompt_suffix: str = DEFAULT_SUFFIX,
-                 heldout_size: int = 0, prompt_style: str = "plain", reasoning: str = "cot"):  # fmt: skip
+                 heldout_size: int = 0, prompt_style: str = "plain", reasoning: str = "cot",
+                 verifier: str = ""):  # fmt: skip
         self.prompt_style, self.reasoning = prompt_style, reasoning
-        self.default_verifier = "gsm8k-pot" if reasoning == "pot" else "gsm8k"
+        self.default_verifier = verifier or ("gsm8k-pot" if reasoning == "pot" else "gsm8k")
         self.tool_format = FENCES  # task.reasoning tool: ToRA's ```python / ```output blocks
         # sampling.max_thinking_tokens: the final-answer line budget forcing starts (rollout/thinking.py)
         self.thinking_end = "\n#### " if reasoning == "cot" and prompt_style == "plain" else ""
@@ -92,5 +93,6 @@ class GSM8KTask:
 
 @register_task("gsm8k")
 def _gsm8k(data: str = "", heldout_data: str = "", heldout_size: int = 0, prompt_style: str = "plain",
-           reasoning: str = "cot", **_):  # fmt: skip
-    return GSM8KTask(data, heldout_data, heldout_size=heldout_size, prompt_style=prompt_style, reasoning=reasoning)
+           reasoning: str = "cot", verifier: str = "", **_):  # fmt: skip
+    return GSM8KTask(data, heldout_data, heldout_size=heldout_size, prompt_style=prompt_style, reasoning=reasoning,
+                     verifier=verifier)

@@ -80,7 +80,7 @@ class JsonlTask:
     name = "jsonl"
     step_splitter = "lines"
 
-    def __init__(self, data: str, heldout_data: str = "", verifier: str = "arithmetic-outcome",
+    def __init__(self, data: str, heldout_data: str = "", verifier: str = "",
                  validation_data: str = "", prompt_style: str = "plain", reasoning: str = "cot"):  # fmt: skip
         if not data and not heldout_data:
             raise DatasetError("task jsonl needs task.data (train rows) and/or task.heldout_data (eval rows)")
@@ -90,9 +90,17 @@ class JsonlTask:
         self.train = load_problems(data, self.demonstrations, suffix) if data else []
         self._heldout = load_problems(heldout_data, self.demonstrations, suffix) if heldout_data else []
         self._validation = load_problems(validation_data, self.demonstrations, suffix) if validation_data else []
-        self.default_verifier = verifier
+        self.verifier = verifier
         self.reasoning = reasoning
         self.tool_format = FENCES  # task.reasoning tool: ToRA's ```python / ```output blocks
+
+    @property
+    def default_verifier(self) -> str:
+        """The verifier of the rows' references: the one named, never a guess (rows can hold anything)."""
+        if not self.verifier:
+            raise InputError("task jsonl has no verifier of its own: name the verifier of its references with "
+                             "--task.verifier (e.g. gsm8k, math, arithmetic-outcome, code; see `veriloop verifiers`)")
+        return self.verifier
 
     def train_batch(self, n: int, rng: random.Random) -> list[Problem]:
         if not self.train:
@@ -118,6 +126,6 @@ class JsonlTask:
 
 
 @register_task("jsonl")
-def _jsonl(data: str = "", heldout_data: str = "", verifier: str = "arithmetic-outcome", validation_data: str = "",
+def _jsonl(data: str = "", heldout_data: str = "", verifier: str = "", validation_data: str = "",
            prompt_style: str = "plain", reasoning: str = "cot", **_):  # fmt: skip
     return JsonlTask(data, heldout_data, verifier, validation_data, prompt_style, reasoning)

@@ -18,6 +18,7 @@ from veriloop.models.device import DTYPES, Placement
 from veriloop.models.loading import PromptFormat
 from veriloop.models.lora import LoraConfig
 from veriloop.models.tiny import TinyModelConfig
+from veriloop.options import dotted_defaults, refuse_unread
 from veriloop.prm.config import ProcessConfig
 from veriloop.registry import ESTIMATORS, OBJECTIVES
 from veriloop.rollout.config import RayConfig, RolloutConfig, VLLMConfig
@@ -27,6 +28,7 @@ from veriloop.rollout.tools import TOOLS_UNSUPPORTED
 from veriloop.tasks.config import TaskConfig
 from veriloop.training import estimators as _estimators  # noqa: F401  (registers the built-in estimators)
 from veriloop.training import objectives as _objectives  # noqa: F401  (registers the built-in objectives)
+from veriloop.training import option_scopes
 from veriloop.training.optim import OptimConfig
 from veriloop.training.recipes import recipe_overrides
 from veriloop.training.tracking import check_report_to
@@ -105,8 +107,21 @@ class KLConfig:
     reset_every: int = field(
         default=0, metadata={"help": "iterative RL: set the reference to the current policy every N steps; 0 = never"}
     )
+    importance_weighted: bool = field(
+        default=False,
+        metadata={"help": "weight each token's KL estimate by pi/pi_behaviour (detached, unclipped) so that reused "
+                  "(update.inner_updates > 1) or lagged samples estimate KL(pi || ref) of the current policy; "
+                  "false = their plain mean, the behaviour policy's (docs/defaults.md)"},
+    )  # fmt: skip
 
     def __post_init__(self):
+        if self.importance_weighted and self.estimator == "exact":
+            raise ValueError("kl.importance_weighted with kl.estimator=exact: the exact KL sums over the whole "
+                             "next-token distribution, so there is no sampled token to reweight")  # fmt: skip
+        if self.importance_weighted and self.placement == "reward":
+            raise ValueError("kl.importance_weighted weights the KL term of the loss at each pass; with "
+                             "kl.placement=reward the penalty is fixed in the reward when the batch is scored: "
+                             "use kl.placement=loss")  # fmt: skip
         if self.beta < 0:
             raise ValueError(f"kl.beta must be >= 0, got {self.beta}")
         if self.estimator not in KL_ESTIMATORS:
@@ -156,8 +171,11 @@ class UpdateConfig:
                   "entropy term in the loss), so skipping never changes the update"},
     )
     mask_truncated: bool = field(
-        default=False, metadata={"help": "leave completions cut at max_new_tokens out of the loss"}
-    )
+        default=True,
+        metadata={"help": "leave completions cut at max_new_tokens (finish length: no verdict on their ending) out "
+                  "of the loss and of their group's baseline; false = learn from them as from ended ones, as "
+                  "rollout.overlong_buffer's penalty needs (docs/defaults.md)"},
+    )  # fmt: skip
 
     def __post_init__(self):
         for name in ("inner_updates", "mini_batches", "micro_batch_size"):
@@ -235,7 +253,10 @@ class TrainConfig:
     max_sampled_tokens: int = field(
         default=0, metadata={"help": "stop once this many tokens were sampled (the model's: a tool's output and a "
                              "forced marker do not count); compares formats at equal sampled tokens; 0 = no limit"})
-    verifier: str = field(default="arithmetic", metadata={"help": "reward verifier (see `veriloop verifiers`)"})
+    verifier: str = field(
+        default="", metadata={"help": "reward verifier (see `veriloop verifiers`); empty = the task's own (the "
+                              "built-in task: arithmetic, R = 0.8 outcome + 0.2 format; gsm8k: gsm8k; jsonl: "
+                              "task.verifier, which it needs)"})  # fmt: skip
     checkpoint_every: int = field(default=20, metadata={"help": "save a resumable checkpoint every N steps"})
     keep_checkpoints: int = field(default=2, metadata={"help": "how many recent checkpoints to keep"})
     save_rollouts: bool = field(default=True, metadata={"help": "write every record to rollouts/step-N.jsonl.gz"})
@@ -300,6 +321,7 @@ class TrainConfig:
         if self.eval_split not in ("validation", "heldout"):
             raise ValueError(f"eval_split must be validation or heldout, got {self.eval_split!r}")
         check_report_to(self.report_to)
+        self.verifier = self.verifier or self._task_verifier()
         check_reasoning_verifier(self.task.reasoning, self.verifier)
         self._check_tools(ESTIMATORS.get(self.advantage.estimator))
         self._check_thinking_budget()
@@ -316,14 +338,22 @@ class TrainConfig:
             )
         if self.rollout.source != "task-teacher" and self.sampling.temperature <= 0 and self.rollout.group_size > 1:
             raise ValueError("sampling.temperature must be > 0 when sampling groups (greedy groups have no variance)")
-        if self.policy != "builtin:init" and self.model != TinyModelConfig():
-            raise ValueError(
-                f"model.* options shape a new built-in model and apply only to policy builtin:init; policy "
-                f"{self.policy!r} is loaded with its own architecture"
-            )
         self._check_estimator_and_objective(ESTIMATORS.get(self.advantage.estimator),
                                             OBJECTIVES.get(self.loss.policy_loss))  # fmt: skip
-        self._refuse_options_that_would_do_nothing(ESTIMATORS.get(self.advantage.estimator))
+        refuse_unread(self, option_scopes.SCOPES, self.recipe_defaults(self.algo))
+
+    @staticmethod
+    def recipe_defaults(algo: str) -> dict:
+        """Every option's default under the recipe ``algo`` (dotted keys): what a user did not set."""
+        return {**dotted_defaults(TrainConfig), **recipe_overrides(algo)}
+
+    def _task_verifier(self) -> str:
+        own = self.task.reward_verifier()
+        if not own:
+            raise ValueError(f"task {self.task.name} has no verifier of its own: name the verifier of its references "
+                             "with --task.verifier (e.g. gsm8k, math, arithmetic-outcome, code; see `veriloop "
+                             "verifiers`), or the reward's with --verifier")  # fmt: skip
+        return own
 
     def _check_thinking_budget(self) -> None:
         """sampling.max_thinking_tokens forces a marker into sampled completions: where nothing is sampled, or an
@@ -343,12 +373,9 @@ class TrainConfig:
             raise ValueError(THINKING_UNSUPPORTED)
 
     def _check_tools(self, estimator) -> None:
-        """Tool-integrated rollouts (task.reasoning tool) and what they cannot serve; the tool options without them."""
+        """Tool-integrated rollouts (task.reasoning tool) and what they cannot serve."""
         r = self.rollout
         if self.task.reasoning != "tool":
-            default = RolloutConfig()
-            if r.max_tool_calls != default.max_tool_calls or r.tool_timeout_s != default.tool_timeout_s:
-                raise ValueError("rollout.max_tool_calls / tool_timeout_s apply only to task.reasoning tool")
             return
         uses_vllm = r.engine == "vllm" or (r.engine == "ray" and self.ray.worker_engine == "vllm")
         if uses_vllm:
@@ -387,28 +414,3 @@ class TrainConfig:
             raise ValueError("process.outcome_weight > 0 needs rollout.group_size >= 2 (group-normalised outcomes)")
         if self.rollout.source == "task-teacher" and not objective.learns_from_demonstrations:
             raise ValueError("rollout.source=task-teacher has no behaviour log-probs: use loss.policy_loss likelihood")
-
-    def _refuse_options_that_would_do_nothing(self, estimator) -> None:
-        """An option the chosen method never reads is an error, not a silent no-op.
-
-        A value differing from the field's default counts as set (setting the default explicitly is harmless).
-        """
-        est, adv, default = self.advantage.estimator, self.advantage, AdvantageConfig()
-        if "std" not in estimator.reads and (adv.std != default.std or adv.eps != default.eps):
-            hint = " (Dr. GRPO only centres: r - mean; for std-normalised advantages use estimator grpo)"
-            readers = " and ".join(n for n, e in ESTIMATORS.items() if "std" in e.reads)
-            raise ValueError(
-                f"advantage.std / advantage.eps are read only by estimators {readers}; estimator {est} "
-                f"ignores them{hint if est == 'dr_grpo' else ''}"
-            )
-        uses_vllm = self.rollout.engine == "vllm" or (self.rollout.engine == "ray" and self.ray.worker_engine == "vllm")
-        if self.vllm != VLLMConfig() and not uses_vllm:
-            raise ValueError("vllm.* options apply only to rollout.engine=vllm or ray.worker_engine=vllm")
-        if self.ray.worker_engine != "local" and self.rollout.engine != "ray":
-            raise ValueError(f"ray.worker_engine={self.ray.worker_engine} applies only to rollout.engine=ray")
-        if not estimator.needs_critic and self.critic != CriticConfig():
-            raise ValueError(f"critic.* options apply only to estimator gae (PPO's value model), not {est}")
-        if not estimator.needs_prm and self.process != ProcessConfig():
-            raise ValueError(f"process.* options apply only to estimator process (--algo grpo_process), not {est}")
-        if "baseline" not in estimator.reads and (adv.baseline != default.baseline or adv.baseline_value != 0.0):
-            raise ValueError(f"advantage.baseline / baseline_value are read only by estimator reinforce, not {est}")

@@ -45,6 +45,14 @@ class Objective:
     learns_from_demonstrations = False  # can train on traces no model sampled (task-teacher)
     min_group_size = 1
     distribution = "sampling"  # log-probs under the sampler's distribution ("sampling") or the model's ("model")
+    own_options: tuple[str, ...] = ()  # the loss.* options of this objective's own formula (clip widths, beta)
+
+    @property
+    def reads(self) -> tuple[str, ...]:
+        """The loss.* options it reads (others set by the user are refused): a token objective's per-token values
+        are aggregated (``aggregation``) with an entropy bonus (``entropy_coef``), and one with a ratio has the
+        learner's truncated-IS correction (``tis_cap``)."""
+        return (*self.own_options, "aggregation", "entropy_coef", *(("tis_cap",) if self.needs_behavior else ()))
 
     def per_token(self, lp, den, adv, mask, c) -> torch.Tensor:
         raise NotImplementedError
@@ -61,8 +69,9 @@ class Objective:
 
 
 class _Ratio(Objective):
-    def __init__(self, fn, description: str, per_completion: bool = False):
+    def __init__(self, fn, description: str, per_completion: bool = False, own_options: tuple[str, ...] = ()):
         self.fn, self.description, self.per_completion_advantage = fn, description, per_completion
+        self.own_options = own_options
 
     def per_token(self, lp, den, adv, mask, c) -> torch.Tensor:
         return self.fn(lp, den, adv, mask, c)
@@ -84,20 +93,18 @@ class DPO(Objective):
     description = "-log sigmoid(beta * margin) on accepted/rejected pairs"
     coefficients, needs_behavior, needs_reference, min_group_size, distribution = "coefficient", False, True, 2, "model"
 
+    # -log sigmoid(beta * margin) of whole-sequence log-prob sums against the reference: no per-token aggregation,
+    # entropy bonus or rollout-engine correction (the reference is its KL anchor, weighted by loss.dpo_beta)
+    reads = ("dpo_beta",)
+
     def check(self, cfg) -> None:
         if cfg.advantage.estimator != "filter":
             raise ValueError("loss.policy_loss=dpo pairs accepted with rejected: set advantage.estimator filter")
-        default = type(cfg.loss)()  # the defaults, to see what the user set
-        ignored = [f"loss.{k}" for k in ("aggregation", "entropy_coef", "tis_cap")
-                   if getattr(cfg.loss, k) != getattr(default, k)]  # fmt: skip
         if cfg.kl.beta > 0:
-            ignored.append("kl.beta")
-        if ignored:
             raise ValueError(
-                f"{', '.join(ignored)} do not apply to loss.policy_loss=dpo: its loss is -log sigmoid(beta * "
-                "margin) of whole-sequence log-prob sums against the reference (the reference is its KL "
-                "anchor, weighted by loss.dpo_beta); there is no per-token aggregation, entropy bonus or "
-                "rollout-engine correction"
+                "kl.beta does not apply to loss.policy_loss=dpo: its loss is -log sigmoid(beta * margin) of "
+                "whole-sequence log-prob sums against the reference, which is its KL anchor (weighted by "
+                "loss.dpo_beta); set kl.beta 0"
             )
 
     def select_rows(self, records, rewards, advantages, cfg):
@@ -113,14 +120,16 @@ class DPO(Objective):
 
 OBJECTIVES.register("clip", _Ratio(
     lambda lp, den, adv, mask, c: clipped_surrogate(torch.exp(lp - den), adv, c.clip_eps_low, c.clip_eps_high),
-    "PPO clipped surrogate"))  # fmt: skip
+    "PPO clipped surrogate", own_options=("clip_eps_low", "clip_eps_high")))  # fmt: skip
 OBJECTIVES.register("dual-clip", _Ratio(
     lambda lp, den, adv, mask, c: dual_clip_surrogate(torch.exp(lp - den), adv, c.clip_eps_low, c.clip_eps_high,
                                                       c.clip_ratio_c),
-    "dual-clip surrogate (bounded below for negative advantages)"))  # fmt: skip
+    "dual-clip surrogate (bounded below for negative advantages)",
+    own_options=("clip_eps_low", "clip_eps_high", "clip_ratio_c")))  # fmt: skip
 OBJECTIVES.register("gspo", _Ratio(
     lambda lp, den, adv, mask, c: gspo_surrogate(lp, den, adv[:, 0], mask, c.clip_eps_low, c.clip_eps_high),
-    "GSPO: clipped sequence-level (length-normalised) ratio", per_completion=True))  # fmt: skip
+    "GSPO: clipped sequence-level (length-normalised) ratio", per_completion=True,
+    own_options=("clip_eps_low", "clip_eps_high")))  # fmt: skip
 OBJECTIVES.register("pg", _Ratio(lambda lp, den, adv, mask, c: pg_objective(torch.exp(lp - den), adv),
                                  "ratio x advantage, unclipped (REINFORCE with importance weights)"))  # fmt: skip
 OBJECTIVES.register("likelihood", Likelihood())

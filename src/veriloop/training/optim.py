@@ -7,6 +7,8 @@ from dataclasses import dataclass, field
 
 import torch
 
+from veriloop.options import OptionScope, dotted_defaults, refuse_unread
+
 
 @dataclass
 class OptimConfig:
@@ -24,14 +26,22 @@ class OptimConfig:
     schedule: str = field(default="constant", metadata={"help": "after warm-up: constant | cosine (to 10%)"})
 
     def __post_init__(self):
-        if self.name not in ("adamw", "sgd"):
-            raise ValueError(f"optim.name must be adamw or sgd, got {self.name!r}")
+        if self.name not in OPTIMIZER_OPTIONS:
+            raise ValueError(f"optim.name must be one of {tuple(OPTIMIZER_OPTIONS)}, got {self.name!r}")
         if self.lr <= 0:
             raise ValueError(f"optim.lr must be > 0, got {self.lr}")
         if self.schedule not in ("constant", "cosine"):
             raise ValueError(f"optim.schedule must be constant or cosine, got {self.schedule!r}")
         if self.grad_clip < 0:
             raise ValueError(f"optim.grad_clip must be >= 0, got {self.grad_clip}")
+        refuse_unread(self, [OPTIMIZER_SCOPE], dotted_defaults(OptimConfig))
+
+
+# What each optimizer reads of optim.* (its name aside); the schedule and the clipping are every optimizer's.
+_EVERY_OPTIMIZER = ("lr", "weight_decay", "grad_clip", "warmup_steps", "schedule")
+OPTIMIZER_OPTIONS = {"adamw": (*_EVERY_OPTIMIZER, "beta1", "beta2", "adam_eps"), "sgd": (*_EVERY_OPTIMIZER, "momentum")}
+OPTIMIZER_SCOPE = OptionScope("optimizer", "name", tuple(k for k in dotted_defaults(OptimConfig) if k != "name"),
+                              OPTIMIZER_OPTIONS, prefix="optim.")  # fmt: skip
 
 
 # float16 starts its dynamic loss scale here (as torch.amp.GradScaler does)
