@@ -1,16 +1,22 @@
-"""Audit a verifier: false accepts and false rejects, by category.
+"""Audit a verifier: false accepts and false rejects, by part and family.
 
-A case is ``{"completion", "reference", "expect": "accept" | "reject", "category", "note"}``.
-*Accept* means the full score (1.0); a case expected to be rejected is a **false accept** when
-it scores above 0, a case expected to be accepted is a **false reject** when it scores below 1.
-Built-in suites cover equivalent forms that must pass and reward-hacking probes that must fail;
-users add cases as JSONL (``veriloop audit NAME --cases FILE.jsonl``).
+A case is ``{"completion", "reference", "expect": "accept" | "reject", "family", "note"}``
+(``category`` is the family's older name).  *Accept* means the full score (1.0); a case expected to
+be rejected is a **false accept** when it scores above 0, a case expected to be accepted is a
+**false reject** when it scores below 1.
+
+Two parts.  **development**: the suites generated here (equivalent forms, reward-hacking probes,
+argued answers), math-verify's own test cases for ``math`` (``mathverify_suite``) and the files
+``data/audit/development/*.jsonl``; the answer reader is tuned on them.  **heldout**: the files
+``data/audit/heldout/*.jsonl``, written from reading without running a verifier, append-only
+(``audit_files``: its LOCK), never tuned on; they say how the reader does on phrasing nobody tuned
+it for.  Users add cases as JSONL (``veriloop audit NAME --cases FILE.jsonl``; part ``user``).
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from veriloop.tasks.jsonl import DatasetError, jsonl_objects
 from veriloop.verifiers.base import is_correct
@@ -21,8 +27,11 @@ class AuditCase:
     completion: str
     reference: str
     expect: str  # accept | reject
-    category: str
+    category: str  # the family
     note: str = ""
+    part: str = "development"  # development | heldout | user
+    source: str = "generated"  # the case file's stem, "generated", "math-verify tests" or the user's file
+    labelled_by: str = "reading"  # who decided ``expect``: a person reading ("reading") or math-verify's tests
 
 
 def _cases(expect: str, category: str, reference: str, completions: list[str]) -> list[AuditCase]:
@@ -248,6 +257,7 @@ def _math_verify_suite() -> list[AuditCase]:
     return audit_cases()
 
 
+# The generated development suites, by verifier (the test of the reader: none of them may fail).
 BUILTIN_SUITES = {
     "gsm8k": lambda: maths_suite(latex=False),
     "math": lambda: maths_suite(latex=True) + _math_verify_suite(),
@@ -255,9 +265,34 @@ BUILTIN_SUITES = {
     "arithmetic-outcome": arithmetic_suite,
     "arithmetic-process": arithmetic_suite,
 }
+PART_CHOICES = ("development", "heldout", "all")
+
+
+def builtin_cases(name: str, part: str = "all") -> list[AuditCase]:
+    """The built-in cases of verifier ``name``: the generated suite and the case files of ``part``."""
+    from veriloop.verifiers.audit_files import PARTS, part_rows
+
+    if part not in PART_CHOICES:
+        raise ValueError(f"part must be one of {PART_CHOICES}, got {part!r}")
+    out = []
+    for p in PARTS if part == "all" else (part,):
+        if p == "development" and name in BUILTIN_SUITES:
+            out += BUILTIN_SUITES[name]()
+        out += [AuditCase(r["completion"], r["reference"], r["expect"], r["family"], r.get("note", ""), p, r["file"],
+                          r.get("labelled_by", ""))
+                for r in part_rows(p) if name in r["verifiers"]]  # fmt: skip
+    return out
+
+
+def builtin_names() -> list[str]:
+    """Every verifier with built-in cases (a generated suite or a case file naming it)."""
+    from veriloop.verifiers.audit_files import PARTS, part_rows
+
+    return sorted(set(BUILTIN_SUITES) | {n for p in PARTS for r in part_rows(p) for n in r["verifiers"]})
 
 
 def load_cases(path: str) -> list[AuditCase]:
+    """A user's cases (part ``user``): ``family`` or ``category`` names the family (default ``user``)."""
     out = []
     for where, _, row in jsonl_objects(path, "audit cases file"):
         for key in ("completion", "reference", "expect"):
@@ -265,16 +300,23 @@ def load_cases(path: str) -> list[AuditCase]:
                 raise DatasetError(f"{where}: field {key!r} must be a string")
         if row["expect"] not in ("accept", "reject"):
             raise DatasetError(f"{where}: field 'expect' must be 'accept' or 'reject', got {row['expect']!r}")
-        out.append(AuditCase(row["completion"], row["reference"], row["expect"], str(row.get("category", "user")),
-                             str(row.get("note", ""))))  # fmt: skip
+        family = row.get("family", row.get("category", "user"))
+        out.append(AuditCase(row["completion"], row["reference"], row["expect"], str(family),
+                             str(row.get("note", "")), "user", str(path), str(row.get("labelled_by", ""))))  # fmt: skip
     return out
+
+
+def _rate(bad: int, n: int) -> float | None:
+    return bad / n if n else None
 
 
 @dataclass
 class AuditReport:
     verifier: str
-    rows: list[dict]  # per category: category, expect, cases, false (count), rate
+    rows: list[dict]  # per part, family and expected verdict: part, category, expect, cases, false, rate
     failures: list[dict]  # the cases the verifier got wrong
+    sources: list[dict] = field(default_factory=list)  # the same counts per part and case file
+    version: str = ""  # name@version of the verifier audited
 
     @property
     def false_accepts(self) -> int:
@@ -284,32 +326,87 @@ class AuditReport:
     def false_rejects(self) -> int:
         return sum(r["false"] for r in self.rows if r["expect"] == "accept")
 
-    def table(self) -> str:
-        lines = [f"audit of {self.verifier}: {sum(r['cases'] for r in self.rows)} cases",
-                 f"  {'category':<28}{'expect':<8}{'cases':>6}{'wrong':>7}  rate"]  # fmt: skip
-        for r in self.rows:
-            kind = "false accepts" if r["expect"] == "reject" else "false rejects"
-            lines.append(f"  {r['category']:<28}{r['expect']:<8}{r['cases']:>6}{r['false']:>7}  {r['rate']:.3f} {kind}")
-        lines.append(f"false accepts: {self.false_accepts}; false rejects: {self.false_rejects}")
-        for f in self.failures[:20]:
-            lines.append(f"  WRONG [{f['category']}] score {f['score']:.2f} ({f['outcome']}): {f['completion'][:70]!r}")
+    def totals(self, rows: list[dict] | None = None) -> dict[str, dict]:
+        """Per part: cases, accept and reject cases, false accepts and rejects and their rates (false
+        accepts over the cases to reject, false rejects over the cases to accept; None with no such case)."""
+        out: dict[str, dict] = {}
+        for r in self.rows if rows is None else rows:
+            t = out.setdefault(r["part"], {"cases": 0, "accept_cases": 0, "reject_cases": 0, "false_accepts": 0,
+                                           "false_rejects": 0})  # fmt: skip
+            t["cases"] += r["cases"]
+            t[f"{r['expect']}_cases"] += r["cases"]
+            t["false_accepts" if r["expect"] == "reject" else "false_rejects"] += r["false"]
+        for t in out.values():
+            t["false_accept_rate"] = _rate(t["false_accepts"], t["reject_cases"])
+            t["false_reject_rate"] = _rate(t["false_rejects"], t["accept_cases"])
+        return out
+
+    def source_totals(self) -> dict[str, dict[str, dict]]:
+        """Per part, per case file: the same counts as ``totals``."""
+        out: dict[str, dict[str, dict]] = {}
+        for src in {(r["part"], r["source"]) for r in self.sources}:
+            rows = [r for r in self.sources if (r["part"], r["source"]) == src]
+            out.setdefault(src[0], {})[src[1]] = self.totals(rows)[src[0]]
+        return out
+
+    def table(self, max_failures: int = 20) -> str:
+        width = max([len(r["category"]) for r in self.rows] + [6]) + 2
+        lines = [f"audit of {self.version or self.verifier}: {sum(r['cases'] for r in self.rows)} cases"]
+        sources = self.source_totals()
+        for part, t in self.totals().items():
+            lines += ["", f"{part}: {t['cases']} cases; {_count('false accepts', t, 'reject')}; "
+                      f"{_count('false rejects', t, 'accept')}",
+                      f"  {'family':<{width}}{'expect':<8}{'cases':>6}{'wrong':>7}  rate"]  # fmt: skip
+            for r in (r for r in self.rows if r["part"] == part):
+                kind = "false accepts" if r["expect"] == "reject" else "false rejects"
+                lines.append(f"  {r['category']:<{width}}{r['expect']:<8}{r['cases']:>6}{r['false']:>7}  "
+                             f"{r['rate']:.3f} {kind}")  # fmt: skip
+            if len(sources.get(part, {})) > 1:
+                for src, st in sorted(sources[part].items()):
+                    lines.append(f"  file {src}: {st['cases']} cases; {_count('false accepts', st, 'reject')}; "
+                                 f"{_count('false rejects', st, 'accept')}")  # fmt: skip
+        lines += ["", f"false accepts: {self.false_accepts}; false rejects: {self.false_rejects}"]
+        for f in self.failures[:max_failures]:
+            lines.append(f"  WRONG [{f['part']}: {f['category']}] score {f['score']:.2f} ({f['outcome']}): "
+                         f"{_tail(f['completion'])!r}")  # fmt: skip
+        if len(self.failures) > max_failures:
+            lines.append(f"  ... and {len(self.failures) - max_failures} more (--json FILE lists every one)")
         return "\n".join(lines)
+
+    def to_json(self) -> dict:
+        return {"verifier": self.verifier, "version": self.version, "parts": self.totals(),
+                "files": self.source_totals(), "rows": self.rows, "failures": self.failures,
+                "false_accepts": self.false_accepts, "false_rejects": self.false_rejects}  # fmt: skip
+
+
+def _count(what: str, t: dict, expect: str) -> str:
+    n, bad = t[f"{expect}_cases"], t[what.replace(" ", "_")]
+    return f"{what} {bad} of {n}" + (f" ({bad / n:.3f})" if n else "")
+
+
+def _tail(text: str, n: int = 90) -> str:
+    """The end of a completion (where its answer is), on one line."""
+    flat = " / ".join(line for line in text.strip().splitlines() if line.strip())
+    return flat if len(flat) <= n else "..." + flat[-n:]
 
 
 def run_audit(name: str, verifier, cases: list[AuditCase]) -> AuditReport:
     verdicts = verifier.verify_batch([c.completion for c in cases], [c.reference for c in cases])
-    groups: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0, 0])
+    groups: dict[tuple[str, str, str], list[int]] = defaultdict(lambda: [0, 0])
+    by_source: dict[tuple[str, str, str], list[int]] = defaultdict(lambda: [0, 0])
     failures = []
     for c, v in zip(cases, verdicts):
         # a reject case must earn nothing at all; an accept case must be correct
         wrong = v.score > 0 if c.expect == "reject" else not is_correct(v)
-        g = groups[(c.category, c.expect)]
-        g[0] += 1
-        g[1] += int(wrong)
+        for g in (groups[(c.part, c.category, c.expect)], by_source[(c.part, c.source, c.expect)]):
+            g[0] += 1
+            g[1] += int(wrong)
         if wrong:
-            failures.append({"category": c.category, "expect": c.expect, "completion": c.completion,
-                             "reference": c.reference, "score": v.score, "outcome": v.outcome,
-                             "details": v.details})  # fmt: skip
-    rows = [{"category": cat, "expect": exp, "cases": n, "false": bad, "rate": bad / n}
-            for (cat, exp), (n, bad) in groups.items()]  # fmt: skip
-    return AuditReport(name, rows, failures)
+            failures.append({"part": c.part, "category": c.category, "source": c.source, "expect": c.expect,
+                             "completion": c.completion, "reference": c.reference, "score": v.score,
+                             "outcome": v.outcome, "details": v.details, "note": c.note})  # fmt: skip
+    rows = [{"part": part, "category": cat, "expect": exp, "cases": n, "false": bad, "rate": bad / n}
+            for (part, cat, exp), (n, bad) in groups.items()]  # fmt: skip
+    sources = [{"part": part, "source": src, "expect": exp, "cases": n, "false": bad}
+               for (part, src, exp), (n, bad) in by_source.items()]  # fmt: skip
+    return AuditReport(name, rows, failures, sources, getattr(verifier, "tag", name))

@@ -15,6 +15,10 @@ verdicts agree; the others test a non-default option (latex-only extraction, ``f
 none explains is an error (``classify`` raises).  The test keeps the file exact; ``python -m
 veriloop.verifiers.mathverify_suite`` prints the measure, ``--write`` rewrites the file after a
 deliberate change of policy.
+
+As audit cases (``audit_cases``) each applicable case carries math-verify's test expectation as its
+label, or a person's reading where one was recorded (``data/audit/development/math-verify-read.jsonl``:
+the cases where our verdict differs, read one by one); never our verifier's verdict.
 """
 
 from __future__ import annotations
@@ -199,23 +203,28 @@ def classify(differences: dict[str, str]) -> dict[str, dict]:
     return out
 
 
+READINGS_FILE = DATA / "audit" / "development" / "math-verify-read.jsonl"
+
+
+def read_ids(path: Path = READINGS_FILE) -> set[str]:
+    """The math-verify cases that a person read and labelled (``id`` field of the readings file)."""
+    return {r["id"] for r in read_jsonl(path)}
+
+
 def audit_cases() -> list[AuditCase]:
-    """For ``veriloop audit math``: every applicable case as math-verify expects it, except the
-    documented differences (expected as our policy says; the two whose reference we refuse are left
-    out: an audit grades, it does not raise), plus the false-positive probes and equivalent forms."""
+    """For ``veriloop audit math`` (development part): every applicable case labelled as math-verify's
+    test expects it, except those a person read and labelled in ``READINGS_FILE`` (they are audited
+    from that file, by that reading) and the two whose reference we refuse (an audit grades, it does
+    not raise); plus the false-positive probes and equivalent forms (labelled by reading).  No label
+    here comes from our verifier: the documented differences decide nothing."""
     _, cases = load_cases()
-    documented = load_differences()
+    read = read_ids()
     out = []
     for c in cases:
-        if not c.applies or c.id in REFERENCE_ERRORS:
+        if not c.applies or c.id in REFERENCE_ERRORS or c.id in read:
             continue
-        if c.id in documented:
-            rule = documented[c.id]
-            expect = "reject" if c.expected else "accept"
-            kind = "reading" if rule["kind"] == "answer-reading" else "equiv."
-            out.append(AuditCase(c.pred, c.gold, expect, f"math-verify, ours: {kind}", c.id))
-        else:
-            out.append(AuditCase(c.pred, c.gold, "accept" if c.expected else "reject", "math-verify case", c.id))
+        out.append(AuditCase(c.pred, c.gold, "accept" if c.expected else "reject", "math-verify case", c.id,
+                             source="math-verify tests", labelled_by="math-verify tests"))  # fmt: skip
     out += [AuditCase(c, r, "reject", "math-verify false positive", note) for r, c, note in FALSE_POSITIVE_PROBES]
     out += [AuditCase(comp, ref, "accept", "equivalent equation or form") for ref, comp in EQUIVALENT_FORMS]
     return out
