@@ -77,13 +77,15 @@ def _add_verifier_commands(sub) -> None:
     p.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
                    help="verifier option (repeatable), e.g. percent=either, partial_credit=true")  # fmt: skip
     p.add_argument("--workers", type=int, default=0, help="processes; 0 = every core")
-    p = sub.add_parser("audit", help="false accepts and false rejects of a verifier, by category")
+    p = sub.add_parser("audit", help="false accepts and false rejects of a verifier, by part and family")
     p.add_argument("verifier", help="verifier name")
+    p.add_argument("--part", choices=("development", "heldout", "all"), default="all",
+                   help="built-in cases: development (the reader is tuned on them), heldout (never tuned on), all")
     p.add_argument("--cases", action="append", default=[], metavar="FILE.jsonl",
-                   help="cases {completion, reference, expect: accept|reject, category} (repeatable)")  # fmt: skip
+                   help="your cases {completion, reference, expect: accept|reject, family} (repeatable; part user)")
     p.add_argument("--no-builtin", action="store_true", help="only the cases given with --cases")
     p.add_argument("--option", action="append", default=[], metavar="KEY=VALUE", help="verifier option")
-    p.add_argument("--json", metavar="FILE", help="also write the report as JSON")
+    p.add_argument("--json", metavar="FILE", help="also write the report as JSON (totals per part, every failure)")
 
 
 def _add_prm_and_search_commands(sub) -> None:
@@ -238,14 +240,14 @@ def _options(pairs: list[str]) -> dict:
 
 def _audit(args: argparse.Namespace) -> int:
     from veriloop.verifiers import get
-    from veriloop.verifiers.audit import BUILTIN_SUITES, load_cases, run_audit
+    from veriloop.verifiers.audit import builtin_cases, builtin_names, load_cases, run_audit
 
-    cases = [] if args.no_builtin else (BUILTIN_SUITES[args.verifier]() if args.verifier in BUILTIN_SUITES else [])
+    cases = [] if args.no_builtin else builtin_cases(args.verifier, args.part)
     for path in args.cases:
         cases += load_cases(path)
     if not cases:
-        known = ", ".join(sorted(BUILTIN_SUITES))
-        raise InputError(f"no audit cases for {args.verifier!r}: built-in suites exist for {known}; add --cases FILE")
+        known = ", ".join(builtin_names())
+        raise InputError(f"no audit cases for {args.verifier!r}: built-in cases exist for {known}; add --cases FILE")
     verifier = get(args.verifier, **_options(args.option))
     report = run_audit(args.verifier, verifier, cases)
     print(report.table())
@@ -257,9 +259,7 @@ def _audit(args: argparse.Namespace) -> int:
     if args.json:
         from veriloop.io import atomic_write_json
 
-        atomic_write_json(args.json, {"verifier": args.verifier, "rows": report.rows, "failures": report.failures,
-                                      "false_accepts": report.false_accepts, "false_rejects": report.false_rejects,
-                                      **({"sandbox": isolation().layers} if sandboxed else {})})  # fmt: skip
+        atomic_write_json(args.json, {**report.to_json(), **({"sandbox": isolation().layers} if sandboxed else {})})
     return 1 if report.false_accepts or report.false_rejects else 0
 
 
