@@ -51,6 +51,10 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
     torch.set_num_threads(1)
 
 
+# the sandbox's layers: the `sandbox_layer` marker, the summary line of what was exercised, CI's expectation
+pytest_plugins = ["sandbox_layers_plugin"]
+
+
 def pytest_report_header(config):
     return f"network of the test session: {NETWORK}"
 

@@ -71,7 +71,18 @@ HOSTILE = {
 }  # fmt: skip
 
 
-@pytest.mark.parametrize("name", list(HOSTILE))
+# the sandbox layer each hostile program meets: a violation is the audit hook's verdict; the CPU time and address
+# space limits (rlimits) end the endless loop and the endless allocation (the wall clock and the output cap are the
+# supervisor's, no layer's)
+RLIMITED = ("allocates without bound", "loops forever")
+
+
+def _layer_marks(name: str) -> list:
+    layers = ["audit-hook"] * (HOSTILE[name][2] == "violation") + ["rlimits"] * (name in RLIMITED)
+    return [pytest.mark.sandbox_layer(*layers)] if layers else []
+
+
+@pytest.mark.parametrize("name", [pytest.param(name, marks=_layer_marks(name)) for name in HOSTILE])
 def test_hostile_program_is_contained(code, name, tmp_path):
     program, reference, outcome = HOSTILE[name]
     canary = Path("/tmp/veriloop-sandbox-canary")

@@ -1,5 +1,6 @@
 """The sandbox's kernel layer (issue 17): each claim tested with the process layer's audit hook switched off, so
-that what stops the act is the kernel.  Skipped, saying why, where the machine has no namespaces."""
+that what stops the act is the kernel.  Each test names the layers it exercises (``sandbox_layer``): where the machine
+lacks one, tests/sandbox_layers_plugin.py skips it, saying which and why, and the run's summary line counts it."""
 
 import socket
 import subprocess
@@ -17,7 +18,8 @@ from veriloop.verifiers.sandbox_isolation import _view_paths
 pytestmark = pytest.mark.timeout(300)  # every run is a sandboxed process with its own wall-clock limit
 
 ISO = isolation()
-kernel = pytest.mark.skipif(not ISO.namespaces, reason=f"no kernel layer on this machine: {ISO.why}")
+kernel = pytest.mark.sandbox_layer("namespaces")
+seccomp = pytest.mark.sandbox_layer("seccomp")
 LIMITS = SandboxLimits(wall_seconds=8, cpu_seconds=4)
 
 
@@ -55,10 +57,8 @@ def test_nothing_outside_the_run_directory_can_be_written(tmp_path):
 
 
 @kernel
-@pytest.mark.parametrize("layer", ["network namespace", "seccomp filter"])
+@pytest.mark.parametrize("layer", ["network namespace", pytest.param("seccomp filter", marks=seccomp)])
 def test_a_connection_to_the_host_fails(layer):
-    if layer == "seccomp filter" and not ISO.seccomp:
-        pytest.skip(f"no seccomp filter on this machine: {ISO.why}")
     # the namespace alone: a socket, but no device that reaches the host; the filter: no AF_INET socket at all
     iso = ISO if layer == "seccomp filter" else sandbox_isolation.Isolation(True, ISO.pids_cgroup, "", "")
     server = socket.socket()
@@ -86,9 +86,9 @@ def _accept(server):
         return None
 
 
+# without the pids cgroup, a fork bomb without the audit hook would be bounded by the wall-clock limit only
 @kernel
-@pytest.mark.skipif(not ISO.pids_cgroup, reason="no pids cgroup here: a fork bomb without the audit hook would be "
-                    "bounded by the wall-clock limit only")  # fmt: skip
+@pytest.mark.sandbox_layer("pids-cgroup")
 def test_a_fork_bomb_is_bounded_and_leaves_nothing():
     start = time.monotonic()
     res = bare("import os\nwhile True:\n    os.fork()")
@@ -123,6 +123,7 @@ def test_the_layers_are_recorded_in_every_verdict_and_in_the_audit():
     assert out.returncode == 0 and f"sandbox layers: {ISO.layers}" in out.stdout, out.stdout[-500:]
 
 
+@pytest.mark.sandbox_layer("audit-hook")
 def test_the_process_layer_is_the_fallback():
     process = _probe_isolation("process")
     assert not process.namespaces and process.layers == "rlimits+audit-hook"
@@ -134,6 +135,7 @@ def test_the_process_layer_is_the_fallback():
         _probe_isolation("container")
 
 
+@pytest.mark.sandbox_layer("audit-hook")
 def test_the_hostile_suite_holds_under_every_layer():
     """The process layer's own guarantees hold with the kernel layer under it (its messages are the hook's)."""
     for program, status in [("import socket\nsocket.create_connection(('127.0.0.1', 9))", "violation"),
@@ -169,7 +171,6 @@ FILTERED = {
     "socket(AF_INET)": "import socket, errno\ntry:\n    socket.socket()\n    print(0, 0)\n"
                        "except OSError as e:\n    print(-1, e.errno)",
 }
-seccomp = pytest.mark.skipif(not ISO.seccomp, reason=f"no seccomp filter on this machine: {ISO.why}")
 
 
 @kernel
