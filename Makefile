@@ -22,13 +22,15 @@ demo: setup
 	$(BIN)/veriloop demo
 
 # one pytest-xdist worker per core (2 here), whole files per worker (module fixtures stay together), one torch
-# thread each (tests/conftest.py)
+# thread each (tests/conftest.py).  The vLLM session runs no sandbox test: CI's expectation of the sandbox layers
+# exercised (VERILOOP_EXPECT_SANDBOX_LAYERS, set by .ci/run) is for the main session only (docs/testing.md).
 TEST_WORKERS ?= 2
 
 test: setup
 	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=15
 	@if [ -f $(VLLM_VENV)/.installed ]; then \
-		echo "vLLM engine tests in $(VLLM_VENV):"; $(VLLM_VENV)/bin/python -m pytest -q tests/test_vllm_engine_on_cpu.py; \
+		echo "vLLM engine tests in $(VLLM_VENV):"; \
+		VERILOOP_EXPECT_SANDBOX_LAYERS= $(VLLM_VENV)/bin/python -m pytest -q tests/test_vllm_engine_on_cpu.py; \
 	else echo "vLLM engine tests not run: no $(VLLM_VENV) (make vllm-env creates it)"; fi
 
 # vLLM's CPU build in its own environment (transformers <5.20; see scripts/setup_vllm_env.sh)
