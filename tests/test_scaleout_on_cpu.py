@@ -106,6 +106,21 @@ def test_ray_workers_equal_the_local_run(tiny_policy, tmp_path, tmp_path_factory
         assert {e["engine"] for e in ledger.events()} == {0, 1}
 
 
+def test_n_workers_all_sample_by_default(tiny_policy, tmp_path):
+    """rollout.request_groups 0 (auto) cuts a round into one request per worker on engine ray."""
+    from veriloop.rollout.config import RolloutConfig
+
+    assert RolloutConfig(engine="ray", workers=2).groups_per_request(4) == 2
+    assert RolloutConfig(engine="ray", workers=3).groups_per_request(4) == 2  # ceil(4 / 3): requests of 2, 2
+    assert RolloutConfig().groups_per_request(32) == 0  # one engine: the round in one request
+    assert RolloutConfig(engine="ray", workers=2, request_groups=1).groups_per_request(4) == 1  # as set
+    trainer = run(tiny_policy, tmp_path, steps=1, **{"rollout.engine": "ray", "rollout.workers": 2,
+                                                     "rollout.request_groups": 0})  # fmt: skip
+    done = [e for e in Ledger(tmp_path).events() if e["event"] == "done"]
+    assert sorted(e["engine"] for e in done) == [0, 1] and {e["records"] for e in done} == {8}
+    assert trainer.state.step == 1
+
+
 @pytest.mark.parametrize("lag", [1, 2])
 def test_the_pipeline_equals_local_lag_and_overlaps(tiny_policy, tmp_path, tmp_path_factory, runs, lag):
     local = local_run(runs, tiny_policy, tmp_path_factory, lag)

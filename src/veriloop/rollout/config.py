@@ -43,8 +43,8 @@ class RolloutConfig:
     )  # fmt: skip
     request_groups: int = field(
         default=0,
-        metadata={"help": "groups per rollout request (a fixed cut, so records never depend on how many engines "
-                  "serve them); 0 = each sampling round in one request"},
+        metadata={"help": "groups per rollout request (records are the same however a round is cut: per-row "
+                  "seeds); 0 = auto: a round in one request, on engine ray one request per worker"},
     )  # fmt: skip
 
     max_tool_calls: int = field(
@@ -73,6 +73,15 @@ class RolloutConfig:
     max_request_retries: int = field(
         default=3, metadata={"help": "re-issues of one request after its engine died (same seeds, same weights)"}
     )
+
+    def groups_per_request(self, groups: int) -> int:
+        """``request_groups``, or with 0 (auto) the cut that keeps every engine busy: a round of ``groups`` groups
+        in one request for one engine, on ``engine ray`` in ``workers`` requests of ceil(groups / workers) groups
+        (request i goes to worker i mod N: one request per round would leave N - 1 workers idle).  A completion's
+        tokens come from its own seeded stream, so the cut never changes them."""
+        if self.request_groups or self.engine != "ray":
+            return self.request_groups
+        return max(1, math.ceil(groups / self.workers))
 
     def __post_init__(self):
         if self.engine not in ENGINES:
