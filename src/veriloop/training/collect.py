@@ -75,7 +75,8 @@ class Collector:
         source = cfg.rollout.source
         version = version if source == "policy" else FROZEN
         return build_requests(cfg.seed, step, round_, problems, cfg.rollout.group_size, self.sampling, version, source,
-                              cfg.rollout.request_groups, self.tools if source == "policy" else None)  # fmt: skip
+                              cfg.rollout.groups_per_request(len(problems)),
+                              self.tools if source == "policy" else None)  # fmt: skip
 
     def sample_round(self, step: int, round_: int, version: int, times: dict) -> list[Record]:
         t0 = time.time()
