@@ -6,7 +6,7 @@ import random
 import pytest
 import torch
 
-from veriloop.config import build_config
+from veriloop.config import ConfigError, build_config
 from veriloop.errors import InputError
 from veriloop.models.batch import build_policy_batch, last_token_index, select
 from veriloop.models.loading import load_policy
@@ -94,7 +94,7 @@ def test_tool_verifiers_and_formats_are_refused_where_they_would_score_nothing()
         build_config(TrainConfig, {}, {"verifier": "arithmetic-tool"})
     with pytest.raises(Exception, match="vllm engine does not run tool calls"):
         build_config(TrainConfig, {}, {**base, "verifier": "arithmetic-tool", "rollout.engine": "vllm"})
-    with pytest.raises(Exception, match="apply only to task.reasoning tool"):
+    with pytest.raises(ConfigError, match="rollout.max_tool_calls=2 is not read by the reasoning format 'cot'"):
         build_config(TrainConfig, {}, {"rollout.max_tool_calls": 2})
     with pytest.raises(Exception, match="PRM scores text steps"):
         build_config(TrainConfig, {}, {**base, "verifier": "arithmetic-tool", "algo": "grpo_process",
