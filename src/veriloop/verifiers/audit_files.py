@@ -33,6 +33,8 @@ _KEYS = {"completion", "reference", "expect", "family", "verifiers", "labelled_b
 def part_files(part: str, root: Path = AUDIT_DIR) -> list[Path]:
     if part not in PARTS:
         raise ValueError(f"part must be one of {PARTS}, got {part!r}")
+    if not (root / part).is_dir():  # never an empty part by accident: the numbers would look perfect
+        raise DatasetError(f"audit case directory {root / part} is missing (package data not installed?)")
     return sorted((root / part).glob("*.jsonl"))
 
 
