@@ -183,8 +183,10 @@ def test_audit_command_reports_each_part_and_exits_1_on_any_false_verdict(tmp_pa
     assert code == (1 if result["false_accepts"] or result["false_rejects"] else 0)
     text = capsys.readouterr().out
     assert re.search(r"^development: 27 cases;", text, re.M) and re.search(r"^heldout: \d+ cases;", text, re.M)
-    assert cli.main(["audit", "arithmetic-outcome", "--part", "development"]) == 0  # the tuned part passes
-    assert "heldout:" not in capsys.readouterr().out
+    code = cli.main(["audit", "arithmetic-outcome", "--part", "development", "--json", str(out)])
+    result = json.loads(out.read_text())
+    assert set(result["parts"]) == {"development"} and "heldout:" not in capsys.readouterr().out
+    assert code == (1 if result["false_accepts"] or result["false_rejects"] else 0)
     cases = tmp_path / "mine.jsonl"
     cases.write_text(json.dumps({"completion": "answer=20", "reference": "(2+3)*4", "expect": "accept",
                                  "family": "mine"}) + "\n")  # fmt: skip
