@@ -32,6 +32,7 @@ ROOT = Path(__file__).resolve().parent.parent
 def stamp(argv: list[str]) -> dict:
     """Where a number came from: the commit (``+dirty`` when the verifiers' code or cases differ from it), the
     command, the machine, the date."""
+
     def git(*args: str) -> str:
         try:
             return subprocess.run(["git", "-C", str(ROOT), *args], capture_output=True, text=True, timeout=30,
@@ -42,8 +43,9 @@ def stamp(argv: list[str]) -> dict:
     commit = git("rev-parse", "--short=12", "HEAD") or "unknown (no git)"
     dirty = git("status", "--porcelain", "--", "src/veriloop/verifiers")
     machine = f"{platform.system()} {platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}"
+    date = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
     return {"commit": commit + ("+dirty" if dirty else ""), "command": shlex.join(["python", *argv]),
-            "machine": machine, "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")}  # fmt: skip
+            "machine": machine, "date": date}  # fmt: skip
 
 
 def audit_one(name: str) -> dict:
@@ -61,7 +63,8 @@ def audit_one(name: str) -> dict:
 
 
 def _renderer():
-    spec = importlib.util.spec_from_file_location("render_verifier_cards", ROOT / "scripts" / "render_verifier_cards.py")
+    path = ROOT / "scripts" / "render_verifier_cards.py"
+    spec = importlib.util.spec_from_file_location("render_verifier_cards", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

@@ -18,7 +18,7 @@ from __future__ import annotations
 import hashlib
 import sys
 from collections import defaultdict
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 from veriloop.tasks.jsonl import DatasetError, jsonl_objects
@@ -57,7 +57,7 @@ def read_case_file(path: Path) -> list[dict]:
     return out
 
 
-@lru_cache(maxsize=None)
+@cache
 def _cached_rows(path: str, mtime_ns: int) -> tuple[dict, ...]:
     return tuple(read_case_file(Path(path)))
 
