@@ -119,9 +119,10 @@ def _build(cls, data: dict, prefix: str):
             given = data[f.name] or {}
             if not isinstance(given, dict):
                 raise ConfigError(f"{key}: expected a section of keys, got {given!r}")
-            # Start from this field's own default (which may differ from tp's defaults).
+            # Start from where this field's own default differs from tp's (TrainConfig.sampling's temperature 0.7):
+            # only those, so that tp's own defaults stay defaults (a nested TrainConfig's recipe still applies).
             default = f.default_factory() if f.default_factory is not dataclasses.MISSING else tp()
-            kwargs[f.name] = _build(tp, _merge(_shallow(default), given), key + ".")
+            kwargs[f.name] = _build(tp, _merge(_differences(_shallow(default), _shallow(tp())), given), key + ".")
         else:
             kwargs[f.name] = _convert(data[f.name], tp, key)
     try:
@@ -141,6 +142,19 @@ def _shallow(obj) -> dict:
         for f in dataclasses.fields(obj)
         if f.init
     }
+
+
+def _differences(ours: dict, theirs: dict) -> dict:
+    """The entries of ``ours`` that differ from ``theirs`` (nested mappings compared entry by entry)."""
+    out = {}
+    for k, v in ours.items():
+        if isinstance(v, dict) and isinstance(theirs.get(k), dict):
+            sub = _differences(v, theirs[k])
+            if sub:
+                out[k] = sub
+        elif k not in theirs or theirs[k] != v:
+            out[k] = v
+    return out
 
 
 def _set_dotted(tree: dict, key: str, value: Any) -> None:

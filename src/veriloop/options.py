@@ -18,6 +18,8 @@ components read.
 from __future__ import annotations
 
 import dataclasses
+import functools
+import typing
 from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -37,6 +39,11 @@ def dotted_defaults(cls, prefix: str = "") -> dict[str, Any]:
     """``{dotted key: default}`` for every leaf option of the config class ``cls``, a section's defaults taken
     from the field's own default (which may differ from its class's: ``TrainConfig.sampling``), built without
     constructing ``cls`` itself."""
+    return dict(_dotted_defaults(cls, prefix))
+
+
+@functools.lru_cache(maxsize=256)
+def _dotted_defaults(cls, prefix: str) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for f in dataclasses.fields(cls):
         if not f.init:
@@ -68,6 +75,11 @@ def covers(names: Collection[str], key: str) -> bool:
 
     return any(within(n) for n in names if not n.startswith("-")) and not any(within(n[1:]) for n in names
                                                                               if n.startswith("-"))  # fmt: skip
+
+
+@functools.lru_cache(maxsize=1024)
+def _leaves(options: tuple[str, ...], keys: tuple[str, ...]) -> tuple[str, ...]:
+    return tuple(k for k in keys if covers(options, k))
 
 
 @dataclass(frozen=True)
@@ -116,7 +128,7 @@ class OptionScope:
 
     def leaves(self, defaults: Mapping[str, Any]) -> list[str]:
         """The scope's options as leaf keys of ``defaults``."""
-        return [k for k in defaults if covers(self.options, k)]
+        return list(_leaves(self.options, tuple(defaults)))
 
 
 def unread_message(scope: OptionScope, key: str, value: Any, default: Any, name: str) -> str:
@@ -133,6 +145,32 @@ def unread_message(scope: OptionScope, key: str, value: Any, default: Any, name:
             f"nothing; {instead}, or leave {p}{key} at its default {default!r}")
 
 
+# config class -> (its scopes, the options it reads whatever is chosen): what the declarations test walks
+DECLARED: dict[type, tuple[tuple[OptionScope, ...], tuple[str, ...]]] = {}
+
+
+def declare(cls: type, scopes: Iterable[OptionScope] = (), common: Iterable[str] = ()) -> None:
+    """Record ``cls``'s scopes and the options (and sections) it reads whatever is chosen."""
+    DECLARED[cls] = (tuple(scopes), tuple(common))
+
+
+def check_declared(cfg: Any) -> None:
+    """``refuse_unread`` with the scopes declared for ``type(cfg)``, against its class defaults."""
+    scopes, _ = DECLARED[type(cfg)]
+    refuse_unread(cfg, scopes, dotted_defaults(type(cfg)))
+
+
+def declarations(cls: type, prefix: str = "") -> list[tuple[str, tuple[OptionScope, ...], tuple[str, ...]]]:
+    """``(prefix, scopes, common)`` of every declared config class in the tree of ``cls``, outermost first."""
+    out = [(prefix, *DECLARED[cls])] if cls in DECLARED else []
+    hints = typing.get_type_hints(cls)
+    for f in dataclasses.fields(cls):
+        tp = hints[f.name]
+        if f.init and isinstance(tp, type) and dataclasses.is_dataclass(tp):
+            out += declarations(tp, f"{prefix}{f.name}.")
+    return out
+
+
 def refuse_unread(cfg: Any, scopes: Iterable[OptionScope], defaults: Mapping[str, Any]) -> None:
     """Raise a ``ConfigError`` for the first option of a scope whose value differs from ``defaults`` (dotted
     leaf keys: ``dotted_defaults``) that the chosen component does not read."""
@@ -142,3 +180,20 @@ def refuse_unread(cfg: Any, scopes: Iterable[OptionScope], defaults: Mapping[str
             value = lookup(cfg, key)
             if value != defaults[key] and not scope.reads_option(name, key):
                 raise ConfigError(unread_message(scope, key, value, defaults[key], name))
+
+
+def not_read_by(command: str, options: tuple[str, ...], hint: str = "") -> OptionScope:
+    """A scope of one component, the command itself, that reads none of ``options`` (``sampling.max_thinking_tokens``
+    in a command that samples without budget forcing)."""
+    return OptionScope("command", "command", options, {command: ()}, component=lambda cfg: command,
+                       choose=lambda name: {}, when={command: f"`veriloop {command}`"},
+                       hint={o: hint for o in options} if hint else {})  # fmt: skip
+
+
+def toggled(kind: str, selector: str, options: tuple[str, ...], on: Callable[[Any], bool], when_on: str,
+            when_off: str, choose_on: dict, choose_off: dict) -> OptionScope:
+    """A scope whose options are read only when a setting is on (``select`` with ``val_data``)."""
+    return OptionScope(kind, selector, options, {"on": options, "off": ()},
+                       component=lambda cfg: "on" if on(cfg) else "off",
+                       choose=lambda name: dict(choose_on if name == "on" else choose_off),
+                       when={"on": when_on, "off": when_off})  # fmt: skip

@@ -29,6 +29,7 @@ from veriloop.errors import InputError
 from veriloop.io import atomic_write_jsonl
 from veriloop.models.loading import load_policy
 from veriloop.models.solutions import sample_solutions
+from veriloop.options import check_declared, declare, not_read_by
 from veriloop.prm.steps import split_steps
 from veriloop.rollout.sampler import SamplingParams
 from veriloop.tasks.base import check_split, draw_problems
@@ -62,6 +63,14 @@ class LabelConfig:
                 raise InputError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.sampling.temperature <= 0:
             raise InputError("labelling samples: sampling.temperature must be > 0")
+        check_declared(self)
+
+
+# Solutions and completions are sampled whole, without budget forcing.
+declare(LabelConfig, [not_read_by("prm label", ("sampling.max_thinking_tokens", "sampling.thinking_end"),
+                                   "solutions and step completions are sampled whole, without budget forcing")],
+        ("policy", "completer", "output", "split", "problems", "solutions", "completions", "verifier", "seed",
+         "batch_prompts", "task", "sampling"))  # fmt: skip
 
 
 def label_solutions(

@@ -25,6 +25,7 @@ from tqdm import tqdm
 from veriloop.errors import InputError
 from veriloop.io import atomic_write_json, atomic_write_jsonl, read_jsonl
 from veriloop.models.loading import load_policy
+from veriloop.options import check_declared, declare, toggled
 from veriloop.prm.metrics import roc_auc
 from veriloop.prm.model import AGGREGATIONS, PRM, PRM_LOSSES, aggregate, load_prm, prm_loss
 
@@ -77,6 +78,14 @@ class PRMTrainConfig:
             raise InputError(f"select must be one of {SELECT}, got {self.select!r}")
         if self.epochs < 1 or self.batch_size < 1 or self.lr <= 0:
             raise InputError("epochs and batch_size must be >= 1 and lr > 0")
+        check_declared(self)
+
+
+# select chooses the epoch on the validation labels: without val_data there is no choice to make
+declare(PRMTrainConfig, [toggled("epoch choice", "val_data", ("select",), lambda cfg: bool(cfg.val_data),
+                                 "val_data FILE", "no val_data", {"val_data": "val.jsonl"}, {"val_data": ""})],
+        ("data", "eval_data", "val_data", "backbone", "out", "labels", "loss", "cumulative", "aggregation", "epochs",
+         "batch_size", "lr", "seed", "threads"))  # fmt: skip
 
 
 def load_labels(path: str) -> list[dict]:

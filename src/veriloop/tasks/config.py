@@ -7,7 +7,7 @@ import inspect
 from dataclasses import dataclass, field
 
 from veriloop.errors import InputError
-from veriloop.options import OptionScope, dotted_defaults, refuse_unread
+from veriloop.options import OptionScope, check_declared, declare
 from veriloop.registry import TASKS
 from veriloop.tasks.arithmetic import ArithmeticConfig, TeacherConfig
 from veriloop.tasks.base import PROMPT_STYLES, REASONING_FORMATS, get_task
@@ -63,7 +63,7 @@ class TaskConfig:
         if self.reasoning == "pot" and self.prompt_style != "plain":
             raise ValueError(f"task.prompt_style {self.prompt_style!r} asks for a boxed answer, task.reasoning pot "
                              "for a printed one: use prompt_style plain with pot")  # fmt: skip
-        refuse_unread(self, [task_scope()], dotted_defaults(TaskConfig))
+        check_declared(self)
 
     def refuse_tools(self, command: str) -> None:
         """``command`` samples whole completions without pausing for code blocks: a tool trace would be scored
@@ -120,5 +120,5 @@ def readers(option: str) -> list[str]:
     return [n for n in TASKS.names() if option in task_reads(n)]
 
 
-def task_scope() -> OptionScope:
-    return OptionScope("task", "name", TASK_OPTIONS, task_reads, choices=TASKS.names, prefix="task.")
+TASK_SCOPE = OptionScope("task", "name", TASK_OPTIONS, task_reads, choices=TASKS.names, prefix="task.")
+declare(TaskConfig, [TASK_SCOPE], COMMON_TASK_OPTIONS)

@@ -18,7 +18,7 @@ from veriloop.models.device import DTYPES, Placement
 from veriloop.models.loading import PromptFormat
 from veriloop.models.lora import LoraConfig
 from veriloop.models.tiny import TinyModelConfig
-from veriloop.options import dotted_defaults, refuse_unread
+from veriloop.options import declare, dotted_defaults, refuse_unread
 from veriloop.prm.config import ProcessConfig
 from veriloop.registry import ESTIMATORS, OBJECTIVES
 from veriloop.rollout.config import RayConfig, RolloutConfig, VLLMConfig
@@ -414,3 +414,6 @@ class TrainConfig:
             raise ValueError("process.outcome_weight > 0 needs rollout.group_size >= 2 (group-normalised outcomes)")
         if self.rollout.source == "task-teacher" and not objective.learns_from_demonstrations:
             raise ValueError("rollout.source=task-teacher has no behaviour log-probs: use loss.policy_loss likelihood")
+
+
+declare(TrainConfig, option_scopes.SCOPES, option_scopes.COMMON)

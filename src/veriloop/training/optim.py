@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from veriloop.options import OptionScope, dotted_defaults, refuse_unread
+from veriloop.options import OptionScope, check_declared, declare, dotted_defaults
 
 
 @dataclass
@@ -34,7 +34,7 @@ class OptimConfig:
             raise ValueError(f"optim.schedule must be constant or cosine, got {self.schedule!r}")
         if self.grad_clip < 0:
             raise ValueError(f"optim.grad_clip must be >= 0, got {self.grad_clip}")
-        refuse_unread(self, [OPTIMIZER_SCOPE], dotted_defaults(OptimConfig))
+        check_declared(self)
 
 
 # What each optimizer reads of optim.* (its name aside); the schedule and the clipping are every optimizer's.
@@ -42,6 +42,7 @@ _EVERY_OPTIMIZER = ("lr", "weight_decay", "grad_clip", "warmup_steps", "schedule
 OPTIMIZER_OPTIONS = {"adamw": (*_EVERY_OPTIMIZER, "beta1", "beta2", "adam_eps"), "sgd": (*_EVERY_OPTIMIZER, "momentum")}
 OPTIMIZER_SCOPE = OptionScope("optimizer", "name", tuple(k for k in dotted_defaults(OptimConfig) if k != "name"),
                               OPTIMIZER_OPTIONS, prefix="optim.")  # fmt: skip
+declare(OptimConfig, [OPTIMIZER_SCOPE], ("name",))
 
 
 # float16 starts its dynamic loss scale here (as torch.amp.GradScaler does)
