@@ -14,6 +14,7 @@ from veriloop.algorithms import (
     clipped_surrogate,
     entropy_from_logprobs,
     group_advantages,
+    importance_weighted_kl,
     kl_estimate,
     kl_exact,
     pass_at_k,
@@ -221,6 +222,35 @@ def test_k2_is_biased():
 def test_k3_nonnegative():
     x = torch.linspace(-5, 5, 101, dtype=torch.float64)
     assert (kl_estimate(x, torch.zeros_like(x), "k3") >= 0).all()
+
+
+def test_importance_weighted_kl_seeds_old_current_reference():
+    # Seeds 3.2: old (behaviour) (0.4, 0.6), current (0.6, 0.4), reference (0.5, 0.5); KL(current || ref) = 0.020136.
+    # k3 at A: 0.5/0.6 - 1 - ln(0.5/0.6) = 0.015655; at B: 0.5/0.4 - 1 - ln(0.5/0.4) = 0.25 - 0.223144 = 0.026856.
+    # Tokens drawn by old: the plain mean is E_old[k3] = 0.4 * 0.015655 + 0.6 * 0.026856 = 0.022376 (not the KL);
+    # weights w = current/old = 0.6/0.4 = 1.5 at A and 0.4/0.6 = 2/3 at B:
+    # E_old[w k3] = 0.4 * 1.5 * 0.015655 + 0.6 * (2/3) * 0.026856 = 0.009393 + 0.010743 = 0.020136.
+    old, cur, ref = t([0.4, 0.6]).log(), t([0.6, 0.4]).log(), t([0.5, 0.5]).log()
+    k3 = kl_estimate(cur, ref, "k3")
+    assert k3.tolist() == pytest.approx([0.0156549, 0.0268564], abs=1e-6)
+    weighted = importance_weighted_kl(k3, cur, old)
+    assert weighted.tolist() == pytest.approx([1.5 * 0.0156549, 2 / 3 * 0.0268564], abs=1e-6)
+    assert (old.exp() * k3).sum().item() == pytest.approx(0.022376, abs=1e-6)
+    assert (old.exp() * weighted).sum().item() == pytest.approx(0.020136, abs=1e-6)
+    assert (old.exp() * weighted).sum().item() == pytest.approx(kl_exact(cur, ref).item(), rel=1e-12)
+
+
+def test_importance_weight_is_detached_and_one_on_policy():
+    # On the samples' own policy the weight is 1 and the estimate unchanged; the weight carries no gradient, so
+    # d(w k)/d logprobs = w dk/d logprobs (the on-policy estimator's gradient, reweighted).
+    lp = t([-0.3, -1.2]).requires_grad_()
+    ref = t([-0.5, -0.9])
+    k = kl_estimate(lp, ref, "k2")
+    assert torch.equal(importance_weighted_kl(k, lp, lp.detach()), k)
+    behaviour = t([-0.8, -1.0])
+    importance_weighted_kl(kl_estimate(lp, ref, "k2"), lp, behaviour).sum().backward()
+    w = torch.exp(lp.detach() - behaviour)
+    assert torch.allclose(lp.grad, w * (lp.detach() - ref))  # d k2 / d lp = log(pi/ref)
 
 
 # ---------------------------------------------------------------- aggregation

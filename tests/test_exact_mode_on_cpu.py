@@ -328,3 +328,75 @@ def test_truncated_importance_sampling_corrects_a_rollout_engine_mismatch(tmp_pa
     assert torch.allclose(policy.logits.detach() - start, expected)
     assert stats["logprob_mismatch"] == pytest.approx((0.5 + 1.0 + 0.0 + 1.0) / 4)  # mean |learner - engine|
     assert stats["tis_weight"] == pytest.approx(sum(w) / 4)
+
+
+# --------------------------------------------------------------------------- the KL on reused samples
+
+BEHAVIOUR_LOGITS = [-0.4, 0.6, 0.1, 0.3]  # the policy that sampled the batch (an earlier version)
+
+
+def expected_update_from(trainer, policy, G, behaviour_logits, stat=None):
+    """``expected_update`` when the records were sampled by another policy (``behaviour_logits``): every group
+    is weighted by its probability under that policy, and its records carry that policy's log-probs.  This is
+    what the second pass of ``update.inner_updates`` (and every pass under ``rollout.lag``) sees: the batch is
+    the behaviour policy's, the learner's policy has moved away from it."""
+    lb_logp = torch.log_softmax(torch.tensor(behaviour_logits, dtype=torch.float64), -1)
+    K, start = len(policy.candidates), policy.logits.detach().clone()
+    mean_delta, mean_stat, gen = torch.zeros(K, dtype=torch.float64), 0.0, torch.Generator().manual_seed(0)
+    for group in itertools.product(range(K), repeat=G):
+        weight = float(torch.prod(lb_logp.exp()[list(group)]))
+        records = group_records(policy, group)
+        for rec, k in zip(records, group):
+            rec.behavior_logprobs = [float(lb_logp[k])]
+        trainer.score(records)
+        stats = trainer.learner.update(trainer.learning_signal(records)[0], trainer.kl_control.beta, gen)
+        mean_delta += weight * (policy.logits.detach() - start)
+        mean_stat += weight * stats.get(stat, 0.0) if stat else 0.0
+        policy.logits.data.copy_(start)
+    return mean_delta, mean_stat
+
+
+@pytest.mark.parametrize("weighted", [True, False])
+def test_importance_weighted_kl_estimates_the_current_policys_kl_on_reused_samples(tmp_path, weighted):
+    # Samples of the behaviour policy b, current policy pi != b (a second pass of inner_updates, or a lagged
+    # batch).  The learner's KL metric is the mean k3 of the sampled tokens: E_b[w k3] = KL(pi || ref) exactly
+    # with w = pi/b; the plain mean estimates E_b[k3], which is not the KL of the policy being trained.
+    trainer, policy = make_trainer(tmp_path, FOUR, REWARDS4, LOGITS4, G=2, algo="grpo",
+                                   **{"kl.beta": 0.05, "kl.estimator": "k3", "kl.importance_weighted": weighted,
+                                      "update.inner_updates": 2})  # fmt: skip
+    trainer.reference.policy.logits.data = torch.tensor(REF_LOGITS, dtype=torch.float64)
+    _, mean_kl = expected_update_from(trainer, policy, 2, BEHAVIOUR_LOGITS, stat="kl")
+    logp = torch.log_softmax(policy.logits.detach(), -1)
+    ref = torch.log_softmax(torch.tensor(REF_LOGITS, dtype=torch.float64), -1)
+    exact = kl_exact(logp, ref).item()
+    behaviour = torch.log_softmax(torch.tensor(BEHAVIOUR_LOGITS, dtype=torch.float64), -1)
+    from veriloop.algorithms import kl_estimate
+
+    plain = (behaviour.exp() * kl_estimate(logp, ref, "k3")).sum().item()
+    assert abs(plain - exact) > 0.01  # the two differ here: the test can tell them apart
+    assert mean_kl == pytest.approx(exact if weighted else plain, abs=1e-12)
+
+
+@pytest.mark.parametrize("weighted", [True, False])
+def test_importance_weighted_kl_gradient_is_the_on_policy_estimators(tmp_path, weighted):
+    # All rewards equal: only -beta * KL moves the logits.  SGD lr 1, one pass: delta z = -beta * E_b[w d k2].
+    # The weight is detached, so E_b[w d k2] = E_pi[d k2] = d KL(pi || ref), what k2 gives on fresh samples
+    # (test_kl_in_the_loss_optimises); unweighted, E_b[d k2] is no divergence's gradient at pi.
+    beta = 0.5
+    trainer, policy = make_trainer(tmp_path, FOUR, [1.0] * 4, LOGITS4, G=2, algo="grpo",
+                                   **{"kl.beta": beta, "kl.estimator": "k2", "kl.importance_weighted": weighted})
+    trainer.reference.policy.logits.data = torch.tensor(REF_LOGITS, dtype=torch.float64)
+    delta, _ = expected_update_from(trainer, policy, 2, BEHAVIOUR_LOGITS)
+    want = -beta * divergence_gradients(LOGITS4, REF_LOGITS)["kl_pi_ref"]
+    assert torch.allclose(delta, want, atol=1e-12) == weighted
+    if not weighted:
+        assert not torch.allclose(delta, want, atol=1e-3)
+
+
+def test_importance_weighted_kl_is_refused_where_it_cannot_apply(tmp_path):
+    from veriloop.config import ConfigError
+
+    with pytest.raises(ConfigError, match="no sampled token to reweight"):
+        build_config(TrainConfig, {}, {"kl.importance_weighted": True, "kl.estimator": "exact"})
+    with pytest.raises(ConfigError, match="use kl.placement=loss"):
+        build_config(TrainConfig, {}, {"algo": "reinforce", "kl.importance_weighted": True})

@@ -17,6 +17,7 @@ from veriloop.algorithms.kl import (
     KL_ESTIMATORS,
     AdaptiveKLController,
     FixedKLController,
+    importance_weighted_kl,
     kl_estimate,
     kl_exact,
 )
@@ -50,6 +51,7 @@ __all__ = [
     "gae_advantages",
     "group_advantages",
     "gspo_surrogate",
+    "importance_weighted_kl",
     "kl_estimate",
     "kl_exact",
     "likelihood_objective",

@@ -15,6 +15,18 @@ next-token distributions are enumerable even when sequences are not).
 Placement is the trainer's choice: as a loss term (GRPO) or subtracted from the reward
 (PPO-RLHF), with a fixed or an adaptive weight (``FixedKLController`` /
 ``AdaptiveKLController``).
+
+Reused or lagged samples (``update.inner_updates`` > 1, ``rollout.lag``): the tokens were drawn
+by the behaviour policy ``b``, not by the current ``q``, so the mean of ``k`` over them estimates
+``E_b[k]``, not ``KL(q || p_ref)``.  ``importance_weighted_kl`` multiplies each token's estimate
+by ``w = q(y) / b(y)`` (``E_b[w k] = E_q[k]``, seeds 002 section 4: old samples without a
+correction of their weights no longer give the current policy's expectation).  The weight is per
+token, detached and unclipped: per token, it corrects the draw of each token given its prefix, not
+the distribution of the prefixes (the product of the ratios along the prefix would, at a variance
+that grows with the length), as PPO's ratio does; detached, the gradient is
+``E_b[w grad k] = E_q[grad k]``, the on-policy estimator's (k2: grad KL(q || p_ref); k3:
+grad KL(p_ref || q)), so the option changes which distribution the samples stand for, not what the
+term optimises.
 """
 
 from __future__ import annotations
@@ -36,6 +48,14 @@ def kl_estimate(logprobs: torch.Tensor, ref_logprobs: torch.Tensor, estimator: s
     if estimator == "exact":
         raise ValueError("the exact KL needs whole distributions: use kl_exact(logp, ref_logp)")
     raise ValueError(f"unknown KL estimator {estimator!r}; choose one of {KL_ESTIMATORS}")
+
+
+def importance_weighted_kl(kl: torch.Tensor, logprobs: torch.Tensor, behavior_logprobs: torch.Tensor) -> torch.Tensor:
+    """``w * kl`` per token, ``w = exp(logprobs - behavior_logprobs)`` detached: the estimate ``kl`` of tokens
+    drawn by the behaviour policy, reweighted to stand for tokens of the current policy (``logprobs``: the
+    current policy's, under the distribution the behaviour's were recorded under)."""
+    weight = torch.exp(logprobs.detach() - behavior_logprobs.to(logprobs.dtype))
+    return weight * kl
 
 
 def kl_exact(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:

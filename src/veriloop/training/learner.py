@@ -9,7 +9,10 @@ saves compute without changing the estimator; one optimizer step per mini-batch.
 passes over pairs instead.  Which distribution each log-prob is taken under:
 ``training/logprobs.py``.  With ``loss.tis_cap`` the ratio's denominator is the learner's own
 recomputed old log-prob and each token is weighted by ``min(pi_old / pi_behavior, cap)``
-(truncated importance sampling between the rollout engine and the learner).
+(truncated importance sampling between the rollout engine and the learner).  With
+``kl.importance_weighted`` each token's KL estimate is weighted by ``pi / pi_behaviour`` (the records'
+behaviour log-probs, detached): reused and lagged samples then estimate the current policy's KL
+(``algorithms/kl.py``); the metric ``kl`` is that weighted estimate and ``kl_weight`` the mean weight.
 """
 
 from __future__ import annotations
@@ -19,7 +22,15 @@ from pathlib import Path
 
 import torch
 
-from veriloop.algorithms import aggregate_loss, aggregation_weight, clip_fractions, dpo_loss, kl_estimate, kl_exact
+from veriloop.algorithms import (
+    aggregate_loss,
+    aggregation_weight,
+    clip_fractions,
+    dpo_loss,
+    importance_weighted_kl,
+    kl_estimate,
+    kl_exact,
+)
 from veriloop.models.batch import select, to_device, token_budget_split
 from veriloop.models.loading import load_policy
 from veriloop.models.lora import is_adapted, load_adapter_weights
@@ -193,6 +204,11 @@ class Learner:
         objective_t = self._objective(objective, lp, lb, old, rows, T, adv, mask, stats, first)
         if kl_beta:
             kl = self._kl(tl, lb.ref_logprobs[rows, :T].to(dev), sub.completion_ids)
+            if self.cfg.kl.importance_weighted:  # tokens of the behaviour policy, reweighted to the current one
+                behavior = lb.behavior[rows, :T].to(dev, lp.dtype)
+                kl = importance_weighted_kl(kl, lp, behavior)
+                if first:
+                    stats.acc("kl_weight", float((torch.exp(lp.detach() - behavior) * mask).sum()), float(mask.sum()))
             objective_t = objective_t - kl_beta * kl
             if first:
                 kl_sum = float((kl.detach() * mask).sum())
