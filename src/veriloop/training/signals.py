@@ -5,6 +5,14 @@ is subtracted from the reward first (per token for ``gae``, summed per completio
 the configured estimator (``training/estimators.py``) turns the rewards into advantages; the
 objective (or the default rule) chooses the rows to learn from; reference log-probs are
 computed for those rows only, and only when something reads them.
+
+Truncation (``update.mask_truncated``, on by default; seeds 003 section 1.1: the budget's cut is the
+environment's, not the model's ending, and mixing the two changes the learning direction): a completion
+cut at ``sampling.max_new_tokens`` (finish ``length``) is left out of the loss, out of its group's
+statistics (the group is the prompt's completions that ended: ``ended_advantages``), out of DPO's
+pairs, and out of the loss normaliser (the loss is the mean over the completions that ended, whatever
+the truncation rate).  ``rollout.overlong_buffer`` penalises cut completions instead, and needs them
+learned from: the two together are refused (``check_signal_options``).
 """
 
 from __future__ import annotations
@@ -15,7 +23,7 @@ import torch
 
 from veriloop.algorithms import kl_estimate
 from veriloop.models.batch import PolicyBatch, build_policy_batch, last_token_index, select
-from veriloop.registry import ESTIMATORS
+from veriloop.registry import ESTIMATORS, OBJECTIVES
 from veriloop.rollout.records import Record
 from veriloop.training.estimators import EstimatorInput
 from veriloop.training.logprobs import reference_temperature, temperature_of
@@ -72,15 +80,70 @@ def kl_penalty(behavior: torch.Tensor, ref_logprobs: torch.Tensor, mask: torch.T
     return kl_estimate(behavior, ref_logprobs.to(behavior.dtype), estimator) * mask
 
 
-def kept_share(mask: torch.Tensor, rows: torch.Tensor, aggregation: str) -> float:
-    """Share of the full batch's loss normaliser that the selected rows carry.
+def kept_share(mask: torch.Tensor, rows: torch.Tensor, aggregation: str, among: torch.Tensor | None = None) -> float:
+    """Share of the loss normaliser that the selected rows carry: the normaliser counts the rows ``among``
+    (default: every row of the batch).
 
     Leaving out rows whose advantage is 0 must not change the estimator: the loss over the
-    kept rows is scaled as if the left-out rows (contributing 0) were still in the mean.
+    kept rows is scaled as if the left-out rows (contributing 0) were still in the mean.  Rows
+    outside ``among`` (cut completions, with ``update.mask_truncated``) are not in the mean at all.
     """
+    among = torch.arange(mask.shape[0]) if among is None else among
     if aggregation == "token-mean":
-        return float(mask[rows].sum()) / max(float(mask.sum()), 1.0)
-    return rows.numel() / mask.shape[0]
+        return float(mask[rows].sum()) / max(float(mask[among].sum()), 1.0)
+    return rows.numel() / max(among.numel(), 1)
+
+
+def check_signal_options(cfg) -> None:
+    """The learning signal's rules across config sections (a ValueError naming the options)."""
+    if cfg.update.mask_truncated and cfg.rollout.overlong_buffer:
+        raise ValueError(
+            f"rollout.overlong_buffer={cfg.rollout.overlong_buffer} penalises completions cut at "
+            "sampling.max_new_tokens (its ramp reaches -1 there) and update.mask_truncated (on by default) leaves "
+            "them out of the loss, where no penalty reaches them: choose one. To penalise them set "
+            "update.mask_truncated false (DAPO's overlong shaping); to keep them apart set "
+            "rollout.overlong_buffer 0"
+        )
+    if cfg.kl.importance_weighted and cfg.kl.beta > 0:
+        if cfg.rollout.source == "task-teacher":
+            raise ValueError("kl.importance_weighted with rollout.source task-teacher: the task's traces were "
+                             "sampled by no policy, so there are no behaviour log-probs to weight by")  # fmt: skip
+        if OBJECTIVES.get(cfg.loss.policy_loss).distribution != "sampling":
+            raise ValueError(f"kl.importance_weighted with loss.policy_loss={cfg.loss.policy_loss}: its log-probs "
+                             "are the model's, not the sampling distribution's that the behaviour log-probs were "
+                             "recorded under; use a ratio objective (clip, dual-clip, gspo, pg)")  # fmt: skip
+
+
+def _input_rows(x: EstimatorInput, rows: torch.Tensor, groups: int) -> EstimatorInput:
+    """The estimator's input restricted to completions ``rows`` (flat indices), as ``groups`` equal groups."""
+    pick = [t[rows] if t is not None else None for t in (x.token_rewards, x.values, x.step_rewards, x.step_ends)]
+    return EstimatorInput(x.rewards.reshape(-1)[rows].view(groups, -1), x.mask[rows], *pick)
+
+
+def ended_advantages(estimator, x: EstimatorInput, cfg, ended: torch.Tensor) -> torch.Tensor:
+    """Advantages ``[N, T]`` in which only completions that ended (``ended [B, G]``) take part.
+
+    A cut completion has no verdict, so it is no point of comparison either: each group's statistics
+    (mean, std, leave-one-out mean) are over its ended members, a group with fewer of them than the
+    estimator compares (``min_group_size``) gets 0, and cut completions get 0.  The groups that all
+    ended go to the estimator together, each other group alone; a batch-wide statistic (reinforce's
+    ``advantage.baseline batch``, the one that spans groups) is taken over every ended completion.
+    """
+    if bool(ended.all()):
+        return estimator(x, cfg)
+    B, G = ended.shape
+    out = torch.zeros(x.mask.shape, dtype=torch.float64)
+    flat = torch.arange(B * G).view(B, G)
+    if cfg.advantage.baseline == "batch":
+        parts = [(flat[ended], 1)]
+    else:
+        whole = ended.all(dim=1)
+        parts = [(flat[whole].reshape(-1), int(whole.sum()))] if whole.any() else []
+        parts += [(flat[b][ended[b]], 1) for b in (~whole).nonzero().squeeze(1).tolist()
+                  if int(ended[b].sum()) >= max(estimator.min_group_size, 1)]  # fmt: skip
+    for rows, groups in parts:
+        out[rows] = estimator(_input_rows(x, rows, groups), cfg).double()
+    return out
 
 
 def zero_advantage_means_zero_gradient(cfg, kl_beta: float) -> bool:
@@ -102,6 +165,7 @@ class SignalMaker:
         self.cfg, self.objective, self.pad_id = cfg, objective, pad_id
         self.reference, self.critic, self.process = reference, critic, process
         self.estimator = ESTIMATORS.get(cfg.advantage.estimator)
+        check_signal_options(cfg)
 
     def __call__(self, records: list[Record], beta: float) -> Signal:
         cfg, G = self.cfg, self.cfg.rollout.group_size
@@ -113,7 +177,11 @@ class SignalMaker:
         if self.estimator.per_token and token_rewards is None:
             token_rewards = terminal_rewards(rewards, mask)
         steps = self.process.step_rewards(records, mask) if self.process is not None else (None, None)
-        advantages = self.estimator(EstimatorInput(shaped, mask, token_rewards, values, *steps), cfg)
+        ended = self.ended(records).view(-1, G)
+        advantages = ended_advantages(self.estimator, EstimatorInput(shaped, mask, token_rewards, values, *steps),
+                                      cfg, ended)  # fmt: skip
+        if cfg.update.mask_truncated:
+            stats["truncated_left_out"] = int((~ended).sum())
         rows, pairs = self.select_rows(records, rewards, advantages, beta)
         if rows.numel() == 0:
             return Signal(None, rewards, advantages, mask, stats)
@@ -129,7 +197,8 @@ class SignalMaker:
             behavior=behavior[rows, :T] if behavior is not None else None, advantages=advantages[rows, :T],
             ref_logprobs=ref, returns=(advantages + values.double())[rows, :T] if values is not None else None,
             old_values=values[rows, :T] if values is not None else None, pairs=pairs,
-            kept_share=1.0 if filtered else kept_share(mask, rows, cfg.loss.aggregation))  # fmt: skip
+            kept_share=1.0 if filtered else kept_share(mask, rows, cfg.loss.aggregation,
+                                                       ended.reshape(-1).nonzero().squeeze(1)))  # fmt: skip
         return Signal(lb, rewards, advantages, mask, stats)
 
     def _kl_in_reward(self, rewards, batch, behavior, beta):
@@ -154,14 +223,34 @@ class SignalMaker:
         full = kl_in_loss and self.cfg.kl.estimator == "exact"
         return self.reference.logprobs(sub, reference_temperature(self.objective, self.cfg.sampling), full)
 
+    def ended(self, records: list[Record]) -> torch.Tensor:
+        """``[N]`` bool: the completions that take part (all of them unless ``update.mask_truncated``)."""
+        if not self.cfg.update.mask_truncated:
+            return torch.ones(len(records), dtype=torch.bool)
+        return torch.tensor([not r.truncated for r in records], dtype=torch.bool)
+
     def select_rows(self, records, rewards, advantages, beta) -> tuple[torch.Tensor, torch.Tensor | None]:
+        ended = self.ended(records)
         chosen = self.objective.select_rows(records, rewards, advantages, self.cfg)
         if chosen is not None:
-            return chosen
-        keep = torch.ones(len(records), dtype=torch.bool)
+            return without_cut(*chosen, ended)
+        keep = ended.clone()  # a cut-off completion has no verdict on its ending: left out (update.mask_truncated)
         skip = self.cfg.update.skip_zero_advantage and zero_advantage_means_zero_gradient(self.cfg, beta)
         if skip or self.estimator.kind == "coefficient":
             keep &= (advantages != 0).any(dim=1)
-        if self.cfg.update.mask_truncated:  # a cut-off completion has no verdict on its ending: leave it out
-            keep &= torch.tensor([not r.truncated for r in records])
         return keep.nonzero().squeeze(1), None
+
+
+def without_cut(rows: torch.Tensor, pairs: torch.Tensor | None, ended: torch.Tensor):
+    """An objective's own ``(rows, pairs)`` without the completions that did not end: a pair with a cut member
+    is dropped (DPO: a cut completion is neither the chosen nor the rejected one)."""
+    if bool(ended[rows].all()):
+        return rows, pairs
+    if pairs is None:
+        return rows[ended[rows]], None
+    members = rows.tolist()
+    kept = [(members[a], members[b]) for a, b in pairs.tolist() if ended[members[a]] and ended[members[b]]]
+    new = sorted({i for p in kept for i in p})
+    where = {row: k for k, row in enumerate(new)}
+    return (torch.tensor(new, dtype=torch.long),
+            torch.tensor([[where[a], where[b]] for a, b in kept], dtype=torch.long).view(-1, 2))  # fmt: skip
