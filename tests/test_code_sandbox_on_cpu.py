@@ -121,7 +121,7 @@ def test_bad_references_are_errors(code):
         code.verify("print(1)", "[not json")
     with pytest.raises(VerifierError, match="neither"):
         code.verify("print(1)", "this is not python (")
-    with pytest.raises(VerifierError):
+    with pytest.raises(VerifierError, match="the test code has no test statement"):
         code.verify("print(1)", "x = 1  # no asserts")
 
 

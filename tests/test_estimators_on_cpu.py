@@ -59,7 +59,7 @@ def test_reinforce_raw_and_batch_baseline():
     assert torch.equal(reinforce_advantages(r), r)
     # batch mean 0.75: [[0.25, -0.75], [0.25, 0.25]]
     assert torch.allclose(reinforce_advantages(r, baseline="batch"), t([[0.25, -0.75], [0.25, 0.25]]))
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="baseline must be one of .*got 'group'"):
         reinforce_advantages(r, baseline="group")
 
 
@@ -212,7 +212,7 @@ def test_overlong_penalty():
     # L_max 20, buffer 5: no penalty up to 15, then (15 - |y|)/5 down to -1 at 20, -1 beyond.
     out = overlong_penalty(torch.tensor([10, 15, 17, 20, 21]), max_len=20, buffer=5)
     assert torch.allclose(out, t([0.0, 0.0, -0.4, -1.0, -1.0]))
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="overlong buffer must be in \\(0, max_len=20\\], got 0"):
         overlong_penalty(torch.tensor([1]), max_len=20, buffer=0)
 
 

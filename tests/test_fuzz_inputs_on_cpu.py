@@ -178,7 +178,7 @@ def maths():
 def test_only_a_bad_reference_is_a_verifier_error(name, reference):
     from veriloop.verifiers import VerifierError, get
 
-    with pytest.raises(VerifierError):
+    with pytest.raises(VerifierError, match="reference"):  # the message says it is the reference's fault
         get(name).verify("answer=1", reference)
 
 

@@ -28,7 +28,7 @@ def test_registry_refuses_silent_replacement_and_names_the_known_entries():
     reg.register("a", 3, replace=True)
     with pytest.raises(UnknownNameError, match="unknown widget 'c'; known: a, b"):
         reg.get("c")
-    with pytest.raises(KeyError):  # an UnknownNameError is a KeyError too
+    with pytest.raises(KeyError, match="unknown widget 'c'"):  # an UnknownNameError is a KeyError too
         reg.get("c")
 
 

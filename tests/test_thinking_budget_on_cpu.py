@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from veriloop.config import build_config
+from veriloop.config import ConfigError, build_config
 from veriloop.errors import InputError
 from veriloop.evaluation.evaluate import EvalConfig, evaluate
 from veriloop.models.loading import load_policy
@@ -83,17 +83,17 @@ def test_the_whole_completion_stays_within_max_new_tokens():
 
 def test_options_that_would_do_nothing_are_refused():
     base = {"sampling.max_thinking_tokens": 8}
-    with pytest.raises(Exception, match="task-teacher"):
+    with pytest.raises(ConfigError, match="sampling.max_thinking_tokens with rollout.source task-teacher"):
         build_config(TrainConfig, {}, {**base, "algo": "sft"})
-    with pytest.raises(Exception, match="not built"):
+    with pytest.raises(ConfigError, match="with task.reasoning tool is not built"):
         build_config(TrainConfig, {}, {**base, "task.reasoning": "tool", "verifier": "arithmetic-tool"})
-    with pytest.raises(Exception, match="does not force the end of thinking"):
+    with pytest.raises(ConfigError, match="does not force the end of thinking"):
         build_config(TrainConfig, {}, {**base, "rollout.engine": "vllm"})
-    with pytest.raises(Exception, match="only with sampling.max_thinking_tokens"):
+    with pytest.raises(ConfigError, match="sampling.thinking_end applies only with sampling.max_thinking_tokens"):
         build_config(TrainConfig, {}, {"sampling.thinking_end": "</think>"})
-    with pytest.raises(Exception, match="a cap at the completion limit never forces"):
+    with pytest.raises(ConfigError, match="max_thinking_tokens must be in .*a cap at the completion limit never"):
         build_config(TrainConfig, {}, {"sampling.max_thinking_tokens": 64})
-    with pytest.raises(Exception, match="step by step"):
+    with pytest.raises(InputError, match="sampling.max_thinking_tokens caps whole solutions .*step by step"):
         build_config(SearchConfig, {}, {**base, "strategy": "majority,beam"})
     with pytest.raises(InputError, match="eval.thinking_budgets must be"):
         EvalConfig(thinking_budgets="8,200")

@@ -88,20 +88,23 @@ def test_the_teachers_tool_traces_show_what_the_sandbox_prints():
 
 def test_tool_verifiers_and_formats_are_refused_where_they_would_score_nothing():
     base = {"task.reasoning": "tool"}
-    with pytest.raises(Exception, match="use verifier 'arithmetic-tool'"):
+    with pytest.raises(ConfigError, match="task.reasoning tool: verifier 'arithmetic' reads a text trace.*use "
+                                          "verifier 'arithmetic-tool'"):
         build_config(TrainConfig, {}, {**base, "verifier": "arithmetic"})
-    with pytest.raises(Exception, match="set task.reasoning tool"):
+    with pytest.raises(ConfigError, match="verifier 'arithmetic-tool' reads a tool-integrated trace: set "
+                                          "task.reasoning tool"):
         build_config(TrainConfig, {}, {"verifier": "arithmetic-tool"})
-    with pytest.raises(Exception, match="vllm engine does not run tool calls"):
+    with pytest.raises(ConfigError, match="vllm engine does not run tool calls"):
         build_config(TrainConfig, {}, {**base, "verifier": "arithmetic-tool", "rollout.engine": "vllm"})
     with pytest.raises(ConfigError, match="rollout.max_tool_calls=2 is not read by the reasoning format 'cot'"):
         build_config(TrainConfig, {}, {"rollout.max_tool_calls": 2})
-    with pytest.raises(Exception, match="PRM scores text steps"):
+    with pytest.raises(ConfigError, match="advantage.estimator process with task.reasoning tool: the PRM scores "
+                                          "text steps"):
         build_config(TrainConfig, {}, {**base, "verifier": "arithmetic-tool", "algo": "grpo_process",
                                        "process.prm": "x"})  # fmt: skip
     from veriloop.search.run import SearchConfig
 
-    with pytest.raises(Exception, match="samples without running tools"):
+    with pytest.raises(InputError, match="veriloop search samples without running tools"):
         build_config(SearchConfig, {}, {"task.reasoning": "tool"})
     with pytest.raises(InputError, match="nothing to imitate"):
         gsm8k = TaskConfig(name="gsm8k", reasoning="tool").build()

@@ -317,7 +317,7 @@ def test_local_backends_turn_error_reports_and_telemetry_off_by_default(tmp_path
     monkeypatch.setitem(sys.modules, "mlflow", None)
     _unset(monkeypatch, "WANDB_MODE", "WANDB_ERROR_REPORTING", "MLFLOW_TRACKING_URI", "MLFLOW_DISABLE_TELEMETRY")
     for report_to in ("wandb", "mlflow"):
-        with pytest.raises(InputError):
+        with pytest.raises(InputError, match=f"report_to {report_to} needs the {report_to} package"):
             build_tracker(report_to, tmp_path / "run", CONFIG, "run-1")
     assert os.environ["WANDB_ERROR_REPORTING"] == "false"
     assert os.environ["MLFLOW_DISABLE_TELEMETRY"] == "true"
@@ -326,13 +326,13 @@ def test_local_backends_turn_error_reports_and_telemetry_off_by_default(tmp_path
     monkeypatch.setenv("WANDB_MODE", "online")
     monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://127.0.0.1:1")
     for report_to in ("wandb", "mlflow"):
-        with pytest.raises(InputError):
+        with pytest.raises(InputError, match=f"report_to {report_to} needs the {report_to} package"):
             build_tracker(report_to, tmp_path / "run", CONFIG, "run-1")
     assert "WANDB_ERROR_REPORTING" not in os.environ and "MLFLOW_DISABLE_TELEMETRY" not in os.environ
     # a value already set wins
     monkeypatch.setenv("WANDB_MODE", "offline")
     monkeypatch.setenv("WANDB_ERROR_REPORTING", "true")
-    with pytest.raises(InputError):
+    with pytest.raises(InputError, match="report_to wandb needs the wandb package"):
         build_tracker("wandb", tmp_path / "run", CONFIG, "run-1")
     assert os.environ["WANDB_ERROR_REPORTING"] == "true"
 

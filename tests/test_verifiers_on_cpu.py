@@ -1,5 +1,7 @@
 """Arithmetic verifiers: the seeds' candidates, adversarial completions, strictness."""
 
+import re
+
 import pytest
 
 from veriloop import verifiers
@@ -242,10 +244,15 @@ def test_negative_operands_in_steps_parse():
     assert (v.components["format"], v.components["outcome"], v.score) == (1.0, 1.0, 0.0)
 
 
-@pytest.mark.parametrize("bad", ["(2+3", "2++3", "", "7/2", "abc", "4/(2-2)"])
-def test_invalid_reference_is_an_error_not_a_reward(bad):
+@pytest.mark.parametrize("bad, says", [("(2+3", "is not a valid expression: expected '\\)'"),
+                                       ("2++3", "is not a valid expression: expected a number"),
+                                       ("", "is not a valid expression: empty expression"),
+                                       ("7/2", "has the non-integer value 7/2"),
+                                       ("abc", "is not a valid expression: unexpected 'a'"),
+                                       ("4/(2-2)", "is not a valid expression: division by zero")])
+def test_invalid_reference_is_an_error_not_a_reward(bad, says):
     for v in (OUT, FMT, PROC):
-        with pytest.raises(VerifierError):
+        with pytest.raises(VerifierError, match=f"reference {re.escape(repr(bad))} {says}"):
             v.verify("answer=1", bad)
 
 
