@@ -12,6 +12,13 @@ Definitions (all fractions of held-out problems unless said otherwise):
 * ``wrong_steps_rate``: *right answer, wrong steps*: the greedy completion passes the
   outcome verifier and fails the process verifier.
 * ``by_tag``: the greedy accuracy and wrong-steps rate of each problem class.
+
+Truncation (seeds 003 section 1.1): a completion stopped by ``max_new_tokens`` (finish ``length``) was
+cut by the budget, it did not end, so its text has no final answer of the model's: it counts as not
+answered in every rate above (outcome, format, process), and it does not vote in ``maj@k``, whatever
+the verifier would read in the cut text.  ``truncation_rate`` (greedy), ``sampled_truncation_rate``
+and each ``by_tag`` / ``by_thinking_budget`` row's ``truncation_rate`` stand beside the accuracies
+they qualify.
 """
 
 from __future__ import annotations
@@ -81,6 +88,8 @@ class EvalResult:
     mean_completion_tokens: float
     examples: list[dict]
     maj_at: dict[str, float] = field(default_factory=dict)  # maj@k beside pass@k, same samples and k
+    truncation_rate: float | None = None  # share of greedy completions cut by max_new_tokens (None: not measured)
+    sampled_truncation_rate: float | None = None  # the same over the sampled ones
     tool_stats: dict[str, float] = field(default_factory=dict)  # task.reasoning tool: the greedy completions' calls
     # eval.thinking_budgets: {budget: {greedy_accuracy, mean_completion_tokens, forced_rate}} with budget forcing
     by_thinking_budget: dict[str, dict[str, float]] = field(default_factory=dict)
@@ -91,12 +100,13 @@ class EvalResult:
 
 def _complete(policy: Policy, problems: list[Problem], params: SamplingParams, n: int, batch: int, seed: int,
               tools: ToolSettings | None = None, calls: list | None = None):  # fmt: skip
-    """Completions' texts and lengths; with ``tools`` (task.reasoning tool) each pauses for its code blocks (row
-    ``j`` of problem ``i`` draws from ``derive_seed(seed, "eval", i, j)``) and ``calls`` collects each one's calls;
-    with ``params.max_thinking_tokens`` budget forcing applies, and ``calls`` collects whether each was forced."""
+    """Completions' texts, lengths and whether each was cut by ``max_new_tokens`` (finish ``length``); with
+    ``tools`` (task.reasoning tool) each pauses for its code blocks (row ``j`` of problem ``i`` draws from
+    ``derive_seed(seed, "eval", i, j)``) and ``calls`` collects each one's calls; with
+    ``params.max_thinking_tokens`` budget forcing applies, and ``calls`` collects whether each was forced."""
     tok = policy.tokenizer
     gen = torch.Generator().manual_seed(seed)
-    texts, lengths = [], []
+    texts, lengths, cut = [], [], []
     per_batch = max(1, batch // max(n, 1))
     for i in range(0, len(problems), per_batch):
         chunk = problems[i : i + per_batch]
@@ -115,7 +125,13 @@ def _complete(policy: Policy, problems: list[Problem], params: SamplingParams, n
         for c, finish in zip(out.completion_ids, out.finish_reasons):
             texts.append(completion_text(tok, c, finish))
             lengths.append(len(c))
-    return texts, lengths
+            cut.append(finish == "length")
+    return texts, lengths, cut
+
+
+def answered(verdicts, cut: list[bool]) -> list[bool]:
+    """Each verdict's ``is_correct``, false where the completion was cut (it has no answer of the model's)."""
+    return [is_correct(v) and not c for v, c in zip(verdicts, cut)]
 
 
 def evaluate(
@@ -140,17 +156,17 @@ def evaluate(
     greedy = SamplingParams(temperature=0.0, max_new_tokens=cfg.max_new_tokens)
     calls: list[list] = []
     tool_args = (tools, calls) if tools is not None else ()
-    texts, lengths = _complete(policy, problems, greedy, 1, cfg.batch_size, cfg.seed, *tool_args)
+    texts, lengths, cut = _complete(policy, problems, greedy, 1, cfg.batch_size, cfg.seed, *tool_args)
     refs = [p.reference for p in problems]
     verdicts = {role: v.verify_batch(texts, refs) for role, v in vs.items()}
-    outcome = [is_correct(v) for v in verdicts["outcome"]]
-    fmt = [is_correct(v) for v in verdicts["format"]] if "format" in vs else None
-    proc = [is_correct(v) for v in verdicts["process"]] if "process" in vs else None
+    outcome = answered(verdicts["outcome"], cut)
+    fmt = answered(verdicts["format"], cut) if "format" in vs else None
+    proc = answered(verdicts["process"], cut) if "process" in vs else None
     wrong_steps = [o and not p for o, p in zip(outcome, proc)] if proc else None
-    by_tag = _by_tag(problems, outcome, wrong_steps)
-    sampled_acc, pass_at, maj_at = None, {}, {}
+    by_tag = _by_tag(problems, outcome, wrong_steps, cut)
+    sampled_acc, pass_at, maj_at, sampled_cut = None, {}, {}, None
     if cfg.n_samples > 0:
-        sampled_acc, pass_at, maj_at = _sampled(policy, problems, vs["outcome"], cfg, ks, by_tag, tools)
+        sampled_acc, pass_at, maj_at, sampled_cut = _sampled(policy, problems, vs["outcome"], cfg, ks, by_tag, tools)
     return EvalResult(
         num_problems=len(problems),
         greedy_accuracy=_mean(outcome),
@@ -162,7 +178,9 @@ def evaluate(
         maj_at=maj_at,
         by_tag=by_tag,
         mean_completion_tokens=_mean(lengths),
-        examples=_examples(problems, texts, outcome, proc, verdicts["process" if proc else "outcome"]),
+        truncation_rate=_mean(cut),
+        sampled_truncation_rate=sampled_cut,
+        examples=_examples(problems, texts, outcome, proc, verdicts["process" if proc else "outcome"], cut),
         tool_stats=_tool_stats(calls) if tools is not None else {},
         by_thinking_budget=_by_thinking_budget(policy, problems, vs["outcome"], cfg, cfg.thinking_end or thinking_end),
     )
@@ -177,10 +195,10 @@ def _by_thinking_budget(policy, problems: list[Problem], verifier, cfg: EvalConf
         params = SamplingParams(temperature=0.0, max_new_tokens=cfg.max_new_tokens, max_thinking_tokens=budget,
                                 thinking_end=marker)  # fmt: skip
         forced: list[bool] = []
-        texts, lengths = _complete(policy, problems, params, 1, cfg.batch_size, cfg.seed, calls=forced)
-        ok = [is_correct(v) for v in verifier.verify_batch(texts, [p.reference for p in problems])]
+        texts, lengths, cut = _complete(policy, problems, params, 1, cfg.batch_size, cfg.seed, calls=forced)
+        ok = answered(verifier.verify_batch(texts, [p.reference for p in problems]), cut)
         out[str(budget)] = {"greedy_accuracy": _mean(ok), "mean_completion_tokens": _mean(lengths),
-                            "forced_rate": _mean(forced)}  # fmt: skip
+                            "forced_rate": _mean(forced), "truncation_rate": _mean(cut)}  # fmt: skip
     return out
 
 
@@ -195,12 +213,14 @@ def _mean(xs) -> float:
     return sum(xs) / len(xs) if xs else float("nan")
 
 
-def _by_tag(problems: list[Problem], outcome: list[bool], wrong_steps: list[bool] | None) -> dict[str, dict]:
-    """Greedy accuracy (and wrong-steps rate) of each problem class."""
+def _by_tag(problems: list[Problem], outcome: list[bool], wrong_steps: list[bool] | None,
+            cut: list[bool]) -> dict[str, dict]:  # fmt: skip
+    """Greedy accuracy and truncation rate (and wrong-steps rate) of each problem class."""
     by_tag: dict[str, dict[str, float]] = {}
     for tag in sorted({t for p in problems for t in p.tags}):
         idx = [i for i, p in enumerate(problems) if tag in p.tags]
-        row = {"count": len(idx), "greedy_accuracy": _mean([outcome[i] for i in idx])}
+        row = {"count": len(idx), "greedy_accuracy": _mean([outcome[i] for i in idx]),
+               "truncation_rate": _mean([cut[i] for i in idx])}  # fmt: skip
         if wrong_steps:
             row["wrong_steps_rate"] = _mean([wrong_steps[i] for i in idx])
         by_tag[tag] = row
@@ -208,18 +228,19 @@ def _by_tag(problems: list[Problem], outcome: list[bool], wrong_steps: list[bool
 
 
 def _sampled(policy: Policy, problems: list[Problem], verifier, cfg: EvalConfig, ks: tuple[int, ...],
-             by_tag: dict[str, dict], tools=None) -> tuple[float, dict[str, float], dict[str, float]]:  # fmt: skip
-    """Sampled accuracy, pass@k and maj@k over ``cfg.n_samples`` samples per problem; adds pass@k and maj@k
-    to ``by_tag``."""
+             by_tag: dict[str, dict], tools=None) -> tuple[float, dict, dict, float]:  # fmt: skip
+    """Sampled accuracy, pass@k, maj@k and the truncation rate over ``cfg.n_samples`` samples per problem; adds
+    pass@k and maj@k to ``by_tag``.  A cut sample is not correct and does not vote."""
     n, refs = len(problems), [p.reference for p in problems]
     params = SamplingParams(temperature=cfg.temperature, max_new_tokens=cfg.max_new_tokens)
     tool_args = (tools,) if tools is not None else ()
-    s_texts, _ = _complete(policy, problems, params, cfg.n_samples, cfg.batch_size, cfg.seed + 1, *tool_args)
+    s_texts, _, s_cut = _complete(policy, problems, params, cfg.n_samples, cfg.batch_size, cfg.seed + 1, *tool_args)
     s_refs = [r for r in refs for _ in range(cfg.n_samples)]
-    s_ok = [is_correct(v) for v in verifier.verify_batch(s_texts, s_refs)]
+    s_ok = answered(verifier.verify_batch(s_texts, s_refs), s_cut)
+    s_keys = [None if c else answer_key(t) for t, c in zip(s_texts, s_cut)]  # a cut sample does not vote
     per_problem = [slice(i * cfg.n_samples, (i + 1) * cfg.n_samples) for i in range(n)]
     correct = [sum(s_ok[part]) for part in per_problem]
-    votes = [vote_classes([answer_key(t) for t in s_texts[part]], s_ok[part]) for part in per_problem]
+    votes = [vote_classes(s_keys[part], s_ok[part]) for part in per_problem]
     sampled_acc = sum(correct) / (n * cfg.n_samples)
     pass_at, maj_at = {}, {}
     for k in (k for k in ks if k <= cfg.n_samples):
@@ -229,7 +250,7 @@ def _sampled(policy: Policy, problems: list[Problem], verifier, cfg: EvalConfig,
         for tag, row in by_tag.items():
             idx = [i for i, p in enumerate(problems) if tag in p.tags]
             row[f"pass@{k}"], row[f"maj@{k}"] = _mean([passes[i] for i in idx]), _mean([majorities[i] for i in idx])
-    return sampled_acc, pass_at, maj_at
+    return sampled_acc, pass_at, maj_at, _mean(s_cut)
 
 
 def vote_classes(keys: list, ok: list[bool]) -> tuple[list, list[bool]]:
@@ -241,14 +262,16 @@ def vote_classes(keys: list, ok: list[bool]) -> tuple[list, list[bool]]:
     return [(k, o) if k in mixed else k for k, o in zip(keys, ok)], list(ok)
 
 
-def _examples(problems, texts, outcome, proc, verdicts) -> list[dict]:
-    """The first 20 greedy completions, with their outcome (and process) and the verdict's details."""
+def _examples(problems, texts, outcome, proc, verdicts, cut) -> list[dict]:
+    """The first 20 greedy completions, with their outcome (and process), whether the budget cut them, and the
+    verdict's details."""
     return [
         {
             "prompt": p.prompt,
             "completion": t,
             "outcome": float(o),
             "process": float(proc[i]) if proc else None,
+            "truncated": cut[i],
             "details": verdicts[i].details,
         }
         for i, (p, t, o) in enumerate(zip(problems[:20], texts[:20], outcome[:20]))
@@ -259,7 +282,8 @@ def validation_metrics(policy, task, verifiers: dict[str, str], max_problems: in
                        tools: ToolSettings | None = None) -> dict:  # fmt: skip
     """Greedy accuracy (and the wrong-steps rate where the task has one) on the first ``max_problems`` of the
     task's ``split`` (validation, or heldout for a test-set curve), for monitoring during training; {} when
-    the task has no such split.  Keys: ``<split>_greedy_accuracy``, ``<split>_wrong_steps_rate``."""
+    the task has no such split.  Keys: ``<split>_greedy_accuracy``, ``<split>_truncation_rate``,
+    ``<split>_wrong_steps_rate``."""
     try:
         problems = (task.validation() if split == "validation" else task.heldout())[:max_problems]
     except DatasetError:  # a JSONL dataset given without validation rows: nothing to monitor
@@ -267,7 +291,7 @@ def validation_metrics(policy, task, verifiers: dict[str, str], max_problems: in
     if not problems:
         return {}
     result = evaluate(policy, problems, verifiers, EvalConfig(n_samples=0), tools=tools)
-    out = {f"{split}_greedy_accuracy": result.greedy_accuracy}
+    out = {f"{split}_greedy_accuracy": result.greedy_accuracy, f"{split}_truncation_rate": result.truncation_rate}
     if result.wrong_steps_rate is not None:
         out[f"{split}_wrong_steps_rate"] = result.wrong_steps_rate
     return out

@@ -39,8 +39,12 @@ class EvalRunConfig:
 def format_result(name: str, r: EvalResult, split: str = "heldout") -> str:
     lines = [f"{name}: {r.num_problems} {'held-out' if split == 'heldout' else split} problems"]
     lines.append(f"  greedy accuracy      {r.greedy_accuracy:.3f}")
+    if r.truncation_rate is not None:  # beside the accuracy it qualifies: a cut completion counts as not answered
+        lines.append(f"  truncated (greedy)   {r.truncation_rate:.3f}")
     if r.sampled_accuracy is not None:
         lines.append(f"  sampled accuracy     {r.sampled_accuracy:.3f}")
+    if r.sampled_truncation_rate is not None:
+        lines.append(f"  truncated (sampled)  {r.sampled_truncation_rate:.3f}")
     for k, v in r.pass_at.items():
         lines.append(f"  pass@{k:<15} {v:.3f}")
     for k, v in r.maj_at.items():
@@ -51,11 +55,12 @@ def format_result(name: str, r: EvalResult, split: str = "heldout") -> str:
         lines.append(f"  process-correct rate {r.process_rate:.3f}")
         lines.append(f"  right answer, wrong steps {r.wrong_steps_rate:.3f}")
     if r.by_thinking_budget:
-        lines.append("  thinking budget  greedy accuracy  tokens  forced")
+        lines.append("  thinking budget  greedy accuracy  tokens  forced  truncated")
         for budget, row in r.by_thinking_budget.items():
             lines.append(f"  {budget:>15}  {row['greedy_accuracy']:15.3f}  {row['mean_completion_tokens']:6.1f}  "
-                         f"{row['forced_rate']:6.3f}")
-        lines.append(f"  {'none':>15}  {r.greedy_accuracy:15.3f}  {r.mean_completion_tokens:6.1f}  {0:6.3f}")
+                         f"{row['forced_rate']:6.3f}  {row['truncation_rate']:9.3f}")  # fmt: skip
+        lines.append(f"  {'none':>15}  {r.greedy_accuracy:15.3f}  {r.mean_completion_tokens:6.1f}  {0:6.3f}  "
+                     f"{r.truncation_rate or 0:9.3f}")  # fmt: skip
     for k, v in r.tool_stats.items():
         lines.append(f"  tool {k.replace('_', ' '):<15} {v:.3f}")
     for tag, row in r.by_tag.items():
