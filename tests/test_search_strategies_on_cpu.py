@@ -206,3 +206,69 @@ def test_revision_chains_approach_their_target():
     kept = kept_chain(wrong, right[0], 4, random.Random(1))
     assert kept[-1] == right[0] and len(kept) <= 4
     assert revision_prompt("1+1?", ["a", "b"]) == "1+1?a|b|" and revision_prompt("1+1?", "a") == "1+1?a|"
+
+
+# --------------------------------------------------------------------------- truncation and oracles
+
+
+def test_a_scripted_budget_cuts_a_text_as_the_sampler_does():
+    from veriloop.search.strategies import Truncated, answer_of, is_truncated
+
+    cost = Cost()
+    cut, ended = ScriptedProposer({"": [("answer=33333", 1.0)]}, max_new_tokens=9).complete("q", [""], 1, cost)[0], \
+        ScriptedProposer({"": [("answer=2", 1.0)]}, max_new_tokens=9).complete("q", [""], 1, cost)[0]  # fmt: skip
+    assert cut == "answer=33" and is_truncated(cut) and isinstance(cut, Truncated) and cost.tokens == 9 + 8
+    assert answer_key(cut) == "33" and answer_of(cut) is None  # the cut text reads as 33; it is no answer
+    assert not is_truncated(ended) and answer_of(ended) == "2"
+    (step, finished), = ScriptedProposer({"": [("1+1=2222;", 1.0)]}, max_new_tokens=4).step("q", [""], 1, Cost())
+    assert step == "1+1=" and is_truncated(step) and finished  # a cut step ends the solution, unanswered
+
+
+class _Fixed(ScriptedProposer):
+    """Always the same samples (``texts`` in order), 8 tokens each."""
+
+    def __init__(self, texts):
+        super().__init__({"": [("x", 1.0)]})
+        self.texts = texts
+
+    def complete(self, prompt, prefixes, n, cost, greedy=False):
+        cost.tokens += 8 * n
+        return list(self.texts[:n])
+
+
+def test_a_truncated_sample_never_votes_and_is_chosen_only_when_nothing_ended():
+    from veriloop.search.strategies import Truncated
+
+    # three cut samples that read as 3 (the PRM likes them best) and one ended "answer=2"
+    texts = [Truncated("answer=3"), Truncated("answer=3"), "answer=2", Truncated("answer=3")]
+    prm = ScriptedScorer({"answer=3": 0.99, "answer=2": 0.5})
+    s = Strategies(_Fixed(texts), prm, SearchSettings())
+    assert s.run("majority", "q", 4).answer == "2"  # counted, the cut ones would have won 3 to 1
+    assert s.run("weighted_vote", "q", 4).answer == "2"
+    best = s.run("best_of_n", "q", 4)
+    assert best.answer == "2" and not best.truncated  # the ended one, whatever the scores
+    only_cut = Strategies(_Fixed([Truncated("answer=3")] * 2), prm, SearchSettings())
+    for name in ("single", "majority", "best_of_n"):
+        out = only_cut.run(name, "q", 2)
+        assert out.truncated and out.answer is None, name
+
+
+def test_mcts_values_a_truncated_rollout_as_unanswered():
+    tree = {"": [("answer=2222", 1.0)]}  # cut at 4 tokens: "answ", which the outcome check would never see
+    s = Strategies(ScriptedProposer(tree, max_new_tokens=4), None, SearchSettings(mcts_value="verifier"))
+    seen = []
+    s.outcome_check = lambda text: seen.append(text) or 1.0
+    out = s.run("mcts", "q", 3)
+    assert seen == [] and out.truncated and out.answer is None
+
+
+def test_strategies_that_read_the_reference_are_oracles():
+    from veriloop.search.lm import VerifierScorer
+    from veriloop.verifiers import get
+
+    oracle = Strategies(ScriptedProposer(ONE_RIGHT_BRANCH), VerifierScorer(get("arithmetic-outcome")), SearchSettings())
+    assert [oracle.uses_reference(n) for n in ("single", "majority", "best_of_n", "weighted_vote", "mcts")] == \
+        [False, False, True, True, True]  # fmt: skip
+    learned = strategies()  # a PRM scores: a test-time method
+    assert not any(learned.uses_reference(n) for n in ("best_of_n", "weighted_vote", "beam", "mcts"))
+    assert strategies(mcts_value="verifier").uses_reference("mcts")  # the verifier values its nodes

@@ -23,7 +23,12 @@ validation split and applied, unchanged, to held-out problems:
 4. **Held-out, read once.**  Held-out problems are probed, binned with the validation edges, and
    each runs its bin's cell; the baseline is the single cell with the best validation accuracy
    within T (no probe), run on every held-out problem.  Both are reported with their held-out
-   accuracy and mean tokens.
+   accuracy, truncation rate and mean tokens.
+
+A cell that reads the reference (``scorer=verifier``, ``mcts_value=verifier``: an oracle) is measured
+on validation and listed as an upper bound (``oracle_cells``), but neither the allocation nor the
+single-cell baseline may choose it.  A sample cut by the token budget has no answer: it does not
+count in the probe's agreement as an answer, and a cut solution scores as not answered.
 
 The run directory: ``summary.json`` (edges, bins, every validation cell per bin, the choice and
 held-out result per budget), ``validation.jsonl`` / ``heldout.jsonl`` (every problem's rows) and
@@ -43,13 +48,11 @@ import torch
 from veriloop.errors import InputError
 from veriloop.io import atomic_write_json, atomic_write_jsonl, atomic_write_text
 from veriloop.models.loading import load_policy
-from veriloop.search.run import SearchConfig, _run_cells, _settings, _strategies, search_plan
-from veriloop.search.strategies import Cost, Strategies
+from veriloop.search.run import SearchConfig, _run_cells, _settings, _strategies, judged, search_plan
+from veriloop.search.strategies import Cost, Strategies, answer_of
 from veriloop.seeding import derive_seed
 from veriloop.tasks.base import split_problems
 from veriloop.verifiers import get as get_verifier
-from veriloop.verifiers import is_correct
-from veriloop.verifiers.answers import answer_key
 
 PROBE_VOTE = "probe_vote"  # the probe's own majority answer: a cell that costs nothing beyond the probe
 
@@ -116,8 +119,9 @@ class AllocateConfig(SearchConfig):
 
 
 def agreement(texts: list[str]) -> tuple[float, int | None]:
-    """(share of ``texts`` giving the most common answer, index of its first text or None if none answers)."""
-    keys = [answer_key(t) for t in texts]
+    """(share of ``texts`` giving the most common answer, index of its first text or None if none answers); a
+    truncated text gives no answer."""
+    keys = [answer_of(t) for t in texts]
     counts = Counter(k for k in keys if k is not None)
     if not counts:
         return 0.0, None
@@ -278,7 +282,8 @@ def run_allocate(cfg: AllocateConfig, progress: bool = True, *, policy=None, prm
                  for k, n in enumerate(fit["names"])},
         "unit_tokens": fit["unit"], "probe_tokens": {"validation": fit["probe_tokens"],
                                                      "heldout": _mean([p["tokens"] for p in held_probe])},
-        "validation_cells": fit["cells"], "validation_overall": fit["overall"], "choices": choices,
+        "validation_cells": fit["cells"], "validation_overall": fit["overall"], "oracle_cells": fit["oracle"],
+        "choices": choices,
         "ratio_sweep": ratio_sweep(cfg, fit["cells"], fit["names"]),
         "problems": {"validation": len(val), "heldout": len(held)}, "seed": cfg.seed,
         "seconds": round(time.time() - t0, 1),
@@ -307,19 +312,22 @@ def _fit_on_validation(cfg: AllocateConfig, strategies: Strategies, verifier, va
     cells = {name: [_stats([per[q.id] for q, b in zip(val, bins) if b == k]) for k in range(len(names))]
              for name, per in by_cell.items()}  # fmt: skip
     overall = {name: _stats(list(per.values())) for name, per in by_cell.items() if not name.startswith(PROBE_VOTE)}
+    oracle = sorted(name for name, per in by_cell.items() if any(r.get("oracle") for r in per.values()))
     return {"edges": edges, "names": names, "sizes": [bins.count(k) for k in range(len(names))], "rows": rows,
             "cells": cells, "overall": overall, "probe_tokens": _mean([p["tokens"] for p in probes]),
-            "unit": overall[_cell_name("single", 1)]["mean_tokens"]}  # fmt: skip
+            "unit": overall[_cell_name("single", 1)]["mean_tokens"], "oracle": oracle}  # fmt: skip
 
 
 def _choose(cfg: AllocateConfig, fit: dict, n_val: int) -> list[dict]:
-    """Per token budget: the allocation (one cell per bin) and the best single cell, with validation numbers."""
+    """Per token budget: the allocation (one cell per bin) and the best single cell, with validation numbers;
+    oracle cells are never chosen."""
     cells, sizes = fit["cells"], fit["sizes"]
+    selectable = {name: c for name, c in cells.items() if name not in fit["oracle"]}
     choices = []
     for units in cfg.budget_units():
         tokens = units * fit["unit"]
-        alloc = choose_allocation(cells, sizes, tokens - fit["probe_tokens"])
-        single = choose_single(fit["overall"], tokens)
+        alloc = choose_allocation(selectable, sizes, tokens - fit["probe_tokens"])
+        single = choose_single({n: c for n, c in fit["overall"].items() if n not in fit["oracle"]}, tokens)
         val_alloc = None
         if alloc is not None:
             picked = [(n, cells[c][k]) for k, (n, c) in enumerate(zip(sizes, alloc))]
@@ -349,6 +357,7 @@ def _apply_to_heldout(cfg: AllocateConfig, strategies: Strategies, verifier, hel
         if ch["allocation"]:
             picked = [by_cell[ch["allocation"][k]][q.id] for q, k in zip(held, bins)]
             result["allocation"] = {"accuracy": _mean([r["correct"] for r in picked]),
+                                    "truncation_rate": _mean([r["truncated"] for r in picked]),
                                     "mean_tokens": _mean([r["tokens"] + p["tokens"] for r, p in zip(picked, probes)])}
         if ch["single"]:
             result["single"] = _stats([by_cell[ch["single"]][q.id] for q in held])
@@ -360,8 +369,8 @@ def _vote_rows(verifier, problems, probes: list[dict], bins: list[int], names: l
     """Result rows of the ``probe_vote`` cell: the probe's majority answer, at no tokens beyond the probe."""
     verdicts = verifier.verify_batch([p["vote"] for p in probes], [q.reference for q in problems])
     return [{"strategy": PROBE_VOTE, "budget": m, "problem_id": q.id, "bin": names[k], "pass_rate": p["agreement"],
-             "answer": answer_key(p["vote"]), "completion": p["vote"], "correct": is_correct(v), "tokens": 0,
-             "prm_calls": 0, "seconds": 0.0, "candidates": m}
+             "oracle": False, "answer": answer_of(p["vote"]), "completion": p["vote"], **judged(p["vote"], v),
+             "tokens": 0, "prm_calls": 0, "seconds": 0.0, "candidates": m}
             for q, p, k, v in zip(problems, probes, bins, verdicts)]  # fmt: skip
 
 
@@ -372,26 +381,34 @@ def _mean(xs) -> float:
 
 def _stats(rows: list[dict]) -> dict:
     if not rows:
-        return {"accuracy": None, "mean_tokens": 0.0, "problems": 0}
-    return {"accuracy": _mean([r["correct"] for r in rows]), "mean_tokens": _mean([r["tokens"] for r in rows]),
-            "problems": len(rows)}  # fmt: skip
+        return {"accuracy": None, "truncation_rate": None, "mean_tokens": 0.0, "problems": 0}
+    return {"accuracy": _mean([r["correct"] for r in rows]), "truncation_rate": _mean([r["truncated"] for r in rows]),
+            "mean_tokens": _mean([r["tokens"] for r in rows]), "problems": len(rows)}  # fmt: skip
 
 
 def allocation_table(summary: dict) -> str:
     names = list(summary["bins"])
-    lines = ["| token budget (samples) | best single cell (validation) | held-out acc | held-out tokens | "
-             "allocation per bin: " + " / ".join(names) + " | held-out acc | held-out tokens (probe included) |",
-             "|---:|---|---:|---:|---|---:|---:|"]  # fmt: skip
+    lines = ["| token budget (samples) | best single cell (validation) | held-out acc | truncated | held-out tokens | "
+             "allocation per bin: " + " / ".join(names) + " | held-out acc | truncated | held-out tokens (probe "
+             "included) |", "|---:|---|---:|---:|---:|---|---:|---:|---:|"]  # fmt: skip
     for ch in summary["choices"]:
         h = ch["heldout"]
         s = h.get("single") or {}
         a = h.get("allocation") or {}
         alloc = " / ".join(ch["allocation"]) if ch["allocation"] else "(the probe alone exceeds the budget)"
         lines.append(f"| {ch['budget_units']:g} ({ch['token_budget']:.0f} tokens) | {ch['single'] or '-'} | "
-                     f"{_f(s.get('accuracy'))} | {_f(s.get('mean_tokens'), 1)} | {alloc} | {_f(a.get('accuracy'))} | "
+                     f"{_f(s.get('accuracy'))} | {_f(s.get('truncation_rate'))} | {_f(s.get('mean_tokens'), 1)} | "
+                     f"{alloc} | {_f(a.get('accuracy'))} | {_f(a.get('truncation_rate'))} | "
                      f"{_f(a.get('mean_tokens'), 1)} |")  # fmt: skip
     sizes = ", ".join(f"{n}: {v['validation_problems']} validation / {v['heldout_problems']} held-out"
                       for n, v in summary["bins"].items())  # fmt: skip
+    oracles = summary.get("oracle_cells") or []
+    if oracles:
+        overall = summary["validation_overall"]
+        bound = ", ".join(f"{n} {_f(overall[n]['accuracy'])} (truncated {_f(overall[n]['truncation_rate'])})"
+                          for n in oracles if n in overall)  # fmt: skip
+        lines += ["", f"[oracle] cells read the reference answer (scorer=verifier or mcts_value=verifier), an upper "
+                      f"bound never chosen above; validation accuracy: {bound}."]  # fmt: skip
     lines += ["", f"Bins by the agreement of {summary['probe_samples']} probe samples (no reference): {sizes}.",
               f"One sample costs {summary['unit_tokens']:.1f} tokens on validation; the probe "
               f"{summary['probe_tokens']['validation']:.1f}."]  # fmt: skip

@@ -9,7 +9,7 @@ import torch
 from veriloop.prm.steps import SEPARATORS
 from veriloop.rollout.sampler import GroupStreams, SamplingParams
 from veriloop.rollout.thinking import generate_with_thinking_budget
-from veriloop.search.strategies import Cost
+from veriloop.search.strategies import Cost, Truncated
 
 
 def separator_ids(tokenizer, splitter: str) -> tuple[int, ...]:
@@ -72,7 +72,8 @@ class LMProposer:
             for j in range(size):
                 c, f = out.completion_ids[row + j], out.finish_reasons[row + j]
                 cost.tokens += len(c)
-                res.append((prefixes[j // reps] + p.completion_text(c, f), f != "stop"))
+                text = prefixes[j // reps] + p.completion_text(c, f)
+                res.append((Truncated(text) if f == "length" else text, f != "stop"))  # cut: finished, unanswered
             row += size
             if greedy and n > 1:
                 res = [r for r in res for _ in range(n)]
@@ -97,6 +98,8 @@ class LMProposer:
 
 
 class PRMScorer:
+    reads_reference = False  # a learned judge: a test-time method
+
     def __init__(self, prm):
         self.prm = prm
 
@@ -121,7 +124,10 @@ class VerifierScorer:
 
     It needs the problem's reference (``reference`` is set per problem) and judges whole solutions
     only: one score per text, the verdict's score, with no step scores to guide a step-level search.
+    Reading the reference makes it an oracle (an upper bound), not a test-time method.
     """
+
+    reads_reference = True
 
     def __init__(self, verifier):
         self.verifier, self.reference = verifier, None

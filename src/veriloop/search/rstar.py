@@ -28,7 +28,8 @@ copies the last value (the built-in task's ``answer=``), one node's samples agre
 
 Mutual consistency: every distinct terminal trajectory is cut after a random step (at least one step
 hidden, the answer among them), the discriminator completes the cut trajectory once, and the trajectory
-counts only when the completion reaches the same answer.  Among those, the highest ``reward x
+counts only when the completion reaches the same answer.  A truncated text (cut by the token budget) has
+no answer (``answer_of``): it does not vote, confirm or get confirmed.  Among those, the highest ``reward x
 confidence`` wins (reward: the mean Q of the nodes on its path, the search's global value; confidence:
 the terminal's own).  When no trajectory is confirmed, the highest score among all of them wins
 (``Outcome.candidates`` counts the confirmed ones then as 0).  Tokens of the policy and of the
@@ -43,7 +44,7 @@ from dataclasses import dataclass, field
 
 from veriloop.prm.steps import SEPARATORS, split_steps
 from veriloop.registry import STRATEGIES
-from veriloop.search.strategies import Cost, Outcome, Strategies, Strategy, Visited
+from veriloop.search.strategies import Cost, Outcome, Strategies, Strategy, Visited, answer_of
 from veriloop.verifiers.answers import answer_key
 
 
@@ -93,7 +94,7 @@ class RStar:
 
     def confidence(self, node: RNode) -> float:
         """Self-consistency: the share of the tree's terminal samples whose answer is ``node``'s (0 without one)."""
-        key = answer_key(node.text)
+        key = answer_of(node.text)
         return self.votes.get(key, 0) / self.n_votes if key is not None and self.n_votes else 0.0
 
     def applicable(self, node: RNode) -> list[str]:
@@ -128,7 +129,7 @@ class RStar:
                                node.sub_done + 1, q) for a in answers]  # fmt: skip
             elif act == "A4":
                 answers = p.complete(node.sub_question, [""], st.rstar_reanswer, self.cost)
-                key_of = [answer_key(a) for a in answers]
+                key_of = [answer_of(a) for a in answers]
                 counted = [k for k in key_of if k is not None]
                 best = max(counted, key=counted.count) if counted else None  # ties: the first seen
                 a = answers[key_of.index(best)] if best is not None else answers[0]
@@ -137,7 +138,7 @@ class RStar:
                                   node.sub_question))  # fmt: skip
         for k in kids:  # every terminal sample votes, repeats included
             if k.terminal:
-                key = answer_key(k.text)
+                key = answer_of(k.text)
                 self.votes[key] = self.votes.get(key, 0) + 1
                 self.n_votes += 1
         seen: dict[tuple[str, str, bool], RNode] = {}
@@ -179,7 +180,7 @@ class RStar:
 
     def confirmed(self, text: str) -> bool:
         """Mutual consistency: the discriminator completes ``text`` cut after a random step; same answer?"""
-        key = answer_key(text)
+        key = answer_of(text)
         if key is None:
             return False
         steps = split_steps(text, self.splitter)
@@ -187,7 +188,7 @@ class RStar:
         keep = rng.randint(1, len(steps) - 1) if len(steps) > 1 else 0  # at least one step hidden
         prefix = text[: steps[keep].start] if keep else ""
         disc = self.s.discriminator or self.s.proposer
-        return answer_key(disc.complete(self.prompt, [prefix], 1, self.cost)[0]) == key
+        return answer_of(disc.complete(self.prompt, [prefix], 1, self.cost)[0]) == key
 
     def run(self, rollouts: int) -> Outcome:
         root = RNode("", "", 0)
@@ -201,10 +202,10 @@ class RStar:
         ranked = [n for _, n in sorted(best.values(), key=lambda x: -x[0])]  # stable: ties keep tree order
         if not ranked:
             text = self.s.proposer.complete(self.prompt, [""], 1, self.cost)[0]
-            return Outcome(text, answer_key(text), self.cost, 0)
+            return Outcome(text, answer_of(text), self.cost, 0)
         valid = [n for n in ranked if self.confirmed(n.text)]
         pick = valid[0] if valid else ranked[0]
-        return Outcome(pick.text, answer_key(pick.text), self.cost, len(valid))
+        return Outcome(pick.text, answer_of(pick.text), self.cost, len(valid))
 
 
 def _rstar(self: Strategies, prompt: str, budget: int, cost: Cost) -> Outcome:

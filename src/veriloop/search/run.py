@@ -5,12 +5,18 @@ Difficulty bins come from the policy's own pass rate on each held-out problem ov
 Each (budget, problem) has its own seed, shared by every strategy (common random numbers: at
 equal N, best-of-N, majority and weighted vote choose among the same N samples, so their
 differences are the selection rule's alone); any cell can be re-run by itself.
-Correctness is the task's outcome verifier on the chosen solution.  The run directory gets:
+Correctness is the task's outcome verifier on the chosen solution; a solution the token budget cut
+(finish ``length``) is not answered (outcome ``truncated``), and every accuracy has its
+``truncation_rate`` beside it.  A strategy that reads the reference (``scorer=verifier``,
+``mcts_value=verifier``) is an oracle: its cells carry ``oracle: true``, the table and the plot tag
+them, and the compute-optimal choice never picks them (an upper bound, not a test-time method).
+The run directory gets:
 
-* ``summary.json``: per strategy and budget ``accuracy``, ``mean_tokens``, ``mean_prm_calls``,
-  ``mean_seconds`` and accuracy per bin; bin edges and sizes; the compute-optimal choice per
-  bin (best accuracy within each token budget);
-* ``results.jsonl``: one row per (strategy, budget, problem) with the answer, verdict and cost;
+* ``summary.json``: per strategy and budget ``accuracy``, ``truncation_rate``, ``oracle``,
+  ``mean_tokens``, ``mean_prm_calls``, ``mean_seconds`` and accuracy (and truncation) per bin; bin edges
+  and sizes; the compute-optimal choice per bin (best accuracy within each token budget, oracles
+  excluded);
+* ``results.jsonl``: one row per (strategy, budget, problem) with the answer, verdict, outcome and cost;
 * ``table.md`` and ``accuracy_vs_tokens.png``.
 """
 
@@ -31,7 +37,7 @@ from veriloop.rollout.sampler import SamplingParams
 from veriloop.rollout.thinking import with_thinking_end
 from veriloop.search.lm import LMProposer, PRMScorer, VerifierScorer
 from veriloop.registry import STRATEGIES
-from veriloop.search.strategies import SearchSettings, Strategies
+from veriloop.search.strategies import SearchSettings, Strategies, is_truncated
 from veriloop.seeding import derive_seed
 from veriloop.tasks.base import split_problems
 from veriloop.tasks.config import TaskConfig
@@ -51,7 +57,8 @@ class SearchConfig:
     prm: str = field(default="", metadata={"help": "PRM (or ORM) directory from `veriloop prm train` for scorer=prm"})
     scorer: str = field(
         default="prm",
-        metadata={"help": "what best_of_n / weighted_vote rank by: prm | verifier (outcome, uses the reference)"},
+        metadata={"help": "what best_of_n / weighted_vote rank by: prm | verifier (outcome, reads the reference: "
+                          "an oracle, reported as an upper bound, never chosen)"},
     )
     strategy: str = field(
         default="single,majority,best_of_n,weighted_vote,beam,lookahead,mcts",
@@ -84,7 +91,8 @@ class SearchConfig:
     )
     uct_c: float = field(default=_DEFAULTS.uct_c, metadata={"help": "mcts: UCT exploration constant c"})
     mcts_value: str = field(
-        default=_DEFAULTS.mcts_value, metadata={"help": "mcts: value of a node from the prm or the verifier"}
+        default=_DEFAULTS.mcts_value,
+        metadata={"help": "mcts: value of a node from the prm or the verifier (reads the reference: an oracle)"},
     )
     aggregation: str = field(default="", metadata={"help": "PRM aggregate: min | prod | last; '' = the PRM's own"})
     revision_policy: str = field(default="", metadata={"help": "revision: model trained on wrong -> right pairs"})
@@ -185,9 +193,9 @@ def difficulty(policy, problems, verifier, cfg: SearchConfig) -> list[float]:
     rates = []
     # the bins are the policy's unbudgeted pass rate (a thinking budget is what the strategies are measured under)
     unbudgeted = replace(cfg.sampling, max_thinking_tokens=0, thinking_end="")
-    for chunk, texts, _ in sample_solutions(policy, problems, unbudgeted, gen, cfg.bin_samples, batch=64):
+    for chunk, texts, finish in sample_solutions(policy, problems, unbudgeted, gen, cfg.bin_samples, batch=64):
         refs = [chunk[j // cfg.bin_samples].reference for j in range(len(texts))]
-        ok = [is_correct(v) for v in verifier.verify_batch(texts, refs)]
+        ok = [is_correct(v) and f != "length" for v, f in zip(verifier.verify_batch(texts, refs), finish)]
         rates += [sum(ok[j : j + cfg.bin_samples]) / cfg.bin_samples for j in range(0, len(ok), cfg.bin_samples)]
     return rates
 
@@ -195,9 +203,11 @@ def difficulty(policy, problems, verifier, cfg: SearchConfig) -> list[float]:
 def compute_optimal(cells: dict, names: list[str]) -> dict:
     """Per bin: for each token budget (the cost levels measured), the best strategy that fits in it.
 
-    Ties in accuracy go to the cheaper cell, then to the one listed first (``single`` before the rest).
+    Oracle cells (``oracle``: they read the reference) are never chosen, nor set a cost level.  Ties in
+    accuracy go to the cheaper cell, then to the one listed first (``single`` before the rest).
     """
-    points = [(c["mean_tokens"], i, s, b) for i, (s, per) in enumerate(cells.items()) for b, c in per.items()]
+    points = [(c["mean_tokens"], i, s, b) for i, (s, per) in enumerate(cells.items()) for b, c in per.items()
+              if not c.get("oracle")]  # fmt: skip
     levels = sorted({t for t, _, _, _ in points})
     out = {}
     for k, name in enumerate(names):
@@ -292,7 +302,7 @@ def _run_cells(cfg: SearchConfig, strategies: Strategies, verifier, problems, ra
                dynamic_ncols=True)  # fmt: skip
     results, cells = [], {}
     for s, b in plan:
-        rows = []
+        rows, oracle = [], strategies.uses_reference(s)
         size = cfg.batch_problems if _batches(strategies, s) else 1
         for start in range(0, len(problems), size):
             chunk = problems[start : start + size]
@@ -300,10 +310,10 @@ def _run_cells(cfg: SearchConfig, strategies: Strategies, verifier, problems, ra
                 [_solve(cfg, strategies, verifier, s, b, chunk[0])]  # fmt: skip
             for i, row in enumerate(solved, start):
                 rows.append({"strategy": s, "budget": b, "problem_id": problems[i].id, "bin": names[bins[i]],
-                             "pass_rate": rates[i], **row})  # fmt: skip
+                             "pass_rate": rates[i], "oracle": oracle, **row})  # fmt: skip
             bar.update(len(chunk))
         results += rows
-        cells.setdefault(s, {})[str(b)] = _cell(rows, bins, names)
+        cells.setdefault(s, {})[str(b)] = {**_cell(rows, bins, names), "oracle": oracle}
         bar.set_postfix(last=f"{s}@{b} acc={cells[s][str(b)]['accuracy']:.3f}")
     bar.close()
     return results, cells
@@ -330,10 +340,12 @@ def _solve(cfg: SearchConfig, strategies: Strategies, verifier, strategy: str, b
 
 def revision_drift(chains: list[list[str]], verifier, reference: str) -> dict:
     """What each revision did, judged against the reference (a report, never a choice): of the revisions
-    of a right attempt, how many made it wrong; of a wrong one, how many made it right."""
+    of a right attempt, how many made it wrong; of a wrong one, how many made it right (a truncated attempt
+    is not right)."""
     counts = {"revised_right": 0, "right_to_wrong": 0, "revised_wrong": 0, "wrong_to_right": 0}
     for chain in chains:
-        ok = [is_correct(v) for v in verifier.verify_batch(chain, [reference] * len(chain))]
+        verdicts = verifier.verify_batch(chain, [reference] * len(chain))
+        ok = [is_correct(v) and not is_truncated(t) for v, t in zip(verdicts, chain)]
         for before, after in zip(ok, ok[1:]):
             if before:
                 counts["revised_right"] += 1
@@ -359,9 +371,17 @@ def _solve_many(cfg: SearchConfig, strategies: Strategies, verifier, strategy: s
     return [_result_row(o, v) for o, v in zip(outs, verdicts)]
 
 
+def judged(text: str, verdict) -> dict:
+    """Whether a chosen solution is right, was cut by the token budget, and its outcome: a truncated text is
+    not answered (outcome ``truncated``), whatever the verifier reads in it."""
+    cut = is_truncated(text)
+    outcome = "truncated" if cut else verdict.outcome or ("correct" if is_correct(verdict) else "wrong")
+    return {"correct": is_correct(verdict) and not cut, "truncated": cut, "outcome": outcome}
+
+
 def _result_row(out, verdict) -> dict:
     """One problem's result: the chosen solution, whether the verifier accepts it, and its cost."""
-    return {"answer": out.answer, "completion": out.text, "correct": is_correct(verdict), "tokens": out.cost.tokens,
+    return {"answer": out.answer, "completion": out.text, **judged(out.text, verdict), "tokens": out.cost.tokens,
             "prm_calls": out.cost.prm_calls, "seconds": round(out.cost.seconds, 4), "candidates": out.candidates}
 
 
@@ -372,6 +392,7 @@ def _mean(xs) -> float | None:
 def _cell(rows: list[dict], bins: list[int], names: list[str]) -> dict:
     cell = {
         "accuracy": _mean([r["correct"] for r in rows]),
+        "truncation_rate": _mean([r["truncated"] for r in rows]),
         "mean_tokens": _mean([r["tokens"] for r in rows]),
         "mean_prm_calls": _mean([r["prm_calls"] for r in rows]),
         "mean_seconds": _mean([r["seconds"] for r in rows]),
@@ -384,19 +405,30 @@ def _cell(rows: list[dict], bins: list[int], names: list[str]) -> dict:
     for k in range(len(names)):
         sub = [r for r, x in zip(rows, bins) if x == k]
         cell["by_bin"].append({"bin": names[k], "problems": len(sub), "accuracy": _mean([r["correct"] for r in sub]),
+                               "truncation_rate": _mean([r["truncated"] for r in sub]),
                                "mean_tokens": _mean([r["tokens"] for r in sub])})  # fmt: skip
     return cell
 
 
+def tagged(strategy: str, cell: dict) -> str:
+    """The strategy's name, tagged ``[oracle]`` where it read the reference."""
+    return f"{strategy} [oracle]" if cell.get("oracle") else strategy
+
+
 def table(summary: dict) -> str:
     names = list(summary["bins"])
-    head = "| strategy | budget | accuracy | mean tokens | PRM calls | s/problem | " + " | ".join(names) + " |"
-    lines = [head, "|" + "---|" * (6 + len(names))]
+    head = ("| strategy | budget | accuracy | truncated | mean tokens | PRM calls | s/problem | " + " | ".join(names)
+            + " |")  # fmt: skip
+    lines = [head, "|" + "---|" * (7 + len(names))]
     for s, per in summary["strategies"].items():
         for b, c in per.items():
             accs = " | ".join("-" if x["accuracy"] is None else f"{x['accuracy']:.3f}" for x in c["by_bin"])
-            lines.append(f"| {s} | {b} | {c['accuracy']:.3f} | {c['mean_tokens']:.1f} | {c['mean_prm_calls']:.1f} | "
-                         f"{c['mean_seconds']:.3f} | {accs} |")  # fmt: skip
+            lines.append(f"| {tagged(s, c)} | {b} | {c['accuracy']:.3f} | {_rate(c.get('truncation_rate'))} | "
+                         f"{c['mean_tokens']:.1f} | {c['mean_prm_calls']:.1f} | {c['mean_seconds']:.3f} | {accs} |")
+    oracles = sorted({s for s, per in summary["strategies"].items() for c in per.values() if c.get("oracle")})
+    if oracles:
+        lines += ["", f"[oracle]: {', '.join(oracles)} read the problem's reference answer (scorer=verifier or "
+                      "mcts_value=verifier): an upper bound, not a test-time method; never chosen below."]
     drift = [f"{s}@{b}: right -> wrong {_rate(c['right_to_wrong_rate'])}, "
              f"wrong -> right {_rate(c['wrong_to_right_rate'])}"
              for s, per in summary["strategies"].items() for b, c in per.items()
@@ -405,7 +437,7 @@ def table(summary: dict) -> str:
         lines += ["", "Revisions, judged against the reference: " + "; ".join(drift) + "."]
     sizes = ", ".join(f"{n}: {v['problems']} problems" for n, v in summary["bins"].items())
     lines += ["", f"Bins by the policy's own pass rate: {sizes}.", ""]
-    lines += ["Compute-optimal per bin (best within each token budget):", ""]
+    lines += ["Compute-optimal per bin (best within each token budget, oracles excluded):", ""]
     for n, rows in summary["compute_optimal"].items():
         picks, last = [], None
         for r in rows:
@@ -438,7 +470,9 @@ def plot(summary: dict, path: Path) -> None:
                 if acc is not None:
                     pts.append((tok, acc))
             pts.sort()
-            ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=s)
+            oracle = any(c.get("oracle") for c in per.values())
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=tagged(s, {"oracle": oracle}),
+                    linestyle="--" if oracle else "-")  # fmt: skip
         ax.set_xscale("log")
         ax.xaxis.set_major_formatter(ScalarFormatter())
         ax.xaxis.set_minor_formatter(NullFormatter())

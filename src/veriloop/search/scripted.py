@@ -6,22 +6,23 @@ character is one token (so ``"1+1=2;"`` costs 6).  Greedy picks the most probabl
 first of ties).  ``per_prompt=True``: ``tree[prompt][prefix]``, one tree per problem.  The ``*_many``
 methods serve several problems, problem k drawing from its own ``reseed_many`` stream.
 ``ScriptedScorer(values)``: ``values[prefix]`` is the score of the step that
-ends ``prefix`` (missing prefixes score ``default``).
+ends ``prefix`` (missing prefixes score ``default``).  ``max_new_tokens`` (0 = none) caps what one call
+writes, as the sampler's budget does: a text cut there is ``Truncated`` (and, for ``step``, finished).
 """
 
 from __future__ import annotations
 
 import random
 
-from veriloop.search.strategies import Cost
+from veriloop.search.strategies import Cost, Truncated
 
 
 class ScriptedProposer:
-    def __init__(self, tree: dict, seed: int = 0, per_prompt: bool = False):
+    def __init__(self, tree: dict, seed: int = 0, per_prompt: bool = False, max_new_tokens: int = 0):
         for prefix, options in [kv for t in tree.values() for kv in t.items()] if per_prompt else tree.items():
             if not options or any(p < 0 for _, p in options) or sum(p for _, p in options) <= 0:
                 raise ValueError(f"tree[{prefix!r}]: options need non-negative probabilities with a positive sum")
-        self.tree, self.per_prompt = tree, per_prompt
+        self.tree, self.per_prompt, self.max_new_tokens = tree, per_prompt, max_new_tokens
         self.rng = random.Random(seed)
         self.rngs: list[random.Random] = []
 
@@ -61,6 +62,10 @@ class ScriptedProposer:
         for prefix in prefixes:
             for _ in range(n):
                 s = self._next(prompt, prefix, greedy)
+                if self.max_new_tokens and len(s) > self.max_new_tokens:  # the budget cuts the step: finished
+                    cost.tokens += self.max_new_tokens
+                    out.append((Truncated(prefix + s[: self.max_new_tokens]), True))
+                    continue
                 cost.tokens += len(s)
                 out.append((prefix + s, not s.endswith(";")))
         return out
@@ -70,13 +75,24 @@ class ScriptedProposer:
         for prefix in prefixes:
             for _ in range(n):
                 text, done = prefix, False
-                while not done:
+                while not done and not self.max_new_tokens:
                     (text, done), = self.step(prompt, [text], 1, cost, greedy)  # fmt: skip
+                while not done:  # with a budget: the whole completion's, not one step's
+                    s = self._next(prompt, text, greedy)
+                    room = self.max_new_tokens - (len(text) - len(prefix))
+                    if len(s) > room:  # the budget runs out inside this step: the text is cut there
+                        text, done = Truncated(text + s[:room]), True
+                        cost.tokens += room
+                    else:
+                        text, done = text + s, not s.endswith(";")
+                        cost.tokens += len(s)
                 out.append(text)
         return out
 
 
 class ScriptedScorer:
+    reads_reference = False
+
     def __init__(self, values: dict[str, float], default: float = 0.5):
         self.values, self.default = values, default
 

@@ -29,6 +29,16 @@ Strategies (``budget`` is their one size knob):
   attempt (of the one chain; with several, the majority of their last attempts) (``revision_select``).
 * ``rstar``: ``budget`` rollouts of rStar's MCTS over reasoning actions, outcome self-consistency as
   the only reward, mutual consistency with a discriminator choosing the answer (``veriloop.search.rstar``).
+
+Truncation (seeds 003 section 1.1): a text whose generation the token budget stopped (finish ``length``)
+is a ``Truncated`` string; it did not end, so it has no answer of the model's (``answer_of`` is None): it
+never votes, a scorer's choice takes an ended solution over it whatever their scores (the finish reason
+is known at test time), and chosen anyway (nothing ended) it scores as not answered.
+
+Oracles (seeds 004 section 2.2: a verifier at test time is a learned judge, ORM or PRM, not the answer
+key): a strategy that reads the problem's reference under its settings - the outcome verifier as the
+scorer (``scorer=verifier``) or as MCTS's node value (``mcts_value=verifier``) - is an oracle
+(``Strategies.uses_reference``), reported as an upper bound and never chosen against test-time methods.
 """
 
 from __future__ import annotations
@@ -45,6 +55,19 @@ from veriloop.registry import STRATEGIES
 from veriloop.verifiers.answers import answer_key
 
 
+class Truncated(str):
+    """A solution text whose generation stopped at the token budget (finish ``length``), not at its end."""
+
+
+def is_truncated(text: str) -> bool:
+    return isinstance(text, Truncated)
+
+
+def answer_of(text: str) -> str | None:
+    """The normalised final answer of ``text``; None for a truncated text (the budget cut it, not the model)."""
+    return None if is_truncated(text) else answer_key(text)
+
+
 
 @dataclass(frozen=True)
 class Strategy:
@@ -54,6 +77,8 @@ class Strategy:
     run_many: Callable[..., list[Outcome]] | None = None  # the same on several problems at once, if it batches
     needs_scorer: Callable[[SearchSettings], bool] = lambda settings: False  # ranks with a PRM under settings
     needs_reviser: bool = False  # a revision model (--revision_policy)
+    # judges with the outcome verifier against the reference under settings (mcts_value=verifier): an oracle
+    needs_outcome_check: Callable[[SearchSettings], bool] = lambda settings: False
 
 
 @dataclass
@@ -73,6 +98,11 @@ class Outcome:
     candidates: int = 0  # finished solutions the strategy chose among
     chains: list[list[str]] | None = None  # revision: every chain's attempts, in order
 
+    @property
+    def truncated(self) -> bool:
+        """The chosen text was cut by the token budget: it is not answered."""
+        return is_truncated(self.text)
+
 
 class Proposer(Protocol):
     def complete(self, prompt: str, prefixes: list[str], n: int, cost: Cost, greedy: bool = False) -> list[str]:
@@ -85,6 +115,8 @@ class Proposer(Protocol):
 
 
 class Scorer(Protocol):
+    reads_reference: bool  # judges against the problem's reference (an oracle), not as a learned scorer
+
     def step_scores(self, prompt: str, texts: list[str], cost: Cost) -> list[list[float]]:
         """Scores of every step of each text (``cost.prm_calls`` grows by ``len(texts)``)."""
 
@@ -119,6 +151,13 @@ class Strategies:
     discriminator: Proposer | None = None  # rstar: completes cut trajectories (None: the proposer itself)
     sub_questions: Callable[[str], list[str]] | None = None  # rstar A3: the task's sub-questions of a prompt
     splitter: str = "semicolon"  # how solutions split into steps (the task's step_splitter)
+
+    def uses_reference(self, name: str) -> bool:
+        """Whether strategy ``name`` reads the problem's reference here (an oracle): its scorer does and it
+        scores with it, or it values nodes with the outcome verifier (``mcts_value=verifier``)."""
+        strategy = STRATEGIES.get(name)
+        scored = strategy.needs_scorer(self.settings) and getattr(self.scorer, "reads_reference", False)
+        return scored or strategy.needs_outcome_check(self.settings)
 
     def run(self, name: str, prompt: str, budget: int) -> Outcome:
         strategy = STRATEGIES.get(name)  # an unknown name: UnknownNameError listing the known ones
@@ -162,15 +201,16 @@ class Strategies:
         return [self.scorer.step_scores(prompt, texts, cost) for (prompt, texts), cost in zip(jobs, costs)]
 
     def _best(self, texts: list[str], step_scores: list[list[float]], cost: Cost) -> Outcome:
+        """The highest aggregate among the solutions that ended (a truncated one only if none did)."""
         scores = [aggregate(sc, self.settings.aggregation) for sc in step_scores]
-        best = max(range(len(texts)), key=lambda i: scores[i])  # first of the ties
-        return Outcome(texts[best], answer_key(texts[best]), cost, len(texts))
+        best = max(range(len(texts)), key=lambda i: (not is_truncated(texts[i]), scores[i]))  # first of the ties
+        return Outcome(texts[best], answer_of(texts[best]), cost, len(texts))
 
     # -------------------------------------------------------------- whole-solution strategies
 
     def _single(self, prompt, budget, cost):
         text = self.proposer.complete(prompt, [""], 1, cost)[0]
-        return Outcome(text, answer_key(text), cost, 1)
+        return Outcome(text, answer_of(text), cost, 1)
 
     def _best_of_n(self, prompt, budget, cost):
         texts = self.proposer.complete(prompt, [""], budget, cost)
@@ -180,7 +220,7 @@ class Strategies:
         return self.proposer.complete_many([(k, p, [""]) for k, p in enumerate(prompts)], n, costs)
 
     def _single_many(self, prompts, budget, costs):
-        return [Outcome(t[0], answer_key(t[0]), c, 1) for t, c in zip(self._samples_many(prompts, 1, costs), costs)]
+        return [Outcome(t[0], answer_of(t[0]), c, 1) for t, c in zip(self._samples_many(prompts, 1, costs), costs)]
 
     def _best_of_n_many(self, prompts, budget, costs):
         texts = self._samples_many(prompts, budget, costs)
@@ -198,16 +238,18 @@ class Strategies:
                 for t, sc, c in zip(texts, scores, costs)]  # fmt: skip
 
     def _vote(self, texts: list[str], weights: list[float], cost: Cost) -> Outcome:
+        """The answer of the largest total weight; a sample without an answer (a truncated one included) does not
+        vote.  No answer at all: the first text that ended (else the first), unanswered."""
         totals: dict[str, float] = {}
         first: dict[str, str] = {}
         for t, w in zip(texts, weights):
-            key = answer_key(t)
+            key = answer_of(t)
             if key is None:
                 continue
             totals[key] = totals.get(key, 0.0) + w
             first.setdefault(key, t)
         if not totals:
-            return Outcome(texts[0], None, cost, len(texts))
+            return Outcome(next((t for t in texts if not is_truncated(t)), texts[0]), None, cost, len(texts))
         best = max(totals, key=lambda k: totals[k])  # dicts keep insertion order: ties go to the first seen
         return Outcome(first[best], best, cost, len(texts))
 
@@ -352,7 +394,7 @@ class Strategies:
         while node.children and not node.finished:
             node = max(node.children, key=lambda ch: (ch.visits, ch.q))
         text = node.text if node.finished else self.proposer.complete(prompt, [node.text], 1, cost, greedy=True)[0]
-        return Outcome(text, answer_key(text), cost, 1)
+        return Outcome(text, answer_of(text), cost, 1)
 
     def _revision(self, prompt, budget, cost):
         from veriloop.search.revision import revision_prompt
@@ -366,7 +408,7 @@ class Strategies:
                 chain += self.reviser.complete(revision_prompt(prompt, chain[-st.revision_history :]), [""], 1, cost)
         attempts = [a for c in chains for a in c]
         if st.revision_select == "last" and n_chains == 1:
-            out = Outcome(attempts[-1], answer_key(attempts[-1]), cost, len(attempts))
+            out = Outcome(attempts[-1], answer_of(attempts[-1]), cost, len(attempts))
         elif st.revision_select in ("last", "majority"):
             voters = [c[-1] for c in chains] if st.revision_select == "last" else attempts
             out = self._vote(voters, [1.0] * len(voters), cost)
@@ -382,7 +424,7 @@ class Strategies:
                 if self.outcome_check is None:
                     raise ValueError("mcts_value=verifier needs an outcome check (the problem's reference)")
                 text = node.text if node.finished else self.proposer.complete(prompt, [node.text], 1, cost)[0]
-                node.value = float(self.outcome_check(text))
+                node.value = 0.0 if is_truncated(text) else float(self.outcome_check(text))  # cut: not answered
             else:
                 scores = self.scorer.step_scores(prompt, [node.text], cost)[0]
                 node.value = aggregate(scores, self.settings.aggregation) if node.finished else (scores or [0.0])[-1]
@@ -430,7 +472,8 @@ STRATEGIES.register("majority", Strategy(Strategies._majority, Strategies._major
 STRATEGIES.register("weighted_vote", Strategy(Strategies._weighted_vote, Strategies._weighted_vote_many, _always))
 STRATEGIES.register("beam", Strategy(Strategies._beam, Strategies._beam_many, _always))
 STRATEGIES.register("lookahead", Strategy(Strategies._lookahead, Strategies._lookahead_many, _always))
-STRATEGIES.register("mcts", Strategy(Strategies._mcts, None, lambda s: s.mcts_value == "prm"))
+STRATEGIES.register("mcts", Strategy(Strategies._mcts, None, lambda s: s.mcts_value == "prm",
+                                     needs_outcome_check=lambda s: s.mcts_value == "verifier"))  # fmt: skip
 STRATEGIES.register(
     "revision", Strategy(Strategies._revision, None, lambda s: s.revision_select == "prm", needs_reviser=True)
 )
