@@ -55,9 +55,11 @@ $(BENCH_VENV)/.installed: pyproject.toml requirements/cpu.txt requirements/bench
 peers: bench-env
 	$(BENCH_VENV)/bin/python benchmarks/peers.py
 
-# Remake the shipped base checkpoint (src/veriloop/assets/base) with the default SFT settings.
+# Remake the base with the shipped base's SFT settings, into runs/base-remake (the model: runs/base-remake/final);
+# never over the shipped base (src/veriloop/assets/base), whose files are checked against their sums after
 base: setup
 	$(BIN)/veriloop sft --config configs/sft-base.yaml
+	cd src/veriloop/assets/base && sha256sum --quiet -c ../base.sha256
 
 clean:
 	rm -rf $(VENV) $(VLLM_VENV) $(BENCH_VENV) runs .pytest_cache

@@ -26,8 +26,6 @@ from __future__ import annotations
 
 import re
 import unicodedata
-from dataclasses import dataclass
-from typing import NamedTuple
 
 from veriloop.errors import InputError
 from veriloop.verifiers.answer_rules import (
@@ -35,11 +33,14 @@ from veriloop.verifiers.answer_rules import (
     Read,
     boxed_spans,
     clean_value,
+    closing_value,
     conditional_prefix,
+    not_asserted,
     numeric_key,
     read_value,
-    revision,
 )
+from veriloop.verifiers.assertions import Extraction, Statement, decide
+from veriloop.verifiers.polarity import ASSERTED, scope_polarity
 
 __all__ = ["DEFAULT_POLICIES", "KINDS", "MARKER_POLICIES", "POLICIES", "SPAN_POLICIES", "Extraction", "answer_key",
            "clean_value", "extract_answer", "normalize_text", "numeric_key"]  # fmt: skip
@@ -58,25 +59,36 @@ def normalize_text(text: str) -> str:
     return re.sub(r"<<[^<>]*>>", "", unicodedata.normalize("NFKC", text).translate(_TRANSLATE))
 
 
+# a chat template's turn token: a reply that runs on past one ("... is 2/3. <|im_start|>user") ends there
+_TURN = re.compile(r"<\|(?:im_start|im_end|endoftext|end_of_text|eot_id|eom_id|end|start_header_id|user|assistant)\|>")
+
+
 def after_reasoning(text: str) -> str:
-    """What follows the last ``</think>``, when anything does; else the whole text (tags as line breaks)."""
+    """What follows the last ``</think>``, when anything does; else the whole text (tags as line breaks).
+    A turn token after some text ends the reply: what follows it is another turn."""
+    turn = next((m.start() for m in _TURN.finditer(text) if text[: m.start()].strip()), None)
+    text = text if turn is None else text[:turn]
     cut = text.rfind("</think>")
     if cut >= 0 and text[cut + len("</think>") :].strip():
         return text[cut + len("</think>") :]
     return re.sub(r"</?think>", "\n", text)
 
 
-def _after_marker(pattern: str):
-    marker = re.compile(pattern, re.IGNORECASE)
+def _after_marker(pattern: str, stop: str = r"[\n;]", keep=None):
+    """A finder of the values after a marker: each runs to the end of its line or segment (``stop``;
+    ';' ends a step trace segment), or is the next line when the marker ends its line.  ``keep(text,
+    match)`` may refuse a match."""
+    marker, stops = re.compile(pattern, re.IGNORECASE), re.compile(stop)
 
     def find(text: str) -> list[tuple[str, int, int]]:
         out = []
         for m in marker.finditer(text):
-            # the value runs to the end of the line or of the segment (';' ends a step trace segment)
-            stop = re.search(r"[\n;]", text[m.end() :])
-            end = m.end() + stop.start() if stop else len(text)
+            if keep is not None and not keep(text, m):
+                continue
+            cut = stops.search(text, m.end())
+            end = cut.start() if cut else len(text)
             value = text[m.end() : end]
-            if not value.strip() and (stop is None or text[end] == "\n"):  # "The answer is:\n18"
+            if not value.strip() and (cut is None or text[end] == "\n"):  # "The answer is:\n18"
                 nxt = re.match(r"\n\s*([^\n]*)", text[end:])
                 if nxt and nxt.group(1).strip():
                     value, end = nxt.group(1), end + nxt.end()
@@ -87,6 +99,14 @@ def _after_marker(pattern: str):
     return find
 
 
+# "A: N" is a label unless the text lists options ("A: 12" then "B: 15" opening lines)
+_OPTIONS = re.compile(r"(?m)^[ \t]*(?:[*_(]+[ \t]*)?B[ \t]*[*_)]*[ \t]*[:.)]")
+
+
+def _not_an_option(text: str, m: re.Match) -> bool:
+    return not (m.group("short") and m.group("short").lower() == "a" and _OPTIONS.search(text))
+
+
 def _last_line(text: str) -> list[tuple[str, int, int]]:
     lines = [ln for ln in text.strip().splitlines() if ln.strip()]
     return [(lines[-1], text.rfind(lines[-1]), len(text))] if lines else []
@@ -95,11 +115,17 @@ def _last_line(text: str) -> list[tuple[str, int, int]]:
 # name -> function(text) -> [(raw value, start, end)].  Order is the documented priority.
 SPAN_POLICIES = {
     "boxed": boxed_spans,
-    "gsm8k": _after_marker(r"(?:^|\n)[ \t]*####[ \t]*"),
-    # "answer: N", "answer=N"; "Answer $N$" / "Answer \[N\]" opening a line (delimited maths closed on it)
-    "answer": _after_marker(r"(?:^|[\s;,])answer[ \t]*[=:][ \t]*"
+    # "#### N" wherever it starts a word (after a retraction mid-line too); "#### Final Answer" is a heading
+    "gsm8k": _after_marker(r"(?:^|(?<=\s))####(?!#)[ \t]*(?!(?:final[ \t]+)?answers?\b)", r"[\n;]|####"),
+    # label lines ("A: N", "Ans: N", "**Final Answer**: $N$", "### Final Answer" then the value on the next
+    # line); "answer: N" / "answer=N" anywhere; "Answer $N$" opening a line (delimited maths closed on it)
+    "answer": _after_marker(r"(?:^|\n)[ \t]*(?:[#>*_-]+[ \t]*)*(?:(?:final[ \t]+)?answer[ \t]*[*_]*[ \t]*[=:]"
+                            r"|(?P<short>ans|a)[ \t]*[*_]*[ \t]*:)[ \t]*"  # "A = 7" is algebra, "A: 7" a label
+                            r"|(?:^|\n)[ \t]*(?:[#>*_]+[ \t]*)*(?:final[ \t]+)?answer[ \t]*[*_:]*[ \t]*(?=\n)"
+                            r"|(?:^|[\s;,*_])answer[ \t]*[*_]*[ \t]*[=:][ \t]*"
                             r"|(?:^|\n)[ \t]*(?:final[ \t]+)?answer[ \t]+"
-                            r"(?=\$\$?[^$\n]*[^$\s][^$\n]*\$|\\\[[^\n]*\S[^\n]*\\\]|\\\([^\n]*\S[^\n]*\\\))"),
+                            r"(?=\$\$?[^$\n]*[^$\s][^$\n]*\$|\\\[[^\n]*\S[^\n]*\\\]|\\\([^\n]*\S[^\n]*\\\))",
+                            keep=_not_an_option),
     "答案": _after_marker(r"(?:答案|得数)[ \t]*(?:[=:]|是|为)[ \t]*"),
     "the-answer-is": _after_marker(r"\b(?:the\s+)?(?:final\s+)?answer\s+is(?![\w'])[ \t]*:?[ \t]*"),
     "last-line": _last_line,
@@ -125,22 +151,6 @@ def _policy(name: str):
     if name.startswith("prefix=") and name[7:].strip():
         return _after_marker(rf"(?<![A-Za-z0-9_]){re.escape(name[7:].strip())}[ \t]*[=:][ \t]*")
     raise InputError(f"unknown answer policies {[name]}; known: {list(POLICIES)} or 'prefix=WORD'")
-
-
-@dataclass(frozen=True)
-class Extraction:
-    """``status``: ``ok`` (one answer), ``none`` (no answer found, or none that is a clean answer),
-    ``ambiguous`` (several).  ``reason`` says why no answer was taken: ``negated``, ``retracted``,
-    ``hedged``, ``conditional``, ``prose``, ``no final answer`` (status none); ``several`` (two values
-    in one statement), ``range``, ``revised`` (a new value after a stated one), ``distinct`` (two
-    statements with different strings, which a maths check may still find equal: ``spans``)."""
-
-    status: str
-    answer: str | None = None  # the normalised answer when status == "ok"
-    candidates: tuple[str, ...] = ()  # every distinct value found
-    policy: str = ""  # the policy that found it
-    reason: str = ""
-    spans: tuple[str, ...] = ()  # the accepted statements' raw values (boxes whole), for a maths parser
 
 
 # a sentence that says it repeats the question: what it states is an echo, not an answer
@@ -174,14 +184,13 @@ def _read_statement(text: str, name: str, raw: str, start: int, end: int, kind: 
         if after.endswith("?"):  # "... to \boxed{18} friends?": a question, not an answer
             return Read("not", reason="hedged")
         after = after.rstrip(".").strip(" $")
-    return read_value(raw, kind, after, boxed=name == "boxed", stated=name != "boxed")
-
-
-class _Statement(NamedTuple):
-    policy: str
-    start: int  # where the statement (its marker) starts in the normalised text
-    end: int  # where its value ends
-    read: Read
+    read = read_value(raw, kind, after, boxed=name == "boxed", stated=name != "boxed")
+    if read.kind in ("answer", "several"):  # "I don't think the answer is 45", "There is no doubt the answer is 45"
+        polarity = scope_polarity(text[max(0, start - 400) : start])
+        if polarity != ASSERTED:
+            return not_asserted(polarity, numeric_key(read.value)) if read.kind == "answer" else Read(
+                "not", reason=not_asserted(polarity, "").reason, numbers=read.numbers)  # fmt: skip
+    return read
 
 
 def extract_answer(text: str, policies: tuple[str, ...] = DEFAULT_POLICIES, kind: str = "maths") -> Extraction:
@@ -195,40 +204,17 @@ def extract_answer(text: str, policies: tuple[str, ...] = DEFAULT_POLICIES, kind
         raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
     finders = {name: _policy(name) for name in policies}
     text = after_reasoning(normalize_text(text))
-    found = [_Statement(name, s, e, _read_statement(text, name, raw, s, e, kind))
+    found = [Statement(name, s, e, _read_statement(text, name, raw, s, e, kind))
              for name, find in finders.items() if name != "last-line" for raw, s, e in find(text)
              if not (name == "answer" and "the-answer-is" in finders and _NESTED_MARKER.match(raw))]  # fmt: skip
     found = [x for x in found if x.read.kind != "empty"]
     if not found and "last-line" in finders:
-        found = [_Statement("last-line", s, e, read_value(raw, kind, last_line=True)) for raw, s, e in _last_line(text)]
+        found = [Statement("last-line", s, e, read_value(raw, kind, last_line=True)) for raw, s, e in _last_line(text)]
         found = [x for x in found if x.read.kind != "empty"]
-    if not found:
-        return Extraction("none", reason="no final answer")
-    answers = [x for x in found if x.read.kind == "answer"]
-    distinct: dict[str, str] = {}  # comparison key -> the first spelling
-    for x in answers:
-        distinct.setdefault(numeric_key(x.read.value), x.read.value)
-    spans = tuple(dict.fromkeys(x.read.span for x in answers))
-    several = [x for x in found if x.read.kind == "several"]
-    if several:
-        numbers = tuple(n for x in several for n in sorted(x.read.numbers) if n not in distinct)
-        first = several[0]
-        return Extraction("ambiguous", None, tuple(distinct.values()) + numbers, first.policy, first.read.reason)
-    if len(distinct) > 1:  # different strings: a maths check may still find them equal (spans)
-        return Extraction("ambiguous", None, tuple(distinct.values()), answers[0].policy, "distinct", spans)
-    if not distinct:
-        return Extraction("none", policy=found[0].policy, reason=found[0].read.reason)
-    key, value = next(iter(distinct.items()))
-    if any(key in x.read.negated for x in found):  # stated and denied
-        return Extraction("none", None, (value,), answers[0].policy, "negated")
-    last_end = max(x.end for x in answers)
-    if any(x.start >= last_end and x.read.numbers - {key} for x in found):  # a later statement of another value
-        return Extraction("ambiguous", None, (value,), answers[0].policy, "revised")
-    revised = revision(text[last_end:], key, same_line=True)
-    if revised is not None:
-        status = "ambiguous" if revised.kind == "several" else "none"
-        return Extraction(status, None, (value,), answers[0].policy, revised.reason)
-    return Extraction("ok", value, (value,), answers[0].policy, "", spans)
+        closing = closing_value(text, kind) if found and found[0].read.reason == "prose" else None
+        if closing is not None:  # "So she has 18 apples left.\nI hope it is correct."
+            found = [found[0]._replace(read=closing)]
+    return decide(found, text)
 
 
 def answer_key(text: str) -> str | None:

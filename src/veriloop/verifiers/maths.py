@@ -170,7 +170,7 @@ def delimited_maths(text: str, numbers: bool = False) -> str | None:
 class MathAnswer(Verifier):
     """Extract the completion's one final answer and compare it with the reference's."""
 
-    name, version = "math", "2"
+    name, version = "math", "3"
     reference_policies: tuple[str, ...] = ("boxed", "gsm8k", "answer", "答案", "the-answer-is")
     read_spans = True  # math: values judged by math-verify as stated; False (gsm8k): one cleaned answer string
 
@@ -333,7 +333,7 @@ class MathAnswer(Verifier):
 class GSM8K(MathAnswer):
     """GSM8K: references as ``... #### N`` (the dataset's form) or a bare number."""
 
-    name, version = "gsm8k", "2"
+    name, version = "gsm8k", "3"
     reference_policies = ("gsm8k",)
     read_spans = False
 

@@ -1,0 +1,207 @@
+"""How an answer value is cleaned and compared: numbers, units, boxes, and the cue words.
+
+``clean_value`` strips what surrounds a stated value (``$``, ``**``, filler words, a worked expression
+before the last ``=``, unit words after a number, spaces between thousands); ``is_clean`` says whether
+what is left is an answer of a kind (``number``: a number, a percent or a fraction; ``maths``: a maths
+expression, not a sentence); ``numeric_key`` is the comparison key of a number (no separators, ``+``
+or trailing zeros).  The cue-word sets (``NEGATION``, ``HEDGE``, ``ALTERNATIVE``, ``CONDITIONAL``,
+``CORRECTION``) are read by ``answer_rules`` on values that are not clean; how a clause's operators
+compose (negations, hedges, intensifiers) is ``polarity``'s.
+"""
+
+from __future__ import annotations
+
+import re
+
+_NUMBER = re.compile(r"^[-+]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?$")
+NUM = r"[-+]?\$?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?%?"
+_NUM_IN_TEXT = re.compile(r"(?<![A-Za-z0-9_.$])(-?)\$?((?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?|\.\d+)(?![\d])")
+_NUMBER_KIND = re.compile(  # a number after cleaning: plain, percent, a fraction
+    r"^[-+]?(?:(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?|\.\d+)%?$|^[-+]?\d+\s*/\s*\d+$|^[-+]?\\[dt]?frac\{\d+\}\{\d+\}$"
+)
+_SPACED_THOUSANDS = re.compile(r"^([-+]?\$?\d{1,3}(?: \d{3})+)(?=$|[.%]|\s*[A-Za-z])")  # "1 000", "12 500 apples"
+DECIMAL_COMMA = re.compile(r"^([-+]?\d+),(\d+)$")  # one comma, not thousands: "1000,99", "2,74", "0,5"
+THOUSANDS = re.compile(r"^[-+]?[1-9]\d{0,2}(?:,\d{3})+$")
+
+# Cue words (lower case).  A value that contains one is not a clean answer; which list names why.
+NEGATION = frozenset("not no never isn't isnt aren't wasn't won't can't cannot don't doesn't nope neither nor "
+                     "wrong incorrect false none".split())  # fmt: skip
+HEDGE = frozenset("about approximately approx approximate around roughly nearly almost probably perhaps possibly "
+                  "maybe likely unlikely estimate estimated guess ish circa some somewhere close between range "
+                  "least most more less fewer over under like think believe sure unsure bet".split())  # fmt: skip
+ALTERNATIVE = frozenset("or either".split())
+CONDITIONAL = frozenset("if unless assuming assume suppose supposing provided providing given otherwise whether "
+                        "when whenever".split())  # fmt: skip
+_WEAK_CONDITIONAL = frozenset("given when whenever provided providing".split())  # also ordinary words
+CORRECTION = frozenset("wait oops actually sorry correction mistake mistaken hmm rather instead scratch recheck "
+                       "recalculate redo typo oh uh um err no nope corrected revise revised reconsider miscalculated "
+                       "kidding jk joking lol".split())  # fmt: skip
+CORRECTION_PHRASE = re.compile(r"\b(?:i\s+mean|hold\s+on|should\s+(?:be|have\s+been)|make\s+(?:that|it)|"
+                                r"correct\s+answer)\b", re.IGNORECASE)
+REVISING_HEDGE = frozenset("or either maybe perhaps possibly probably approximately approx about around "
+                            "roughly".split())  # fmt: skip
+CUES = NEGATION | HEDGE | ALTERNATIVE | CONDITIONAL | CORRECTION
+# Words of a sentence (never of a unit or a maths expression).
+STOPWORDS = frozenset("the is are was were be been it its it's this that that's these those and but as for with i we "
+                      "you he she they his her their our has have had will would could can do does did get got "
+                      "what how many much which who then so thus therefore hence answer equals because since to "
+                      "than there here my me".split())  # fmt: skip
+MATH_WORDS = frozenset("sin cos tan cot sec csc sinh cosh tanh arcsin arccos arctan log ln lg exp sqrt pi max min "
+                       "gcd lcm mod deg det dim ker lim sup inf infty infinity arg cis".split())  # fmt: skip
+_ATTACHED_UNITS = frozenset("km cm mm kg mg lb lbs oz ft mph hr hrs min mins sec secs ml cal kcal".split())
+CJK_CUES = {  # characters that make a Chinese value negated, several, hedged or conditional
+    "negated": "不非没错", "several": "或还", "hedged": "约概左右差吗呢吧", "conditional": "如若假设",
+}  # fmt: skip
+# words that make the sentence before a marker a condition on it ("If she sold 24, the answer is 18")
+CONDITIONAL_PREFIX = frozenset("if unless assuming assume suppose supposing otherwise".split())
+# "given" / "when" / "whenever" / "provided" opening a clause or following a value, not before an -ing
+# word; "provided that" anywhere ("the solution provided", "the three given conditions" are no conditions)
+_WEAK_CONDITION = re.compile(r"(?:^|[,;:(]|[\d$}%])\s*(?:given|when|whenever|provided|providing)\b"
+                             r"(?P<ing>\s+[a-z]+ing\b)?|\bprovid(?:ed|ing)\s+that\b", re.I)
+_PLEASANTRY = re.compile(r"\bif\s+you(?:'d|\s+would)\s+like\b|\bif\s+you\s+(?:have|need)\s+(?:any\s+)?(?:more\s+|"
+                         r"further\s+|other\s+)?(?:questions?|help|clarifications?|assistance|explanations?)\b", re.I)
+_TEXT_CMD = r"\\(?:text(?:normal|rm|up|bf|it|sf)?|mbox|mathrm)"  # LaTeX text (units, words) in maths
+
+_WORD = re.compile(r"[A-Za-z]+(?:'[a-z]+)?")
+_NEGATED_NUMBER = re.compile(
+    rf"(?:\bnot|n't|\bnever|\bno)\s+(?:be\s+|equal\s+to\s+|exactly\s+)?({NUM})"
+    rf"|({NUM})\s*(?:[A-Za-z]+\s+)?(?:is|was|seems|would\s+be)?\s*(?:wrong|incorrect|false|not\s+(?:right|correct|"
+    rf"the\s+answer)|a\s+mistake)\b"
+)
+HEDGE_SIGNS = re.compile(r"[~\u2248\u2243\u223c\u00b1]|\\approx|\\sim\b")
+
+
+def numeric_key(value: str) -> str:
+    """A comparison key: numbers without thousands separators, ``+`` or trailing zeros."""
+    v = value.replace("$", "").strip()
+    if _NUMBER.match(v):
+        v = re.sub(r"^(-?)0+(?=\d)", r"\1", v.replace(",", "").lstrip("+"))  # 018 -> 18
+        if "." in v:
+            v = v.rstrip("0").rstrip(".")
+        return "0" if v in ("-0", "") else v
+    return re.sub(r"\s+", "", v)
+
+
+def numbers_in(text: str) -> set[str]:
+    return {numeric_key(m.group(1) + m.group(2)) for m in _NUM_IN_TEXT.finditer(text)}
+
+
+def last_number(text: str) -> str | None:
+    found = list(_NUM_IN_TEXT.finditer(text))
+    return numeric_key(found[-1].group(1) + found[-1].group(2)) if found else None
+
+
+def negated_numbers(text: str) -> frozenset[str]:
+    """Numbers the text negates: "not 18", "isn't 18", "18 is wrong"."""
+    return frozenset(numeric_key(g.replace("$", "")) for m in _NEGATED_NUMBER.finditer(text) for g in m.groups() if g)
+
+
+def words(text: str) -> list[str]:
+    """Words outside LaTeX commands, lower case."""
+    return [w.lower() for w in _WORD.findall(re.sub(r"\\[A-Za-z]+", " ", text))]
+
+
+def conditional(text: str) -> bool:
+    """A strong cue word anywhere, or "given" / "when" / "provided" opening a clause (not before an -ing
+    word) or after a value; "if you have any questions" is addressed to the reader, no condition."""
+    text = _PLEASANTRY.sub(" ", text)
+    if set(words(text)) & (CONDITIONAL - _WEAK_CONDITIONAL):
+        return True
+    return any(not m["ing"] or re.match(r"[\d$}%]", m.group().lstrip()) for m in _WEAK_CONDITION.finditer(text))
+
+
+def conditional_prefix(prefix: str) -> bool:
+    """Is the part of a sentence before its marker a condition ("If she sold 24, ...", "When x = 2, ...")?"""
+    return bool(set(words(prefix)) & CONDITIONAL_PREFIX) or any(not m["ing"] for m in _WEAK_CONDITION.finditer(prefix))
+
+
+def boxed_spans(text: str) -> list[tuple[str, int, int]]:
+    """``(content, start, end)`` of every ``\\boxed{...}`` / ``\\fbox{...}``, braces balanced."""
+    out, i = [], 0
+    while True:
+        m = re.compile(r"\\(?:boxed|fbox)\s*\{").search(text, i)
+        if not m:
+            return out
+        depth, j = 1, m.end()
+        while j < len(text) and depth:
+            depth += {"{": 1, "}": -1}.get(text[j], 0)
+            j += 1
+        if depth:  # unbalanced: no answer from this box
+            return out
+        out.append((text[m.end() : j - 1], m.start(), j))
+        i = j
+
+
+_FILLER = re.compile(r"^(?:therefore|thus|so|then|just|exactly|equal to|:)[\s,]*", re.IGNORECASE)
+_UNIT = r"\(?[A-Za-z][A-Za-z ./]*(?:\^?[23])?\)?"  # "pints", "miles per hour", "cm^2", "(dollars)"
+_NUMBER_WITH_UNIT = re.compile(  # number, %, then unit words / an attached unit (18km) / a Chinese measure word
+    rf"^\$?\s*({NUM[:-2]}(?:\s*/\s*\d+)?)(\s*%)?(?:\s+({_UNIT})|([A-Za-z]+)|\s*([\u4e00-\u9fff]{{1,3}}))?$"
+)
+_NUMBER_WITH_TEXT_UNIT = re.compile(rf"^({NUM[:-2]})\s*{_TEXT_CMD}\{{([^{{}}]*)\}}$")  # 125\textnormal{ miles}
+_MATHS_WITH_UNIT = re.compile(rf"^(\S.*[\d}}])\s+({_UNIT})$")  # "12\pi square units", "\frac{{3}}{{4}} of the pizza"
+_NOT_IN_UNITS = CUES | (STOPWORDS - {"the"})
+
+
+def _unit_tail_ok(tail: str | None, attached: str | None, cjk: str | None) -> bool:
+    if attached is not None:
+        return attached.lower() in _ATTACHED_UNITS
+    if cjk is not None:
+        return not any(c in cue for cue in CJK_CUES.values() for c in cjk)
+    ws = words(tail or "")
+    return len(ws) <= 4 and not any(w in _NOT_IN_UNITS or w in MATH_WORDS for w in ws)
+
+
+def clean_value(value: str) -> str:
+    """Strip what surrounds an answer value: whitespace, ``$``, ``\\[ \\]``, ``**``, filler words, a
+    trailing period, a worked expression before the last ``=`` (unless a cue word is in it, or it is a
+    sentence: two words, then working, as in "She sold 48/2 = 24 clips"), unit
+    words after a number (``120 pints`` -> ``120``, ``125\\text{ miles}`` -> ``125``; not ``18 if ...``
+    or ``18 is wrong``), spaces between thousands (``1 000`` -> ``1000``)."""
+    v = value.strip()
+    v = re.sub(r"^\$([^$]+)\$(?=\s+[A-Za-z(])", r"\1", v)  # "$18$ apples", "$\frac{3}{4}$ of the pizza"
+    v = re.sub(r"^\$+|\$+$", "", v).strip()
+    v = re.sub(r"^\\[(\[]|\\[)\]]$", "", v).strip()
+    v = re.sub(r"^\*+|\*+$", "", v).strip()
+    v = v.rstrip(".").strip()
+    boxed = boxed_spans(v)
+    if len(boxed) == 1 and re.fullmatch(r"\\(?:boxed|fbox)\s*\{.*\}", v, re.DOTALL):
+        v = boxed[0][0].strip()  # "The answer is \boxed{x}" names x
+    while _FILLER.match(v) and _FILLER.match(v).end():
+        v = v[_FILLER.match(v).end() :]
+    if "=" in v and not re.search(r"[\\<>!\u2264\u2265\u2260]|==", v):  # "15 * 8 = 120" -> "120" (not x >= 5)
+        lhs, rhs = v.rsplit("=", 1)
+        sentence = re.match(r"[A-Za-z]+\s+[A-Za-z]+\b", lhs) and re.search(r"\d", lhs)  # "She sold 48/2 = 24 clips"
+        if not sentence and not any(w in CUES for w in words(lhs)):
+            v = rhs.strip()
+    v = re.sub(rf"{_TEXT_CMD}\{{\s*\}}", "", v).strip()
+    m = _SPACED_THOUSANDS.match(v)
+    if m:
+        v = m.group(1).replace(" ", "") + v[m.end() :]
+    m = _NUMBER_WITH_UNIT.match(v)
+    if m and _unit_tail_ok(m.group(3), m.group(4), m.group(5)):
+        return m.group(1) + ("%" if m.group(2) else "")
+    m = _NUMBER_WITH_TEXT_UNIT.match(v)
+    if m and words(m.group(2)) and _unit_tail_ok(m.group(2), None, None):
+        return m.group(1)
+    m = _MATHS_WITH_UNIT.match(v)
+    if m and len(m.group(2)) > 1 and _unit_tail_ok(m.group(2), None, None):
+        return m.group(1).strip()
+    return v
+
+
+def is_clean(v: str, kind: str) -> bool:
+    """Is the cleaned value an answer of this kind (a number; a maths expression, not a sentence)?"""
+    if not re.search(r"[0-9A-Za-z\\]", v) or HEDGE_SIGNS.search(v) or re.search(r"\?|[A-Za-z]'[A-Za-z]", v):
+        return False  # a question, a hedge sign, a contraction ("isn't 18") are not maths
+    if kind == "number":
+        return bool(_NUMBER_KIND.match(v))
+    if re.search(r"[\u3040-\u9fff]", re.sub(rf"{_TEXT_CMD}\{{[^{{}}]*\}}", "", v)):
+        return False
+    for inner in re.findall(rf"{_TEXT_CMD}\{{([^{{}}]*)\}}", v):  # words allowed: \text{Monday}
+        ws = words(inner)
+        if len(ws) >= 3 or any(w in CUES or (w in STOPWORDS and w != "and") for w in ws):
+            return False
+    outside = re.sub(rf"{_TEXT_CMD}\{{[^{{}}]*\}}", " ", v)
+    return not any(
+        len(w) > 1 and w not in MATH_WORDS and (w in CUES or w in STOPWORDS or len(w) >= 4) for w in words(outside)
+    )

@@ -1,0 +1,117 @@
+"""The document's last assertion: which of a completion's statements of an answer still stands.
+
+``answers.py`` finds the statements and reads each one (``answer_rules.read_value``, with the
+polarity of its sentence from ``polarity.scope_polarity``); this module combines them in text order.
+
+* A statement is *withdrawn* by a later sentence that retracts or doubts it (``polarity.speech_act``:
+  "Scratch that.", "Ignore the line above.", "That's wrong.", "I might be wrong.") before the next
+  statement, or by a retraction in its own line ("#### 45 scratch that").
+* **Policy for a withdrawn answer**: a marked answer that is later withdrawn, or followed by a
+  statement of another value, gives *no final answer*, whichever value the reference is:
+  ``retracted`` (status ``none``) when no statement stands after it, ``revised`` (status
+  ``ambiguous``) when another value is stated after it.  This is the self-correction policy of
+  ``audit.argued_answers_suite`` ("#### a\\nCorrection: b" scores 0 for a and for b): rewarding
+  either of several stated answers teaches a model to state several.  A withdrawn answer restated
+  with the *same* value stands ("#### 45\\nWait, that's wrong. ... The answer is 45.").
+* A retraction before the first statement withdraws only working ("First I got 52. That was
+  wrong. ... #### 45" is 45).
+* Of the statements that stand: two values in one statement are ``several`` / ``range``; two
+  statements with different strings are ``distinct`` (a maths check may still find them equal);
+  a value one statement states and another negates is ``negated``; a later statement of another
+  value is ``revised``, unless that statement negates it ("The answer is 45. It isn't 52.");
+  what follows the last one is read by ``answer_rules.revision`` (retracted, hedged, conditional,
+  revised; the text's closing sentence stating another value revises it).
+
+What is left to the outcome: whether the value equals the reference (``mathequiv``), and the
+reference's own form.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import NamedTuple
+
+from veriloop.verifiers.answer_rules import Read, numeric_key, revision
+from veriloop.verifiers.polarity import speech_acts
+
+
+@dataclass(frozen=True)
+class Extraction:
+    """``status``: ``ok`` (one answer), ``none`` (no answer found, or none that is a clean answer),
+    ``ambiguous`` (several).  ``reason`` says why no answer was taken: ``negated``, ``retracted``,
+    ``hedged``, ``conditional``, ``prose``, ``no final answer`` (status none); ``several`` (two values
+    in one statement), ``range``, ``revised`` (a new value after a stated one, or after it was
+    withdrawn), ``distinct`` (two statements with different strings, which a maths check may still
+    find equal: ``spans``)."""
+
+    status: str
+    answer: str | None = None  # the normalised answer when status == "ok"
+    candidates: tuple[str, ...] = ()  # every distinct value found
+    policy: str = ""  # the policy that found it
+    reason: str = ""
+    spans: tuple[str, ...] = ()  # the accepted statements' raw values (boxes whole), for a maths parser
+
+
+class Statement(NamedTuple):
+    policy: str
+    start: int  # where the statement (its marker) starts in the normalised text
+    end: int  # where its value ends
+    read: Read
+
+
+_STATED = ("answer", "several")
+
+
+def _withdrawn(found: list[Statement], text: str) -> set[int]:
+    """Indices of the stated answers that a later retraction or doubt withdraws before the last statement."""
+    stated = [i for i, x in enumerate(found) if x.read.kind in _STATED]
+    out = {i for i, x in enumerate(found) if x.read.reason == "retracted"}
+    if not stated:
+        return out
+    first, last = min(found[i].end for i in stated), max(x.start for x in found)
+    for offset, _ in speech_acts(text[first:last]) if last > first else ():
+        out |= {i for i in stated if found[i].end <= first + offset}
+    return out
+
+
+def decide(found: list[Statement], text: str) -> Extraction:
+    """The final answer of a text from its statements (see the module docstring)."""
+    if not found:
+        return Extraction("none", reason="no final answer")
+    found = sorted(found, key=lambda x: x.start)
+    withdrawn = _withdrawn(found, text)
+    gone = {k for i in withdrawn for k in found[i].read.numbers}
+    live = [x for i, x in enumerate(found) if i not in withdrawn]
+    answers = [x for x in live if x.read.kind == "answer"]
+    distinct: dict[str, str] = {}  # comparison key -> the first spelling
+    for x in answers:
+        distinct.setdefault(numeric_key(x.read.value), x.read.value)
+    if gone and not answers and not any(x.read.kind == "several" for x in live):
+        reasons = [found[i].read.reason for i in sorted(withdrawn)]
+        reason = "hedged" if reasons and all(r == "hedged" for r in reasons) else "retracted"
+        return Extraction("none", None, tuple(sorted(gone)), found[min(withdrawn)].policy, reason)
+    if gone - set(distinct):  # withdrawn, then another value stated: a revision
+        return Extraction("ambiguous", None, tuple(distinct.values()) + tuple(sorted(gone - set(distinct))),
+                          found[min(withdrawn)].policy, "revised")  # fmt: skip
+    spans = tuple(dict.fromkeys(x.read.span for x in answers))
+    several = [x for x in live if x.read.kind == "several"]
+    if several:
+        numbers = tuple(n for x in several for n in sorted(x.read.numbers) if n not in distinct)
+        first = several[0]
+        return Extraction("ambiguous", None, tuple(distinct.values()) + numbers, first.policy, first.read.reason)
+    if len(distinct) > 1:  # different strings: a maths check may still find them equal (spans)
+        return Extraction("ambiguous", None, tuple(distinct.values()), answers[0].policy, "distinct", spans)
+    if not distinct:
+        first = next((x for x in live if x.read.reason in ("negated", "hedged", "conditional")), live[0])
+        return Extraction("none", policy=first.policy, reason=first.read.reason)
+    key, value = next(iter(distinct.items()))
+    if any(key in x.read.negated for x in live):  # stated and denied
+        return Extraction("none", None, (value,), answers[0].policy, "negated")
+    last_end = max(x.end for x in answers)
+    if any(x.start >= last_end and x.read.numbers - {key} - x.read.negated for x in live):  # another value after it
+        return Extraction("ambiguous", None, (value,), answers[0].policy, "revised")
+    revised = revision(text[last_end:], key, same_line=True, closing=True)
+    if revised is not None:
+        status = "ambiguous" if revised.kind == "several" else "none"
+        return Extraction(status, None, (value,), answers[0].policy, revised.reason)
+    return Extraction("ok", value, (value,), answers[0].policy, "", spans)
