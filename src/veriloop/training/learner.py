@@ -12,7 +12,9 @@ recomputed old log-prob and each token is weighted by ``min(pi_old / pi_behavior
 (truncated importance sampling between the rollout engine and the learner).  With
 ``kl.importance_weighted`` each token's KL estimate is weighted by ``pi / pi_behaviour`` (the records'
 behaviour log-probs, detached): reused and lagged samples then estimate the current policy's KL
-(``algorithms/kl.py``); the metric ``kl`` is that weighted estimate and ``kl_weight`` the mean weight.
+(``algorithms/kl.py``); the metric ``kl`` is that weighted estimate (first pass) and ``kl_weight_deviation``
+the weights' mean ``|w - 1|`` over every pass (their mean is 1 in expectation by construction, so the
+distance is what shows how far the reused samples are from the current policy).
 """
 
 from __future__ import annotations
@@ -207,8 +209,9 @@ class Learner:
             if self.cfg.kl.importance_weighted:  # tokens of the behaviour policy, reweighted to the current one
                 behavior = lb.behavior[rows, :T].to(dev, lp.dtype)
                 kl = importance_weighted_kl(kl, lp, behavior)
-                if first:
-                    stats.acc("kl_weight", float((torch.exp(lp.detach() - behavior) * mask).sum()), float(mask.sum()))
+                # every pass (the later ones are where the policy has moved): the weights' mean distance from 1
+                distance = ((torch.exp(lp.detach() - behavior) - 1).abs() * mask).sum()
+                stats.acc("kl_weight_deviation", float(distance), float(mask.sum()))
             objective_t = objective_t - kl_beta * kl
             if first:
                 kl_sum = float((kl.detach() * mask).sum())
