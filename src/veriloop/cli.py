@@ -264,17 +264,23 @@ def _audit(args: argparse.Namespace) -> int:
 
 
 def _resume_config(args: argparse.Namespace):
-    """The run's own config.yaml, with any flags given on top (e.g. more --steps)."""
+    """What the resumed run will be: the run's config.yaml (checked against the run's manifest.json), then
+    ``--config FILE`` and flags on top (e.g. more --steps).  The trainer compares it with the checkpoint's config
+    and refuses a change that is not safe (``training/checkpoint.py``: SAFE_TO_CHANGE)."""
     from pathlib import Path
 
     from veriloop.config import build_config, load_yaml, overrides_from_args
+    from veriloop.training.checkpoint import flatten, read_run_config
     from veriloop.training.config import TrainConfig
 
-    saved = Path(args.resume) / "config.yaml"
-    data = load_yaml(saved)
     overrides = overrides_from_args(args)
-    overrides["run_dir"] = args.resume
-    return build_config(TrainConfig, data, overrides, source=str(saved))
+    if overrides.get("run_dir", args.resume) != args.resume:
+        raise InputError(f"--run_dir {overrides['run_dir']} with --resume {args.resume}: a resumed run stays in "
+                         "its own directory; give only --resume")  # fmt: skip
+    data = read_run_config(Path(args.resume))
+    extra = flatten(load_yaml(args.config)) if args.config else {}  # as if each of its keys were a flag
+    return build_config(TrainConfig, data, {**extra, **overrides, "run_dir": args.resume},
+                        source=f"{args.resume}/config.yaml" + (f" + {args.config}" if args.config else ""))  # fmt: skip
 
 
 def _sft_defaults():

@@ -5,12 +5,16 @@ fsync'ed before the rename and the directory after it, so a power loss cannot un
 later write (a checkpoint that counts on this file) survives.  A kill mid-write leaves at most a hidden
 ``.NAME.XXXX.tmp`` beside the file (``remove_temp_files`` clears them).  A directory is built under a
 hidden name and renamed into place whole (``replace_dir``).
+Checked files (``write_checked`` / ``read_checked``): a directory's ``manifest.json`` holds the size and
+SHA-256 of the files in it that are read back later (a run's ``config.yaml``, a pipeline's
+``pipeline.json``), so a file cut or changed on disk is named instead of read as something else.
 Also: reading JSONL back, and the names of per-step files (``step_name`` / ``step_of``).
 """
 
 from __future__ import annotations
 
 import gzip
+import hashlib
 import json
 import os
 import re
@@ -114,6 +118,87 @@ def atomic_write_yaml(path: str | Path, obj) -> None:
 def atomic_write_jsonl(path: str | Path, rows: Iterable[dict], compress: bool = False) -> None:
     data = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows).encode("utf-8")
     atomic_write_bytes(path, gzip.compress(data, mtime=0) if compress else data)
+
+
+MANIFEST = "manifest.json"
+MANIFEST_FORMAT = 1
+
+
+def sha256_of(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _read_manifest(directory: Path) -> tuple[dict | None, str]:
+    """(the manifest, '') ; (None, '') where there is none; (None, what is wrong) where it cannot be read."""
+    path = directory / MANIFEST
+    if not path.is_file():
+        return None, ""
+    try:
+        manifest = json.loads(path.read_bytes())
+        files = {str(e["path"]): e for e in manifest["files"]}
+        if not all(isinstance(e["size"], int) and isinstance(e["sha256"], str) for e in files.values()):
+            raise TypeError("each file needs an integer size and a string sha256")
+    except (ValueError, KeyError, TypeError) as e:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+        return None, f"{MANIFEST} is unreadable ({type(e).__name__}: {e})"
+    manifest["files"] = files
+    return manifest, ""
+
+
+def _write_manifest(directory: Path, files: dict) -> None:
+    atomic_write_json(directory / MANIFEST, {"format": MANIFEST_FORMAT, "files": list(files.values())})
+
+
+def write_checked(directory: str | Path, name: str, data: bytes) -> None:
+    """``directory/name`` written atomically, with its size and SHA-256 in ``directory/manifest.json``.
+
+    The two files cannot be replaced at once, so the manifest first accepts the content on disk or the new
+    one (``or``), then the file is replaced, then the manifest names the new content alone: a kill anywhere
+    in between leaves a pair that checks."""
+    directory, path = Path(directory), Path(directory) / name
+    manifest, _ = _read_manifest(directory)  # an unreadable manifest is replaced: this write makes it right
+    files = dict(manifest["files"]) if manifest else {}
+    entry = {"path": name, "size": len(data), "sha256": sha256_of(data)}
+    on_disk = path.read_bytes() if path.is_file() else None
+    if on_disk is not None and on_disk != data:
+        either = {**entry, "or": {"size": len(on_disk), "sha256": sha256_of(on_disk)}}
+        _write_manifest(directory, {**files, name: either})
+    atomic_write_bytes(path, data)
+    _write_manifest(directory, {**files, name: entry})
+
+
+def check_file(directory: str | Path, name: str) -> tuple[str, str]:
+    """``("ok", "")`` when ``directory/name`` has the size and SHA-256 that ``manifest.json`` gives it;
+    ``("unlisted", why)`` when no manifest lists it (written before manifests, or never recorded); else
+    ``("bad", what is wrong)``."""
+    directory = Path(directory)
+    manifest, unreadable = _read_manifest(directory)
+    if unreadable:
+        return "bad", unreadable
+    if manifest is None or name not in manifest["files"]:
+        return "unlisted", f"{MANIFEST} does not list it" if manifest else f"there is no {MANIFEST}"
+    path = directory / name
+    if not path.is_file():
+        return "bad", f"it is missing ({MANIFEST} lists it)"
+    entry, data = manifest["files"][name], path.read_bytes()
+    accepted = [entry, *([entry["or"]] if isinstance(entry.get("or"), dict) else [])]
+    if any(len(data) == int(e["size"]) and sha256_of(data) == str(e["sha256"]) for e in accepted):
+        return "ok", ""
+    if len(data) != int(entry["size"]):
+        return "bad", f"it has {len(data)} bytes, {MANIFEST} says {entry['size']} (cut short or changed)"
+    return "bad", f"its content does not match its SHA-256 in {MANIFEST} (changed on disk)"
+
+
+def read_checked(directory: str | Path, name: str, remedy: str) -> tuple[bytes, bool]:
+    """The bytes of ``directory/name`` and whether its manifest vouched for them (False: no manifest lists
+    it, as in a directory written before manifests); a file that does not match is an InputError naming it,
+    what is wrong and ``remedy`` (what to do)."""
+    status, why = check_file(directory, name)
+    path = Path(directory) / name
+    if status == "bad":
+        raise InputError(f"{path} is damaged: {why}; {remedy}")
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} does not exist")
+    return path.read_bytes(), status == "ok"
 
 
 def step_name(step: int, prefix: str = "step-", suffix: str = "") -> str:

@@ -30,6 +30,7 @@ import threading
 import time
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -102,7 +103,8 @@ class Trainer:
         # rollout.lag with an engine of its own weights: this step is sampled while the learner updates
         self.pipelined = cfg.rollout.engine == "ray" and cfg.rollout.lag > 0
         self.sampling_thread = ThreadPoolExecutor(1, "veriloop-sampling") if self.pipelined else None
-        self.stop_signal = ""
+        # a stop signal's name and number; continue_with: the command printed to continue (None: the caller says)
+        self.stop_signal, self.stop_signum, self.continue_with = "", 0, f"veriloop train --resume {self.run_dir}"
         self.process = (ProcessSupervisor(cfg.process, seed=cfg.seed, run_dir=self.run_dir, task=self.task,
                                           policy=self.policy, sampling=cfg.sampling, store=self.store,
                                           step=self.state.step) if estimator.needs_prm else None)  # fmt: skip
@@ -149,11 +151,11 @@ class Trainer:
                     bar.write(f"stopping after step {step}: {stop}")
                     break
             bar.close()
-            if self.stop_signal:  # preempted: the checkpoint is written, the run is not finished
-                print(f"{self.stop_signal}: checkpoint of step {self.state.step} written; continue with "
-                      f"`veriloop train --resume {self.run_dir}`")  # fmt: skip
-            else:
+            if not self.stop_signal:
                 self.save_final()
+            elif self.continue_with:  # preempted: the checkpoint is written, the run is not finished
+                print(f"{self.stop_signal}: checkpoint of step {self.state.step} written; continue with "
+                      f"`{self.continue_with}`")  # fmt: skip
         finally:
             for signum, handler in previous.items():
                 os_signal.signal(signum, handler)
@@ -169,12 +171,12 @@ class Trainer:
             return {}
 
         def on_sigterm(signum, frame):
-            self.stop_signal = "SIGTERM received"
+            self.stop_signal, self.stop_signum = "SIGTERM received", signum
 
         def on_sigint(signum, frame):
             if self.stop_signal:  # asked to stop already: this one means now
                 raise KeyboardInterrupt
-            self.stop_signal = "SIGINT received"
+            self.stop_signal, self.stop_signum = "SIGINT received", signum
             # os.write, not print: a handler may run while the main thread is inside a print to the same stream
             os.write(2, b"\nSIGINT received: finishing this step, then writing a checkpoint "
                         b"(Ctrl-C again to quit at once)\n")  # fmt: skip
@@ -358,7 +360,7 @@ class Trainer:
         reference = self.reference.policy if self.reference is not None and self.state.reference_step else None
         return save_checkpoint(self.run_dir, self.state, self.learner, self.cfg.keep_checkpoints,
                                critic=self._critic_state(), reference=reference, pending=list(self.pending),
-                               ledger=self.ledger)  # fmt: skip
+                               ledger=self.ledger, config=to_dict(self.cfg))  # fmt: skip
 
     def save_final(self) -> None:
         """``final/`` (and ``export`` if set): the model, with how it was made beside it."""
@@ -377,3 +379,57 @@ class Trainer:
             atomic_write_json(target / f"{made_by.replace(' ', '_')}.json", made)
             if target == building:
                 replace_dir(building, self.run_dir / "final")
+
+
+# ---------------------------------------------------------------------- commands of several stages (demo, pipeline)
+
+
+class Stopped(BaseException):
+    """A stop signal ended a command of several stages (``veriloop demo``, ``veriloop pipeline``) cleanly, with
+    what was done saved.  A BaseException, like KeyboardInterrupt, so that no ``except Exception`` swallows it."""
+
+    def __init__(self, signum: int, detail: str = ""):
+        super().__init__(signum, detail)
+        self.signum, self.detail = signum, detail
+
+    @property
+    def exit_status(self) -> int:
+        return 128 + self.signum  # the shell's convention: 143 for SIGTERM, 130 for SIGINT
+
+
+@contextmanager
+def stop_on_signals():
+    """SIGTERM raises ``Stopped`` at once in the main thread, and Ctrl-C KeyboardInterrupt as always; inside it,
+    ``Trainer.train`` puts its own handlers in place for the length of a run (finish the step, checkpoint, return
+    with ``stop_signal`` set).  The handler replaced is put back on the way out."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def on_sigterm(signum, frame):
+        raise Stopped(signum)
+
+    previous = os_signal.signal(os_signal.SIGTERM, on_sigterm)
+    try:
+        yield
+    finally:
+        os_signal.signal(os_signal.SIGTERM, previous if previous is not None else os_signal.SIG_DFL)
+
+
+def train_or_stop(trainer: Trainer) -> None:
+    """``trainer.train()`` as one stage of several: a run a stop signal ended (its checkpoint written, no final/)
+    raises ``Stopped``, so that no later stage goes on from a model that was not written."""
+    trainer.continue_with = None  # the command says how to continue it, not `veriloop train --resume`
+    trainer.train()
+    if trainer.stop_signal:
+        raise Stopped(trainer.stop_signum, f"checkpoint of step {trainer.state.step} written")
+
+
+def stop_exit(command: str, during: str, error: BaseException, again: str = "") -> SystemExit:
+    """Say on one line where ``command`` stopped (``error``: Stopped, or KeyboardInterrupt for Ctrl-C) and how to
+    continue it (the same command, or ``again``); the SystemExit to raise, with the signal's exit status."""
+    stopped = error if isinstance(error, Stopped) else Stopped(os_signal.SIGINT)
+    detail = f" ({stopped.detail})" if stopped.detail else ""
+    print(f"{command}: stopped by {os_signal.Signals(stopped.signum).name} during {during}{detail}; continue with "
+          f"the same command{f', or: {again}' if again else ''}", file=sys.stderr, flush=True)  # fmt: skip
+    return SystemExit(stopped.exit_status)
