@@ -1,8 +1,23 @@
 """`veriloop demo` end to end on a tiny budget: every stage runs and summary.json has its keys."""
 
 import json
+import queue
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
 
 from veriloop import cli
+from veriloop import demo as demo_module
+from veriloop.config import ConfigError, build_config, iter_fields
+from veriloop.demo import DemoConfig, control_config, control_reach
+from veriloop.io import read_jsonl
+from veriloop.training.config import TrainConfig
+from veriloop.training.metrics import TIMING_KEYS
 
 
 def test_demo_small_budget(tmp_path, capsys):
@@ -34,3 +49,112 @@ def test_demo_small_budget(tmp_path, capsys):
              "--eval.n_samples", "0"]  # fmt: skip
     assert cli.main(again) == 0
     assert (tmp_path / "demo-2" / "summary.json").is_file()
+
+
+# ---------------------------------------------------------------------------------------------------- the SFT control
+
+
+def test_every_train_option_reaches_the_sft_control_or_is_named():
+    """Each train.* option is placed: passed to the control where it means the same in SFT, named as the GRPO
+    runs' own, or refused; a set option that means the same (dtype, LoRA, the update's split) reaches it."""
+    for key, *_ in iter_fields(TrainConfig):
+        assert control_reach(key) in ("passes", "grpo-only", "refused"), key  # a new option must be placed
+    over = {"train.dtype": "bfloat16", "train.lora.r": "4", "train.lora.alpha": "8", "train.update.inner_updates": "3",
+            "train.update.micro_batch_size": "8", "train.optim.grad_clip": "0.5", "train.optim.lr": "1e-5",
+            "train.rollout.prompts_per_step": "4", "train.kl.beta": "0", "sft_lr": "3e-4"}  # fmt: skip
+    cfg = build_config(DemoConfig, {}, over)
+    control = control_config(cfg, Path("runs/x/sft-control"), 90.0)
+    assert (control.algo, control.dtype, control.lora.r, control.lora.alpha) == ("sft", "bfloat16", 4, 8.0)
+    assert (control.update.inner_updates, control.update.micro_batch_size, control.optim.grad_clip) == (3, 8, 0.5)
+    assert control.optim.lr == 3e-4 and control.max_minutes == 1.5  # its own: --sft_lr, the GRPO run's time
+    assert control.rollout.prompts_per_step == 128 and control.rollout.source == "task-teacher"  # the sft recipe's
+    plain = control_config(build_config(DemoConfig, {}, {}), Path("c"), 60.0)
+    assert plain.update.inner_updates == 1 and plain.optim.weight_decay == 0.01 and plain.dtype == "float32"
+    note = demo_module._control_note(cfg)
+    assert "does not use train.rollout.prompts_per_step, train.kl.beta, train.optim.lr: settings of the GRPO" in note
+    for key, value in (("train.export", "out"), ("train.run_dir", "runs/mine")):
+        with pytest.raises(ConfigError, match=rf"{key} \('{value}'\) is not used by the demo"):
+            build_config(DemoConfig, {}, {key: value})
+
+
+# ---------------------------------------------------------------------------------------------------- stop, continue
+
+SMALL = ["demo", "--quiet", "--train.steps", "4", "--train.rollout.prompts_per_step", "4", "--train.rollout.group_size",
+         "4", "--train.task.arithmetic.heldout_size", "24", "--eval.n_samples", "8", "--sft_control", "false",
+         "--process_run", "false"]  # fmt: skip
+
+
+def _start(args):
+    """``veriloop demo`` in its own process, its stdout lines in a queue as they come."""
+    proc = subprocess.Popen([sys.executable, "-m", "veriloop.cli", *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)  # fmt: skip
+    lines = queue.Queue()
+    threading.Thread(target=lambda: [lines.put(x) for x in proc.stdout], daemon=True).start()
+    return proc, lines
+
+
+def _stop(proc, ready, timeout=180):
+    """SIGTERM once ``ready()``; the exit status and stderr."""
+    deadline = time.time() + timeout
+    try:
+        while not ready() and proc.poll() is None:
+            assert time.time() < deadline, "the demo never got there"
+            time.sleep(0.02)
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    return proc.returncode, err
+
+
+def _said(lines, text):
+    def ready():
+        while not lines.empty():
+            if text in lines.get():
+                return True
+        return False
+
+    return ready
+
+
+@pytest.mark.timeout(600)
+def test_a_demo_stopped_by_sigterm_continues_with_the_same_command_to_the_same_table(tmp_path):
+    """SIGTERM during the first evaluation, then (the same command) during GRPO training: each stops at once with
+    one line and exit 143, nothing half-written; the same command then finishes the demo in the same directory
+    with the table and GRPO run of an uninterrupted demo."""
+    demo = tmp_path / "demo"
+    args = [*SMALL, "--run_dir", str(demo)]
+    again = f"continue with the same command, or: veriloop demo --config {demo / 'demo.yaml'}"
+
+    proc, lines = _start(args)
+    code, err = _stop(proc, _said(lines, "evaluating the base"))
+    assert code == 143, err[-3000:]
+    assert f"veriloop demo: stopped by SIGTERM during evaluate base and teacher; {again}" in err
+    state = json.loads((demo / "demo.json").read_text())
+    assert not state["finished"] and not any(e["done"] for e in state["phases"].values())
+    assert not (demo / "grpo").exists() and not list(demo.rglob(".*.tmp"))
+
+    proc, _ = _start(args)  # the same command: continues this demo (no demo-2)
+    metrics = demo / "grpo" / "metrics.jsonl"
+    code, err = _stop(proc, lambda: metrics.is_file() and metrics.read_text().strip())
+    assert code == 143, err[-3000:]
+    line = next(x for x in err.splitlines() if x.startswith("veriloop demo: stopped"))
+    assert line.startswith("veriloop demo: stopped by SIGTERM during train grpo (checkpoint of step ") and again in line
+    phases = json.loads((demo / "demo.json").read_text())["phases"]
+    assert phases["evaluate base and teacher"]["done"] and not phases["train grpo"]["done"]
+    assert not (demo / "grpo" / "final").exists() and (demo / "grpo" / "checkpoints").is_dir()
+    assert not (tmp_path / "demo-2").exists() and not list(demo.rglob(".*.tmp"))
+
+    assert cli.main(args) == 0  # the same command again: finishes it
+    assert not (tmp_path / "demo-2").exists()
+    straight = tmp_path / "straight"
+    assert cli.main([*SMALL, "--run_dir", str(straight)]) == 0
+    assert (demo / "table.txt").read_text() == (straight / "table.txt").read_text()
+    summary, want = (json.loads((d / "summary.json").read_text()) for d in (demo, straight))
+    assert {k: v for k, v in summary.items() if "seconds" not in k and k != "run_dir"} == \
+        {k: v for k, v in want.items() if "seconds" not in k and k != "run_dir"}  # fmt: skip
+    assert list(summary["phase_seconds"]) == ["evaluate base and teacher", "train grpo", "evaluate grpo"]
+    drop = lambda rows: [{k: v for k, v in r.items() if k not in TIMING_KEYS} for r in rows]  # noqa: E731
+    assert drop(read_jsonl(metrics)) == drop(read_jsonl(straight / "grpo" / "metrics.jsonl"))
+    assert json.loads((demo / "demo.json").read_text())["finished"]
+    assert cli.main(args) == 0 and (tmp_path / "demo-2" / "summary.json").is_file()  # a finished one: a new one

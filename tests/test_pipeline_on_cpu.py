@@ -14,6 +14,7 @@ from veriloop.cli import main
 from veriloop.config import build_config
 from veriloop.errors import InputError
 from veriloop.pipeline import PipelineConfig, run_pipeline
+from veriloop.training.trainer import Stopped
 
 TINY = {"cold_start_steps": 2, "rl_steps": 2, "rs_problems": 24, "rs_samples": 2, "sft_steps": 2,
         "rl_again_steps": 2, "eval_problems": 12,
@@ -45,13 +46,16 @@ def test_the_r1_pipeline_runs_every_stage_and_sfts_from_the_base(tmp_path):
     assert "rl_again" in (tmp_path / "r1" / "table.md").read_text()
 
 
-def test_the_pipeline_resumes_at_the_stage_it_stopped(tmp_path, monkeypatch):
+def test_the_pipeline_resumes_at_the_stage_it_stopped(tmp_path, monkeypatch, capsys):
     def killed(*args):
-        raise KeyboardInterrupt  # as a kill during rejection sampling would leave it
+        raise KeyboardInterrupt  # Ctrl-C during rejection sampling
 
     monkeypatch.setitem(pipeline.STAGES, "rejection_sample", killed)
-    with pytest.raises(KeyboardInterrupt):
+    with pytest.raises(SystemExit) as stopped:
         run_pipeline(_cfg(tmp_path / "p"), progress=False)
+    assert stopped.value.code == 130
+    assert ("veriloop pipeline: stopped by SIGINT during rejection_sample; continue with the same command, or: "
+            f"veriloop pipeline --config {tmp_path / 'p' / 'pipeline.yaml'}") in capsys.readouterr().err
     monkeypatch.undo()
     done = json.loads((tmp_path / "p" / "pipeline.json").read_text())["stages"]
     assert done["cold_start"]["status"] == done["rl"]["status"] == "done"
@@ -86,14 +90,19 @@ def test_sigterm_during_a_stage_stops_the_pipeline_cleanly_and_the_same_command_
         out, err = proc.communicate(timeout=120)
     finally:
         proc.kill()
-    assert proc.returncode == 0, err[-2000:]
-    assert "pipeline stopped during rl (SIGTERM received); run the same command to resume it" in out
+    assert proc.returncode == 143, err[-2000:]
+    steps_before = len(metrics.read_text().splitlines())
+    assert 1 <= steps_before < 16
+    again = f"veriloop pipeline --config {tmp_path / 's' / 'pipeline.yaml'}"
+    assert (f"veriloop pipeline: stopped by SIGTERM during rl (checkpoint of step {steps_before} written); continue "
+            f"with the same command, or: {again}") in err.splitlines()  # one line, on stderr
+    assert "veriloop train --resume" not in out + err  # not the stage's own command: the pipeline's
     stages = json.loads((tmp_path / "s" / "pipeline.json").read_text())["stages"]
     assert stages["cold_start"]["status"] == "done" and stages.get("rl", {}).get("status") != "done"
     assert "rejection_sample" not in stages  # nothing after the stopped stage ran on a model it never wrote
-    steps_before = len(metrics.read_text().splitlines())
-    assert 1 <= steps_before < 16
-    state = run_pipeline(build_config(PipelineConfig, yaml.safe_load(config.read_text()), {}), progress=False)
+    assert not list((tmp_path / "s").rglob(".*.tmp")) and not (tmp_path / "s" / "rl" / "final").exists()
+    assert main(again.split()[1:] + ["--quiet"]) == 0  # the command it printed
+    state = json.loads((tmp_path / "s" / "pipeline.json").read_text())
     assert all(e["status"] == "done" for e in state["stages"].values())
     rows = [json.loads(line) for line in metrics.read_text().splitlines()]
     assert [r["step"] for r in rows] == list(range(1, 17))  # resumed where it stopped: every step once
@@ -113,3 +122,31 @@ def test_r1_zero_is_rl_from_the_base_and_bad_options_say_so(tmp_path, capsys):
     (tmp_path / "busy" / "f").write_text("x")
     with pytest.raises(InputError, match="not empty"):
         run_pipeline(_cfg(tmp_path / "busy"), progress=False)
+
+
+def test_a_stage_stopped_during_its_evaluation_is_only_evaluated_again(tmp_path, monkeypatch, capsys):
+    """SIGTERM during the evaluation after a training stage: recorded as trained with its model, so the same
+    command evaluates it without training it again; a damaged pipeline.json is named, never read."""
+    real = pipeline._evaluate
+
+    def stopped(*args):
+        raise Stopped(signal.SIGTERM)  # what the SIGTERM handler raises in the main thread
+
+    monkeypatch.setattr(pipeline, "_evaluate", stopped)
+    with pytest.raises(SystemExit) as exited:
+        run_pipeline(_cfg(tmp_path / "z", variant="r1-zero"), progress=False)
+    assert exited.value.code == 143 and "stopped by SIGTERM during rl; continue with" in capsys.readouterr().err
+    entry = json.loads((tmp_path / "z" / "pipeline.json").read_text())["stages"]["rl"]
+    assert entry["status"] == "trained" and entry["model"] == str(tmp_path / "z" / "rl" / "final")
+    trained = []
+    monkeypatch.setattr(pipeline, "_evaluate", real)
+    monkeypatch.setattr(pipeline, "_train", lambda *a: trained.append(a) or None)
+    state = run_pipeline(_cfg(tmp_path / "z", variant="r1-zero"), progress=False)
+    assert trained == [] and state["stages"]["rl"]["status"] == "done"  # evaluated, not trained again
+    assert 0 <= state["stages"]["rl"]["heldout"]["greedy_accuracy"] <= 1
+
+    path = tmp_path / "z" / "pipeline.json"
+    path.write_bytes(path.read_bytes()[:-40])
+    with pytest.raises(InputError, match=rf"{path} is damaged: it has \d+ bytes, manifest.json says \d+ .*; it "
+                                         "records which stages are done"):  # fmt: skip
+        run_pipeline(_cfg(tmp_path / "z", variant="r1-zero"), progress=False)

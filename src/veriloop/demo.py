@@ -8,33 +8,77 @@
 4. train a third run from the same base with GRPO on the process reward (the seeds'
    lesson: does the reward see the steps?);
 5. evaluate each, print a before/after table, write ``summary.json``.
+
+A demo stopped part way (SIGTERM, Ctrl-C) continues where it stopped when the same command runs
+again: ``demo.json`` records each phase done with its results (``demo.yaml`` the config), both
+checked against the directory's ``manifest.json``; a phase done is not redone, a training stopped
+part way resumes from its checkpoint.  ``--run_dir D`` continues the latest unfinished demo of
+this configuration among D, D-2, D-3, ...; when there is none (every one finished, or another
+configuration) a new one is numbered as before.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 import time
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
+import yaml
 
 from veriloop.config import build_config, to_dict
 from veriloop.evaluation.evaluate import EvalConfig, EvalResult, evaluate
 from veriloop.evaluation.teacher import evaluate_teacher
-from veriloop.io import atomic_write_json, atomic_write_yaml
+from veriloop.io import atomic_write_json, atomic_write_text, read_checked, write_checked
 from veriloop.models.loading import load_policy
 from veriloop.report.report import write_report
+from veriloop.training.checkpoint import config_bytes, config_changes, flatten
 from veriloop.training.config import TrainConfig
-from veriloop.training.trainer import Trainer
+from veriloop.training.trainer import Stopped, Trainer, stop_exit, stop_on_signals, train_or_stop
+
+# What each train.* option is to the SFT control: the sft recipe of the same trainer, from the same base, for
+# the GRPO run's wall time.  An option set to a value other than its recipe's default reaches the control
+# (CONTROL_PASSES) where it means the same in SFT: the model, the task, the machine, how the update is split and
+# the optimizer's shape.  The GRPO runs' own settings (what they sample and how, the reward, the policy loss and
+# KL, their length and learning rate: the control has --sft_lr and a wall time) are named once when set
+# (GRPO_ONLY).  REFUSED: options no run of the demo can honour.  The longest matching prefix decides; the test
+# walks every option of TrainConfig, so a new one must be placed here.
+CONTROL_PASSES = ("policy", "seed", "task", "device", "dtype", "threads", "report_to", "checkpoint_every",
+                  "keep_checkpoints", "eval_every", "eval_problems", "eval_split", "update", "optim", "lora",
+                  "learner", "model")  # fmt: skip
+GRPO_ONLY = ("algo", "reference", "verifier", "steps", "max_minutes", "max_samples", "max_sampled_tokens",
+             "save_rollouts", "optim.lr", "optim.schedule", "sampling", "rollout", "advantage", "loss", "kl", "critic",
+             "process", "ray", "vllm")  # fmt: skip
+REFUSED = {
+    "run_dir": "the demo's runs go under --run_dir (grpo/, grpo-process/, sft-control/); set --run_dir instead",
+    "export": "each of the demo's runs would save its final model there, one over the other; each run's is in its "
+              "own final/ under --run_dir",
+}  # fmt: skip
+# Options that may differ when a demo is continued: where it is and how many CPU threads it uses
+CONTINUE_MAY_CHANGE = ("run_dir", "threads", "train.threads")
+
+
+def control_reach(key: str) -> str:
+    """``passes`` | ``grpo-only`` | ``refused``: what the train.* option ``key`` (dotted) is to the SFT control."""
+    found = [(len(p), kind) for kind, prefixes in (("passes", CONTROL_PASSES), ("grpo-only", GRPO_ONLY),
+                                                   ("refused", tuple(REFUSED)))
+             for p in prefixes if key == p or key.startswith(p + ".")]  # fmt: skip
+    if not found:
+        raise KeyError(f"train.{key} is not placed in demo.py's CONTROL_PASSES, GRPO_ONLY or REFUSED")
+    return max(found)[1]
 
 
 @dataclass
 class DemoConfig:
     """``veriloop demo``: base -> GRPO -> evaluation, with optional process-reward run."""
 
-    run_dir: str = field(default="runs/demo", metadata={"help": "demo directory (a new one is numbered if it exists)"})
+    run_dir: str = field(
+        default="runs/demo",
+        metadata={"help": "demo directory: an unfinished demo of this configuration there (or at D-2, D-3, ...) is "
+                  "continued; else a new one is numbered if it exists"},
+    )  # fmt: skip
     process_run: bool = field(default=True, metadata={"help": "also train from the same base with the process reward"})
     process_verifier: str = field(default="arithmetic-process", metadata={"help": "reward of the process run"})
     sft_control: bool = field(
@@ -46,26 +90,90 @@ class DemoConfig:
     eval: EvalConfig = field(default_factory=EvalConfig)
 
     def __post_init__(self):
-        if self.train.run_dir != TrainConfig().run_dir:
-            raise ValueError(
-                f"train.run_dir ({self.train.run_dir!r}) is not used by the demo: its runs go under --run_dir "
-                "(grpo/, grpo-process/, sft-control/); set --run_dir instead"
-            )
+        default = TrainConfig()
+        for key, why in REFUSED.items():
+            if getattr(self.train, key) != getattr(default, key):
+                raise ValueError(f"train.{key} ({getattr(self.train, key)!r}) is not used by the demo: {why}")
 
 
 def demo_defaults() -> DemoConfig:
     return DemoConfig()
 
 
-def _fresh_dir(path: str) -> Path:
-    p = Path(path)
-    if not p.exists() or not any(p.iterdir()):
-        return p
-    for i in range(2, 10_000):
-        candidate = p.with_name(f"{p.name}-{i}")
-        if not candidate.exists():
-            return candidate
-    raise FileExistsError(f"no free run directory next to {path!r}")
+def _set_options(train: TrainConfig) -> dict:
+    """The train.* options (dotted) whose values differ from the defaults of the recipe ``train.algo``."""
+    defaults = flatten(to_dict(build_config(TrainConfig, {"algo": train.algo})))
+    return {k: v for k, v in flatten(to_dict(train)).items() if v != defaults.get(k) and k != "run_dir"}
+
+
+def control_config(cfg: DemoConfig, run_dir: Path, seconds: float) -> TrainConfig:
+    """The SFT control: the sft recipe from the same base for ``seconds`` of wall time, with every train.* option
+    set that means the same in SFT (``control_reach``)."""
+    own = {"algo": "sft", "policy": cfg.train.policy, "run_dir": str(run_dir), "seed": cfg.train.seed,
+           "steps": 10**7, "max_minutes": seconds / 60, "save_rollouts": False, "checkpoint_every": 10**7,
+           "optim.lr": cfg.sft_lr, "optim.weight_decay": 0.01}  # fmt: skip
+    passed = {k: v for k, v in _set_options(cfg.train).items() if control_reach(k) == "passes"}
+    return build_config(TrainConfig, {"task": to_dict(cfg.train.task)}, {**own, **passed})
+
+
+def _control_note(cfg: DemoConfig) -> str:
+    unused = [k for k in _set_options(cfg.train) if control_reach(k) == "grpo-only"]
+    if not cfg.sft_control or not unused:
+        return ""
+    return (f"the SFT control does not use {', '.join('train.' + k for k in unused)}: settings of the GRPO runs "
+            "(the control trains on the task's traces with --sft_lr for the GRPO run's wall time)")  # fmt: skip
+
+
+# ---------------------------------------------------------------------------------------------------- directory
+
+STATE, CONFIG = "demo.json", "demo.yaml"
+
+
+def _family(requested: Path) -> list[Path]:
+    """``requested`` and its numbered siblings ``NAME-2``, ``NAME-3``, ... up to the first that does not exist."""
+    found, i = [requested], 2
+    while found[-1].exists():
+        found.append(requested.with_name(f"{requested.name}-{i}"))
+        i += 1
+    return found
+
+
+def _read(out: Path, name: str):
+    remedy = f"it records the demo's progress; remove {out} (or choose another --run_dir) to start a new demo"
+    data, _ = read_checked(out, name, remedy)
+    return json.loads(data) if name.endswith(".json") else data
+
+
+def _unfinished(out: Path, config: dict) -> dict | None:
+    """The state of an unfinished demo of ``config`` in ``out`` (options in CONTINUE_MAY_CHANGE aside)."""
+    if not (out / STATE).is_file() or not (out / CONFIG).is_file():
+        return None
+    state = _read(out, STATE)
+    if state.get("finished"):
+        return None
+    changed = config_changes(yaml.safe_load(_read(out, CONFIG)), config)
+    return state if all(k in CONTINUE_MAY_CHANGE for k in changed) else None
+
+
+def open_demo_dir(cfg: DemoConfig) -> tuple[Path, dict]:
+    """Where this demo runs, and its state: the latest unfinished demo of this configuration in ``run_dir``'s
+    family, continued; else ``run_dir`` if it is missing or empty, else the first free ``run_dir-N``."""
+    family = _family(Path(cfg.run_dir))
+    for out in reversed(family[:-1]):
+        state = _unfinished(out, to_dict(cfg))
+        if state is not None:
+            break
+    else:
+        first = family[0]
+        out = first if not first.exists() or not any(first.iterdir()) else family[-1]
+        out.mkdir(parents=True, exist_ok=True)
+        state = {"finished": False, "seconds": 0.0, "phases": {}}
+    write_checked(out, CONFIG, config_bytes(to_dict(dataclasses.replace(cfg, run_dir=str(out)))))
+    write_checked(out, STATE, json.dumps(state, indent=2).encode("utf-8"))
+    return out, state
+
+
+# ---------------------------------------------------------------------------------------------------- the phases
 
 
 def _row(r: EvalResult) -> dict:
@@ -96,86 +204,120 @@ def _print_table(columns: dict[str, dict], teacher: dict) -> str:
     return table
 
 
-def _train(cfg: TrainConfig, run_dir: Path, verifier: str, progress: bool) -> tuple[Path, float]:
-    run_cfg = dataclasses.replace(cfg, run_dir=str(run_dir), verifier=verifier)
-    t0 = time.time()
-    Trainer(run_cfg, progress=progress).train()
-    write_report(run_dir)
-    return run_dir / "final", time.time() - t0
+class _Demo:
+    """The phases of one demo directory: each runs once, its result and wall seconds recorded in demo.json."""
 
+    def __init__(self, cfg: DemoConfig, out: Path, state: dict, progress: bool):
+        self.cfg, self.out, self.state, self.progress = cfg, out, state, progress
+        self.current, self.started = "its start", time.time()
+        self.task = cfg.train.task.build()
+        self.problems, self.verifiers = self.task.heldout(), cfg.train.task.eval_verifiers()
 
-def _continue_sft(cfg: DemoConfig, run_dir: Path, seconds: float, progress: bool) -> Path:
-    """The sft recipe of the same trainer, from the same base, for ``seconds`` of wall time."""
-    sft = build_config(TrainConfig, {"algo": "sft", "policy": cfg.train.policy, "run_dir": str(run_dir),
-                                     "seed": cfg.train.seed, "steps": 10**7, "max_minutes": seconds / 60,
-                                     "save_rollouts": False, "checkpoint_every": 10**7, "task": to_dict(cfg.train.task),
-                                     "optim": {"lr": cfg.sft_lr, "weight_decay": 0.01}})  # fmt: skip
-    Trainer(sft, progress=progress).train()
-    return run_dir / "final"
+    def save(self) -> None:
+        write_checked(self.out, STATE, json.dumps(self.state, indent=2).encode("utf-8"))
 
+    def stopped(self) -> None:
+        """Add this attempt's wall time to the demo's, so that a continued demo's totals count every attempt."""
+        self.state["seconds"] = round(self.state["seconds"] + time.time() - self.started, 1)
+        self.save()
 
-class Phases:
-    """Wall seconds of each phase of the demo, in the order they ran."""
-
-    def __init__(self):
-        self.seconds: dict[str, float] = {}
-
-    @contextmanager
-    def __call__(self, name: str):
-        started = time.time()
+    def phase(self, name: str, work) -> dict:
+        """The phase's recorded result if it is done; else ``work()``'s, recorded with its seconds (those of an
+        attempt that was stopped included)."""
+        entry = self.state["phases"].setdefault(name, {"done": False, "seconds": 0.0})
+        if entry["done"]:
+            return entry
+        self.current, t0 = name, time.time()
         try:
-            yield
-        finally:
-            self.seconds[name] = round(time.time() - started, 1)
+            result = work(entry["seconds"])
+        except BaseException:
+            entry["seconds"] = round(entry["seconds"] + time.time() - t0, 1)
+            raise
+        entry.update(result, done=True, seconds=round(entry["seconds"] + time.time() - t0, 1))
+        self.save()
+        return entry
 
-    def line(self) -> str:
-        return "; ".join(f"{name} {s:.0f} s" for name, s in self.seconds.items())
+    def evaluate(self, model: str) -> dict:
+        return evaluate(load_policy(model), self.problems, self.verifiers, self.cfg.eval).as_dict()
+
+    def train(self, run_cfg: TrainConfig) -> dict:
+        run_dir = Path(run_cfg.run_dir)
+        train_or_stop(Trainer(run_cfg, resume=(run_dir / "config.yaml").is_file(), progress=self.progress))
+        write_report(run_dir)
+        return {"model": str(run_dir / "final")}
+
+    def grpo(self, name: str, verifier: str) -> dict:
+        run_cfg = dataclasses.replace(self.cfg.train, run_dir=str(self.out / name), verifier=verifier)
+        return self.phase(f"train {name}", lambda _: self.train(run_cfg))
+
+    def evaluated(self, name: str, model: str) -> EvalResult:
+        return EvalResult(**self.phase(f"evaluate {name}", lambda _: {"result": self.evaluate(model)})["result"])
+
+    def say(self, phase: str, line: str) -> None:
+        """``line``, unless ``phase`` was done by an earlier attempt."""
+        if not self.state["phases"].get(phase, {}).get("done"):
+            print(line, flush=True)
+
+    def run(self) -> dict:
+        cfg, phases = self.cfg, self.state["phases"]
+        again = " (continued: the phases done are not redone)" if any(e["done"] for e in phases.values()) else ""
+        print(f"demo directory: {self.out}{again}")
+        note = _control_note(cfg)
+        if note:
+            print(note)
+        self.say("evaluate base and teacher",
+                 f"evaluating the base ({cfg.train.policy}) on {len(self.problems)} held-out problems ...")  # fmt: skip
+        first = self.phase("evaluate base and teacher", lambda _: {
+            "result": self.evaluate(cfg.train.policy),
+            "teacher": evaluate_teacher(self.task, self.problems, self.verifiers)})  # fmt: skip
+        results, teacher = {"base": EvalResult(**first["result"])}, first["teacher"]
+        self.say("train grpo", f"base greedy accuracy {results['base'].greedy_accuracy:.3f}; training with GRPO "
+                               f"({cfg.train.verifier} reward) ...")  # fmt: skip
+        grpo = self.grpo("grpo", cfg.train.verifier)
+        results["grpo"] = self.evaluated("grpo", grpo["model"])
+        if cfg.sft_control:
+            self.say("train sft-control",
+                     f"continuing SFT from the same base for {grpo['seconds'] / 60:.1f} minutes (the control) ...")
+            # a control stopped part way trains for what is left of that time (a step at least) when continued
+            control = self.phase("train sft-control", lambda spent: self.train(control_config(
+                cfg, self.out / "sft-control", max(grpo["seconds"] - spent, 1.0))))  # fmt: skip
+            results["sft-control"] = self.evaluated("sft-control", control["model"])
+        if cfg.process_run:
+            self.say("train grpo-process", f"training from the same base with the {cfg.process_verifier} reward ...")
+            process = self.grpo("grpo-process", cfg.process_verifier)
+            results["grpo-process"] = self.evaluated("grpo-process", process["model"])
+        self.current = "the summary"
+        print()
+        table = _print_table({name: _row(r) for name, r in results.items()}, teacher)
+        total = self.state["seconds"] + time.time() - self.started
+        summary = _summary(cfg, results, teacher, grpo["seconds"], total, len(self.problems), self.out)
+        summary["phase_seconds"] = {name: e["seconds"] for name, e in phases.items()}
+        atomic_write_json(self.out / "summary.json", summary)
+        atomic_write_json(self.out / "eval.json", {"teacher": teacher, **{k: r.as_dict() for k, r in results.items()}})
+        atomic_write_text(self.out / "table.txt", table + "\n")
+        write_report(self.out)
+        self.state.update(finished=True, seconds=summary["total_seconds"])
+        self.save()
+        line = "; ".join(f"{name} {s:.0f} s" for name, s in summary["phase_seconds"].items())
+        print(f"\nwall time {summary['total_seconds'] / 60:.1f} min: {line}")
+        print(f"summary: {self.out / 'summary.json'}; report: {self.out / 'report.html'}")
+        return summary
 
 
 def run_demo(cfg: DemoConfig, progress: bool = True) -> dict:
+    """Run (or continue) the demo; stopped by SIGTERM or Ctrl-C it says where and how to continue, exits 143 / 130."""
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
-    started, phase = time.time(), Phases()
-    out = _fresh_dir(cfg.run_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    atomic_write_yaml(out / "demo.yaml", to_dict(cfg))
-    task = cfg.train.task.build()
-    problems, verifiers = task.heldout(), cfg.train.task.eval_verifiers()
-    print(f"demo directory: {out}\nevaluating the base ({cfg.train.policy}) on {len(problems)} held-out problems ...")
-    with phase("evaluate base and teacher"):
-        results = {"base": evaluate(load_policy(cfg.train.policy), problems, verifiers, cfg.eval)}
-        teacher = evaluate_teacher(task, problems, verifiers)
-
-    def evaluated(name: str, model_dir: Path) -> None:
-        with phase(f"evaluate {name}"):
-            results[name] = evaluate(load_policy(str(model_dir)), problems, verifiers, cfg.eval)
-
-    print(f"base greedy accuracy {results['base'].greedy_accuracy:.3f}; training with GRPO "
-          f"({cfg.train.verifier} reward) ...")  # fmt: skip
-    with phase("train grpo"):
-        final_dir, train_s = _train(cfg.train, out / "grpo", cfg.train.verifier, progress)
-    evaluated("grpo", final_dir)
-    if cfg.sft_control:
-        print(f"continuing SFT from the same base for {train_s / 60:.1f} minutes (the control) ...")
-        with phase("train sft-control"):
-            control = _continue_sft(cfg, out / "sft-control", train_s, progress)
-        evaluated("sft-control", control)
-    if cfg.process_run:
-        print(f"training from the same base with the {cfg.process_verifier} reward ...")
-        with phase("train grpo-process"):
-            process = _train(cfg.train, out / "grpo-process", cfg.process_verifier, progress)[0]
-        evaluated("grpo-process", process)
-    print()
-    table = _print_table({name: _row(r) for name, r in results.items()}, teacher)
-    summary = _summary(cfg, results, teacher, train_s, time.time() - started, len(problems), out)
-    summary["phase_seconds"] = phase.seconds
-    atomic_write_json(out / "summary.json", summary)
-    atomic_write_json(out / "eval.json", {"teacher": teacher, **{k: r.as_dict() for k, r in results.items()}})
-    (out / "table.txt").write_text(table + "\n")
-    write_report(out)
-    print(f"\nwall time {summary['total_seconds'] / 60:.1f} min: {phase.line()}")
-    print(f"summary: {out / 'summary.json'}; report: {out / 'report.html'}")
-    return summary
+    demo = None
+    try:
+        with stop_on_signals():
+            demo = _Demo(cfg, *open_demo_dir(cfg), progress)
+            return demo.run()
+    except (Stopped, KeyboardInterrupt) as e:
+        if demo is None:  # stopped while it started: nothing was done
+            raise stop_exit("veriloop demo", "its start", e) from None
+        demo.stopped()
+        raise stop_exit("veriloop demo", demo.current, e, f"veriloop demo --config {demo.out / CONFIG}") from None
 
 
 def _summary(cfg: DemoConfig, results: dict, teacher: dict, train_s: float, total_s: float, n: int, out: Path):

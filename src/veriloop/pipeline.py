@@ -22,9 +22,13 @@ GRPO run from the base for ``max_minutes`` of wall time (the control of equal co
 After every stage its final model is evaluated greedily on ``eval_problems`` held-out problems
 (accuracy, right-answer-wrong-steps rate); ``pipeline.json`` records each stage's status, model and
 numbers, and ``table.md`` the table.  Run the same command again and the pipeline resumes: finished
-stages are skipped, an interrupted training stage resumes from its last checkpoint (one killed
-before its first checkpoint is moved aside to ``<stage>.incomplete-N`` and started over).  A
-different configuration in the same directory is refused.
+stages are skipped, a stage trained but not yet evaluated is only evaluated, an interrupted training
+stage resumes from its last checkpoint (one killed before its first checkpoint is moved aside to
+``<stage>.incomplete-N`` and started over).  A different configuration in the same directory is
+refused, naming each option that differs.  SIGTERM or Ctrl-C at any stage stops it cleanly (a
+training stage after writing its checkpoint) with one line saying where and how to continue, exit
+status 143 / 130.  ``pipeline.json`` and ``pipeline.yaml`` (the config, for ``--config``) are checked
+against the directory's ``manifest.json`` when read back.
 """
 
 from __future__ import annotations
@@ -40,16 +44,16 @@ import torch
 from veriloop.config import build_config, to_dict
 from veriloop.errors import InputError
 from veriloop.evaluation.evaluate import EvalConfig, evaluate
-from veriloop.io import atomic_write_json, atomic_write_jsonl, atomic_write_text
+from veriloop.io import atomic_write_jsonl, atomic_write_text, read_checked, write_checked
 from veriloop.models.loading import load_policy
 from veriloop.models.solutions import sample_solutions
 from veriloop.rollout.sampler import SamplingParams
 from veriloop.seeding import derive_seed
 from veriloop.tasks.base import draw_problems
 from veriloop.tasks.jsonl import jsonl_objects
-from veriloop.training.checkpoint import find_latest_checkpoint
+from veriloop.training.checkpoint import config_bytes, config_changes, find_latest_checkpoint
 from veriloop.training.config import TrainConfig
-from veriloop.training.trainer import Trainer
+from veriloop.training.trainer import Stopped, Trainer, stop_exit, stop_on_signals, train_or_stop
 from veriloop.verifiers import get as get_verifier
 from veriloop.verifiers import is_correct
 from veriloop.verifiers.tools import tool_settings
@@ -99,43 +103,73 @@ class PipelineConfig:
             raise InputError("rl.run_dir and rl.policy are set by the pipeline (--run_dir, --base); leave them")
 
 
+STATE, CONFIG = "pipeline.json", "pipeline.yaml"
+
+
 def run_pipeline(cfg: PipelineConfig, progress: bool = True) -> dict:
+    """Run (or resume) the pipeline; stopped by SIGTERM or Ctrl-C it says where and how to continue, and raises
+    SystemExit(143 / 130) with every stage done (and a stopped training's checkpoint) saved."""
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
-    root = Path(cfg.run_dir)
-    state = _open(root, cfg)
-    task = cfg.rl.task.build()
-    for stage in VARIANTS[cfg.variant]:
-        entry = state["stages"].setdefault(stage, {"status": "pending"})
-        if entry["status"] == "done":
-            continue
-        t0 = time.time()
-        model = STAGES[stage](cfg, root, state, progress)
-        entry.update(status="done", seconds=round(time.time() - t0, 1) + entry.get("seconds", 0.0))
-        if model is not None:
-            entry["model"] = str(model)
-            entry["heldout"] = _evaluate(cfg, task, model)
-        atomic_write_json(root / "pipeline.json", state)
-        atomic_write_text(root / "table.md", pipeline_table(state))
+    root, stage = Path(cfg.run_dir), "its start"
+    try:
+        with stop_on_signals():
+            state = _open(root, cfg)
+            task = cfg.rl.task.build()
+            for stage in VARIANTS[cfg.variant]:
+                _run_stage(cfg, root, state, stage, task, progress)
+    except (Stopped, KeyboardInterrupt) as e:
+        again = f"veriloop pipeline --config {root / CONFIG}" if (root / CONFIG).is_file() else ""
+        raise stop_exit("veriloop pipeline", stage, e, again) from None
     return state
+
+
+def _run_stage(cfg: PipelineConfig, root: Path, state: dict, stage: str, task, progress: bool) -> None:
+    """One stage: its work (training, or rejection sampling) recorded as ``trained`` with its model, then its
+    evaluation as ``done``; a stage recorded as either is not redone.  A stopped stage's seconds are kept."""
+    entry = state["stages"].setdefault(stage, {"status": "pending"})
+    if entry["status"] == "done":
+        return
+    if entry["status"] != "trained":
+        t0 = time.time()
+        try:
+            model = STAGES[stage](cfg, root, state, progress)
+            entry.update(status="trained", model=None if model is None else str(model))
+        finally:  # seconds: the stage's own work, every attempt's
+            entry["seconds"] = round(entry.get("seconds", 0.0) + time.time() - t0, 1)
+            _save(root, state)
+    if entry.get("model") is not None:
+        entry["heldout"] = _evaluate(cfg, task, Path(entry["model"]))
+    entry["status"] = "done"
+    _save(root, state)
+
+
+def _save(root: Path, state: dict) -> None:
+    write_checked(root, STATE, json.dumps(state, indent=2).encode("utf-8"))
+    atomic_write_text(root / "table.md", pipeline_table(state))
 
 
 def _open(root: Path, cfg: PipelineConfig) -> dict:
     """The pipeline's state: a new one, or the one in ``root`` if it was started with this configuration."""
     config = to_dict(cfg)
-    path = root / "pipeline.json"
-    if path.is_file():
-        state = json.loads(path.read_text())
-        if state["config"] != config:
-            differ = sorted(k for k in set(config) | set(state["config"]) if config.get(k) != state["config"].get(k))
-            raise InputError(f"{str(root)!r} holds a pipeline with another configuration (differs in {differ}); "
-                             "run it with its own configuration to resume, or choose another --run_dir")  # fmt: skip
+    if (root / STATE).is_file():
+        data, _ = read_checked(root, STATE, "it records which stages are done; restore it, or start the pipeline "
+                               "again with another --run_dir")  # fmt: skip
+        state = json.loads(data)
+        changed = config_changes(state["config"], config)
+        if changed:
+            differ = "; ".join(f"{k} {o!r} -> {n!r}" for k, (o, n) in changed.items())
+            raise InputError(f"{str(root)!r} holds a pipeline with another configuration ({differ}); run it with "
+                             "its own configuration to resume, or choose another --run_dir")  # fmt: skip
+        if not (root / CONFIG).is_file():  # started by a veriloop before pipeline.yaml
+            write_checked(root, CONFIG, config_bytes(config))
         return state
     if root.exists() and any(root.iterdir()):
-        raise InputError(f"{str(root)!r} is not empty and holds no pipeline.json; choose another --run_dir")
+        raise InputError(f"{str(root)!r} is not empty and holds no {STATE}; choose another --run_dir")
     root.mkdir(parents=True, exist_ok=True)
     state = {"config": config, "stages": {}}
-    atomic_write_json(path, state)
+    write_checked(root, CONFIG, config_bytes(config))  # `veriloop pipeline --config` it to continue
+    write_checked(root, STATE, json.dumps(state, indent=2).encode("utf-8"))
     return state
 
 
@@ -149,11 +183,8 @@ def _train(root: Path, stage: str, cfg: TrainConfig, progress: bool) -> Path:
         run_dir.rename(root / f"{stage}.incomplete-{n}")  # nothing to resume from: kept aside, started over
         print(f"{stage}: no checkpoint to resume from; its directory is kept as {stage}.incomplete-{n}")
     resume = run_dir.exists()
-    trainer = Trainer(dataclasses.replace(cfg, run_dir=str(run_dir)), resume=resume, progress=progress)
-    trainer.train()
-    if trainer.stop_signal:  # preempted: the stage's checkpoint is written, it has no final model to go on from
-        print(f"pipeline stopped during {stage} ({trainer.stop_signal}); run the same command to resume it")
-        raise SystemExit(0)
+    # preempted: the stage's checkpoint is written, and Stopped raised: it has no final model to go on from
+    train_or_stop(Trainer(dataclasses.replace(cfg, run_dir=str(run_dir)), resume=resume, progress=progress))
     return run_dir / "final"
 
 
