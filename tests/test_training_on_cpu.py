@@ -398,7 +398,9 @@ def test_refuses_to_overwrite_a_run(tiny_policy, tmp_path):
 
 def test_non_finite_reward_stops_and_keeps_what_was_written(tiny_policy, tmp_path):
     Trainer(config(tiny_policy, tmp_path, steps=2), progress=False).train()
-    trainer = Trainer(config(tiny_policy, tmp_path, steps=3, verifier="test-nan"), resume=True, progress=False)
+    # the same run resumed (a changed verifier would be refused), its reward made non-finite by the object given
+    trainer = Trainer(config(tiny_policy, tmp_path, steps=3), resume=True, progress=False,
+                      verifier=verifiers.get("test-nan"))
     with pytest.raises(ValueError, match="non-finite reward"):
         trainer.train()
     assert (tmp_path / "checkpoints" / "step-000002" / "trainer_state.json").is_file()
