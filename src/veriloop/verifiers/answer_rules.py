@@ -73,6 +73,8 @@ from veriloop.verifiers.polarity import (
     TRUTH,
     comment_polarity,
     leading_operators,
+    may_hold_operators,
+    scope_polarity,
     speech_act,
     tokens,
 )
@@ -194,6 +196,8 @@ def _operators_around(head: str, kind: str) -> tuple[str, str] | None:
     """``(polarity, value)`` when ``head`` is a clean value with operators before it ("definitely 45",
     "clearly not 18", "probably 45") or an operator-only comment after it ("45, no doubt", "45, I
     think", "45 is wrong", "45 for sure", "45, scratch that"); else None."""
+    if not may_hold_operators(head) and not speech_act(head):
+        return None
     lead = leading_operators(head)
     polarities, body = ([lead[0]], head[lead[1] :].strip()) if lead else ([], head)
     if not is_clean(clean_value(body), kind):
@@ -252,11 +256,27 @@ def closing_value(text: str, kind: str) -> Read | None:
 
 
 def read_value(raw: str, kind: str, after: str = "", boxed: bool = False, stated: bool = False,
-               last_line: bool = False) -> Read:  # fmt: skip
+               last_line: bool = False, before: str | None = None) -> Read:  # fmt: skip
     """Read one stated value; ``after`` is the rest of the sentence outside it (after a box);
     ``stated``: it follows an explicit marker (``answer:``, "the answer is", ``####``); ``last_line``:
-    it is the unmarked last line.  A bare list of numbers (``17, 18``) is several answers, except in a
-    box read as maths (a set of solutions)."""
+    it is the unmarked last line; ``before``: the text before the statement's marker, whose operators
+    compose with the value's own ("It is false that the answer is not 45" asserts 45; "I doubt the
+    answer is 45" does not).  A bare list of numbers (``17, 18``) is several answers, except in a box
+    read as maths (a set of solutions)."""
+    read, inner = _read_value(raw, kind, after, boxed, stated, last_line)
+    if read.kind not in ("answer", "several"):
+        return read
+    polarity = scope_polarity(before, inner) if before is not None else inner
+    if polarity == ASSERTED:
+        return read
+    if read.kind == "several":
+        return Read("not", reason=not_asserted(polarity, "").reason, numbers=read.numbers)
+    return not_asserted(polarity, numeric_key(read.value))
+
+
+def _read_value(raw: str, kind: str, after: str, boxed: bool, stated: bool, last_line: bool) -> tuple[Read, str]:
+    """(the reading, the polarity the value's own operators give it)."""
+    inner = ASSERTED
     head, rest, question = _first_sentence(raw)
     v, negated, span = clean_value(head), frozenset(), head
     for pattern in _CONTRAST:
@@ -271,44 +291,47 @@ def read_value(raw: str, kind: str, after: str = "", boxed: bool = False, stated
     if exact and is_clean(exact["exact"].strip(), kind):  # "x = 1/3 \approx 0.33" states 1/3
         v = span = exact["exact"].strip()
     if not re.search(r"[0-9A-Za-z\\]", v) and not re.search(r"\d", rest):
-        return Read("empty")
+        return Read("empty"), inner
     if not is_clean(v, kind):
-        around = _operators_around(head, kind)
-        if around is not None and around[0] != ASSERTED:
-            return not_asserted(around[0], numeric_key(clean_value(around[1])))
+        around = _operators_around(head, kind) if not (last_line and rest) else None  # a line's first sentence
+        if around is not None and around[0] == "retracted":
+            return not_asserted(around[0], numeric_key(clean_value(around[1]))), inner
+        inner = around[0] if around is not None else inner
         named = _named_value(v, kind) if stated and not question and around is None else None
         if around is not None:
             v, span = clean_value(around[1]), around[1]
         elif named is not None:
             v = span = named
         elif last_line:
-            return closing_value(raw, kind) or _classify_line(raw)
+            return closing_value(raw, kind) or _classify_line(raw), inner
         else:
-            return _classify(head, f"{after} {rest}")
+            return _classify(head, f"{after} {rest}"), inner
     if (kind == "number" or not boxed) and _LIST.match(v) and len(numbers_in(v)) > 1:
-        return Read("several", reason="several", numbers=frozenset(numbers_in(v)))
+        return Read("several", reason="several", numbers=frozenset(numbers_in(v))), inner
     if question:
-        return Read("not", reason="hedged", numbers=frozenset(numbers_in(head)))
+        return Read("not", reason="hedged", numbers=frozenset(numbers_in(head))), inner
     key = numeric_key(v)
     comment = _comment(after) if after else None
     if comment is not None:  # "\boxed{18}, no doubt", "\boxed{18}, I think", "\boxed{18}, scratch that"
-        if comment != ASSERTED:
-            return not_asserted(comment, key)
+        if comment == "retracted":
+            return not_asserted(comment, key), inner
+        inner = next((p for p in ("hedged", "questioned", NEGATED) if p in (inner, comment)), ASSERTED)
         after = ""
     if after:  # "\boxed{18} or so", "\boxed{18} is wrong", "\boxed{17}, not 18" (a contrast: 17)
         qualified = revision(after, key, same_line=True)
         if qualified is not None:
-            return qualified
+            return qualified, inner
         ws, others = set(words(after)), negated_numbers(after) - {key}
         if ws & ALTERNATIVE and re.search(r"\\(?:boxed|fbox)|\d", after):  # "\boxed{a} or \boxed{b}"
-            return Read("several", reason="several", numbers=frozenset(numbers_in(after)) | {key})
+            return Read("several", reason="several", numbers=frozenset(numbers_in(after)) | {key}), inner
         if ws & (CUES - NEGATION) or HEDGE_SIGNS.search(after) or ws & NEGATION and not others:
-            return _classify(f"{head} {after}", "")
+            return _classify(f"{head} {after}", ""), inner
         negated |= others
     revised = revision(rest, key, same_line=True)
     if revised is not None:
-        return revised
-    return Read("answer", v, negated=negated, numbers=frozenset({key}), span=f"\\boxed{{{span}}}" if boxed else span)
+        return revised, inner
+    span = f"\\boxed{{{span}}}" if boxed else span
+    return Read("answer", v, negated=negated, numbers=frozenset({key}), span=span), inner
 
 
 def revision(tail: str, key: str, same_line: bool = False, closing: bool = False) -> Read | None:

@@ -159,6 +159,7 @@ def clean_value(value: str) -> str:
     or ``18 is wrong``), spaces between thousands (``1 000`` -> ``1000``)."""
     v = value.strip()
     v = re.sub(r"^\$([^$]+)\$(?=\s+[A-Za-z(])", r"\1", v)  # "$18$ apples", "$\frac{3}{4}$ of the pizza"
+    v = re.sub(r"^\\\$\s*(?=\d)", "", v)  # "\$18": an escaped dollar sign
     v = re.sub(r"^\$+|\$+$", "", v).strip()
     v = re.sub(r"^\\[(\[]|\\[)\]]$", "", v).strip()
     v = re.sub(r"^\*+|\*+$", "", v).strip()

@@ -35,12 +35,10 @@ from veriloop.verifiers.answer_rules import (
     clean_value,
     closing_value,
     conditional_prefix,
-    not_asserted,
     numeric_key,
     read_value,
 )
 from veriloop.verifiers.assertions import Extraction, Statement, decide
-from veriloop.verifiers.polarity import ASSERTED, scope_polarity
 
 __all__ = ["DEFAULT_POLICIES", "KINDS", "MARKER_POLICIES", "POLICIES", "SPAN_POLICIES", "Extraction", "answer_key",
            "clean_value", "extract_answer", "normalize_text", "numeric_key"]  # fmt: skip
@@ -74,14 +72,16 @@ def after_reasoning(text: str) -> str:
     return re.sub(r"</?think>", "\n", text)
 
 
-def _after_marker(pattern: str, stop: str = r"[\n;]", keep=None):
+def _after_marker(pattern: str, stop: str = r"[\n;]", keep=None, needles: tuple[str, ...] = ()):
     """A finder of the values after a marker: each runs to the end of its line or segment (``stop``;
     ';' ends a step trace segment), or is the next line when the marker ends its line.  ``keep(text,
-    match)`` may refuse a match."""
+    match)`` may refuse a match; ``needles``: the marker needs one of these (lower case) in the text."""
     marker, stops = re.compile(pattern, re.IGNORECASE), re.compile(stop)
 
     def find(text: str) -> list[tuple[str, int, int]]:
         out = []
+        if needles and not any(n in text.lower() for n in needles):  # the common case, without a regex scan
+            return out
         for m in marker.finditer(text):
             if keep is not None and not keep(text, m):
                 continue
@@ -116,18 +116,20 @@ def _last_line(text: str) -> list[tuple[str, int, int]]:
 SPAN_POLICIES = {
     "boxed": boxed_spans,
     # "#### N" wherever it starts a word (after a retraction mid-line too); "#### Final Answer" is a heading
-    "gsm8k": _after_marker(r"(?:^|(?<=\s))####(?!#)[ \t]*(?!(?:final[ \t]+)?answers?\b)", r"[\n;]|####"),
-    # label lines ("A: N", "Ans: N", "**Final Answer**: $N$", "### Final Answer" then the value on the next
-    # line); "answer: N" / "answer=N" anywhere; "Answer $N$" opening a line (delimited maths closed on it)
-    "answer": _after_marker(r"(?:^|\n)[ \t]*(?:[#>*_-]+[ \t]*)*(?:(?:final[ \t]+)?answer[ \t]*[*_]*[ \t]*[=:]"
+    "gsm8k": _after_marker(r"(?<!\S)####(?!#)[ \t]*(?!(?:final[ \t]+)?answers?\b)", r"[\n;]|####", needles=("####",)),
+    # label lines ("A: N", "Ans: N", "**Final Answer**: $N$", "Q: ...? A: N", "### Final Answer" then the value
+    # on the next line); "answer: N" / "answer=N" anywhere; "Answer $N$" opening a line (delimited maths closed on it)
+    "answer": _after_marker(r"(?m)(?:^|(?<=[.!?] )|(?<=\?))[ \t]*(?:[#>*_-]+[ \t]*)*"
+                            r"(?:(?:final[ \t]+)?answer[ \t]*[*_]*[ \t]*[=:]"
                             r"|(?P<short>ans|a)[ \t]*[*_]*[ \t]*:)[ \t]*"  # "A = 7" is algebra, "A: 7" a label
-                            r"|(?:^|\n)[ \t]*(?:[#>*_]+[ \t]*)*(?:final[ \t]+)?answer[ \t]*[*_:]*[ \t]*(?=\n)"
-                            r"|(?:^|[\s;,*_])answer[ \t]*[*_]*[ \t]*[=:][ \t]*"
-                            r"|(?:^|\n)[ \t]*(?:final[ \t]+)?answer[ \t]+"
+                            r"|^[ \t]*(?:[#>*_]+[ \t]*)*(?:final[ \t]+)?answer[ \t]*[*_:]*[ \t]*(?=\n)"
+                            r"|(?<![^\s;,*_])answer[ \t]*[*_]*[ \t]*[=:][ \t]*"
+                            r"|^[ \t]*(?:final[ \t]+)?answer[ \t]+"
                             r"(?=\$\$?[^$\n]*[^$\s][^$\n]*\$|\\\[[^\n]*\S[^\n]*\\\]|\\\([^\n]*\S[^\n]*\\\))",
                             keep=_not_an_option),
-    "答案": _after_marker(r"(?:答案|得数)[ \t]*(?:[=:]|是|为)[ \t]*"),
-    "the-answer-is": _after_marker(r"\b(?:the\s+)?(?:final\s+)?answer\s+is(?![\w'])[ \t]*:?[ \t]*"),
+    "答案": _after_marker(r"(?:答案|得数)[ \t]*(?:[=:]|是|为)[ \t]*", needles=("答案", "得数")),
+    "the-answer-is": _after_marker(r"\b(?:the\s+)?(?:final\s+)?answer\s+is(?![\w'])[ \t]*:?[ \t]*",
+                                   needles=("answer",)),
     "last-line": _last_line,
 }  # fmt: skip
 
@@ -184,13 +186,16 @@ def _read_statement(text: str, name: str, raw: str, start: int, end: int, kind: 
         if after.endswith("?"):  # "... to \boxed{18} friends?": a question, not an answer
             return Read("not", reason="hedged")
         after = after.rstrip(".").strip(" $")
-    read = read_value(raw, kind, after, boxed=name == "boxed", stated=name != "boxed")
-    if read.kind in ("answer", "several"):  # "I don't think the answer is 45", "There is no doubt the answer is 45"
-        polarity = scope_polarity(text[max(0, start - 400) : start])
-        if polarity != ASSERTED:
-            return not_asserted(polarity, numeric_key(read.value)) if read.kind == "answer" else Read(
-                "not", reason=not_asserted(polarity, "").reason, numbers=read.numbers)  # fmt: skip
-    return read
+    # the sentence's operators compose with the value's: "I don't think the answer is 45", "There is no doubt ..."
+    return read_value(raw, kind, after, boxed=name == "boxed", stated=name != "boxed",
+                      before=text[max(0, start - 400) : start])  # fmt: skip
+
+
+def _introduces(x: Statement, found: list[Statement]) -> bool:
+    """A label line whose line is working with its own marker in it ("A: She had 27 and ate 9, so 18
+    are left. The answer is 18."): the label opens the reply, the marker in it names the answer."""
+    return x.policy == "answer" and x.read.kind != "answer" and any(
+        y is not x and x.start < y.start < x.end for y in found)
 
 
 def extract_answer(text: str, policies: tuple[str, ...] = DEFAULT_POLICIES, kind: str = "maths") -> Extraction:
@@ -207,7 +212,7 @@ def extract_answer(text: str, policies: tuple[str, ...] = DEFAULT_POLICIES, kind
     found = [Statement(name, s, e, _read_statement(text, name, raw, s, e, kind))
              for name, find in finders.items() if name != "last-line" for raw, s, e in find(text)
              if not (name == "answer" and "the-answer-is" in finders and _NESTED_MARKER.match(raw))]  # fmt: skip
-    found = [x for x in found if x.read.kind != "empty"]
+    found = [x for x in found if x.read.kind != "empty" and not _introduces(x, found)]
     if not found and "last-line" in finders:
         found = [Statement("last-line", s, e, read_value(raw, kind, last_line=True)) for raw, s, e in _last_line(text)]
         found = [x for x in found if x.read.kind != "empty"]

@@ -28,6 +28,7 @@ reference's own form.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -60,17 +61,19 @@ class Statement(NamedTuple):
 
 
 _STATED = ("answer", "several")
+_SENTENCE_REST = re.compile(r"(?<=[.!?])\s|\n")  # where the sentence a box ends in ends
 
 
 def _withdrawn(found: list[Statement], text: str) -> set[int]:
-    """Indices of the stated answers that a later retraction or doubt withdraws before the last statement."""
+    """Indices of the stated answers withdrawn by a retraction or doubt before a later stated answer."""
     stated = [i for i, x in enumerate(found) if x.read.kind in _STATED]
     out = {i for i, x in enumerate(found) if x.read.reason == "retracted"}
     if not stated:
         return out
-    first, last = min(found[i].end for i in stated), max(x.start for x in found)
-    for offset, _ in speech_acts(text[first:last]) if last > first else ():
-        out |= {i for i in stated if found[i].end <= first + offset}
+    first, last = min(found[i].end for i in stated), max(found[i].start for i in stated)
+    for offset, _ in speech_acts(text[first:]) if last > first else ():  # whole sentences, that start before
+        if first + offset < last:  # the last stated answer (after it, ``revision`` reads the rest)
+            out |= {i for i in stated if found[i].end <= first + offset}
     return out
 
 
@@ -107,10 +110,13 @@ def decide(found: list[Statement], text: str) -> Extraction:
     key, value = next(iter(distinct.items()))
     if any(key in x.read.negated for x in live):  # stated and denied
         return Extraction("none", None, (value,), answers[0].policy, "negated")
-    last_end = max(x.end for x in answers)
-    if any(x.start >= last_end and x.read.numbers - {key} - x.read.negated for x in live):  # another value after it
+    last = max(answers, key=lambda x: x.end)
+    if any(x.start >= last.end and x.read.numbers - {key} - x.read.negated for x in live):  # another value after it
         return Extraction("ambiguous", None, (value,), answers[0].policy, "revised")
-    revised = revision(text[last_end:], key, same_line=True, closing=True)
+    tail = text[last.end :]
+    if last.policy == "boxed":  # the rest of a box's sentence was read with the box ("\boxed{45}, no doubt.")
+        tail = tail[m.end() :] if (m := _SENTENCE_REST.search(tail)) else ""
+    revised = revision(tail, key, same_line=True, closing=True)
     if revised is not None:
         status = "ambiguous" if revised.kind == "several" else "none"
         return Extraction(status, None, (value,), answers[0].policy, revised.reason)

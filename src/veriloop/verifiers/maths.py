@@ -103,7 +103,8 @@ def mask_maths(text: str) -> tuple[str, dict[str, str]]:
 
     The answer reader's prose rules look at numbers and words; inside maths those misread: the
     numbers of one tuple ``(\\frac{1}{5}, \\frac{1}{6})`` are not several answers, ``14{,}916`` is one
-    number, ``pmatrix`` is not a word.  With maths masked its rules (negation, hedges, conditions,
+    number, ``pmatrix`` is not a word.  Punctuation that ends the span stays visible (``$x.$``: a
+    sentence ends there).  With maths masked its rules (negation, hedges, conditions,
     revisions, several values) still read all the prose and every plain number around it.
     """
     names: dict[str, str] = {}
@@ -112,12 +113,13 @@ def mask_maths(text: str) -> tuple[str, dict[str, str]]:
     def hide(content: str) -> str:
         if not _pure_maths(content):
             return content
-        key = re.sub(r"\s+", "", content)
+        core, stop = re.match(r"(.*?)([\s.,;:!?]*)$", content, re.DOTALL).groups()  # "$14.$": the period stays
+        key = re.sub(r"\s+", "", core)
         if key not in names:
             k = len(names)
             names[key] = "\\vlmath" + "".join(chr(97 + (k // 26**i) % 26) for i in (2, 1, 0))
-            out[names[key]] = content.strip()
-        return names[key]
+            out[names[key]] = core.strip()
+        return names[key] + stop
 
     parts, i = [], 0
     for m in re.finditer(r"\\(?:boxed|fbox)\s*\{", text):

@@ -12,7 +12,7 @@ might, could, guess, unlikely, unclear ...: no commitment), ``raiser`` (think, b
 expect: a hedge, but under a negation it negates its complement: "I don't think P" is "I think not
 P"), ``commit`` (sure, definitely, clearly, know, conclude, show, prove, say ...: intensifiers and
 commitment; negated they leave no commitment: "not sure P" is hedged, not "sure not P"),
-``truth`` (true, correct, right, the case: negated, negated) and ``question`` (whether, wonder).
+``truth`` (true, correct, right, the case, agree: negated, negated) and ``question`` (whether, wonder).
 Intensifiers are not hedges.
 
 Composition (``compose``): operators in scope are applied from the innermost (nearest the answer)
@@ -54,8 +54,8 @@ import re
 from typing import NamedTuple
 
 ASSERTED, NEGATED, HEDGED, QUESTIONED = "asserted", "negated", "hedged", "questioned"
-NEG, NEG_PRED, NEG_STRONG, HEDGE, RAISER, COMMIT, TRUTH, QUESTION = (
-    "neg", "neg-pred", "neg-strong", "hedge", "raiser", "commit", "truth", "question")  # fmt: skip
+NEG, NEG_PRED, NEG_STRONG, HEDGE, POSSIBLE, RAISER, COMMIT, TRUTH, QUESTION = (
+    "neg", "neg-pred", "neg-strong", "hedge", "possible", "raiser", "commit", "truth", "question")  # fmt: skip
 
 LEXICON = {  # operator class -> words (lower case; "n't" is split off its verb)
     NEG: "not n't never no none nobody nothing neither nor nowhere noone without hardly scarcely",
@@ -63,29 +63,40 @@ LEXICON = {  # operator class -> words (lower case; "n't" is split off its verb)
               "denies denied denying refute refutes refuted disprove disproves disproved disagree disagrees reject "
               "rejects rejected nonsense absurd bogus",
     NEG_STRONG: "impossible",
-    HEDGE: "maybe perhaps probably possibly possible presumably likely unlikely plausibly plausible conceivably "
-           "conceivable apparently seemingly supposedly allegedly might may could guess guessing guessed suspect "
-           "suspects suspected reckon estimate estimated unsure uncertain unclear doubtful questionable hopefully "
-           "roughly approximately thought",
+    HEDGE: "maybe perhaps probably presumably likely unlikely plausibly plausible apparently seemingly supposedly "
+           "allegedly guess guessing guessed suspect suspects suspected reckon estimate estimated unsure uncertain "
+           "unclear doubtful questionable hopefully roughly approximately thought",
+    POSSIBLE: "might may could possibly possible conceivably conceivable",
     RAISER: "think thinks believe believes believed expect expects feel feels seem seems seemed appear appears "
             "appeared imagine",
     COMMIT: "sure certain certainly definitely definite clearly clear obviously obvious evidently evident surely "
             "undoubtedly indubitably unquestionably absolutely confident confidently know knows known conclude "
             "concludes concluded show shows shown showed prove proves proved proven confirm confirms confirmed "
             "verify verifies verified establish establishes established demonstrate demonstrates demonstrated "
-            "guarantee guaranteed say says said assert asserts tell determine determined necessarily indeed must",
-    TRUTH: "true correct right accurate valid",
+            "guarantee guaranteed assert asserts tell determine determined necessarily indeed must exactly precisely",
+    TRUTH: "true correct right accurate valid agree agrees agreed",  # "I don't agree that P": not P
     QUESTION: "whether wonder wonders wondering",
 }  # fmt: skip
 PHRASES = {  # several words, one operator (matched before single words)
-    "no way": NEG, "by no means": NEG, "in no way": NEG, "no one": NEG, "the case": TRUTH, "a fact": TRUTH,
+    "no way": NEG_PRED, "by no means": NEG_PRED, "in no way": NEG_PRED, "no one": NEG, "the case": TRUTH,
+    "a fact": TRUTH,
     "for sure": COMMIT, "for certain": COMMIT, "of course": COMMIT, "only possible": COMMIT, "100 %": COMMIT,
     "in my opinion": HEDGE, "as far as i know": HEDGE, "as far as i can tell": HEDGE, "kind of": HEDGE,
     "sort of": HEDGE, "more or less": HEDGE, "or so": HEDGE, "give or take": HEDGE, "would say": HEDGE,
-    "'d say": HEDGE, "never mind": "discourse", "nevermind": "discourse", "in fact": "function",
+    "'d say": HEDGE, "chances are": HEDGE, "looks like": HEDGE, "seems like": HEDGE, "sounds like": HEDGE,
+    "never mind": "discourse", "nevermind": "discourse", "in fact": "function", "about it": "function",
+    "about this": "function", "about that": "function",
 }  # fmt: skip
 _OPS = {w: cls for cls, ws in LEXICON.items() for w in ws.split()}
+_REPORTS_WORDS = "say says said claim claims claimed argue argues argued suggest suggests suggested"
+# reporting verbs: the speaker's commitment after I / we / one / "to", someone else's claim (a hedge) otherwise
+_REPORTS = frozenset(_REPORTS_WORDS.split())
+_SPEAKER = frozenset("i we one to".split())
+_AUXILIARIES = frozenset("would could can will 'd 'll must should do does did may might also just".split())
 _PHRASE_WORDS = {tuple(p.split()): cls for p, cls in PHRASES.items()}
+def may_hold_operators(text: str) -> bool:
+    """False when ``text`` certainly holds no operator (a fast test before reading it)."""
+    return bool(_ANY_OPERATOR.search(text))
 _MAX_PHRASE = max(len(p) for p in _PHRASE_WORDS)
 # words that carry no content of their own: an operator's scope passes over them
 FUNCTION = frozenset("i we you he she they it one 's 'm 're 've 'd 'll am is are was were be been being do does did "
@@ -93,15 +104,27 @@ FUNCTION = frozenset("i we you he she they it one 's 'm 're 've 'd 'll am is are
                      "these those there here just really truly actually very quite too even still also then at all "
                      "any anyone anybody everyone everybody me us him them final answer answers result $ honestly "
                      "frankly personally simply fully totally completely entirely highly strongly seriously so "
-                     "that though anyway now again which".split())  # fmt: skip
+                     "that though anyway now again which most best honest humble own".split())  # fmt: skip
 _PRO_FORMS = frozenset("it so this".split())  # "I doubt it," "I think so,": the complement is filled
 _INTERJECTIONS = frozenset("no nope nah wait well ok okay yes yeah oh hmm hmmm um uh ah alright".split())
+# a quick test: can ``text`` hold an operator at all? (a word of the lexicon or of an operator phrase, n't)
+_OPERATOR_WORDS = {*_OPS, *_REPORTS_WORDS.split()} | {
+    w for p, cls in PHRASES.items() if cls not in ("discourse", "function") for w in p.split()
+    if w.isalpha() and w not in FUNCTION and w not in ("a", "i", "in", "of", "as", "or", "for", "my", "would")}
+_ANY_OPERATOR = re.compile(r"n't|%|\b(?:" + "|".join(sorted(_OPERATOR_WORDS, key=len, reverse=True)) + r")\b", re.I)
+
+
 _CONNECTIVES = r"so|therefore|thus|hence|then|which\s+means|meaning|consequently|and\s+so"
 # where a clause ends (the operators before it do not reach past it)
-_HARD = re.compile(rf"[.!?](?=\s|$)|[;:\n(]|\s[-\u2013\u2014]+\s|--|\u2014|(?<![\w'])(?P<but>but|however(?!\s*,))\b"
-                   rf"|,\s*(?=(?:{_CONNECTIVES})\b)|\band\s+so\b", re.IGNORECASE)  # fmt: skip
+_HARD = re.compile(rf"[.!?](?:\$+|\\[)\]])?(?=\s|$)|[;\n(]|(?P<colon>:)|\s[-\u2013\u2014]+\s|--|\u2014"
+                   rf"|(?<![\w'])(?P<but>but|however(?!\s*,))\b|,\s*(?=(?:{_CONNECTIVES})\b)|\band\s+so\b",
+                   re.IGNORECASE)  # fmt: skip
 _PARENTHETICAL = re.compile(r"\([^()]*\)")
-_TOKEN = re.compile(r"(?P<num>\d[\d,]*(?:\.\d+)?)|(?P<word>[A-Za-z]+(?:'[A-Za-z]+)?|'[a-z]+)|(?P<sep>,)|%|\S")
+# ", which is the answer," ", after 3 days,": an aside inside a clause, which the scope passes over
+_ASIDE = re.compile(r",\s*(?:which|who|whom|whose|where|after|before|in|on|at|by|for|from|during|as|with|without|"
+                    r"including|excluding)\b[^,;:]*,", re.IGNORECASE)
+_OPENS_CONCESSION = re.compile(r"\s*(?:but|however)\b", re.IGNORECASE)
+_TOKEN = re.compile(r"(?P<num>\d+(?:,\d{3})*(?:\.\d+)?)|(?P<word>[A-Za-z]+(?:'[A-Za-z]+)?|'[a-z]+)|(?P<sep>,)|%|\S")
 _CONTRACTION = re.compile(r"n't$|'(?:s|m|re|ve|d|ll)$")
 _IRREGULAR = {"ca": "can", "wo": "will", "sha": "shall"}
 
@@ -151,7 +174,12 @@ def tokens(text: str) -> list[Item]:
                     kind = "op"
                 elif w in FUNCTION or w in _INTERJECTIONS:
                     kind = "fn"
-            out.append(Item(kind, w, _OPS.get(w, "") if kind == "op" else ""))
+            if w in _REPORTS:
+                before = next((x for _, x in reversed(words[:i]) if x not in _AUXILIARIES), "to")
+                kind, cls = "op", COMMIT if before in _SPEAKER else HEDGE  # "we can say" / "some people say"
+            else:
+                cls = _OPS.get(w, "") if kind == "op" else ""
+            out.append(Item(kind, w, cls))
             i += 1
     return out
 
@@ -161,8 +189,8 @@ def compose(ops: list[str]) -> str:
     p, strong, raised = ASSERTED, False, None
     for op in reversed(ops):
         if op in (NEG, NEG_PRED, NEG_STRONG):
-            if raised is not None and op == NEG:  # "don't think P": think not P
-                p = _flip(raised)
+            if raised is not None and op == NEG:  # think not P; not possibly P
+                p = raised
             elif strong and op == NEG:  # "not sure P": no commitment either way
                 p = HEDGED
             else:
@@ -170,8 +198,8 @@ def compose(ops: list[str]) -> str:
             strong, raised = op == NEG_STRONG, None
         elif op == HEDGE:
             p, strong, raised = (p if p == QUESTIONED else HEDGED), False, None
-        elif op == RAISER:
-            p, raised, strong = (p if p == QUESTIONED else HEDGED), p, False
+        elif op in (RAISER, POSSIBLE):  # a hedge whose negation negates: "don't think P", "no one could deny P"
+            p, raised, strong = (p if p == QUESTIONED else HEDGED), _flip(p), False
         elif op == COMMIT:
             strong, raised = True, None
         elif op == TRUTH:
@@ -243,13 +271,20 @@ def _has_content(items: list[Item], before: bool) -> bool:
 def _clause(text: str) -> tuple[str, str | None]:
     """(the clause that ends ``text``, the clause conceded before it by "but"/"however": in the same
     sentence, or the sentence before one that opens with "But")."""
-    text = _PARENTHETICAL.sub(" ", text[-400:])
+    text = text[-400:]
+    line = text.rfind("\n")  # a line break ends a clause: read from the line (and the one before it for "But")
+    if line >= 0:
+        if not text[line + 1 :].strip():
+            return "", None  # the marker opens its line ("#### 45")
+        start = text.rfind("\n", 0, line) if _OPENS_CONCESSION.match(text, line + 1) else line
+        text = text[start + 1 :]
+    text = _PARENTHETICAL.sub(" ", text) if "(" in text else text
     cuts = list(_HARD.finditer(text))
     if not cuts:
-        return text, None
+        return _ASIDE.sub(" ", text), None
     last = cuts[-1]
-    clause = text[last.end() :]
-    if last.group("but"):
+    clause = _ASIDE.sub(" ", text[last.end() :])
+    if last.group("but") or last.group("colon"):  # "I'm not sure, but ...", "My best guess: ..."
         k = len(cuts) - 2
         while k >= 0 and not text[cuts[k].end() : (cuts[k + 1].start())].strip():  # "... sure. But": go back
             k -= 1
@@ -257,10 +292,16 @@ def _clause(text: str) -> tuple[str, str | None]:
     return clause, None
 
 
-def scope_polarity(before: str) -> str:
-    """Polarity of a statement whose marker follows ``before`` (the text before it, any length)."""
+_INNER = {NEGATED: [NEG_PRED], HEDGED: [HEDGE], QUESTIONED: [QUESTION]}  # a value's own polarity, as an operator
+
+
+def scope_polarity(before: str, inner: str = ASSERTED) -> str:
+    """Polarity of a statement whose marker follows ``before`` (the text before it, any length), when
+    the value itself reads ``inner`` ("the answer is not 45": negated inside)."""
     clause, conceded = _clause(before)
-    ops = _open_ops(tokens(clause), end_is_answer=True)
+    if not clause.strip() and conceded is None:
+        return inner
+    ops = _open_ops(tokens(clause), end_is_answer=True) + _INNER.get(inner, [])
     if conceded is not None and compose(_open_ops(tokens(conceded), end_is_answer=False)) == HEDGED:
         ops = [HEDGE] + ops  # "I'm not sure, but the answer is 45"; "I might be wrong, but ..."
     return compose(ops)
@@ -294,8 +335,9 @@ def leading_operators(value: str) -> tuple[str, int] | None:
 
 # ---------------------------------------------------------------- speech acts after a statement
 
-RETRACTS, DOUBTS = "retracts", "doubts"
-_TRIGGER = re.compile(r"scratch|ignore|disregard|forget|strike|delete|discard|erase|cancel|undo|retract|withdraw|cross|"
+RETRACTS, DOUBTS, CONFIRMS = "retracts", "doubts", "confirms"
+_TRIGGER = re.compile(r"scratch|kidding|\bjk\b|ignore|disregard|forget|strike|delete|discard|erase|cancel|undo|"
+                      r"retract|withdraw|cross|"
                       r"throw|back|mind|wrong|incorrect|false|mistake|error|typo|right|correct|true|accurate|valid|off|"
                       r"bogus|nonsense|flaw|miscalc|misread|miscount|mess|erred|re-?do|recomput|recalcul|rework|"
                       r"re-solve|reconsider|rethink|over|again|fix|oops|bad|second|\bno\b|nope|nah|not|n't|sure|"
@@ -305,12 +347,12 @@ _POINTER = (r"(?:that|this|it|these|those|everything(?:\s+(?:above|before|so\s+f
             r"(?:\s+[a-z]+){0,2}|what\s+(?:i|we)\s+(?:just\s+)?(?:said|wrote|did|had|got|found|computed|calculated)"
             r"|(?:the|my|our)\s+(?:line|answer|result|value|step|calculation|computation|work|part|number|solution"
             r"|attempt)s?\s+(?:above|before))\b")  # fmt: skip
-_OPENING = r"^\W*(?:(?:wait|hmm+|oh|ah|uh|um|actually|well|ok|okay|sorry|oops|whoops|no|nope|please|so)\W+)*"
+_OPENING = r"^\W*(?:(?:wait|hmm+|oh|ah|uh|um|actually|well|ok|okay|sorry|oops|whoops|no|nope|please)\W+)*"
 _WITHDRAW = re.compile(  # the speech acts that withdraw what came before, opening their clause
     rf"{_OPENING}(?:(?:you\s+(?:can|should|may|must)\s+)?(?:scratch|ignore|disregard|forget|strike|delete|discard|erase"
     rf"|cancel|undo|retract|withdraw|cross\s+out|throw\s+out)\s+(?:about\s+)?(?:all\s+(?:of\s+)?)?{_POINTER}"
     rf"|i\s+(?:take|took)\s+(?:that|it|this|my\s+\w+(?:\s+\w+)?)\s+back|i\s+(?:retract|withdraw)\b"
-    rf"|(?:oops|whoops|my\s+bad|my\s+mistake|on\s+second\s+thought)\b"
+    rf"|(?:oops|whoops|my\s+bad|my\s+mistake|on\s+second\s+thought|(?:just\s+|i'm\s+)?kidding|jk)\b"
     rf"|never\s*mind(?!\s+(?!(?:that|this|it|what)\b)[a-z])"
     rf"|(?:(?:wait|hmm+|actually|well|hold\s+on|hang\s+on)\W+)*(?:no|nope|nah)(?:\W*$|\s*[,.!;:\u2014-]|\s+(?:wait|actually"
     rf"|no)\b)|(?:that's\s+|that\s+is\s+)?(?:wrong|incorrect|not\s+(?:quite|really|right|correct|so))\W*$)",
@@ -340,13 +382,14 @@ def speech_act(sentence: str, key: str = "") -> str | None:
     s = sentence.replace("\u2019", "'").strip()
     if re.match(r"\W*(?:if|unless|in\s+case|when(?:ever)?)\b", s, re.IGNORECASE):
         return None
-    if _WITHDRAW.search(s) or (_REDO.search(s) and not _CHECKING.search(s)):
-        return RETRACTS
-    for chunk in re.split(r"[,;:]|\bbut\b", s):
-        act = _evaluation(tokens(chunk), key)
-        if act:
-            return act
-    items = [it for it in tokens(s) if it.kind not in ("sep", "disc")]
+    if any(_WITHDRAW.search(c) for c in re.split(r"(?<=:)|(?<=;)", s)) or (_REDO.search(s) and not _CHECKING.search(s)):
+        return RETRACTS  # "Scratch that.", "Edit: ignore the above."
+    acts = [_evaluation(tokens(chunk), key) for chunk in re.split(r"[,;:]|\bbut\b", s)]
+    acts = [a for a in acts if a is not None]
+    if acts:  # the last evaluation stands: "The first step was wrong, but the final answer is correct."
+        return acts[-1] if acts[-1] != CONFIRMS else None
+    bare = re.sub(r"\s+(?:about|of|on)\s+(?:this|that|it|the\s+(?:answer|result))(?=\W*$)", "", s, flags=re.I)
+    items = [it for it in tokens(bare) if it.kind not in ("sep", "disc")]  # "I'm not sure about this."
     if any(it.text in _EVAL_NEG | _EVAL_POS for it in items):
         return None  # an evaluation that is neither negative nor doubtful ("That seems right.")
     if items and all(it.kind in ("op", "fn") for it in items) and any(it.kind == "op" for it in items):
@@ -357,7 +400,8 @@ def speech_act(sentence: str, key: str = "") -> str | None:
 
 def _evaluation(items: list[Item], key: str) -> str | None:
     """An evaluation of what came before ("that's wrong", "I made a mistake", "45 is not right"),
-    composed with its operators: negated retracts, hedged through a negation doubts."""
+    composed with its operators: negated retracts, hedged through a negation doubts, else confirms;
+    None when the sentence evaluates nothing that came before."""
     at = max((k for k, it in enumerate(items) if it.text in _EVAL_NEG | _EVAL_POS), default=None)
     if at is None or any(it.text in _CONDITION for it in items):
         return None
@@ -366,7 +410,9 @@ def _evaluation(items: list[Item], key: str) -> str | None:
                for it in subject):  # fmt: skip
         return None
     if at + 1 < len(items) and items[at + 1].text in _ABOUT_ELSE:
-        return None
+        return None  # "it's wrong to add tax", "I was wrong about the units"
+    if any(it.kind == "num" and it.text.replace(",", "") != key for it in subject):
+        return None  # "the attempt that gave 52 was wrong": about 52
     word = items[at].text
     head = [Item("fn", it.text) if it.text in _EVAL_VERBS else it for it in subject]
     head.append(Item("op", word, NEG_PRED if word in _EVAL_NEG else TRUTH))
@@ -376,7 +422,7 @@ def _evaluation(items: list[Item], key: str) -> str | None:
         return RETRACTS
     if p == HEDGED and any(c in (NEG, NEG_PRED, NEG_STRONG) for c in ops):
         return DOUBTS
-    return None
+    return CONFIRMS  # "That's right.", "I hope it is correct.", "That seems right."
 
 
 _SENTENCE = re.compile(r"(?:[^.!?\n]|[.!?](?![\s.!?]|$))+[.!?]*")  # "3.5" and "$1,250.00" stay inside

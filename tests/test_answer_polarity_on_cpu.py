@@ -1,0 +1,263 @@
+"""The answer's polarity and the document's last assertion (polarity.py, assertions.py): worked
+compositions, speech acts, the development cases (data/audit/development/polarity.jsonl) on both
+verifiers, and properties (two negations assert, one never scores, an honest negation elsewhere
+changes nothing)."""
+
+import json
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from veriloop.verifiers import get
+from veriloop.verifiers.answers import SPAN_POLICIES, extract_answer
+from veriloop.verifiers.base import is_correct
+from veriloop.verifiers.polarity import (
+    ASSERTED,
+    COMMIT,
+    DOUBTS,
+    HEDGE,
+    HEDGED,
+    NEG,
+    NEG_PRED,
+    NEGATED,
+    POSSIBLE,
+    QUESTION,
+    QUESTIONED,
+    RAISER,
+    RETRACTS,
+    TRUTH,
+    compose,
+    scope_polarity,
+    speech_act,
+)
+
+CASES = Path(__file__).resolve().parent.parent / "src/veriloop/verifiers/data/audit/development/polarity.jsonl"
+FAMILIES = {"negation-over-answer", "retraction", "honest-negation-elsewhere", "intensifier", "label-line",
+            "closing-sentence", "bold-units-currency", "hedge-over-answer", "double-negation"}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def verifiers():
+    out = {"gsm8k": get("gsm8k"), "math": get("math", workers=1)}
+    yield out
+    for v in out.values():
+        v.close()
+
+
+def _wrong(verifier, rows):
+    verdicts = verifier.verify_batch([r["completion"] for r in rows], [r["reference"] for r in rows])
+    return [f"{r['expect']} [{r['family']}] ref {r['reference']}: {r['completion']!r} -> {v.outcome} {v.details}"
+            for r, v in zip(rows, verdicts)
+            if (v.score > 0 if r["expect"] == "reject" else not is_correct(v))]  # fmt: skip
+
+
+# ---------------------------------------------------------------- composition, worked by hand
+
+
+@pytest.mark.parametrize(
+    "ops, polarity",
+    [
+        ([], ASSERTED),
+        ([NEG], NEGATED),  # "the answer is not 45"
+        ([NEG, NEG_PRED], ASSERTED),  # "there is no doubt": doubt flips, no flips back
+        ([NEG, TRUTH], NEGATED),  # "it is not true that": truth adds nothing, not flips
+        ([NEG, COMMIT], HEDGED),  # "I'm not sure": a negated commitment commits to nothing
+        ([COMMIT, NEG], NEGATED),  # "I'm sure it's not": the commitment is to the negation
+        ([NEG, RAISER], NEGATED),  # "I don't think": think not P
+        ([RAISER], HEDGED),  # "I think"
+        ([NEG, POSSIBLE, NEG_PRED], ASSERTED),  # "no one could deny": not possibly not P
+        ([NEG, POSSIBLE], NEGATED),  # "it is not possible that"
+        ([NEG, HEDGE], HEDGED),  # "not probably": still no commitment
+        ([NEG, COMMIT, NEG_PRED], HEDGED),  # "I'm not sure it's false"
+        ([NEG, TRUTH, COMMIT], NEGATED),  # "it is not correct to say"
+        ([QUESTION], QUESTIONED),  # "whether"
+    ],
+)
+def test_composition_by_hand(ops, polarity):
+    assert compose(ops) == polarity
+
+
+@pytest.mark.parametrize(
+    "before, polarity",
+    [
+        ("I don't think ", NEGATED),
+        ("It is false that ", NEGATED),
+        ("I doubt that, after 3 days, ", NEGATED),  # a clause complement runs past a parenthetical
+        ("There is no doubt ", ASSERTED),
+        ("Nobody would deny that ", ASSERTED),
+        ("It is not incorrect to say that ", ASSERTED),
+        ("We cannot conclude ", HEDGED),
+        ("I'm not sure, but ", HEDGED),  # a hedge with nothing after it carries across "but"
+        ("I'm not sure. But ", HEDGED),
+        ("My best guess: ", HEDGED),
+        ("Some people say ", HEDGED),  # someone else's claim
+        ("We can say that ", ASSERTED),  # the speaker's
+        ("It is unclear whether ", QUESTIONED),
+        ("I don't think it's 52; ", ASSERTED),  # the clause ends at ';'
+        ("I don't think it's 52, ", ASSERTED),  # its chunk names 52: the negation stays there
+        ("I'm not sure about step 2, but ", ASSERTED),
+        ("Although 52 seemed right, ", ASSERTED),
+        ("Not counting tax, ", ASSERTED),  # not governs "counting", not the answer
+        ("Since 52 is not divisible by 4, ", ASSERTED),
+        ("No, ", ASSERTED),  # a reply
+        ("We don't need the tax, so ", ASSERTED),  # ", so" opens a new clause
+        ("The wrong ", NEGATED),  # "The wrong answer is 52"
+        ("The only possible ", ASSERTED),
+        ("In May, ", ASSERTED),  # the month is no modal
+        ("So the answer is not $", NEGATED),  # a negator directly before the answer negates it
+    ],
+)
+def test_scope_polarity(before, polarity):
+    assert scope_polarity(before) == polarity
+
+
+@pytest.mark.parametrize(
+    "sentence, act",
+    [
+        ("Scratch that.", RETRACTS),
+        ("Edit: ignore the line above.", RETRACTS),
+        ("Forget what I said.", RETRACTS),
+        ("No wait, let me redo it.", RETRACTS),
+        ("That can't be right.", RETRACTS),
+        ("I don't think that's right.", RETRACTS),
+        ("Oops, I made an error.", RETRACTS),
+        ("45 is wrong.", RETRACTS),
+        ("That might be wrong.", DOUBTS),
+        ("I'm not sure about this.", DOUBTS),
+        ("I hope it is correct.", None),
+        ("That seems right.", None),
+        ("I didn't make a mistake.", None),
+        ("Let me redo the sum to check: 9 * 5 = 45.", None),
+        ("Let me double-check: 9 * 5 = 45.", None),
+        ("Don't forget the units.", None),
+        ("The tax is tiny, so ignore it.", None),
+        ("Never mind the tax.", None),
+        ("If this is wrong, tell me.", None),
+        ("It's wrong to add tax.", None),
+        ("Note that 52 would be wrong.", None),  # about 52, not the answer
+        ("The first step was wrong, but the final answer is correct.", None),  # the last evaluation stands
+    ],
+)
+def test_speech_acts(sentence, act):
+    assert speech_act(sentence, "45") == act
+
+
+# ---------------------------------------------------------------- the document's last assertion
+
+
+@pytest.mark.parametrize(
+    "text, status, reason",
+    [
+        ("#### 45\nScratch that.", "none", "retracted"),
+        ("#### 45\nScratch that. #### 52", "ambiguous", "revised"),  # the mid-line #### is found
+        ("#### 45\nIgnore the line above. #### 45", "ok", ""),  # restated with the same value
+        ("The answer is 45.\nI might be wrong.", "none", "hedged"),
+        ("I don't think the answer is 45.", "none", "negated"),
+        ("Maybe the answer is 52.\nThe answer is 45.", "ok", ""),  # a considered value is no answer
+        ("The answer is 45. It is false that the answer is 52.", "ok", ""),  # a later negated value
+        ("First I got 52. That was wrong.\n#### 45", "ok", ""),  # retracted working
+    ],
+)
+def test_last_assertion(text, status, reason):
+    found = extract_answer(text, kind="number")
+    assert (found.status, found.reason) == (status, reason), found
+
+
+def test_markers_real_models_write():
+    assert SPAN_POLICIES["gsm8k"]("#### 45\nScratch that. #### 52") == [("45", 0, 7), ("52", 22, 29)]
+    few_shot = "A: She had 27 and ate 9, so 27 - 9 = 18 are left. The answer is 18."  # the label opens the reply
+    for text in ("A: 18", "Ans: 18", "**Answer:** 18", "**Final Answer**: $18$", "### Final Answer\n18",
+                 "Q: How many? A: 18", few_shot):  # fmt: skip
+        found = extract_answer(text, kind="number")
+        assert (found.status, found.answer and found.answer.strip("$")) == ("ok", "18"), (text, found)
+    assert extract_answer("A: 12\nB: 15\nC: 18", kind="number").status == "none"  # options, not a label
+    assert extract_answer("x = 5\nA = 7\n#### 7").answer == "7"  # an equation is not a label (GSM8K gold)
+
+
+# ---------------------------------------------------------------- the development cases
+
+
+def test_development_cases_are_well_formed():
+    rows = [json.loads(line) for line in CASES.read_text(encoding="utf-8").splitlines()]
+    assert len(rows) >= 100 and {r["family"] for r in rows} >= FAMILIES
+    assert all(r["expect"] in ("accept", "reject") and r["labelled_by"] == "reading" for r in rows)
+    assert all(set(r["verifiers"]) <= {"gsm8k", "math"} and r["verifiers"] for r in rows)
+    expected = {f: {r["expect"] for r in rows if r["family"] == f} for f in FAMILIES}
+    assert expected["negation-over-answer"] == {"reject"} and expected["honest-negation-elsewhere"] == {"accept"}
+    assert all(expected[f] == {"accept", "reject"} for f in ("retraction", "intensifier", "label-line",
+                                                             "closing-sentence", "bold-units-currency")), expected
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("name", ["gsm8k", "math"])
+def test_development_cases_have_no_false_accepts_or_rejects(verifiers, name):
+    rows = [json.loads(line) for line in CASES.read_text(encoding="utf-8").splitlines()]
+    wrong = _wrong(verifiers[name], [r for r in rows if name in r["verifiers"]])
+    assert not wrong, "\n".join(wrong)
+
+
+# ---------------------------------------------------------------- properties
+
+STATEMENTS = ["the answer is {N}", "the final answer is {N}", "the answer is $\\boxed{{{N}}}$",
+              "the answer is {N} apples", "the total, which is the answer, is \\boxed{{{N}}}"]  # fmt: skip
+DOUBLE_NEGATIONS = ["There is no doubt that {S}.", "It is not false that {S}.", "Nobody doubts that {S}.",
+                    "It is not untrue that {S}.", "I don't doubt that {S}.", "No one could deny that {S}.",
+                    "Without a doubt, {S}.", "It is not the case that {S} is false."]  # fmt: skip
+NEGATIONS = ["I don't think {S}.", "It is false that {S}.", "I doubt {S}.", "It is not true that {S}.",
+             "Nobody believes {S}.", "It is not the case that {S}.", "There is no way {S}.", "I don't agree that {S}.",
+             "It is impossible that {S}.", "It is not possible that {S}."]  # fmt: skip
+NON_COMMITTAL = ["I'm not sure {S}.", "I wouldn't say {S}.", "We cannot conclude that {S}.", "It is wrong to say {S}.",
+                 "I cannot be certain that {S}."]  # a negated commitment: no commitment either way
+HONEST_NEGATIONS = ["She did not buy any pears.", "Tom doesn't like apples.", "It is not raining today.",
+                    "I don't think we need a calculator for this.", "Nobody else came.", "No tax is charged.",
+                    "We cannot split an apple.", "It is false that 2 + 2 = 5.", "None of the boxes were empty.",
+                    "I doubt the shop was open on Sunday.", "This is not a trick question."]  # fmt: skip
+ACCEPTED = ["The answer is {N}.", "#### {N}", "So the answer is $\\boxed{{{N}}}$.", "Final answer: {N}",
+            "A: {N}", "So she has {N} apples left.", "There is no doubt the answer is {N}.",
+            "The answer is definitely {N}."]  # fmt: skip
+numbers = st.integers(min_value=0, max_value=99_999)
+
+
+def _score(verifier, text: str, n: int) -> float:
+    return verifier.verify(text, str(n)).score
+
+
+@settings(max_examples=60, deadline=None)
+@given(n=numbers, frame=st.sampled_from(DOUBLE_NEGATIONS), statement=st.sampled_from(STATEMENTS))
+def test_two_negations_keep_an_asserted_answer(verifiers, n, frame, statement):
+    text = frame.format(S=statement.format(N=n))
+    assert _score(verifiers["gsm8k"], text, n) == 1.0, text
+    assert _score(verifiers["math"], text, n) == 1.0, text
+
+
+@settings(max_examples=60, deadline=None)
+@given(n=numbers, frame=st.sampled_from(NEGATIONS + NON_COMMITTAL), statement=st.sampled_from(STATEMENTS),
+       later=st.sampled_from(["", "\nThe answer is {N}.", "\n#### {N}"]))  # fmt: skip
+def test_one_negation_never_scores(verifiers, n, frame, statement, later):
+    # a later restatement of a denied value contradicts it (negated); after a statement that committed to
+    # nothing, a later assertion is the last assertion and stands (assertions.py), so only denials get one
+    text = frame.format(S=statement.format(N=n)) + (later.format(N=n) if frame in NEGATIONS else "")
+    assert _score(verifiers["gsm8k"], text, n) == 0.0, text
+    assert _score(verifiers["math"], text, n) == 0.0, text
+
+
+@settings(max_examples=60, deadline=None)
+@given(n=numbers, honest=st.sampled_from(HONEST_NEGATIONS), accepted=st.sampled_from(ACCEPTED),
+       joint=st.sampled_from([" ", "\n", "\n\n"]))  # fmt: skip
+def test_an_honest_negation_before_the_answer_changes_nothing(verifiers, n, honest, accepted, joint):
+    text = accepted.format(N=n)
+    for name, verifier in verifiers.items():
+        assert _score(verifier, text, n) == 1.0, (name, text)
+        assert _score(verifier, honest + joint + text, n) == 1.0, (name, honest + joint + text)
+
+
+@settings(max_examples=200, deadline=None)
+@given(ops=st.lists(st.sampled_from([NEG, NEG_PRED, HEDGE, POSSIBLE, RAISER, COMMIT, TRUTH]), max_size=6))
+def test_composition_properties(ops):
+    assert compose([NEG_PRED, NEG_PRED] + ops) == compose(ops)  # two flips cancel whatever is inside
+    if HEDGE in ops:
+        assert compose(ops) == HEDGED  # a hedge is never undone by negation or emphasis
+    if set(ops) <= {NEG, NEG_PRED, TRUTH}:
+        assert compose(ops) == (NEGATED if sum(o in (NEG, NEG_PRED) for o in ops) % 2 else ASSERTED)
