@@ -37,9 +37,9 @@ def _parser() -> argparse.ArgumentParser:
 
 def _command(sub, name: str, cls, help_text: str, defaults=None) -> argparse.ArgumentParser:
     """A command whose options are the fields of the config dataclass ``cls``."""
-    p = sub.add_parser(
-        name, help=help_text, description=help_text, formatter_class=argparse.ArgumentDefaultsHelpFormatter
-    )
+    # Not ArgumentDefaultsHelpFormatter: every option flag's argparse default is None (a flag not given leaves the
+    # config's value alone), so it would print "(default: None)"; add_arguments writes each option's true default.
+    p = sub.add_parser(name, help=help_text, description=help_text)
     p.add_argument("--config", metavar="FILE.yaml", help="YAML file of options (flags override it)")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     add_arguments(p, cls, defaults)

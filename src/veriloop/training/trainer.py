@@ -55,6 +55,7 @@ from veriloop.training.critic import Critic
 from veriloop.training.distributed import build_learner
 from veriloop.training.metrics import MetricsLog, staleness, step_metrics
 from veriloop.training.optim import lr_at
+from veriloop.training.preflight import check_context_fits, check_verifier_reads_references, sample_problems
 from veriloop.training.recipes import RECIPES
 from veriloop.training.reference import ReferencePolicy
 from veriloop.training.signals import Signal, SignalMaker
@@ -76,6 +77,9 @@ class Trainer:
         if cfg.rollout.source == "task-teacher":
             TaskTeacherEngine.require_demonstrations(self.task)
         start = policy if policy is not None else self._load_start(cfg)
+        problems = sample_problems(self.task, cfg.seed)
+        check_verifier_reads_references(self.verifier, cfg.verifier, self.task, cfg.task.reward_verifier(), problems)
+        check_context_fits(start, cfg.policy, self.task, problems, cfg.sampling.max_new_tokens)
         check_installed(cfg.report_to)
         if cfg.rollout.engine == "vllm" or (cfg.rollout.engine == "ray" and cfg.ray.worker_engine == "vllm"):
             from veriloop.rollout.vllm_engine import require_vllm
