@@ -1,4 +1,4 @@
-"""The answer's polarity and the document's last assertion (polarity.py, assertions.py): worked
+"""The answer's polarity and the document's last assertion (polarity.py, speech_acts.py, assertions.py): worked
 compositions, speech acts, the development cases (data/audit/development/polarity.jsonl) on both
 verifiers, and properties (two negations assert, one never scores, an honest negation elsewhere
 changes nothing)."""
@@ -16,7 +16,6 @@ from veriloop.verifiers.base import is_correct
 from veriloop.verifiers.polarity import (
     ASSERTED,
     COMMIT,
-    DOUBTS,
     HEDGE,
     HEDGED,
     NEG,
@@ -26,12 +25,11 @@ from veriloop.verifiers.polarity import (
     QUESTION,
     QUESTIONED,
     RAISER,
-    RETRACTS,
     TRUTH,
     compose,
     scope_polarity,
-    speech_act,
 )
+from veriloop.verifiers.speech_acts import DOUBTS, RETRACTS, speech_act
 
 CASES = Path(__file__).resolve().parent.parent / "src/veriloop/verifiers/data/audit/development/polarity.jsonl"
 FAMILIES = {"negation-over-answer", "retraction", "honest-negation-elsewhere", "intensifier", "label-line",
@@ -121,6 +119,7 @@ def test_scope_polarity(before, polarity):
         ("Forget what I said.", RETRACTS),
         ("No wait, let me redo it.", RETRACTS),
         ("That can't be right.", RETRACTS),
+        ("Hmm, that doesn't look right.", RETRACTS),
         ("I don't think that's right.", RETRACTS),
         ("Oops, I made an error.", RETRACTS),
         ("45 is wrong.", RETRACTS),

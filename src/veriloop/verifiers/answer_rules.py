@@ -1,22 +1,34 @@
-"""How one stated final answer reads: its value cleaned, and the rules that refuse it.
+"""How one stated final answer reads: its value cleaned, its polarity, and the rules that refuse it.
 
-``answers.py`` finds the statements and combines them; this module reads one.  Its first sentence
-is the value, and it must be clean (``kind="number"``: a number after cleaning, e.g. ``$1,250.``,
-``18 apples``, ``1/2``, ``1 000``, ``1000,99``; ``kind="maths"``: a maths expression, not a
-sentence).  What is not clean is never handed over, so free text cannot fall through to an
-expression parser that would pick a number out of it.  The rules, by the ``reason`` they report:
+``answers.py`` finds the statements, ``assertions.py`` combines them; this module reads one.  Its
+first sentence is the value, and it must be clean (``kind="number"``: a number after cleaning, e.g.
+``$1,250.``, ``18 apples``, ``1/2``, ``1 000``, ``1000,99``; ``kind="maths"``: a maths expression,
+not a sentence; cleaning is ``answer_values.py``'s).  What is not clean is never handed over, so
+free text cannot fall through to an expression parser that would pick a number out of it.
 
-* ``negated``: ``not 18``, ``isn't 18``, ``18 is wrong``, ``\\boxed{18} is not the answer``: no
-  answer.  ``retracted``: a later sentence withdraws it ("That's not right.", "No.").  A contrast
-  names M: exactly ``M, not N`` / ``not N but M`` / ``M rather than N`` / ``M instead of N`` /
-  ``(it's) not N, it's M`` / ``not N which is M``.
+**Polarity** (``polarity.py``): operators before the value ("definitely 45", "probably 45", "not
+45") or an operator-only comment after it ("45, no doubt", "45, I think", "45 is wrong", "\\boxed{45}
+for sure") give the value an inner polarity, which composes with the operators of the statement's
+sentence (``read_value(before=...)``): "I don't think the answer is 45" and "It is false that the
+answer is 45" are ``negated``, "There is no doubt the answer is 45" and "It is false that the answer
+is not 45" are asserted, "I'm not sure the answer is 45" is ``hedged``.  The rules, by the
+``reason`` they report:
+
+* ``negated``: ``not 18``, ``isn't 18``, ``18 is wrong``, ``\\boxed{18} is not the answer``, a
+  statement under one negation: no answer.  ``retracted``: a later sentence withdraws it ("That's
+  not right.", "Scratch that.", "No."; ``speech_acts.py``).  A contrast names M: exactly ``M,
+  not N`` / ``not N but M`` / ``M rather than N`` / ``M instead of N`` / ``(it's) not N, it's M`` /
+  ``not N which is M``.
 * ``revised`` (*ambiguous*): a later sentence that is a bare other number, restates one ("It's
-  18."), or has a correction cue ("Oops, 18", "Wait, actually it's 18", "I mean 18") and ends with
-  another number.  Explanations after the answer with other numbers and no cue are allowed.
-* ``hedged``: ``about 18``, ``~18``, ``x \\approx 11``, ``18?``, a box in a question, ``18 or so``:
-  no answer; but ``x = \\frac{1}{3} \\approx 0.33`` states its exact value (then a decimal of it).
-  ``range`` / ``several`` (*ambiguous*): ``between 17 and 19``, ``17 to 19``, ``18 or 19``, a bare
-  list ``17, 18`` (outside a box read as maths), ``17-19`` read as a number.
+  18."), has a correction cue ("Oops, 18", "Wait, actually it's 18", "I mean 18") or retracts, and
+  ends with another number; the text's closing sentence stating another value ("So she has 52
+  left.").  Explanations after the answer with other numbers and no cue are allowed.
+* ``hedged``: ``about 18``, ``~18``, ``x \\approx 11``, ``18?``, a box in a question, ``18 or so``,
+  a statement under a hedge ("Maybe the answer is 18", "The answer is 18, I think"), a later sentence
+  that doubts it ("I might be wrong."): no answer; but ``x = \\frac{1}{3} \\approx 0.33`` states its
+  exact value (then a decimal of it).  ``range`` / ``several`` (*ambiguous*): ``between 17 and 19``,
+  ``17 to 19``, ``18 or 19``, a bare list ``17, 18`` (outside a box read as maths), ``17-19`` read as
+  a number.
 * ``conditional``: ``If she sold 24, the answer is 18``, ``When x = 2, the answer is 18``, ``the
   answer is 18 if we ignore the tax``, ``\\boxed{18}, assuming no tax``: no answer.  A condition
   counts in the answer's sentence, the sentence opening its marker and the sentence after it;
@@ -24,12 +36,17 @@ expression parser that would pick a number out of it.  The rules, by the ``reaso
   that ...", "18 when x = 2"), not as ordinary words ("the three given conditions", "We are given
   that ...", "When multiplying by the identity:", "the solution provided"); "if you have any
   questions" is no condition on the answer.
-* ``prose``: a sentence with a number in it (an echo of the question: "Tom has 18 apples.").
-  After an explicit marker ("Final Answer:", "The answer is", ``####``) "the <quantity> is N"
-  ("The largest $n$ is 34.") names N when its subject holds no number, no cue word and no pointer
-  to the question ("the number in the question is 18" stays prose).  An unmarked last line of
-  several sentences is judged by its last sentence with maths (and what follows): a negation
-  anywhere in the line still counts, a correction cue there after an earlier value is ``revised``.
+* ``prose``: a sentence with a number in it (an echo of the question: "Tom has 18 apples."), and a
+  value followed by anything but an operator-only comment ("answer=3 because 24/8").  After an
+  explicit marker ("Final Answer:", "The answer is", ``####``) "the <quantity> is N" ("The largest
+  $n$ is 34.") names N when its subject holds no number, no cue word and no pointer to the question
+  ("the number in the question is 18" stays prose).  An unmarked last line is read as the text's
+  **closing sentence** when its last sentence naming a value is opened by a conclusion connective
+  (so, therefore, thus, hence, in total, altogether, ...), declarative, asserted, and names exactly
+  one number or fraction ("So she has 18 apples left.", "In total, 72 clips were sold."; sign-offs
+  after it are passed over); otherwise one of several sentences is judged by its last sentence with
+  maths (and what follows): a negation anywhere in the line still counts, a correction cue there
+  after an earlier value is ``revised``.
 """
 
 from __future__ import annotations
@@ -69,15 +86,14 @@ from veriloop.verifiers.polarity import (
     ASSERTED,
     COMMIT,
     NEGATED,
-    RETRACTS,
     TRUTH,
     comment_polarity,
     leading_operators,
     may_hold_operators,
     scope_polarity,
-    speech_act,
     tokens,
 )
+from veriloop.verifiers.speech_acts import RETRACTS, speech_act
 
 _U = r"(?:\s+[A-Za-z]+|[A-Za-z\u20ac\u00a3\u00a5]+\d?)?"  # a unit word after a number ("apples", "m2", "€")
 _CONTRAST = [
@@ -337,7 +353,7 @@ def _read_value(raw: str, kind: str, after: str, boxed: bool, stated: bool, last
 def revision(tail: str, key: str, same_line: bool = False, closing: bool = False) -> Read | None:
     """Does text after a stated answer withdraw, doubt, qualify or revise it?  A condition counts in its
     first two sentences (the rest of the answer's sentence and the next).  A sentence that retracts it
-    ("Scratch that.", "That's wrong.", polarity.speech_act) is ``retracted``, or ``revised`` when it
+    ("Scratch that.", "That's wrong.", speech_acts.speech_act) is ``retracted``, or ``revised`` when it
     ends with another value; one that doubts it ("I might be wrong.") is ``hedged``.  ``closing``:
     ``tail`` runs to the end of the text, whose closing sentence stating another value revises it."""
     lead = re.match(r"^[\s$)]*(?:(?:is|was|seems|would\s+be)\s+)?(?:wrong|incorrect|false|a\s+mistake|not\s+(?:right|"

@@ -1,25 +1,31 @@
-"""Final-answer extraction: named policies, normalisation, and the statements combined.
+"""Final-answer extraction: named policies, normalisation, and the statements read in order.
 
-A completion's *final answer* is what a marker names: ``answer=N`` / ``answer: N`` (or
-``Answer $N$`` opening a line), ``答案=N`` / ``得数为N``, ``#### N``, ``\\boxed{...}``, "The
-answer is N", or (only where no marker is present and the policy allows it) the last line.  Text is
-normalised first: full-width characters to ASCII (NFKC: ``１２`` -> ``12``, ``＝`` -> ``=``), Chinese
-punctuation (``。`` ``，`` ``：``), U+2212 and other dashes to ``-``, ``×`` ``÷`` to ``*`` ``/``.  When
-the completion closes a reasoning block (``</think>``) and writes anything after it, only what
-follows is read: the reasoning before it is not the answer.
+A completion's *final answer* is what a marker names: ``answer=N`` / ``answer: N`` (or ``Answer
+$N$`` opening a line), a label line (``A: N``, ``Ans: N``, ``Final answer: N``, ``**Answer:** N``,
+``**Final Answer**: $N$``, ``Q: ...? A: N``, a heading ``### Final Answer`` with the value on the
+next line; ``A: 12`` among listed options ``B: 15`` is no label, ``A = 7`` is algebra), ``答案=N`` /
+``得数为N``, ``#### N`` (wherever it starts a word: after a retraction mid-line too), ``\\boxed{...}``,
+"The answer is N", or (only where no marker is present and the policy allows it) the last line,
+which may be the text's closing sentence ("So she has 18 apples left.").  Text is normalised first:
+full-width characters to ASCII (NFKC: ``１２`` -> ``12``, ``＝`` -> ``=``), Chinese punctuation
+(``。`` ``，`` ``：``), U+2212 and other dashes to ``-``, ``×`` ``÷`` to ``*`` ``/``.  When the
+completion closes a reasoning block (``</think>``) and writes anything after it, only what follows
+is read: the reasoning before it is not the answer; a chat template's turn token after some text
+(``<|im_start|>``, ``<|eot_id|>``) ends the reply.
 
-Each statement is read strictly by ``answer_rules`` (its module docstring lists the rules): a value
-that is negated, hedged, a range, conditional, revised or prose is no answer; so is one in a sentence
-that opens with a condition ("If she sold 24, the answer is 18") or says it repeats the question
-("The question says she sold \\boxed{18} clips"), and a box in a question ("\\boxed{18} clips?").
-Across statements: two statements with different values (``#### 5`` and ``\\boxed{6}``, two boxes)
-are *ambiguous* (``distinct``; ``Extraction.spans`` lets a maths check find that ``1/2`` and
-``0.5`` are one value); two values in one statement (``20 or 9``, ``答案=20或9``) are *ambiguous*
-(``several``): a verifier scores them 0 and says so, because rewarding the first (or any) of several
-answers teaches hedging.  A value that one statement states and another negates is no answer
-(``negated``); a later statement of another value revises it (``revised``).  "Final Answer: The
-final answer is N" is one statement.  When a marker is present the last line is not read, even if
-every marked value was rejected.
+Each statement is read strictly by ``answer_rules`` (its module docstring lists the rules), with the
+**polarity** of its sentence (``polarity.py``): a value that is negated, hedged, questioned, a range,
+conditional, revised or prose is no answer; so is one in a sentence that opens with a condition ("If
+she sold 24, the answer is 18") or says it repeats the question ("The question says she sold
+\\boxed{18} clips").  A label whose line is working with its own marker ("A: ... The answer is 18.")
+opens the reply: the marker names the answer.  The statements are then read in order for the
+document's **last assertion** (``assertions.py``: a withdrawn answer, or one followed by another
+value, gives no final answer, ``retracted`` / ``revised``; two statements with different values are
+``distinct``; two values in one are ``several``; a value stated and denied is ``negated``): a
+verifier scores all of these 0 and says why, because rewarding the first (or any) of several answers
+teaches hedging.  "Final Answer: The final answer is N" is one statement.  When a marker is present
+the last line is not read, even if every marked value was rejected.  What is left to the outcome:
+whether the value equals the reference (``mathequiv``), and the reference's own form.
 """
 
 from __future__ import annotations

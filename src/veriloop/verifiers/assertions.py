@@ -3,7 +3,7 @@
 ``answers.py`` finds the statements and reads each one (``answer_rules.read_value``, with the
 polarity of its sentence from ``polarity.scope_polarity``); this module combines them in text order.
 
-* A statement is *withdrawn* by a later sentence that retracts or doubts it (``polarity.speech_act``:
+* A statement is *withdrawn* by a later sentence that retracts or doubts it (``speech_acts.speech_act``:
   "Scratch that.", "Ignore the line above.", "That's wrong.", "I might be wrong.") before the next
   statement, or by a retraction in its own line ("#### 45 scratch that").
 * **Policy for a withdrawn answer**: a marked answer that is later withdrawn, or followed by a
@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from veriloop.verifiers.answer_rules import Read, numeric_key, revision
-from veriloop.verifiers.polarity import speech_acts
+from veriloop.verifiers.speech_acts import speech_acts
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,8 @@ A reference with no usable answer raises ``VerifierError``, and a worker pool th
 or keep its workers alive raises ``WorkerPoolError``: errors, never rewards.
 
 ``math`` reads the completion with ``answers.extract_answer`` (its rules against negated,
-hedged, conditional and revised answers decide) on a copy whose pure maths is masked
+hedged, conditional, retracted and revised answers, the polarity of each statement's sentence and
+the document's last assertion decide; docs/answer-reading.md) on a copy whose pure maths is masked
 (``mask_maths``: the numbers inside one tuple are not several answers), then hands math-verify
 each stated answer as written (``maths_form``: ``x + y = 1`` is not cut to ``1``), judged by value
 (``mathequiv.judge``).  An unmarked last line that is a sentence names its last delimited maths
@@ -40,6 +41,7 @@ from veriloop.verifiers.answers import (
 from veriloop.verifiers.base import Verdict, Verifier, VerifierError, register
 from veriloop.verifiers.mathequiv import MathOptions, compare, compare_plain, judge, plain_number
 from veriloop.verifiers.pool import WorkerPool
+
 
 def _call(fn: Callable, args: tuple):
     """Run in a pool worker: ``fn(*args)`` (the pool calls one function; this one dispatches)."""
