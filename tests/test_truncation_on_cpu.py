@@ -9,7 +9,8 @@ import pytest
 import torch
 from test_exact_mode_on_cpu import FOUR, LOGITS4, REWARDS4, group_records, make_trainer
 
-from veriloop.config import build_config
+from veriloop.cli import main
+from veriloop.config import ConfigError, build_config
 from veriloop.registry import ESTIMATORS
 from veriloop.rollout.records import RecordStore
 from veriloop.training.config import TrainConfig
@@ -82,8 +83,15 @@ def test_the_overlong_ramp_and_the_mask_together_are_refused():
     cfg = build_config(TrainConfig, {}, {"rollout.overlong_buffer": 16, "update.mask_truncated": False})
     check_signal_options(cfg)  # penalised and learned from: coherent
     cfg.update.mask_truncated = True
-    with pytest.raises(ValueError, match=r"rollout.overlong_buffer=16 penalises .*update.mask_truncated.*choose one"):
+    with pytest.raises(ConfigError, match=r"rollout.overlong_buffer=16 penalises .*update.mask_truncated.*choose one"):
         check_signal_options(cfg)
+
+
+@pytest.mark.timeout(120)
+def test_the_cli_names_the_contradiction_without_a_traceback(tmp_path, capsys):
+    argv = ["train", "--steps", "1", "--rollout.overlong_buffer", "8", "--run_dir", str(tmp_path / "r"), "--quiet"]
+    assert main(argv) == 2
+    assert "update.mask_truncated" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("over, message", [
@@ -92,7 +100,7 @@ def test_the_overlong_ramp_and_the_mask_together_are_refused():
 ])  # fmt: skip
 def test_the_importance_weighted_kl_needs_behaviour_logprobs_of_the_sampling_distribution(over, message):
     cfg = build_config(TrainConfig, {}, {**over, "kl.importance_weighted": True})
-    with pytest.raises(ValueError, match=message):
+    with pytest.raises(ConfigError, match=message):
         check_signal_options(cfg)
 
 

@@ -22,6 +22,7 @@ from typing import NamedTuple
 import torch
 
 from veriloop.algorithms import kl_estimate
+from veriloop.config import ConfigError
 from veriloop.models.batch import PolicyBatch, build_policy_batch, last_token_index, select
 from veriloop.registry import ESTIMATORS, OBJECTIVES
 from veriloop.rollout.records import Record
@@ -95,9 +96,9 @@ def kept_share(mask: torch.Tensor, rows: torch.Tensor, aggregation: str, among: 
 
 
 def check_signal_options(cfg) -> None:
-    """The learning signal's rules across config sections (a ValueError naming the options)."""
+    """The learning signal's rules across config sections (a ``ConfigError`` naming the options)."""
     if cfg.update.mask_truncated and cfg.rollout.overlong_buffer:
-        raise ValueError(
+        raise ConfigError(
             f"rollout.overlong_buffer={cfg.rollout.overlong_buffer} penalises completions cut at "
             "sampling.max_new_tokens (its ramp reaches -1 there) and update.mask_truncated (on by default) leaves "
             "them out of the loss, where no penalty reaches them: choose one. To penalise them set "
@@ -106,10 +107,10 @@ def check_signal_options(cfg) -> None:
         )
     if cfg.kl.importance_weighted and cfg.kl.beta > 0:
         if cfg.rollout.source == "task-teacher":
-            raise ValueError("kl.importance_weighted with rollout.source task-teacher: the task's traces were "
+            raise ConfigError("kl.importance_weighted with rollout.source task-teacher: the task's traces were "
                              "sampled by no policy, so there are no behaviour log-probs to weight by")  # fmt: skip
         if OBJECTIVES.get(cfg.loss.policy_loss).distribution != "sampling":
-            raise ValueError(f"kl.importance_weighted with loss.policy_loss={cfg.loss.policy_loss}: its log-probs "
+            raise ConfigError(f"kl.importance_weighted with loss.policy_loss={cfg.loss.policy_loss}: its log-probs "
                              "are the model's, not the sampling distribution's that the behaviour log-probs were "
                              "recorded under; use a ratio objective (clip, dual-clip, gspo, pg)")  # fmt: skip
 
