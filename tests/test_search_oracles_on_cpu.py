@@ -28,10 +28,12 @@ def test_compute_optimal_never_picks_an_oracle():
              "best_of_n": {"4": cell(1.0, 40, oracle=True), "8": cell(1.0, 35, oracle=True)}}  # fmt: skip
     picks = compute_optimal(cells, ["all"])["all"]
     assert [(p["strategy"], p["token_budget"]) for p in picks] == [("single", 10), ("majority", 40)]
+    assert all(p["truncation_rate"] == 0.0 for p in picks)  # beside each chosen accuracy
     summary = {"bins": {"all": {"problems": 10}}, "strategies": cells, "compute_optimal": {"all": picks}}
     text = table(summary)
     assert "| best_of_n [oracle] | 4 | 1.000 | 0.000 |" in text and "| majority | 4 | 0.600 | 0.000 |" in text
     assert "read the problem's reference answer" in text and "oracles excluded" in text
+    assert "majority@4 (0.600, truncated 0.000)" in text
 
 
 def test_a_truncated_solution_is_not_answered_whatever_the_verdict():
@@ -92,6 +94,6 @@ def test_allocate_lists_an_oracle_as_an_upper_bound_and_never_chooses_it(tmp_pat
     assert s["validation_overall"]["best_of_n@8"]["accuracy"] > s["validation_overall"]["majority@8"]["accuracy"]
     for ch in s["choices"]:  # the oracle is the best cell on validation, and never chosen
         assert not any(c.startswith("best_of_n") for c in (ch["allocation"] or []) + [ch["single"] or ""])
-        assert "truncation_rate" in ch["heldout"]["single"]
+        assert "truncation_rate" in ch["heldout"]["single"] and "truncation_rate" in ch["validation"]["allocation"]
     text = (tmp_path / "a" / "table.md").read_text()
     assert "[oracle] cells read the reference answer" in text and "best_of_n@8" in text

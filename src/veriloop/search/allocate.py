@@ -332,6 +332,7 @@ def _choose(cfg: AllocateConfig, fit: dict, n_val: int) -> list[dict]:
         if alloc is not None:
             picked = [(n, cells[c][k]) for k, (n, c) in enumerate(zip(sizes, alloc))]
             val_alloc = {"accuracy": sum(n * (c["accuracy"] or 0.0) for n, c in picked) / n_val,
+                         "truncation_rate": sum(n * (c["truncation_rate"] or 0.0) for n, c in picked) / n_val,
                          "mean_tokens": fit["probe_tokens"] + sum(n * c["mean_tokens"] for n, c in picked) / n_val}
         choices.append({"budget_units": units, "token_budget": tokens, "allocation": alloc, "single": single,
                         "validation": {"allocation": val_alloc, "single": fit["overall"].get(single)}})  # fmt: skip

@@ -218,6 +218,7 @@ def compute_optimal(cells: dict, names: list[str]) -> dict:
             if fits:
                 acc, neg_t, _, s, b = max(fits)
                 rows.append({"token_budget": level, "strategy": s, "budget": int(b), "accuracy": acc,
+                             "truncation_rate": cells[s][b]["by_bin"][k].get("truncation_rate"),
                              "mean_tokens": -neg_t})  # fmt: skip
         out[name] = rows
     return out
@@ -442,7 +443,8 @@ def table(summary: dict) -> str:
         picks, last = [], None
         for r in rows:
             if (r["strategy"], r["budget"]) != last:
-                picks.append(f"<= {r['token_budget']:.1f} tokens: {r['strategy']}@{r['budget']} ({r['accuracy']:.3f})")
+                picks.append(f"<= {r['token_budget']:.1f} tokens: {r['strategy']}@{r['budget']} ({r['accuracy']:.3f}, "
+                             f"truncated {_rate(r.get('truncation_rate'))})")  # fmt: skip
                 last = (r["strategy"], r["budget"])
         lines.append(f"- {n}: " + "; ".join(picks))
     return "\n".join(lines) + "\n"
