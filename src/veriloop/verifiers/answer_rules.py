@@ -372,7 +372,9 @@ def revision(tail: str, key: str, same_line: bool = False, closing: bool = False
             if same_line and n == 0 and (ws & REVISING_HEDGE or HEDGE_SIGNS.search(sentence)) and new:
                 return Read("several", reason="several", numbers=frozenset({key, new}))
             act = speech_act(sentence, key)
-            bare = re.fullmatch(rf"[\s*$(]*{NUM}[\s*.!)]*", sentence) or _RESTATED.match(sentence.strip())
+            restated = _operators_around(sentence.strip().rstrip(".!"), "maths") if new else None
+            bare = re.fullmatch(rf"[\s*$(]*{NUM}[\s*.!)]*", sentence) or _RESTATED.match(sentence.strip()) or (
+                restated is not None and restated[0] != NEGATED)  # "Definitely 18.", "Probably 18." (not "Not 18.")
             cue = ws & CORRECTION or CORRECTION_PHRASE.search(sentence) or any(c in sentence for c in "错改")
             if (bare or cue or act == RETRACTS) and new:
                 return Read("several", reason="revised", numbers=frozenset({key, new}))
