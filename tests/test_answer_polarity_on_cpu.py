@@ -164,6 +164,17 @@ def test_last_assertion(text, status, reason):
     assert (found.status, found.reason) == (status, reason), found
 
 
+@pytest.mark.parametrize("name", ["gsm8k", "math"])
+def test_verdicts_name_the_reason(verifiers, name):
+    cases = {"I don't think the answer is 45.": ("no_answer", "(negated)"),
+             "#### 45\nScratch that.": ("no_answer", "(retracted)"),
+             "Maybe the answer is 45.": ("no_answer", "(hedged)"),
+             "#### 45\nScratch that. #### 52": ("ambiguous", "(revised)")}  # fmt: skip
+    verdicts = verifiers[name].verify_batch(list(cases), ["45"] * len(cases))
+    for (text, (outcome, says)), v in zip(cases.items(), verdicts):
+        assert v.outcome == outcome and says in v.details and v.score == 0.0, (text, v)
+
+
 def test_markers_real_models_write():
     assert SPAN_POLICIES["gsm8k"]("#### 45\nScratch that. #### 52") == [("45", 0, 7), ("52", 22, 29)]
     few_shot = "A: She had 27 and ate 9, so 27 - 9 = 18 are left. The answer is 18."  # the label opens the reply

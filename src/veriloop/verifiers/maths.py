@@ -230,10 +230,11 @@ class MathAnswer(Verifier):
         for i, c in enumerate(completions):
             if not self.read_spans:  # gsm8k: one cleaned answer string
                 found = extract_answer(c, self.policies, kind="number")  # a GSM8K answer is a number
-                if found.status == "none":
-                    verdicts[i] = self._outcome("no_answer", "no final answer found")
+                if found.status == "none":  # the reason, as for math: "no final answer found (retracted)"
+                    verdicts[i] = self._outcome("no_answer", f"no final answer found ({found.reason or 'none'})")
                 elif found.status == "ambiguous":
-                    verdicts[i] = self._outcome("ambiguous", f"several final answers: {list(found.candidates)}")
+                    verdicts[i] = self._outcome("ambiguous", f"several final answers ({found.reason}): "
+                                                             f"{list(found.candidates)}")  # fmt: skip
                 elif plain_number(golds[i]) is not None and plain_number(found.answer or "") is not None:
                     verdicts[i] = self._outcome(*compare(golds[i], found.answer or "", self.options))
                 else:
