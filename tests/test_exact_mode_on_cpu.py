@@ -25,7 +25,9 @@ from veriloop.verifiers import from_reward_function
 
 def make_trainer(tmp_path, candidates, rewards, logits, G, **overrides):
     table = dict(zip(candidates, rewards))
-    verifier = from_reward_function(lambda prompts, completions, **_: [table[c] for c in completions], name="table")
+    # .get: the trainer's preflight (d8399d7) first scores an empty completion against the task's references
+    verifier = from_reward_function(lambda prompts, completions, **_: [table.get(c, 0.0) for c in completions],
+                                    name="table")  # fmt: skip
     settings = {
         "run_dir": str(tmp_path / "run"), "steps": 1, "save_rollouts": False, "rollout.prompts_per_step": 1,
         "rollout.group_size": G, "optim.name": "sgd", "optim.lr": 1.0, "optim.grad_clip": 0.0,
