@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import fmt, parse_seeds, silence_hub_progress  # noqa: E402
 
 from veriloop.config import build_config, load_yaml  # noqa: E402
-from veriloop.pipeline import PipelineConfig, run_pipeline  # noqa: E402
+from veriloop.pipeline import PipelineConfig, options_for, run_pipeline  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -48,7 +48,8 @@ def main() -> None:
                 extra = {"variant": variant, "seed": str(seed), "run_dir": f"{tmp}/{variant}-{seed}"}
                 if variant == "rl-long":
                     extra["max_minutes"] = str(r1_minutes)
-                cfg = build_config(PipelineConfig, load_yaml(args.config), {**overrides, **extra})
+                cfg = build_config(PipelineConfig, options_for(variant, load_yaml(args.config)),
+                                   {**options_for(variant, overrides), **extra})
                 start = time.time()
                 state = run_pipeline(cfg, progress=False)
                 took = time.time() - start

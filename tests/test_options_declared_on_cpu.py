@@ -72,6 +72,7 @@ NEEDS: dict[tuple[str, str], dict] = {
     ("reasoning format", "pot"): {"verifier": "arithmetic-pot"},
     ("reasoning format", "tool"): {"verifier": "arithmetic-tool"},
     ("task", "jsonl"): {"verifier": "arithmetic-outcome"},
+    ("pipeline variant", "rl-long"): {"max_minutes": 1.0},
 }  # fmt: skip
 # Choices no configuration can make, with why: (kind, component), or (command, kind, component) in one command.
 UNCONFIGURABLE = {("task", "fixed"): "a fixed problem is given in code (prompt and reference), not by options",

@@ -22,7 +22,9 @@ TINY = {"cold_start_steps": 2, "rl_steps": 2, "rs_problems": 24, "rs_samples": 2
 
 
 def _cfg(run_dir, **extra):
-    return build_config(PipelineConfig, {"run_dir": str(run_dir), **TINY, **extra}, {})
+    """TINY's options that the variant reads (one that it does not read would be refused), with ``extra``."""
+    variant = extra.get("variant", "r1")
+    return build_config(PipelineConfig, {"run_dir": str(run_dir), **pipeline.options_for(variant, TINY), **extra}, {})
 
 
 def test_the_r1_pipeline_runs_every_stage_and_sfts_from_the_base(tmp_path):

@@ -33,6 +33,7 @@ from veriloop.evaluation.evaluate import EvalConfig, EvalResult, evaluate
 from veriloop.evaluation.teacher import evaluate_teacher
 from veriloop.io import atomic_write_json, atomic_write_text, read_checked, write_checked
 from veriloop.models.loading import load_policy
+from veriloop.options import check_declared, declare, toggled
 from veriloop.report.report import write_report
 from veriloop.training.checkpoint import config_bytes, config_changes, flatten
 from veriloop.training.config import TrainConfig
@@ -94,15 +95,24 @@ class DemoConfig:
         for key, why in REFUSED.items():
             if getattr(self.train, key) != getattr(default, key):
                 raise ValueError(f"train.{key} ({getattr(self.train, key)!r}) is not used by the demo: {why}")
+        check_declared(self)
+
+
+declare(DemoConfig, [
+    toggled("process-reward run", "process_run", ("process_verifier",), lambda cfg: cfg.process_run,
+            "process_run true", "process_run false", {"process_run": True}, {"process_run": False}),
+    toggled("SFT control", "sft_control", ("sft_lr",), lambda cfg: cfg.sft_control, "sft_control true",
+            "sft_control false", {"sft_control": True}, {"sft_control": False}),
+], ("run_dir", "process_run", "sft_control", "threads", "train", "eval"))  # fmt: skip
 
 
 def demo_defaults() -> DemoConfig:
     return DemoConfig()
 
 
-def _set_options(train: TrainConfig) -> dict:
+def set_options(train: TrainConfig) -> dict:
     """The train.* options (dotted) whose values differ from the defaults of the recipe ``train.algo``."""
-    defaults = flatten(to_dict(build_config(TrainConfig, {"algo": train.algo})))
+    defaults = {**TrainConfig.recipe_defaults(train.algo), "verifier": train.task.reward_verifier()}  # '' resolved
     return {k: v for k, v in flatten(to_dict(train)).items() if v != defaults.get(k) and k != "run_dir"}
 
 
@@ -112,12 +122,12 @@ def control_config(cfg: DemoConfig, run_dir: Path, seconds: float) -> TrainConfi
     own = {"algo": "sft", "policy": cfg.train.policy, "run_dir": str(run_dir), "seed": cfg.train.seed,
            "steps": 10**7, "max_minutes": seconds / 60, "save_rollouts": False, "checkpoint_every": 10**7,
            "optim.lr": cfg.sft_lr, "optim.weight_decay": 0.01}  # fmt: skip
-    passed = {k: v for k, v in _set_options(cfg.train).items() if control_reach(k) == "passes"}
+    passed = {k: v for k, v in set_options(cfg.train).items() if control_reach(k) == "passes"}
     return build_config(TrainConfig, {"task": to_dict(cfg.train.task)}, {**own, **passed})
 
 
 def _control_note(cfg: DemoConfig) -> str:
-    unused = [k for k in _set_options(cfg.train) if control_reach(k) == "grpo-only"]
+    unused = [k for k in set_options(cfg.train) if control_reach(k) == "grpo-only"]
     if not cfg.sft_control or not unused:
         return ""
     return (f"the SFT control does not use {', '.join('train.' + k for k in unused)}: settings of the GRPO runs "

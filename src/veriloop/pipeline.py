@@ -42,11 +42,13 @@ from pathlib import Path
 import torch
 
 from veriloop.config import build_config, to_dict
+from veriloop.demo import control_reach, set_options
 from veriloop.errors import InputError
 from veriloop.evaluation.evaluate import EvalConfig, evaluate
 from veriloop.io import atomic_write_jsonl, atomic_write_text, read_checked, write_checked
 from veriloop.models.loading import load_policy
 from veriloop.models.solutions import sample_solutions
+from veriloop.options import OptionScope, check_declared, declare
 from veriloop.rollout.sampler import SamplingParams
 from veriloop.seeding import derive_seed
 from veriloop.tasks.base import draw_problems
@@ -101,6 +103,22 @@ class PipelineConfig:
                 raise InputError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.rl.run_dir != TrainConfig().run_dir or self.rl.policy != TrainConfig().policy:
             raise InputError("rl.run_dir and rl.policy are set by the pipeline (--run_dir, --base); leave them")
+        check_declared(self)
+
+
+# What each variant reads of the pipeline's own options (rl.* is TrainConfig's and checks itself).
+_R1_OPTIONS = ("cold_start_steps", "rl_steps", "rs_problems", "rs_samples", "mix_data", "sft_steps", "rl_again_steps",
+               "sft_lr")  # fmt: skip
+VARIANT_SCOPE = OptionScope("pipeline variant", "variant", (*_R1_OPTIONS, "max_minutes"),
+                            {"r1": _R1_OPTIONS, "r1-zero": ("rl_steps",), "rl-long": ("max_minutes",)})
+declare(PipelineConfig, [VARIANT_SCOPE], ("run_dir", "variant", "base", "seed", "threads", "eval_problems", "rl"))
+
+
+def options_for(variant: str, options: dict) -> dict:
+    """``options`` without the variant options ``variant`` does not read (one file of options for every variant:
+    ``benchmarks/r1_pipeline.py``); the others are the variant's to refuse or take."""
+    scope = VARIANT_SCOPE
+    return {k: v for k, v in options.items() if k not in scope.options or scope.reads_option(variant, k)}
 
 
 STATE, CONFIG = "pipeline.json", "pipeline.yaml"
@@ -189,10 +207,15 @@ def _train(root: Path, stage: str, cfg: TrainConfig, progress: bool) -> Path:
 
 
 def _sft(cfg: PipelineConfig, steps: int, task: dict) -> TrainConfig:
+    """An SFT stage from the base, with the rl.* options that mean the same in SFT (the model's dtype and device,
+    adapters, how the update is split: ``demo.control_reach``) but those the stage sets itself."""
     data = {"algo": "sft", "policy": cfg.base, "seed": cfg.seed, "steps": steps, "task": task,
             "checkpoint_every": max(1, steps // 4), "save_rollouts": False,
             "optim": {"lr": cfg.sft_lr, "weight_decay": 0.01}}  # fmt: skip
-    return build_config(TrainConfig, data, {})
+    own = ("policy", "seed", "task", "checkpoint_every", "optim.lr", "optim.weight_decay")
+    carried = {k: v for k, v in set_options(cfg.rl).items()
+               if control_reach(k) == "passes" and not any(k == o or k.startswith(o + ".") for o in own)}  # fmt: skip
+    return build_config(TrainConfig, data, carried)
 
 
 def _rl(cfg: PipelineConfig, policy: str, steps: int, max_minutes: float = 0.0) -> TrainConfig:
