@@ -27,7 +27,8 @@ TINY = {"policy": "builtin:init", "model.hidden_size": 32, "model.intermediate_s
         "model.num_heads": 2, "rollout.prompts_per_step": 3, "rollout.group_size": 3, "sampling.max_new_tokens": 8,
         "verifier": "test-digit-share", "optim.lr": 0.5, "device": "cpu", "task.arithmetic.heldout_size": 8,
         "update.micro_batch_size": 2, "kl.beta": 0.05, "kl.placement": "loss", "learner.timeout_s": 60,
-        "update.inner_updates": 1, "optim.name": "sgd"}  # fmt: skip
+        "update.inner_updates": 1, "optim.name": "sgd", "update.mask_truncated": False}  # fmt: skip
+# (mask_truncated false: a random tiny policy's completions are nearly all cut; the run, not truncation, is tested)
 ADAMW = {"optim.name": "adamw", "optim.lr": 1e-2}  # where a test checks the optimizer's state
 BETA, UPDATES = 0.05, 2
 pytestmark = pytest.mark.timeout(150)  # a hang fails the test (besides each learner's learner.timeout_s)

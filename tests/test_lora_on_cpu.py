@@ -21,7 +21,9 @@ pytest.importorskip("peft")
 TINY = {"policy": "builtin:init", "model.hidden_size": 32, "model.intermediate_size": 64, "model.num_layers": 2,
         "model.num_heads": 2, "rollout.prompts_per_step": 4, "rollout.group_size": 4, "sampling.max_new_tokens": 10,
         "kl.beta": 0.05, "verifier": "test-digit-share", "optim.lr": 1e-2, "lora.r": 4, "lora.alpha": 8,
-        "checkpoint_every": 1, "device": "cpu", "task.arithmetic.heldout_size": 8}  # fmt: skip
+        "checkpoint_every": 1, "device": "cpu", "task.arithmetic.heldout_size": 8,
+        "update.mask_truncated": False}  # fmt: skip
+# (mask_truncated false: a random tiny policy's completions are nearly all cut; the run, not truncation, is tested)
 
 
 def trainer(tmp_path, name, resume=False, **over):

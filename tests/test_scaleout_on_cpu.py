@@ -45,7 +45,8 @@ def config(policy, run_dir, **over):
             "verifier": "test-digit-share", "rollout.prompts_per_step": 4, "rollout.group_size": 4,
             "rollout.request_groups": 1, "update.micro_batch_size": 6, "kl.beta": 0.05,
             "sampling.max_new_tokens": 12, "optim.lr": 1e-3, "task.arithmetic.heldout_size": 10,
-            "rollout.request_timeout_s": 150, "ray.timeout_s": 150}  # fmt: skip
+            "rollout.request_timeout_s": 150, "ray.timeout_s": 150, "update.mask_truncated": False}  # fmt: skip
+    # (a random tiny policy's completions are nearly all cut: they are learned from, the run is what is tested)
     base.update(over)
     return build_config(TrainConfig, {}, base)
 
@@ -205,7 +206,8 @@ def test_sigterm_checkpoints_and_exits_cleanly(tiny_policy, tmp_path):
         return [sys.executable, "-m", "veriloop.cli", "train", "--policy", tiny_policy, "--run_dir", str(run_dir),
                 "--steps", "30", "--checkpoint_every", "30", "--rollout.prompts_per_step", "2",
                 "--rollout.group_size", "2", "--sampling.max_new_tokens", "8", "--kl.beta", "0",
-                "--task.arithmetic.heldout_size", "10", "--threads", "1"]  # fmt: skip
+                "--task.arithmetic.heldout_size", "10", "--threads", "1",
+                "--update.mask_truncated", "false"]  # fmt: skip
 
     run_dir = tmp_path / "run"
     proc = subprocess.Popen(args(run_dir), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)

@@ -49,3 +49,13 @@ def test_make_base_remakes_into_its_own_run_directory_and_checks_the_shipped_fil
     target = re.search(r"^base:.*?\n((?:\t.*\n)+)", (ROOT / "Makefile").read_text(), re.M).group(1)
     assert "veriloop sft --config configs/sft-base.yaml" in target
     assert "sha256sum --quiet -c ../base.sha256" in target
+
+
+def test_an_export_over_the_shipped_base_is_refused_before_anything_runs():
+    from veriloop.config import ConfigError, build_config
+    from veriloop.training.config import TrainConfig
+
+    for export in (str(BUILTIN_BASE), str(BUILTIN_BASE / "sub")):
+        with pytest.raises(ConfigError, match="is the shipped base model .* e.g. --export runs/base-remake/model"):
+            build_config(TrainConfig, {}, {"export": export})
+    assert build_config(TrainConfig, {}, {"export": "runs/x/model"}).export == "runs/x/model"

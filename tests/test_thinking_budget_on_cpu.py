@@ -136,4 +136,4 @@ def test_eval_reports_accuracy_against_the_budget():
     small, large = r.by_thinking_budget["4"], r.by_thinking_budget["40"]
     assert small["forced_rate"] == 1.0 and small["greedy_accuracy"] < r.greedy_accuracy
     assert large == {"greedy_accuracy": r.greedy_accuracy, "mean_completion_tokens": r.mean_completion_tokens,
-                     "forced_rate": 0.0}  # a budget over every trace forces nothing and changes nothing
+                     "forced_rate": 0.0, "truncation_rate": r.truncation_rate}  # a budget over every trace forces nothing and changes nothing

@@ -29,8 +29,10 @@ from veriloop.tasks.config import TaskConfig
 from veriloop.training import estimators as _estimators  # noqa: F401  (registers the built-in estimators)
 from veriloop.training import objectives as _objectives  # noqa: F401  (registers the built-in objectives)
 from veriloop.training import option_scopes
+from veriloop.training.export import refuse_shipped_base
 from veriloop.training.optim import OptimConfig
 from veriloop.training.recipes import recipe_overrides
+from veriloop.training.signals import check_signal_options
 from veriloop.training.tracking import check_report_to
 from veriloop.verifiers.program import check_reasoning_verifier
 
@@ -261,7 +263,8 @@ class TrainConfig:
     keep_checkpoints: int = field(default=2, metadata={"help": "how many recent checkpoints to keep"})
     save_rollouts: bool = field(default=True, metadata={"help": "write every record to rollouts/step-N.jsonl.gz"})
     threads: int = field(default=0, metadata={"help": "torch CPU threads; 0 = torch's default"})
-    export: str = field(default="", metadata={"help": "also save the final model here (e.g. src/veriloop/assets/base)"})
+    export: str = field(
+        default="", metadata={"help": "also save the final model here (e.g. runs/NAME/model; never the shipped base)"})
     eval_every: int = field(default=0, metadata={"help": "greedy validation accuracy every N steps; 0 = never"})
     eval_problems: int = field(default=200, metadata={"help": "validation problems in the periodic evaluation"})
     eval_split: str = field(
@@ -341,6 +344,8 @@ class TrainConfig:
         self._check_estimator_and_objective(ESTIMATORS.get(self.advantage.estimator),
                                             OBJECTIVES.get(self.loss.policy_loss))  # fmt: skip
         refuse_unread(self, option_scopes.SCOPES, self.recipe_defaults(self.algo))
+        check_signal_options(self)
+        refuse_shipped_base(self.export)
 
     @staticmethod
     def recipe_defaults(algo: str) -> dict:

@@ -63,6 +63,7 @@ RECIPES: dict[str, Recipe] = {
             "loss.aggregation": "token-mean",
             "rollout.dynamic_sampling": True,
             "rollout.overlong_buffer": 16,
+            "update.mask_truncated": False,  # the overlong ramp penalises cut completions: they stay in the loss
             "kl.beta": 0.0,
         },
     ),  # fmt: skip
