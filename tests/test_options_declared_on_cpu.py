@@ -25,7 +25,6 @@ from veriloop.training.optim import OPTIMIZER_OPTIONS, OptimConfig, build_optimi
 
 def _commands() -> dict:
     """Every command of the CLI with config options: its name -> (config class, preset defaults)."""
-    from veriloop.training.recipes import SFT_COMMAND_DEFAULTS
     from veriloop.demo import DemoConfig
     from veriloop.evaluation.run import EvalRunConfig
     from veriloop.pipeline import PipelineConfig
@@ -34,6 +33,7 @@ def _commands() -> dict:
     from veriloop.search.allocate import AllocateConfig
     from veriloop.search.revision import RevisionPairsConfig
     from veriloop.search.run import SearchConfig
+    from veriloop.training.recipes import SFT_COMMAND_DEFAULTS
 
     return {"train": (TrainConfig, {}), "sft": (TrainConfig, SFT_COMMAND_DEFAULTS),
             "eval": (EvalRunConfig, {}), "demo": (DemoConfig, {}), "pipeline": (PipelineConfig, {}),
@@ -73,6 +73,7 @@ NEEDS: dict[tuple[str, str], dict] = {
     ("reasoning format", "tool"): {"verifier": "arithmetic-tool"},
     ("task", "jsonl"): {"verifier": "arithmetic-outcome"},
     ("pipeline variant", "rl-long"): {"max_minutes": 1.0},
+    ("strategy set", "revision"): {"revision_policy": "some/reviser"},
 }  # fmt: skip
 # Choices no configuration can make, with why: (kind, component), or (command, kind, component) in one command.
 UNCONFIGURABLE = {("task", "fixed"): "a fixed problem is given in code (prompt and reference), not by options",
@@ -143,7 +144,7 @@ def test_every_option_against_every_choice_of_its_component(command):
     for scope, prefix, name, key in _walk(command):
         if _unconfigurable(command, scope, name):
             continue
-        base = _choice(scope, prefix, name)
+        base = _choice(scope, prefix, name, command)
         _build(command, base)  # the choice alone is a configuration
         full = prefix + key
         value, extra = _relative(VALUES, full) or _other(every[full])
@@ -171,15 +172,18 @@ def test_an_option_at_its_default_is_accepted_anywhere(command):
     for scope, prefix, name, key in _walk(command):
         if _unconfigurable(command, scope, name):
             continue
-        base = _choice(scope, prefix, name)
+        base = _choice(scope, prefix, name, command)
         if prefix + key not in base:  # the option set explicitly to its default
             build_config(cls, preset, {**base, prefix + key: _default_under(build_config(cls, preset, base), prefix,
                                                                             key)})  # fmt: skip
 
 
-def _choice(scope, prefix: str, name: str) -> dict:
+def _choice(scope, prefix: str, name: str, command: str = "") -> dict:
     needs = NEEDS.get((scope.kind, name), {})
-    return {**{prefix + k: v for k, v in needs.items()}, **{prefix + k: v for k, v in scope.choosing(name).items()}}
+    chosen = scope.choosing(name)
+    if command == "allocate" and scope.kind == "strategy set":  # allocate needs single among its strategies
+        chosen = {"strategy": "single" if name == "single" else f"single,{name}"}
+    return {**{prefix + k: v for k, v in needs.items()}, **{prefix + k: v for k, v in chosen.items()}}
 
 
 def _default_under(cfg, prefix: str, key: str):

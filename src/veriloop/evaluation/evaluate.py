@@ -30,6 +30,7 @@ import torch
 from veriloop.algorithms.pass_at_k import maj_at_k, pass_at_k
 from veriloop.errors import InputError
 from veriloop.models.loading import Policy
+from veriloop.options import check_declared, declare, toggled
 from veriloop.rollout.sampler import SamplingParams, completion_text, generate
 from veriloop.rollout.thinking import generate_with_thinking_budget
 from veriloop.rollout.tools import ToolSettings, generate_with_tools
@@ -64,6 +65,9 @@ class EvalConfig:
         if any(not 0 < b < self.max_new_tokens for b in budgets):
             raise InputError(f"eval.thinking_budgets must be in (0, eval.max_new_tokens={self.max_new_tokens}), got "
                              f"{self.thinking_budgets!r}")  # fmt: skip
+        if self.temperature <= 0 and self.n_samples > 0:
+            raise InputError("eval.temperature must be > 0 for sampled evaluation (or eval.n_samples 0: greedy only)")
+        check_declared(self)
 
     def budgets(self) -> list[int]:
         try:
@@ -71,8 +75,15 @@ class EvalConfig:
         except ValueError:
             raise InputError(f"eval.thinking_budgets must be comma-separated integers, got "
                              f"{self.thinking_budgets!r}") from None
-        if self.temperature <= 0 and self.n_samples > 0:
-            raise InputError("eval.temperature must be > 0 for sampled evaluation")
+
+
+declare(EvalConfig, [
+    toggled("sampled evaluation", "n_samples", ("temperature", "seed"), lambda cfg: cfg.n_samples > 0,
+            "eval.n_samples > 0", "eval.n_samples 0", {"n_samples": 4}, {"n_samples": 0}),
+    toggled("thinking budgets", "thinking_budgets", ("thinking_end",), lambda cfg: bool(cfg.thinking_budgets.strip()),
+            "eval.thinking_budgets N,...", "no eval.thinking_budgets", {"thinking_budgets": "8"},
+            {"thinking_budgets": ""}),
+], ("n_samples", "max_new_tokens", "batch_size", "max_problems", "thinking_budgets"))  # fmt: skip
 
 
 @dataclass

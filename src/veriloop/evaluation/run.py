@@ -11,6 +11,7 @@ from veriloop.evaluation.teacher import evaluate_teacher
 from veriloop.io import atomic_write_json
 from veriloop.models.device import Placement
 from veriloop.models.loading import PromptFormat, load_policy
+from veriloop.options import declare
 from veriloop.tasks.base import split_problems
 from veriloop.tasks.config import TaskConfig
 from veriloop.verifiers.tools import tool_settings
@@ -34,6 +35,9 @@ class EvalRunConfig:
     def __post_init__(self):
         if self.split not in ("heldout", "validation"):
             raise ValueError(f"split must be heldout or validation, got {self.split!r}")
+
+
+declare(EvalRunConfig, common=("policy", "split", "out", "threads", "device", "dtype", "task", "eval"))
 
 
 def format_result(name: str, r: EvalResult, split: str = "heldout") -> str:

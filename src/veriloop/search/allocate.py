@@ -48,7 +48,17 @@ import torch
 from veriloop.errors import InputError
 from veriloop.io import atomic_write_json, atomic_write_jsonl, atomic_write_text
 from veriloop.models.loading import load_policy
-from veriloop.search.run import SearchConfig, _run_cells, _settings, _strategies, judged, search_plan
+from veriloop.options import declare
+from veriloop.search.run import (
+    SEARCH_COMMON,
+    STRATEGY_SCOPE,
+    SearchConfig,
+    _run_cells,
+    _settings,
+    _strategies,
+    judged,
+    search_plan,
+)
 from veriloop.search.strategies import Cost, Strategies, answer_of
 from veriloop.seeding import derive_seed
 from veriloop.tasks.base import split_problems
@@ -117,6 +127,10 @@ class AllocateConfig(SearchConfig):
             raise InputError(f"token_budgets must be positive, got {self.token_budgets!r}")
         return units
 
+
+# split, bin_samples and bin_edges are refused above (allocate fits its own bins); revision_chains_sweep needs revision
+declare(AllocateConfig, [STRATEGY_SCOPE], (*SEARCH_COMMON, "heldout_problems", "probe_samples", "levels",
+                                           "token_budgets", "revision_chains_sweep"))  # fmt: skip
 
 def agreement(texts: list[str]) -> tuple[float, int | None]:
     """(share of ``texts`` giving the most common answer, index of its first text or None if none answers); a

@@ -33,6 +33,7 @@ from veriloop.errors import InputError
 from veriloop.io import atomic_write_jsonl
 from veriloop.models.loading import load_policy
 from veriloop.models.solutions import sample_solutions
+from veriloop.options import check_declared, declare, not_read_by
 from veriloop.rollout.sampler import SamplingParams
 from veriloop.tasks.base import check_split, draw_problems
 from veriloop.tasks.config import TaskConfig
@@ -113,6 +114,13 @@ class RevisionPairsConfig:
             raise InputError("problems must be >= 1 and samples >= 2 (a pair needs a wrong and a right one)")
         if self.sampling.temperature <= 0:
             raise InputError("revision pairs: sampling.temperature must be > 0")
+        check_declared(self)
+
+
+declare(RevisionPairsConfig, [not_read_by("revision-pairs", ("sampling.max_thinking_tokens", "sampling.thinking_end"),
+                                          "attempts are sampled whole, without budget forcing")],
+        ("policy", "output", "split", "problems", "samples", "keep_right", "history", "seed", "task",
+         "sampling"))  # fmt: skip
 
 
 def make_revision_pairs(cfg: RevisionPairsConfig, progress: bool = True, *, policy=None, task=None) -> dict:

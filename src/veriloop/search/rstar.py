@@ -213,4 +213,5 @@ def _rstar(self: Strategies, prompt: str, budget: int, cost: Cost) -> Outcome:
     return RStar(self, prompt, cost).run(budget)
 
 
-STRATEGIES.register("rstar", Strategy(_rstar))
+STRATEGIES.register("rstar", Strategy(_rstar, reads=("expand", "max_steps", "uct_c", "rstar_reanswer",
+                                                     "discriminator")))

@@ -33,10 +33,11 @@ from veriloop.errors import InputError
 from veriloop.io import atomic_write_json, atomic_write_jsonl, atomic_write_text
 from veriloop.models.loading import load_policy
 from veriloop.models.solutions import sample_solutions
+from veriloop.options import OptionScope, check_declared, declare
+from veriloop.registry import STRATEGIES
 from veriloop.rollout.sampler import SamplingParams
 from veriloop.rollout.thinking import with_thinking_end
 from veriloop.search.lm import LMProposer, PRMScorer, VerifierScorer
-from veriloop.registry import STRATEGIES
 from veriloop.search.strategies import SearchSettings, Strategies, is_truncated
 from veriloop.seeding import derive_seed
 from veriloop.tasks.base import split_problems
@@ -156,6 +157,7 @@ class SearchConfig:
         if self.sampling.max_thinking_tokens and stepwise:
             raise InputError(f"sampling.max_thinking_tokens caps whole solutions (budget forcing); {stepwise} extend "
                              f"solutions step by step: use --strategy with {', '.join(WHOLE_SOLUTION_STRATEGIES)}")
+        check_declared(self)
 
     def settings(self, aggregation: str) -> SearchSettings:
         """The strategies' settings from these options, with ``aggregation`` resolved ('' = the PRM's own)."""
@@ -176,6 +178,20 @@ class SearchConfig:
             return [float(e) for e in self.bin_edges.split(",") if e.strip()]
         except ValueError:
             raise InputError(f"bin_edges must be numbers separated by commas, got {self.bin_edges!r}") from None
+
+
+# The strategies' options (each registered Strategy lists those it reads): a search reads those of its set.
+STRATEGY_OPTIONS = ("prm", "scorer", "aggregation", "expand", "max_steps", "lookahead", "uct_c", "mcts_value",
+                    "revision_policy", "revision_select", "revision_history", "revision_chains", "rstar_reanswer",
+                    "discriminator")  # fmt: skip
+STRATEGY_SCOPE = OptionScope(
+    "strategy set", "strategy", STRATEGY_OPTIONS,
+    lambda names: {o for n in names.split(",") if n in STRATEGIES for o in STRATEGIES.get(n).reads},
+    choices=STRATEGIES.names, component=lambda cfg: ",".join(cfg.strategy_list()),
+)  # fmt: skip
+SEARCH_COMMON = ("policy", "strategy", "budgets", "problems", "split", "bin_samples", "bin_edges", "out", "seed",
+                 "threads", "batch_problems", "task", "sampling")  # fmt: skip
+declare(SearchConfig, [STRATEGY_SCOPE], SEARCH_COMMON)
 
 
 def bin_names(edges: list[float]) -> list[str]:

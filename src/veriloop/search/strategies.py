@@ -79,6 +79,9 @@ class Strategy:
     needs_reviser: bool = False  # a revision model (--revision_policy)
     # judges with the outcome verifier against the reference under settings (mcts_value=verifier): an oracle
     needs_outcome_check: Callable[[SearchSettings], bool] = lambda settings: False
+    # the `veriloop search` options it reads besides the sampling ones: its SearchSettings fields, and prm /
+    # scorer / aggregation when it can rank with a scorer (others set by the user are refused)
+    reads: tuple[str, ...] = ()
 
 
 @dataclass
@@ -466,16 +469,22 @@ def _always(settings: SearchSettings) -> bool:
     return True
 
 
+SCORED = ("prm", "scorer", "aggregation")  # what a strategy that ranks with a scorer reads
 STRATEGIES.register("single", Strategy(Strategies._single, Strategies._single_many))
-STRATEGIES.register("best_of_n", Strategy(Strategies._best_of_n, Strategies._best_of_n_many, _always))
+STRATEGIES.register("best_of_n", Strategy(Strategies._best_of_n, Strategies._best_of_n_many, _always, reads=SCORED))
 STRATEGIES.register("majority", Strategy(Strategies._majority, Strategies._majority_many))
-STRATEGIES.register("weighted_vote", Strategy(Strategies._weighted_vote, Strategies._weighted_vote_many, _always))
-STRATEGIES.register("beam", Strategy(Strategies._beam, Strategies._beam_many, _always))
-STRATEGIES.register("lookahead", Strategy(Strategies._lookahead, Strategies._lookahead_many, _always))
+STRATEGIES.register("weighted_vote", Strategy(Strategies._weighted_vote, Strategies._weighted_vote_many, _always,
+                                              reads=SCORED))  # fmt: skip
+STRATEGIES.register("beam", Strategy(Strategies._beam, Strategies._beam_many, _always,
+                                     reads=(*SCORED, "expand", "max_steps")))  # fmt: skip
+STRATEGIES.register("lookahead", Strategy(Strategies._lookahead, Strategies._lookahead_many, _always,
+                                          reads=(*SCORED, "expand", "max_steps", "lookahead")))  # fmt: skip
 STRATEGIES.register("mcts", Strategy(Strategies._mcts, None, lambda s: s.mcts_value == "prm",
-                                     needs_outcome_check=lambda s: s.mcts_value == "verifier"))  # fmt: skip
+                                     needs_outcome_check=lambda s: s.mcts_value == "verifier",
+                                     reads=(*SCORED, "expand", "max_steps", "uct_c", "mcts_value")))  # fmt: skip
 STRATEGIES.register(
-    "revision", Strategy(Strategies._revision, None, lambda s: s.revision_select == "prm", needs_reviser=True)
+    "revision", Strategy(Strategies._revision, None, lambda s: s.revision_select == "prm", needs_reviser=True,
+                         reads=(*SCORED, "revision_policy", "revision_select", "revision_history", "revision_chains"))
 )
 
 from veriloop.search import rstar as _rstar  # noqa: E402,F401  (registers "rstar"; it builds on this module)
