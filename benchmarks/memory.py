@@ -126,6 +126,7 @@ def _workload(args, run_dir: str) -> dict:
         "dtype": args.dtype, "rollout.prompts_per_step": args.prompts, "rollout.group_size": args.group,
         "sampling.max_new_tokens": args.max_new_tokens, "update.micro_batch_size": args.micro_batch,
         "kl.beta": 0.04, "update.inner_updates": 1,  # a second pass repeats the first's memory and doubles the time
+        "update.mask_truncated": False,  # a random model's rows are cut at max_new_tokens: the update must see them
     }  # fmt: skip
 
 

@@ -243,6 +243,9 @@ def veriloop_options(a, run_dir: str) -> tuple[dict, bool]:
                "loss.aggregation": "token-mean", "loss.clip_eps_low": 0.2, "loss.clip_eps_high": 0.2, "kl.beta": 0,
                "update.inner_updates": 1, "update.mini_batches": 1, "update.micro_batch_size": 64,
                "update.skip_zero_advantage": "false", "optim.lr": 1e-6, "optim.grad_clip": 1.0,
+               # as TRL's default (mask_truncated_completions=False): a row cut at 64 tokens is learned from, so
+               # both sides update on the same 64 x 64 tokens
+               "update.mask_truncated": "false",
                "save_rollouts": "false", "checkpoint_every": 10**6, "eval_every": 0}  # fmt: skip
     has_min = "sampling.min_new_tokens" in {key for key, *_ in iter_fields(TrainConfig)}
     if a.eos == "suppressed" and has_min:

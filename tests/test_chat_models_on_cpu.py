@@ -20,7 +20,8 @@ TEXTS = [f"Question {i}: what is {i} + {2 * i}? The answer is {3 * i}." for i in
 
 @pytest.fixture(scope="module")
 def qwen2_dir(tmp_path_factory):
-    return str(save_random_model(tmp_path_factory.mktemp("qwen2"), "qwen2", TEXTS, seed=3))
+    # 2,048 positions: GSM8K's prompts (up to ~1,000 tokens here) fit, as the trainer checks before a step
+    return str(save_random_model(tmp_path_factory.mktemp("qwen2"), "qwen2", TEXTS, seed=3, max_positions=2048))
 
 
 def test_prompts_go_through_the_chat_template_with_the_generation_prompt(qwen2_dir):

@@ -26,7 +26,7 @@ from veriloop.training.trainer import Trainer
 TINY = {"policy": "builtin:init", "model.hidden_size": 32, "model.intermediate_size": 64, "model.num_layers": 2,
         "model.num_heads": 2, "rollout.prompts_per_step": 3, "rollout.group_size": 3, "sampling.max_new_tokens": 8,
         "verifier": "test-digit-share", "optim.lr": 0.5, "device": "cpu", "task.arithmetic.heldout_size": 8,
-        "update.micro_batch_size": 2, "kl.beta": 0.05, "kl.placement": "loss", "learner.timeout_s": 60,
+        "update.micro_batch_size": 2, "kl.beta": 0.05, "kl.placement": "loss",
         "update.inner_updates": 1, "optim.name": "sgd", "update.mask_truncated": False}  # fmt: skip
 # (mask_truncated false: a random tiny policy's completions are nearly all cut; the run, not truncation, is tested)
 ADAMW = {"optim.name": "adamw", "optim.lr": 1e-2}  # where a test checks the optimizer's state
@@ -57,7 +57,7 @@ def setup(tmp_path, **over):
 
 
 def with_learner(cfg, **over) -> TrainConfig:
-    flat = {"learner.strategy": "ddp", "learner.world_size": 2, **over}
+    flat = {"learner.strategy": "ddp", "learner.world_size": 2, "learner.timeout_s": 60, **over}
     return build_config(TrainConfig, {}, {**TINY, "run_dir": cfg.run_dir, **_overrides(cfg), **flat})
 
 

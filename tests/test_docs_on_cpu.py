@@ -92,3 +92,13 @@ def test_example_configs_load(path):
         return
     base = SFT_COMMAND_DEFAULTS if path.name.startswith("sft") else {}  # what `veriloop sft` starts from
     build_config(TrainConfig, {**base, **load_yaml(path)}, source=str(path))
+
+
+def test_every_file_the_readme_and_the_docs_link_to_exists():
+    pages = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+    broken = []
+    for page in pages:
+        for target in re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", page.read_text()):
+            if "://" not in target and not (page.parent / target).exists():
+                broken.append(f"{page.relative_to(ROOT)} -> {target}")
+    assert broken == []

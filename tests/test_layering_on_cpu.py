@@ -6,7 +6,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent / "src" / "veriloop"
 LAYERS = [
-    ("__init__", "errors", "io", "seeding", "registry", "config"),
+    ("__init__", "errors", "io", "seeding", "registry", "config", "options"),
     ("algorithms",),
     ("tasks",),
     ("rollout",),

@@ -45,9 +45,11 @@ def config(policy, run_dir, **over):
             "verifier": "test-digit-share", "rollout.prompts_per_step": 4, "rollout.group_size": 4,
             "rollout.request_groups": 1, "update.micro_batch_size": 6, "kl.beta": 0.05,
             "sampling.max_new_tokens": 12, "optim.lr": 1e-3, "task.arithmetic.heldout_size": 10,
-            "rollout.request_timeout_s": 150, "ray.timeout_s": 150, "update.mask_truncated": False}  # fmt: skip
+            "update.mask_truncated": False}  # fmt: skip
     # (a random tiny policy's completions are nearly all cut: they are learned from, the run is what is tested)
     base.update(over)
+    if base.get("rollout.engine") == "ray":  # the engine's own bounds (options of the ray engine only)
+        base = {"rollout.request_timeout_s": 150, "ray.timeout_s": 150, **base}
     return build_config(TrainConfig, {}, base)
 
 

@@ -222,8 +222,9 @@ def test_fenced_blocks_pause_on_their_last_backtick():
 
 
 def test_gsm8k_trains_with_tools_and_with_a_thinking_budget(tmp_path):
-    base = {"policy": "builtin:init", "task.name": "gsm8k", "verifier": "gsm8k", "steps": 1,
-            "rollout.prompts_per_step": 2, "rollout.group_size": 2, "sampling.max_new_tokens": 24, "kl.beta": 0.0}
+    base = {"policy": "builtin:init", "model.max_positions": 1280, "task.name": "gsm8k", "verifier": "gsm8k",
+            "steps": 1, "rollout.prompts_per_step": 2, "rollout.group_size": 2, "sampling.max_new_tokens": 24,
+            "kl.beta": 0.0}  # (a context that holds GSM8K's prompts)
     from veriloop.rollout.records import RecordStore
 
     Trainer(build_config(TrainConfig, {}, {**base, "task.reasoning": "tool", "run_dir": str(tmp_path / "t")}),

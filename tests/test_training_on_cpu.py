@@ -72,6 +72,8 @@ def config(policy, run_dir, **over):
         "task.arithmetic.heldout_size": 10,
     }
     base.update(over)
+    if base.get("task.name", "arithmetic") != "arithmetic":  # the built-in task's own option: refused elsewhere
+        del base["task.arithmetic.heldout_size"]
     return build_config(TrainConfig, {}, base)
 
 
@@ -288,7 +290,7 @@ def test_run_directory_contents(tiny_policy, tmp_path):
     assert RecordStore(tmp_path / "rollouts").read(2)[0].policy_version > 0
     saved = tmp_path / "checkpoints" / "step-000002"
     assert {p.name for p in saved.iterdir()} == {"ledger.jsonl", "manifest.json", "model", "optimizer.pt", "rng.pt",
-                                                  "trainer_state.json"}  # fmt: skip
+                                                  "trainer_state.json", "config.yaml", "metrics.jsonl"}  # fmt: skip
     # the ledger: each request of each step issued and done once, its records (as sampled, before the
     # verdicts the step's file adds) written once
     assert Ledger(tmp_path).done_counts() == {"1-0-0": 1, "2-0-0": 1}
@@ -448,6 +450,8 @@ def test_cli_reports_bad_input_without_a_traceback(tiny_policy, tmp_path, capsys
             "jsonl",
             "--task.data",
             str(data),
+            "--task.verifier",
+            "arithmetic-outcome",
             "--run_dir",
             str(tmp_path / "r3"),
         ],
@@ -501,6 +505,7 @@ def test_sft_on_a_jsonl_task_reads_demonstrations(tiny_policy, tmp_path):
         "algo": "sft",
         "task.name": "jsonl",
         "task.data": str(data),
+        "task.verifier": "arithmetic-outcome",
         "rollout.prompts_per_step": 4,
         "rollout.group_size": 1,
     }
@@ -522,7 +527,7 @@ def test_eval_reads_the_split_it_is_told_and_jsonl_tasks_take_a_validation_file(
     held = tmp_path / "held.jsonl"
     held.write_text('{"prompt": "4+4?", "reference": "4+4"}\n')
     common = ["--policy", tiny_policy, "--task.name", "jsonl", "--task.heldout_data", str(held),
-              "--eval.n_samples", "0", "--out"]  # fmt: skip
+              "--task.verifier", "arithmetic-outcome", "--eval.n_samples", "0", "--out"]  # fmt: skip
     assert cli.main(["eval", *common, str(tmp_path / "v.json"), "--split", "validation",
                      "--task.validation_data", str(val)]) == 0  # fmt: skip
     assert "2 validation problems" in capsys.readouterr().out

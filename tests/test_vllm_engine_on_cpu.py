@@ -101,7 +101,10 @@ def test_vllm_options_without_a_vllm_engine_are_refused():
     with pytest.raises(ValueError, match="task-teacher samples nothing"):
         build_config(TrainConfig, {}, {"rollout.engine": "vllm", "rollout.source": "task-teacher", "algo": "sft"})
     build_config(TrainConfig, {}, {"rollout.engine": "vllm", "vllm.kv_cache_gib": 2.0})
-    build_config(TrainConfig, {}, {"rollout.engine": "ray", "ray.worker_engine": "vllm", "vllm.lora": "merged"})
+    build_config(TrainConfig, {}, {"rollout.engine": "ray", "ray.worker_engine": "vllm", "vllm.lora": "merged",
+                                   "lora.r": 4})
+    with pytest.raises(ValueError, match="vllm.lora='merged' is not read by the adapters 'off'"):  # no adapters
+        build_config(TrainConfig, {}, {"rollout.engine": "vllm", "vllm.lora": "merged"})
     with pytest.raises(ValueError, match="vllm.lora must be auto, adapter or merged"):
         build_config(TrainConfig, {}, {"rollout.engine": "vllm", "vllm.lora": "both"})
 
