@@ -272,7 +272,8 @@ def test_grpo_with_vllm_rollouts_learns(tmp_path):
 
 SHORT = {"steps": 3, "seed": 1, "checkpoint_every": 100, "rollout.prompts_per_step": 4, "rollout.group_size": 4,
          "rollout.request_groups": 1, "sampling.max_new_tokens": 48, "task.arithmetic.heldout_size": 10,
-         "vllm.kv_cache_gib": 0.25, "rollout.request_timeout_s": 120, "ray.timeout_s": 120}  # fmt: skip
+         "vllm.kv_cache_gib": 0.25}  # fmt: skip
+RAY_BOUNDS = {"rollout.request_timeout_s": 120, "ray.timeout_s": 120}  # options of the ray engine only
 
 
 @needs_vllm
@@ -285,7 +286,8 @@ def test_ray_actors_holding_vllm_serve_every_request_once(tmp_path):
             trainer.close()
         return RecordStore(run_dir / "rollouts")
 
-    ray_store = run(tmp_path / "ray", **{"rollout.engine": "ray", "rollout.workers": 2, "ray.worker_engine": "vllm"})
+    ray_store = run(tmp_path / "ray", **{"rollout.engine": "ray", "rollout.workers": 2, "ray.worker_engine": "vllm",
+                                         **RAY_BOUNDS})  # fmt: skip
     ledger = Ledger(tmp_path / "ray")
     assert sorted(ledger.done_counts().items()) == [(f"{s}-0-{g}", 1) for s in range(1, 4) for g in range(4)]
     assert {e["engine"] for e in ledger.events()} == {0, 1}
