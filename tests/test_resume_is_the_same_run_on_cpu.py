@@ -18,9 +18,11 @@ from veriloop.errors import InputError
 from veriloop.io import MANIFEST, check_file, read_checked, write_checked
 from veriloop.models.loading import load_policy
 from veriloop.training import checkpoint as ckpt
-from veriloop.training.checkpoint import SAFE_TO_CHANGE, check_resume, flatten
+from veriloop.training import run_dir as run_dir_module
+from veriloop.training.checkpoint import flatten
 from veriloop.training.config import TrainConfig
 from veriloop.training.metrics import TIMING_KEYS
+from veriloop.training.run_dir import SAFE_TO_CHANGE, check_resume
 from veriloop.training.trainer import Trainer
 
 pytestmark = pytest.mark.timeout(300)
@@ -170,7 +172,7 @@ def test_a_cut_or_edited_config_yaml_is_named_with_what_to_do(tiny_policy, strai
         assert f"{path} is damaged: " in err and what in err, err
         assert f"`cp {copy} {path}`" in err and "history.jsonl" in err  # what to do
         with pytest.raises(InputError, match="is damaged"):
-            ckpt.read_run_config(run_dir)
+            run_dir_module.read_run_config(run_dir)
     path.write_bytes(copy.read_bytes())  # what the message says to do
     assert cli.main(["train", "--quiet", "--resume", str(run_dir), "--steps", "4"]) == 0
     assert_same_run(run_dir, straight)

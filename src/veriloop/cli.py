@@ -270,8 +270,9 @@ def _resume_config(args: argparse.Namespace):
     from pathlib import Path
 
     from veriloop.config import build_config, load_yaml, overrides_from_args
-    from veriloop.training.checkpoint import flatten, read_run_config
+    from veriloop.training.checkpoint import flatten
     from veriloop.training.config import TrainConfig
+    from veriloop.training.run_dir import read_run_config
 
     overrides = overrides_from_args(args)
     if overrides.get("run_dir", args.resume) != args.resume:

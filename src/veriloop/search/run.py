@@ -23,7 +23,7 @@ The run directory gets:
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -33,165 +33,24 @@ from veriloop.errors import InputError
 from veriloop.io import atomic_write_json, atomic_write_jsonl, atomic_write_text
 from veriloop.models.loading import load_policy
 from veriloop.models.solutions import sample_solutions
-from veriloop.options import OptionScope, check_declared, declare
 from veriloop.registry import STRATEGIES
-from veriloop.rollout.sampler import SamplingParams
 from veriloop.rollout.thinking import with_thinking_end
+from veriloop.search.config import (  # the options (search/config.py), re-exported where commands import them
+    SEARCH_COMMON,
+    STRATEGY_OPTIONS,
+    STRATEGY_SCOPE,
+    WHOLE_SOLUTION_STRATEGIES,
+    SearchConfig,
+)
 from veriloop.search.lm import LMProposer, PRMScorer, VerifierScorer
 from veriloop.search.strategies import SearchSettings, Strategies, is_truncated
 from veriloop.seeding import derive_seed
 from veriloop.tasks.base import split_problems
-from veriloop.tasks.config import TaskConfig
 from veriloop.verifiers import get as get_verifier
 from veriloop.verifiers import is_correct
 
-_DEFAULTS = SearchSettings()  # the strategies' own defaults, which the options below keep
-# the strategies that sample whole solutions from the prompt: the ones a thinking budget applies to
-WHOLE_SOLUTION_STRATEGIES = ("single", "majority", "best_of_n", "weighted_vote")
-
-
-@dataclass
-class SearchConfig:
-    """``veriloop search``: test-time strategies over held-out (or validation) problems at several budgets."""
-
-    policy: str = field(default="builtin:base", metadata={"help": "policy that proposes solutions and steps"})
-    prm: str = field(default="", metadata={"help": "PRM (or ORM) directory from `veriloop prm train` for scorer=prm"})
-    scorer: str = field(
-        default="prm",
-        metadata={"help": "what best_of_n / weighted_vote rank by: prm | verifier (outcome, reads the reference: "
-                          "an oracle, reported as an upper bound, never chosen)"},
-    )
-    strategy: str = field(
-        default="single,majority,best_of_n,weighted_vote,beam,lookahead,mcts",
-        metadata={"help": "comma-separated strategies: " + ", ".join(STRATEGIES) + " (revision needs revision_policy)"},
-    )
-    budgets: str = field(
-        default="1,2,4,8,16", metadata={"help": "comma-separated budgets (samples / candidates / simulations)"}
-    )
-    problems: int = field(default=100, metadata={"help": "first N problems of the split"})
-    split: str = field(default="heldout", metadata={"help": "heldout | validation (choose strategies on validation)"})
-    bin_samples: int = field(default=16, metadata={"help": "samples per problem that set its difficulty (pass rate)"})
-    bin_edges: str = field(default="0.34,0.67", metadata={"help": "pass-rate edges between difficulty bins"})
-    out: str = field(default="runs/search", metadata={"help": "run directory (summary.json, plot, table)"})
-    seed: int = field(default=0, metadata={"help": "seed of every draw"})
-    threads: int = field(default=0, metadata={"help": "torch CPU threads; 0 = torch's default"})
-    batch_problems: int = field(
-        default=16,
-        metadata={"help": "problems served by one sampler call and one PRM pass (single, votes, best_of_n, beam, "
-                          "lookahead); 1 = one problem at a time; the same draws either way"},
-    )
-    # one option per field of the strategies' SearchSettings (``settings()``), with its defaults
-    expand: int = field(
-        default=_DEFAULTS.expand, metadata={"help": "beam/lookahead/mcts: steps sampled per expanded node"}
-    )
-    max_steps: int = field(
-        default=_DEFAULTS.max_steps, metadata={"help": "beam/lookahead/mcts: longest solution, in steps"}
-    )
-    lookahead: int = field(
-        default=_DEFAULTS.lookahead, metadata={"help": "lookahead: greedy steps rolled out before scoring"}
-    )
-    uct_c: float = field(default=_DEFAULTS.uct_c, metadata={"help": "mcts: UCT exploration constant c"})
-    mcts_value: str = field(
-        default=_DEFAULTS.mcts_value,
-        metadata={"help": "mcts: value of a node from the prm or the verifier (reads the reference: an oracle)"},
-    )
-    aggregation: str = field(default="", metadata={"help": "PRM aggregate: min | prod | last; '' = the PRM's own"})
-    revision_policy: str = field(default="", metadata={"help": "revision: model trained on wrong -> right pairs"})
-    revision_select: str = field(
-        default=_DEFAULTS.revision_select,
-        metadata={"help": "revision: choose over the chain by prm | majority | last"},
-    )
-    revision_history: int = field(
-        default=_DEFAULTS.revision_history,
-        metadata={"help": "revision: attempts of its chain the revision model reads (as its pairs were built)"},
-    )
-    revision_chains: int = field(
-        default=_DEFAULTS.revision_chains, metadata={"help": "revision: parallel chains sharing each budget"}
-    )
-    rstar_reanswer: int = field(
-        default=_DEFAULTS.rstar_reanswer,
-        metadata={"help": "rstar: samples whose majority re-answers a sub-question (action A4)"},
-    )
-    discriminator: str = field(
-        default="",
-        metadata={"help": "rstar: policy that completes cut trajectories (mutual consistency); '' = the policy, "
-                          "drawing from a seed of its own"},
-    )
-    task: TaskConfig = field(default_factory=TaskConfig)
-    sampling: SamplingParams = field(default_factory=SamplingParams)
-
-    def __post_init__(self):
-        self.task.refuse_tools("veriloop search")
-        unknown = [s for s in self.strategy_list() if s not in STRATEGIES]
-        if unknown:
-            raise InputError(f"strategy: unknown {unknown}; known: {list(STRATEGIES)}")
-        if any(b < 1 for b in self.budget_list()):
-            raise InputError(f"budgets must be >= 1, got {self.budgets!r}")
-        edges = self.edge_list()
-        if edges != sorted(edges) or any(not 0 < e < 1 for e in edges):
-            raise InputError(f"bin_edges must increase within (0, 1), got {self.bin_edges!r}")
-        if self.revision_select not in ("prm", "majority", "last"):
-            raise InputError(f"revision_select must be prm, majority or last, got {self.revision_select!r}")
-        if "revision" in self.strategy_list() and not self.revision_policy:
-            raise InputError("strategy revision needs --revision_policy DIR (see `veriloop revision-pairs`)")
-        if self.scorer not in ("prm", "verifier"):
-            raise InputError(f"scorer must be prm or verifier, got {self.scorer!r}")
-        step_level = [s for s in self.strategy_list() if s in ("beam", "lookahead")]
-        if self.scorer == "verifier" and step_level:
-            raise InputError(f"scorer=verifier judges whole solutions only; {step_level} need step scores (a PRM)")
-        if self.mcts_value not in ("prm", "verifier"):
-            raise InputError(f"mcts_value must be prm or verifier, got {self.mcts_value!r}")
-        if self.split not in ("heldout", "validation"):
-            raise InputError(f"split must be heldout or validation, got {self.split!r}")
-        if self.problems < 1 or self.bin_samples < 1 or self.expand < 1 or self.max_steps < 1:
-            raise InputError("problems, bin_samples, expand and max_steps must be >= 1")
-        if self.revision_history < 1 or self.revision_chains < 1:
-            raise InputError("revision_history and revision_chains must be >= 1")
-        if self.rstar_reanswer < 1:
-            raise InputError(f"rstar_reanswer must be >= 1, got {self.rstar_reanswer}")
-        if self.batch_problems < 1:
-            raise InputError(f"batch_problems must be >= 1, got {self.batch_problems}")
-        if self.sampling.temperature <= 0:
-            raise InputError("search samples: sampling.temperature must be > 0")
-        stepwise = [s for s in self.strategy_list() if s not in WHOLE_SOLUTION_STRATEGIES]
-        if self.sampling.max_thinking_tokens and stepwise:
-            raise InputError(f"sampling.max_thinking_tokens caps whole solutions (budget forcing); {stepwise} extend "
-                             f"solutions step by step: use --strategy with {', '.join(WHOLE_SOLUTION_STRATEGIES)}")
-        check_declared(self)
-
-    def settings(self, aggregation: str) -> SearchSettings:
-        """The strategies' settings from these options, with ``aggregation`` resolved ('' = the PRM's own)."""
-        return SearchSettings(**{**{f.name: getattr(self, f.name) for f in fields(SearchSettings)},
-                                 "aggregation": aggregation})  # fmt: skip
-
-    def strategy_list(self) -> list[str]:
-        return [s.strip() for s in self.strategy.split(",") if s.strip()]
-
-    def budget_list(self) -> list[int]:
-        try:
-            return sorted({int(b) for b in self.budgets.split(",") if b.strip()})
-        except ValueError:
-            raise InputError(f"budgets must be integers separated by commas, got {self.budgets!r}") from None
-
-    def edge_list(self) -> list[float]:
-        try:
-            return [float(e) for e in self.bin_edges.split(",") if e.strip()]
-        except ValueError:
-            raise InputError(f"bin_edges must be numbers separated by commas, got {self.bin_edges!r}") from None
-
-
-# The strategies' options (each registered Strategy lists those it reads): a search reads those of its set.
-STRATEGY_OPTIONS = ("prm", "scorer", "aggregation", "expand", "max_steps", "lookahead", "uct_c", "mcts_value",
-                    "revision_policy", "revision_select", "revision_history", "revision_chains", "rstar_reanswer",
-                    "discriminator")  # fmt: skip
-STRATEGY_SCOPE = OptionScope(
-    "strategy set", "strategy", STRATEGY_OPTIONS,
-    lambda names: {o for n in names.split(",") if n in STRATEGIES for o in STRATEGIES.get(n).reads},
-    choices=STRATEGIES.names, component=lambda cfg: ",".join(cfg.strategy_list()),
-)  # fmt: skip
-SEARCH_COMMON = ("policy", "strategy", "budgets", "problems", "split", "bin_samples", "bin_edges", "out", "seed",
-                 "threads", "batch_problems", "task", "sampling")  # fmt: skip
-declare(SearchConfig, [STRATEGY_SCOPE], SEARCH_COMMON)
+__all__ = ["SEARCH_COMMON", "STRATEGY_OPTIONS", "STRATEGY_SCOPE", "WHOLE_SOLUTION_STRATEGIES", "SearchConfig",
+           "run_search"]  # fmt: skip
 
 
 def bin_names(edges: list[float]) -> list[str]:

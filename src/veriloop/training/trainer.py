@@ -48,7 +48,7 @@ from veriloop.rollout.engine import FROZEN, LocalEngine, TaskTeacherEngine
 from veriloop.rollout.ledger import Ledger
 from veriloop.rollout.records import RecordStore
 from veriloop.seeding import derive_seed
-from veriloop.training.checkpoint import RunState, load_checkpoint, open_run_dir, save_checkpoint
+from veriloop.training.checkpoint import RunState, load_checkpoint, save_checkpoint
 from veriloop.training.collect import AsyncCollector, Collector
 from veriloop.training.config import TrainConfig
 from veriloop.training.critic import Critic
@@ -58,6 +58,7 @@ from veriloop.training.optim import lr_at
 from veriloop.training.preflight import check_context_fits, check_verifier_reads_references, sample_problems
 from veriloop.training.recipes import RECIPES
 from veriloop.training.reference import ReferencePolicy
+from veriloop.training.run_dir import open_run_dir
 from veriloop.training.signals import Signal, SignalMaker
 from veriloop.training.tracking import build_tracker, check_installed
 from veriloop.verifiers import get as get_verifier
