@@ -137,6 +137,13 @@ def test_scope_polarity(before, polarity):
         ("It's wrong to add tax.", None),
         ("Note that 52 would be wrong.", None),  # about 52, not the answer
         ("The first step was wrong, but the final answer is correct.", None),  # the last evaluation stands
+        ("Is that right?", DOUBTS),  # a question about its truth
+        ("Did I make a mistake?", DOUBTS),
+        ("Right?", DOUBTS),  # a tag question
+        ("Does that make sense?", None),  # addressed to the reader
+        ("Is there anything else I can help you with?", None),
+        ("Let me know if I got it wrong, I'm not confident.", DOUBTS),  # its last chunk is a bare hedge
+        ("The answer is, beyond any doubt, right.", None),
     ],
 )
 def test_speech_acts(sentence, act):
@@ -271,3 +278,37 @@ def test_composition_properties(ops):
         assert compose(ops) == HEDGED  # a hedge is never undone by negation or emphasis
     if set(ops) <= {NEG, NEG_PRED, TRUTH}:
         assert compose(ops) == (NEGATED if sum(o in (NEG, NEG_PRED) for o in ops) % 2 else ASSERTED)
+
+
+@pytest.mark.parametrize(
+    "sentence, answers",
+    [("Yes.", True), ("Yes, 45 is correct.", True), ("That is right.", True), ("48 + 24 = 72.", False),
+     ("Is it?", False), ("No.", False)],
+)  # fmt: skip
+def test_a_doubting_question_is_answered_by_yes(sentence, answers):
+    from veriloop.verifiers.speech_acts import affirms
+
+    assert affirms(sentence, "45") == answers
+    text = f"The answer is 45.\nIs 45 correct? {sentence}"
+    assert extract_answer(text, kind="number").status == ("ok" if answers else "none"), text
+
+
+@pytest.mark.parametrize(
+    "sentence, conditions",
+    [
+        ("Assuming no tax.", True),  # a condition standing alone
+        ("That is, if she sold 24.", True),  # attached to a pointer back at the answer
+        ("This only holds if she sells every egg.", True),
+        ("If she sold 24, it would be 20.", True),  # names a value
+        ("It depends on whether the tax is included.", True),
+        ("Feel free to ask if anything is unclear.", False),  # the condition belongs to the offer
+        ("Let me know if you want the steps for May too.", False),
+        ("If you have any further questions, feel free to ask!", False),
+        ("As long as she sells them all.", True),
+        ("She sold 24 in May.", False),
+    ],
+)
+def test_a_condition_after_the_answer_conditions_it_only_when_it_is_about_it(sentence, conditions):
+    from veriloop.verifiers.answer_values import conditions_answer
+
+    assert conditions_answer(sentence) == conditions

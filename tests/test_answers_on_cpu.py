@@ -5,6 +5,8 @@ import threading
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from veriloop.verifiers import VerifierError, get
 from veriloop.verifiers.answers import extract_answer, normalize_text
@@ -144,7 +146,7 @@ def test_every_gsm8k_gold_solution_scores_one_against_its_reference():
 
 def test_gsm8k_reads_numbers_only():
     v = get("gsm8k")
-    assert v.version == "3" and v.verify("#### 18", "#### 18").score == 1.0
+    assert v.version == "4" and v.verify("#### 18", "#### 18").score == 1.0
     assert v.verify("#### 9*2", "#### 18").outcome == "no_answer"  # an expression is not a GSM8K answer
     assert v.verify("#### 2^3", "#### 8").outcome == "no_answer"
     assert v.verify("#### 1/2", "0.5").score == 1.0  # a fraction is a number
@@ -173,7 +175,7 @@ def test_verify_command_grades_a_file(tmp_path, capsys):
     graded = [json.loads(line) for line in out.read_text().splitlines()]
     assert [g["id"] for g in graded] == [1, 2, 3]  # extra columns kept, order kept
     assert [(g["score"], g["outcome"]) for g in graded] == [(1.0, "correct"), (0.0, "wrong"), (0.0, "ambiguous")]
-    assert graded[0]["verifier"] == "gsm8k@3" and "components" in graded[0]
+    assert graded[0]["verifier"] == "gsm8k@4" and "components" in graded[0]
     assert "3 rows" in printed and "mean score 0.3333" in printed
 
     src.write_text('{"completion": "1"}\n')
@@ -332,7 +334,7 @@ def test_argued_answers_are_not_answers(text, status, reason):
         # after an explicit marker, "the <quantity> is N" names N: additional_cases[4], edge_cases[6]
         ("Final Answer: The largest $n$ is 34.", "34"),
         ("Final Answer: The volume of $ABCDEFGH$ is 120. I hope it is correct.", "120"),
-        ("Final Answer: The final answer is $20 \\%$. I hope it is correct.", "20 \\%"),  # one statement
+        ("Final Answer: The final answer is $20 \\%$. I hope it is correct.", "20%"),  # one statement; \\% is a percent
         # 'Answer' opening a line before delimited maths: latex_notation[0]-[3]
         ("Answer $ 9 $", "9"), ("Answer \\[ 9 \\]", "9"), ("Answer \\( 9 \\)", "9"), ("Answer $$ 9 $$", "9"),
         ("1 000", "1000"), ("1000,99", "1000.99"), ("#### 1,000", "1,000"),  # number_extraction[2], [5]
@@ -383,3 +385,140 @@ def test_argued_answer_families_fool_a_reader_that_takes_the_last_number():
     report = run_audit("last-number", from_reward_function(last_number), argued_answers_suite())
     fooled = {r["category"]: r["false"] for r in report.rows if r["expect"] == "reject"}
     assert set(fooled) == set(FAMILIES) and all(n > 0 for n in fooled.values()), fooled
+
+
+# ---------------------------------------------------------------- real models' final-answer forms
+
+REAL_FORMS = GSM8K_DIR.parents[1] / "verifiers" / "data" / "audit" / "development" / "real-forms.jsonl"
+HOSTILE_FAMILIES = {"hostile-negated", "hostile-retracted", "hostile-conditional", "hostile-hedged",
+                    "hostile-two-values", "hostile-closing", "hostile-label-sentence", "math-hostile"}  # fmt: skip
+
+
+def _real_forms() -> list[dict]:
+    return [json.loads(line) for line in REAL_FORMS.read_text(encoding="utf-8").splitlines()]
+
+
+def test_real_forms_cases_are_well_formed():
+    rows = _real_forms()
+    assert len(rows) >= 400 and all(r["labelled_by"] == "reading" and r["note"] for r in rows)
+    assert all(r["verifiers"] and set(r["verifiers"]) <= {"gsm8k", "math"} for r in rows)
+    assert len({(r["completion"], r["reference"]) for r in rows}) == len(rows)
+    expects = {f: {r["expect"] for r in rows if r["family"] == f} for f in {r["family"] for r in rows}}
+    assert HOSTILE_FAMILIES <= set(expects) and all(expects[f] == {"reject"} for f in HOSTILE_FAMILIES)
+    forms = set(expects) - HOSTILE_FAMILIES  # every form: a right value (accept) and a wrong one (reject)
+    assert all(expects[f] == {"accept", "reject"} for f in forms), expects
+    assert {"end-of-turn", "stop-string", "currency-and-separators", "percent", "negative-values", "closing-sentence",
+            "label-sentence", "self-verification", "corrected-working", "pleasantries", "intensifier",
+            "restated-question", "retraction-phrasings", "conditional", "math-boxed", "minerva"} <= forms  # fmt: skip
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("name", ["gsm8k", "math"])
+def test_real_forms_have_no_false_accepts_or_rejects(name, math_verifier):
+    rows = [r for r in _real_forms() if name in r["verifiers"]]
+    verifier = math_verifier if name == "math" else get(name)
+    verdicts = verifier.verify_batch([r["completion"] for r in rows], [r["reference"] for r in rows])
+    wrong = [f"{r['expect']} [{r['family']}] ref {r['reference'][-12:]!r}: {r['completion'][-120:]!r} -> {v.outcome}"
+             for r, v in zip(rows, verdicts) if (v.score > 0 if r["expect"] == "reject" else v.score < 1)]  # fmt: skip
+    assert not wrong, "\n".join(wrong)
+
+
+@pytest.mark.parametrize(
+    "text, reply_text",
+    [
+        ("The answer is 72.<|im_end|>\n<|im_start|>user\nAnd 96?", "The answer is 72."),
+        ("#### 72</s>", "#### 72"),
+        ("#### 72<\uff5cend\u2581of\u2581sentence\uff5c>", "#### 72"),  # DeepSeek's end token (full-width bars)
+        ("#### 72<end_of_turn>\n<start_of_turn>user", "#### 72"),
+        ("<|im_start|>assistant\n#### 72", " assistant\n#### 72"),  # a token before any text is no text
+        ("The answer is 72.\n\nQuestion: Weng earns $12 an hour.", "The answer is 72."),  # the next example
+        ("Question: How many clips?\nAnswer: 72", "Question: How many clips?\nAnswer: 72"),  # a restated question
+        ("The answer is 72.\n\nQuestion: Is that right?", "The answer is 72.\n\nQuestion: Is that right?"),
+        ("<think>52?</think>\nThe answer is 72.", "\nThe answer is 72."),
+    ],
+)
+def test_where_the_reply_ends(text, reply_text):
+    from veriloop.verifiers.reply import reply
+
+    assert reply(normalize_text(text)) == reply_text
+
+
+def test_currency_dollars_are_not_maths_delimiters():
+    from veriloop.verifiers.maths_text import mark_currency
+
+    assert mark_currency("She earns $12 * 5 = $60.\n\n#### $60") == "She earns \\$12 * 5 = \\$60.\n\n#### \\$60"
+    assert mark_currency("costs $5.\n\nSo $10") == "costs \\$5.\n\nSo \\$10"  # a blank line ends inline maths
+    for maths in ("$5$", "$1,250$", "$2^5 = 32$", "$x$ and $y$", "$$\\boxed{5}$$", "\\$5 and $x$"):
+        assert mark_currency(maths) == maths
+
+
+@pytest.mark.parametrize(
+    "value, cleaned",
+    [("\\$1{,}250", "1,250"), ("USD 1,250", "1,250"), ("1,250$", "1,250"), ("$ 1,250", "1,250"),
+     ("1,\\!250", "1,250"), ("1\\,250", "1250"), ("\\boxed{\\$1,250}", "1,250"), ("-5°F", "-5"),
+     ("30^\\circ", "30"), ("75\\%", "75%"), ("__ 72", "72"), ("-$5", "-5"), ("\\frac14", "\\frac14")],
+)  # fmt: skip
+def test_clean_value_reads_real_number_forms(value, cleaned):
+    from veriloop.verifiers.answer_values import clean_value, is_clean
+
+    assert clean_value(value) == cleaned and is_clean(cleaned, "number")
+
+
+@pytest.mark.parametrize(
+    "text, answer",
+    [
+        ("48 + 24 = 72\nNatalia sold 72 clips altogether.", "72"),  # the working's result, restated
+        ("She sold 48 and 24.\nNatalia sold **72** clips.", "72"),  # the value in bold
+        ("She sold 48 and 24.\nSo Natalia sold 72 clips.", "72"),  # a conclusion connective
+        ("She sold 48 and 24.\nNatalia sold 72 clips altogether.", None),  # none of them: prose
+        ("She sold 48 in April.\nNatalia sold 48 clips in April.", None),  # the question's number: an operand
+        ("Were she to sell 24 more, she would sell 9 * 8 = 72.\nShe would sell 72 clips.", None),  # a supposition
+        ("48 + 24 = 72\nFinal Answer: Natalia sold 72 clips altogether.", "72"),  # a label, then a sentence
+        ("Final Answer: Tom has 18 apples.", None),  # nothing worked out: it may echo the question
+        ("48 + 24 = 72\nNatalia sold 72 clips altogether.\nDoes that make sense?", "72"),  # addressed to the reader
+        ("48 + 24 = 72\nNatalia sold 72 clips altogether.\nHow many in June?", None),  # a new question
+    ],
+)
+def test_unmarked_sentences_that_state_a_result(text, answer):
+    found = extract_answer(text, kind="number")
+    assert (found.answer if found.status == "ok" else None) == answer, found
+
+
+def test_interim_boxes_before_a_final_answer_are_working():
+    text = "May: $48 / 2 = \\boxed{24}$ clips.\nFinal Answer: The final answer is $72$."
+    assert extract_answer(text).answer == "72"
+    assert extract_answer("\\boxed{24}\nThe final answer is 72.").status == "ambiguous"  # a box of its own
+
+
+# ---------------------------------------------------------------- properties of the real forms
+
+END_TOKENS = ["<|eot_id|>", "<|im_end|>", "</s>", "<|endoftext|>", "<end_of_turn>", "<|end|>", "<eos>",
+              "<|im_end|>\n<|im_start|>user\nAre you sure? Maybe it is 96.", "</s>\n\nQ: Is it 96?\nA: 96"]  # fmt: skip
+
+
+@settings(max_examples=80, deadline=None)
+@given(row=st.sampled_from(_real_forms()), token=st.sampled_from(END_TOKENS), joint=st.sampled_from(["", "\n"]))
+def test_an_end_of_turn_token_never_changes_a_verdict(math_verifier, row, token, joint):
+    for name in row["verifiers"]:
+        verifier = math_verifier if name == "math" else get(name)
+        before, after = verifier.verify_batch([row["completion"], row["completion"] + joint + token],
+                                              [row["reference"]] * 2)  # fmt: skip
+        assert (before.score, before.outcome) == (after.score, after.outcome), (name, row["completion"][-80:], token)
+
+
+NUMBER_FORMS = [lambda n: f"{n:,}", lambda n: f"${n:,}", lambda n: f"{n:,} dollars", lambda n: f"${n:,}.00",
+                lambda n: f"USD {n:,}", lambda n: f"{n:,}".replace(",", " "), lambda n: f"{n:,}".replace(",", "{,}"),
+                lambda n: "\\$" + f"{n:,}".replace(",", "{,}"), lambda n: f"{n:,}".replace(",", ",\\!")]  # fmt: skip
+ACCEPTED_FORMS = ["The answer is {V}.", "#### {V}", "**Answer:** {V}", "Final Answer: The final answer is {V}. I hope it "
+                  "is correct.", "The final answer is $\\boxed{{{V}}}$.", "So the answer is **{V}**."]  # fmt: skip
+
+
+@settings(max_examples=80, deadline=None)
+@given(n=st.integers(min_value=1000, max_value=99_999_999), form=st.sampled_from(NUMBER_FORMS),
+       statement=st.sampled_from(ACCEPTED_FORMS))  # fmt: skip
+def test_separators_and_currency_never_change_an_accepted_verdict(math_verifier, n, form, statement):
+    plain, formatted = statement.format(V=n), statement.format(V=form(n))
+    for verifier in (get("gsm8k"), math_verifier):
+        assert verifier.verify(plain, str(n)).score == 1.0, plain
+        assert verifier.verify(formatted, str(n)).score == 1.0, (verifier.name, formatted)
+        assert verifier.verify(formatted, str(n + 1)).score == 0.0, (verifier.name, formatted)

@@ -130,7 +130,8 @@ def test_a_reference_must_parse_to_a_value(math):
 # reason -> (completion, reference, outcome, what the verdict says): each remaining policy's own test
 READING_RULE_TESTS = {
     "prose": ("Final Answer: Jane started growing Sphere 3 hours ago.", "$3$", "no_answer", "(prose)"),
-    "conditional": ("If the value was $x$, the loss is $\\boxed{28\\%}$.", "$28\\%$", "no_answer", "(conditional)"),
+    # a condition that sets a value ("If $x = 2$"); one that only names a variable ("If the value was $x$") is none
+    "conditional": ("If $x = 2$, the loss is $\\boxed{28\\%}$.", "$28\\%$", "no_answer", "(conditional)"),
     "hedged": ("$x\\approx11$", "$11$", "no_answer", "(hedged)"),  # relations_math[15]
     "distinct": ("\\boxed{200} and then \\boxed{255}", "$255$", "ambiguous", "several different"),
     # an unmarked paragraph: its answer 12 is a number in prose, so the last delimited maths ($d$) is read

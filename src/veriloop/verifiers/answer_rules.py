@@ -52,7 +52,6 @@ is not 45" are asserted, "I'm not sure the answer is 45" is ``hedged``.  The rul
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 
 from veriloop.verifiers.answer_values import (  # noqa: F401  (re-exported: the reader's public names)
     ALTERNATIVE,
@@ -75,6 +74,7 @@ from veriloop.verifiers.answer_values import (  # noqa: F401  (re-exported: the 
     clean_value,
     conditional,
     conditional_prefix,
+    conditions_answer,
     is_clean,
     last_number,
     negated_numbers,
@@ -82,18 +82,17 @@ from veriloop.verifiers.answer_values import (  # noqa: F401  (re-exported: the 
     numeric_key,
     words,
 )
+from veriloop.verifiers.closing import POINTS_AT_QUESTION, closing_value, sentence_value, sentences, supported
 from veriloop.verifiers.polarity import (
     ASSERTED,
-    COMMIT,
     NEGATED,
-    TRUTH,
     comment_polarity,
     leading_operators,
     may_hold_operators,
     scope_polarity,
-    tokens,
 )
-from veriloop.verifiers.speech_acts import RETRACTS, speech_act
+from veriloop.verifiers.reading import Read, not_asserted
+from veriloop.verifiers.speech_acts import DOUBTS, RETRACTS, affirms, speech_act
 
 _U = r"(?:\s+[A-Za-z]+|[A-Za-z\u20ac\u00a3\u00a5]+\d?)?"  # a unit word after a number ("apples", "m2", "€")
 _CONTRAST = [
@@ -113,21 +112,8 @@ _EXACT_THEN_APPROX = re.compile(r"^(?P<exact>[^=]+=.+?)\s*(?:\\approx|\u2248)\s*
 # "the largest $n$ is 34": after an explicit marker, a sentence that names the quantity it answers
 _NAMED_VALUE = re.compile(r"^(?P<subject>(?:the|its|their|our|his|her)\s.+?)\s+(?:is|are|was|equals)\s+"
                           r"(?P<value>\S.*)$", re.IGNORECASE)
-_POINTS_AT_QUESTION = frozenset("question problem given says said states stated statement told example".split())
 _MATHS_IN = re.compile(r"\$|\\[(\[]")  # delimited maths; with a number, what makes a sentence state something
 
-
-
-@dataclass(frozen=True)
-class Read:
-    """How one stated value reads: ``answer`` (value), ``several`` (values), ``not`` (reason), ``empty``."""
-
-    kind: str
-    value: str = ""
-    reason: str = ""
-    span: str = ""  # the raw text of the value as stated (a box kept whole), for a maths parser
-    negated: frozenset[str] = frozenset()
-    numbers: frozenset[str] = frozenset()
 
 
 def _classify(v: str, rest: str) -> Read:
@@ -150,25 +136,20 @@ def _classify(v: str, rest: str) -> Read:
     return Read("not", reason="prose", numbers=frozenset(nums))
 
 
-def _sentences(text: str) -> list[str]:
-    """Sentences; maths that ends one often swallows its period (``$$ ... .$$ Therefore ...``)."""
-    return [s for s in re.split(r"(?<=[.!?$])\s+(?=[A-Z])|(?<=[.!?])\s+|(?<=\\[)\]])\s+(?=[A-Z])", text) if s.strip()]
-
-
 def _classify_line(line: str) -> Read:
     """Why an unmarked last line is no answer.  A line of several sentences is read by its last
     sentence with maths in it and what follows (what the maths reader takes from it); a negation
     anywhere in the line counts, and a correction cue in that sentence after an earlier value too."""
     whole = _classify(line, "")
-    sentences = _sentences(line)
-    last = max((i for i, s in enumerate(sentences) if re.search(r"\d", s) or _MATHS_IN.search(s)), default=None)
-    if whole.reason == "negated" or last is None or len(sentences) < 2 or not _MATHS_IN.search(sentences[last]):
+    parts = sentences(line)
+    last = max((i for i, s in enumerate(parts) if re.search(r"\d", s) or _MATHS_IN.search(s)), default=None)
+    if whole.reason == "negated" or last is None or len(parts) < 2 or not _MATHS_IN.search(parts[last]):
         return whole
-    first = last - 1 if last and re.match(r"\W*(?:then|in\s+that\s+case)\b", sentences[last], re.I) else last
-    own, before = sentences[last], " ".join(sentences[:last])
+    first = last - 1 if last and re.match(r"\W*(?:then|in\s+that\s+case)\b", parts[last], re.I) else last
+    own, before = parts[last], " ".join(parts[:last])
     if (set(words(own)) & CORRECTION or CORRECTION_PHRASE.search(own)) and re.search(r"\d|\$|\\[(\[]", before):
         return Read("several", reason="revised", numbers=whole.numbers)
-    return _classify(" ".join(sentences[first:]), "")
+    return _classify(" ".join(parts[first:]), "")
 
 
 def _first_sentence(raw: str) -> tuple[str, str, bool]:
@@ -184,21 +165,13 @@ def _named_value(v: str, kind: str) -> str | None:
     nothing pointing at the question), else None."""
     m = _NAMED_VALUE.match(v)
     subject = words(m["subject"]) if m and not re.search(r"\d", m["subject"]) else ["if"]
-    if len(subject) > 20 or set(subject) & (CUES | _POINTS_AT_QUESTION):
+    if len(subject) > 20 or set(subject) & (CUES | POINTS_AT_QUESTION):
         return None
     value = clean_value(m["value"])
     return value if is_clean(value, kind) else None
 
 
-REASONS = {NEGATED: "negated", "retracted": "retracted"}  # a polarity -> the reason a verdict names (else "hedged")
 _COMMENT_AT = re.compile(r"\s*[,(\u2014]\s*|\s+-+\s+|\s+")  # where a comment on a value may start
-
-
-def not_asserted(polarity: str, key: str) -> Read:
-    """The reading of a value whose statement is negated, hedged or questioned."""
-    reason = REASONS.get(polarity, "hedged")
-    return Read("not", reason=reason, negated=frozenset({key}) if reason == "negated" else frozenset(),
-                numbers=frozenset({key}))  # fmt: skip
 
 
 def _comment(comment: str) -> str | None:
@@ -233,53 +206,17 @@ def _operators_around(head: str, kind: str) -> tuple[str, str] | None:
     return worst, body
 
 
-# an unmarked closing sentence that states a result: "So she has 18 apples left.", "In total, 72 clips were sold."
-_CONCLUSION = re.compile(r"^\W*(?:so|therefore|thus|hence|consequently|altogether|overall|finally|all\s+in\s+all|"
-                         r"in\s+(?:total|all|sum|summary|conclusion|the\s+end)|as\s+a\s+result|(?:this|that)\s+"
-                         r"(?:means|gives))\b", re.IGNORECASE)  # fmt: skip
-_ONE_VALUE = re.compile(rf"(?<![\w.$/]){NUM}(?:\s*/\s*\d+(?!\d|[.,]\d))?(?![\d/])")  # a number or a fraction
-_COMPARATIVE = re.compile(r"\b(?:more|less|fewer)\s+than\b|\b(?:more|less|fewer)\b(?=\s+\d)", re.IGNORECASE)
-_PLAIN_COMPARATIVES = frozenset("more less fewer".split())  # "12 more boxes" is a number of boxes
-
-
-def closing_value(text: str, kind: str) -> Read | None:
-    """The value of the text's closing sentence when it states a result: the last sentence of ``text``
-    that names a value (what follows it names none, asks nothing and withdraws nothing: "I hope it is
-    correct."), declarative, opened by a conclusion connective (so, therefore, thus, hence, in total,
-    altogether, as a result, ...), naming exactly one number or fraction, with no operator that is
-    not an intensifier (a negation, hedge or question leaves it unstated), no condition, no cue word
-    and nothing pointing at the question.  None otherwise: an echo of the question stays prose."""
-    lines = text.strip().splitlines()[-20:]  # a capitalised connective opens a sentence ("= 2/3 Therefore, ...")
-    sentences = [x.strip() for line in lines for part in re.split(r"\s(?=(?:So|Therefore|Thus|Hence)\b)", line)
-                 for x in _sentences(part) if x.strip()]  # fmt: skip
-    at = max((i for i, x in enumerate(sentences) if re.search(r"\d", x)), default=None)
-    if at is None or any(x.rstrip("*_ ").endswith("?") or speech_act(x) for x in sentences[at + 1 :]):
-        return None
-    last = sentences[at]
-    if last.rstrip("*_ ").endswith("?") or not _CONCLUSION.match(last):
-        return None
-    found = _ONE_VALUE.findall(re.sub(r"\*\*(?=\$?\d)|(?<=\d)\*\*", "", last))  # "**18**" is 18
-    if len(found) != 1 or re.search(r"\\vlmath|\$[^$]*[^$\d.,\s][^$]*\$", last):  # one value, no maths
-        return None
-    value, ws = clean_value(found[0]), set(words(last))
-    ops = {it.cls for it in tokens(last) if it.kind == "op"} - {COMMIT, TRUTH}
-    if ops:
-        return not_asserted(NEGATED if ops <= {"neg", "neg-pred"} else "hedged", numeric_key(value))
-    cues = (ws & CUES) - (_PLAIN_COMPARATIVES if not _COMPARATIVE.search(last) else frozenset())
-    if cues or conditional(last) or HEDGE_SIGNS.search(last) or ws & _POINTS_AT_QUESTION or not is_clean(value, kind):
-        return None
-    return Read("answer", value, numbers=frozenset({numeric_key(value)}), span=value)
-
-
 def read_value(raw: str, kind: str, after: str = "", boxed: bool = False, stated: bool = False,
-               last_line: bool = False, before: str | None = None) -> Read:  # fmt: skip
+               last_line: bool = False, before: str | None = None, working: str = "") -> Read:  # fmt: skip
     """Read one stated value; ``after`` is the rest of the sentence outside it (after a box);
     ``stated``: it follows an explicit marker (``answer:``, "the answer is", ``####``); ``last_line``:
     it is the unmarked last line; ``before``: the text before the statement's marker, whose operators
     compose with the value's own ("It is false that the answer is not 45" asserts 45; "I doubt the
-    answer is 45" does not).  A bare list of numbers (``17, 18``) is several answers, except in a box
-    read as maths (a set of solutions)."""
-    read, inner = _read_value(raw, kind, after, boxed, stated, last_line)
+    answer is 45" does not); ``working``: the whole text before the statement (after a label, a sentence
+    names its one value when the working computed or concluded it: "Final Answer: Weng earned $10.").
+    A bare list of numbers (``17, 18``) is several answers, except in a box read as maths (a set of
+    solutions)."""
+    read, inner = _read_value(raw, kind, after, boxed, stated, last_line, working)
     if read.kind not in ("answer", "several"):
         return read
     polarity = scope_polarity(before, inner) if before is not None else inner
@@ -290,7 +227,8 @@ def read_value(raw: str, kind: str, after: str = "", boxed: bool = False, stated
     return not_asserted(polarity, numeric_key(read.value))
 
 
-def _read_value(raw: str, kind: str, after: str, boxed: bool, stated: bool, last_line: bool) -> tuple[Read, str]:
+def _read_value(raw: str, kind: str, after: str, boxed: bool, stated: bool, last_line: bool,
+                working: str) -> tuple[Read, str]:  # fmt: skip
     """(the reading, the polarity the value's own operators give it)."""
     inner = ASSERTED
     head, rest, question = _first_sentence(raw)
@@ -314,12 +252,22 @@ def _read_value(raw: str, kind: str, after: str, boxed: bool, stated: bool, last
             return not_asserted(around[0], numeric_key(clean_value(around[1]))), inner
         inner = around[0] if around is not None else inner
         named = _named_value(v, kind) if stated and not question and around is None else None
+        # after a label, a sentence that states one value names it ("Final Answer: Weng earned $10 ...")
+        said = sentence_value(head, kind) if stated and not question and around is None and named is None else None
+        if said is not None and said.kind == "answer" and not supported(said.value, working):
+            said = None  # "Final Answer: Tom has 18 apples." with nothing worked out: it may echo the question
         if around is not None:
             v, span = clean_value(around[1]), around[1]
         elif named is not None:
             v = span = named
+        elif said is not None:
+            if said.kind != "answer":  # "Final Answer: Weng did not earn $10."
+                return said, inner
+            v = span = said.value
         elif last_line:
             return closing_value(raw, kind) or _classify_line(raw), inner
+        elif question:  # "answer: is 72 correct? 48 + 24 = 72.": a question names only its own numbers
+            return Read("not", reason="hedged", numbers=frozenset(numbers_in(head))), inner
         else:
             return _classify(head, f"{after} {rest}"), inner
     if (kind == "number" or not boxed) and _LIST.match(v) and len(numbers_in(v)) > 1:
@@ -360,14 +308,18 @@ def revision(tail: str, key: str, same_line: bool = False, closing: bool = False
                     r"correct|the\s+answer|it)\b)", tail, re.I)
     if lead:
         return Read("not", reason="negated", negated=frozenset({key}), numbers=frozenset({key}))
-    k = 0  # sentences so far
+    k, asked = 0, False  # sentences so far; a question about the answer not yet answered with yes
     for n, line in enumerate(tail.splitlines()):
         for sentence in (s for s in re.split(r"(?<=[.!?])\s+", line) if s.strip()):
             ws, new = set(words(sentence)), last_number(sentence)  # a revision ends with the new value
             new = new if new not in (None, key) else None
+            question = sentence.rstrip(" *_").endswith("?")
+            if asked and affirms(sentence, key):  # "... is 72 correct? 48 + 24 = 72. Yes."
+                asked = False
+                continue
             if key in negated_numbers(sentence):
                 return Read("not", reason="negated", negated=frozenset({key}), numbers=frozenset({key}))
-            if (k := k + 1) <= 2 and conditional(sentence):
+            if (k := k + 1) <= 2 and conditions_answer(sentence):
                 return Read("not", reason="conditional")
             if same_line and n == 0 and (ws & REVISING_HEDGE or HEDGE_SIGNS.search(sentence)) and new:
                 return Read("several", reason="several", numbers=frozenset({key, new}))
@@ -376,10 +328,15 @@ def revision(tail: str, key: str, same_line: bool = False, closing: bool = False
             bare = re.fullmatch(rf"[\s*$(]*{NUM}[\s*.!)]*", sentence) or _RESTATED.match(sentence.strip()) or (
                 restated is not None and restated[0] != NEGATED)  # "Definitely 18.", "Probably 18." (not "Not 18.")
             cue = ws & CORRECTION or CORRECTION_PHRASE.search(sentence) or any(c in sentence for c in "错改")
-            if (bare or cue or act == RETRACTS) and new:
+            if (bare or cue or act == RETRACTS or question) and new:  # "Or is it 20?"
                 return Read("several", reason="revised", numbers=frozenset({key, new}))
+            if act == DOUBTS and question:  # "Is that right?": a doubt unless a later sentence says yes
+                asked = True
+                continue
             if act:
                 return Read("not", reason="retracted" if act == RETRACTS else "hedged", numbers=frozenset({key}))
+    if asked:
+        return Read("not", reason="hedged", numbers=frozenset({key}))
     last = closing_value(tail, "maths") if closing and tail.strip() else None
     if last is not None and last.kind == "answer" and numeric_key(last.value) != key:  # "So she has 52 left."
         return Read("several", reason="revised", numbers=frozenset({key, numeric_key(last.value)}))

@@ -17,8 +17,17 @@ _NUMBER = re.compile(r"^[-+]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?$")
 NUM = r"[-+]?\$?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?%?"
 _NUM_IN_TEXT = re.compile(r"(?<![A-Za-z0-9_.$])(-?)\$?((?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?|\.\d+)(?![\d])")
 _NUMBER_KIND = re.compile(  # a number after cleaning: plain, percent, a fraction
-    r"^[-+]?(?:(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?|\.\d+)%?$|^[-+]?\d+\s*/\s*\d+$|^[-+]?\\[dt]?frac\{\d+\}\{\d+\}$"
+    r"^[-+]?(?:(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?|\.\d+)%?$|^[-+]?\d+\s*/\s*\d+$"
+    r"|^[-+]?\\[dt]?frac(?:\{\d+\}\{\d+\}|\d\d)$"  # \frac{1}{4}, \frac14
 )
+# LaTeX's ways of writing a thousands separator or a percent sign: 1{,}250, 1,\!250, 1\,250, 75\%
+_LATEX_NUMBER = [(re.compile(r"(?<=\d)\{,\}(?=\d{3})"), ","), (re.compile(r"(?<=\d,)\\!(?=\d{3})"), ""),
+                 (re.compile(r"(?<=\d)\\[,;:! ](?=\d{3}(?!\d))"), ""), (re.compile(r"\\%"), "%")]  # fmt: skip
+# a currency sign or code before or after an amount ("$1,250", "USD 1,250", "1,250$", "€12"), and a degree sign
+_CURRENCY = r"(?:US\$|\\\$|\$|USD|EUR|GBP|INR|CAD|AUD|Rs\.?|\u20ac|\u00a3|\u00a5|\u20b9)"
+_CURRENCY_BEFORE = re.compile(rf"^([-+]?)\s*{_CURRENCY}\s*(?=\d|\.\d)")
+_CURRENCY_AFTER = re.compile(rf"(?<=\d)\s*{_CURRENCY}$")
+_DEGREES = re.compile(r"(?<=\d)\s*(?:\u00b0|\^\s*\{?\\circ\}?)\s*[CF]?$")
 _SPACED_THOUSANDS = re.compile(r"^([-+]?\$?\d{1,3}(?: \d{3})+)(?=$|[.%]|\s*[A-Za-z])")  # "1 000", "12 500 apples"
 DECIMAL_COMMA = re.compile(r"^([-+]?\d+),(\d+)$")  # one comma, not thousands: "1000,99", "2,74", "0,5"
 THOUSANDS = re.compile(r"^[-+]?[1-9]\d{0,2}(?:,\d{3})+$")
@@ -32,7 +41,7 @@ HEDGE = frozenset("about approximately approx approximate around roughly nearly 
 ALTERNATIVE = frozenset("or either".split())
 CONDITIONAL = frozenset("if unless assuming assume suppose supposing provided providing given otherwise whether "
                         "when whenever".split())  # fmt: skip
-_WEAK_CONDITIONAL = frozenset("given when whenever provided providing".split())  # also ordinary words
+WEAK_CONDITIONAL = frozenset("given when whenever provided providing".split())  # also ordinary words
 CORRECTION = frozenset("wait oops actually sorry correction mistake mistaken hmm rather instead scratch recheck "
                        "recalculate redo typo oh uh um err no nope corrected revise revised reconsider miscalculated "
                        "kidding jk joking lol".split())  # fmt: skip
@@ -58,6 +67,18 @@ CONDITIONAL_PREFIX = frozenset("if unless assuming assume suppose supposing othe
 # word; "provided that" anywhere ("the solution provided", "the three given conditions" are no conditions)
 _WEAK_CONDITION = re.compile(r"(?:^|[,;:(]|[\d$}%])\s*(?:given|when|whenever|provided|providing)\b"
                              r"(?P<ing>\s+[a-z]+ing\b)?|\bprovid(?:ed|ing)\s+that\b", re.I)
+# conditions of several words, and one opened by inverting its auxiliary ("Had she sold ...", "Were the price ...")
+_CONDITION_PHRASE = re.compile(r"\b(?:as|so)\s+long\s+as\b|\bin\s+case\b|\bin\s+the\s+(?:case|event)\s+"
+                               r"(?:that|where|of)\b|\bon\s+(?:the\s+)?condition\s+that\b", re.IGNORECASE)
+_INVERTED = re.compile(r"^\W*(?:had|were|should)\s+(?:the|she|he|it|they|we|i|you|there|this|that|each|every|all|"
+                       r"(?-i:[A-Z][a-z]+))\b[^?\n]*,[^?\n]*$", re.IGNORECASE)  # fmt: skip
+_CONDITION_AT = re.compile(r"\b(?:if|unless|assum\w*|suppos\w*|provid\w*|given|otherwise|whether|when|whenever|"
+                           r"(?:as|so)\s+long\s+as|in\s+(?:the\s+)?(?:case|event)|on\s+(?:the\s+)?condition)\b"
+                           r"|^\W*(?:had|were|should)\b", re.IGNORECASE)  # fmt: skip
+# "If its initial value was $x$,": a condition that names a maths variable defines it
+_DEFINES_SYMBOL = re.compile(r"\b(?:if|when|suppose|assuming)\b[^,;.]*?\b(?:is|was|be|are|were|equals?|denotes?|"
+                             r"called)\s+\$[A-Za-z]\$\s*,", re.IGNORECASE)  # fmt: skip
+_POINTS_BACK = frozenset("this that it these those answer result value total which".split())
 _PLEASANTRY = re.compile(r"\bif\s+you(?:'d|\s+would)\s+like\b|\bif\s+you\s+(?:have|need)\s+(?:any\s+)?(?:more\s+|"
                          r"further\s+|other\s+)?(?:questions?|help|clarifications?|assistance|explanations?)\b", re.I)
 _TEXT_CMD = r"\\(?:text(?:normal|rm|up|bf|it|sf)?|mbox|mathrm)"  # LaTeX text (units, words) in maths
@@ -102,17 +123,41 @@ def words(text: str) -> list[str]:
 
 
 def conditional(text: str) -> bool:
-    """A strong cue word anywhere, or "given" / "when" / "provided" opening a clause (not before an -ing
-    word) or after a value; "if you have any questions" is addressed to the reader, no condition."""
+    """A strong cue word or a conditional phrase ("as long as", "in case") anywhere, an inverted
+    condition opening the text ("Had she sold 96, ...", "Were the price $3, ..."), or "given" / "when" /
+    "provided" opening a clause (not before an -ing word) or after a value; "if you have any questions"
+    is addressed to the reader, no condition."""
     text = _PLEASANTRY.sub(" ", text)
-    if set(words(text)) & (CONDITIONAL - _WEAK_CONDITIONAL):
+    if set(words(text)) & (CONDITIONAL - WEAK_CONDITIONAL) or _CONDITION_PHRASE.search(text) or _INVERTED.match(text):
         return True
     return any(not m["ing"] or re.match(r"[\d$}%]", m.group().lstrip()) for m in _WEAK_CONDITION.finditer(text))
 
 
 def conditional_prefix(prefix: str) -> bool:
-    """Is the part of a sentence before its marker a condition ("If she sold 24, ...", "When x = 2, ...")?"""
-    return bool(set(words(prefix)) & CONDITIONAL_PREFIX) or any(not m["ing"] for m in _WEAK_CONDITION.finditer(prefix))
+    """Is the part of a sentence before its marker a condition ("If she sold 24, ...", "When x = 2, ...",
+    "In case the discount applies, ...", "Had she sold 96, ...")?  A condition that only names a maths
+    variable ("If its initial value was $x$, ...") defines it: no condition."""
+    prefix = _DEFINES_SYMBOL.sub(" ", prefix)
+    return bool(set(words(prefix)) & CONDITIONAL_PREFIX) or bool(_CONDITION_PHRASE.search(prefix)) or bool(
+        _INVERTED.match(prefix)) or any(not m["ing"] for m in _WEAK_CONDITION.finditer(prefix))
+
+
+def conditions_answer(sentence: str) -> bool:
+    """Does ``sentence``, read after a stated answer, put a condition on it?  When it is a condition
+    standing alone ("Assuming no tax.") or attached to a clause that points back at the answer or names
+    a value ("That is, if she sold 24.", "This only holds if ...", "If she sold 24, it would be 20."); not
+    when its condition belongs to a clause about something else ("Feel free to ask if anything is
+    unclear.")."""
+    if not conditional(sentence):
+        return False
+    m = _CONDITION_AT.search(_PLEASANTRY.sub(" ", sentence))
+    if m is None:
+        return True
+    if re.search(r"[A-Za-z0-9]", sentence[: m.start()]):
+        main = sentence[: m.start()]
+    else:  # the condition opens the sentence: its clause ends at the first comma
+        main = sentence[m.end() :].split(",", 1)[1] if "," in sentence[m.end() :] else ""
+    return not re.search(r"[A-Za-z0-9]", main) or bool(re.search(r"\d", main)) or bool(set(words(main)) & _POINTS_BACK)
 
 
 def boxed_spans(text: str) -> list[tuple[str, int, int]]:
@@ -156,13 +201,18 @@ def clean_value(value: str) -> str:
     trailing period, a worked expression before the last ``=`` (unless a cue word is in it, or it is a
     sentence: two words, then working, as in "She sold 48/2 = 24 clips"), unit
     words after a number (``120 pints`` -> ``120``, ``125\\text{ miles}`` -> ``125``; not ``18 if ...``
-    or ``18 is wrong``), spaces between thousands (``1 000`` -> ``1000``)."""
+    or ``18 is wrong``), spaces between thousands (``1 000`` -> ``1000``), LaTeX's separators
+    (``1{,}250``, ``1,\\!250``, ``1\\,250``, ``75\\%``), a currency sign or code before or after an
+    amount (``USD 1,250``, ``1,250$``, ``\\$1{,}250``) and a degree sign (``-5°F``), markdown emphasis
+    (``**18**``, ``__ 18``)."""
     v = value.strip()
+    for pattern, replacement in _LATEX_NUMBER:
+        v = pattern.sub(replacement, v)
     v = re.sub(r"^\$([^$]+)\$(?=\s+[A-Za-z(])", r"\1", v)  # "$18$ apples", "$\frac{3}{4}$ of the pizza"
     v = re.sub(r"^\\\$\s*(?=\d)", "", v)  # "\$18": an escaped dollar sign
     v = re.sub(r"^\$+|\$+$", "", v).strip()
     v = re.sub(r"^\\[(\[]|\\[)\]]$", "", v).strip()
-    v = re.sub(r"^\*+|\*+$", "", v).strip()
+    v = re.sub(r"^[*_]+|[*_]+$", "", v).strip()  # markdown emphasis: **18**, __Answer:__ 18
     v = v.rstrip(".").strip()
     boxed = boxed_spans(v)
     if len(boxed) == 1 and re.fullmatch(r"\\(?:boxed|fbox)\s*\{.*\}", v, re.DOTALL):
@@ -174,6 +224,7 @@ def clean_value(value: str) -> str:
         sentence = re.match(r"[A-Za-z]+\s+[A-Za-z]+\b", lhs) and re.search(r"\d", lhs)  # "She sold 48/2 = 24 clips"
         if not sentence and not any(w in CUES for w in words(lhs)):
             v = rhs.strip()
+    v = _DEGREES.sub("", _CURRENCY_AFTER.sub("", _CURRENCY_BEFORE.sub(r"\1", v))).strip()  # "USD 1,250", "-5°F"
     v = re.sub(rf"{_TEXT_CMD}\{{\s*\}}", "", v).strip()
     m = _SPACED_THOUSANDS.match(v)
     if m:

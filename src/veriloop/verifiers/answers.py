@@ -45,6 +45,8 @@ from veriloop.verifiers.answer_rules import (
     read_value,
 )
 from veriloop.verifiers.assertions import Extraction, Statement, decide
+from veriloop.verifiers.polarity import clause
+from veriloop.verifiers.reply import reply
 
 __all__ = ["DEFAULT_POLICIES", "KINDS", "MARKER_POLICIES", "POLICIES", "SPAN_POLICIES", "Extraction", "answer_key",
            "clean_value", "extract_answer", "normalize_text", "numeric_key"]  # fmt: skip
@@ -61,21 +63,6 @@ def normalize_text(text: str) -> str:
     """NFKC (full-width digits and punctuation -> ASCII), minus signs, Chinese punctuation, ``×``
     ``÷``, and GSM8K's calculator annotations (``<<48/2=24>>``) removed."""
     return re.sub(r"<<[^<>]*>>", "", unicodedata.normalize("NFKC", text).translate(_TRANSLATE))
-
-
-# a chat template's turn token: a reply that runs on past one ("... is 2/3. <|im_start|>user") ends there
-_TURN = re.compile(r"<\|(?:im_start|im_end|endoftext|end_of_text|eot_id|eom_id|end|start_header_id|user|assistant)\|>")
-
-
-def after_reasoning(text: str) -> str:
-    """What follows the last ``</think>``, when anything does; else the whole text (tags as line breaks).
-    A turn token after some text ends the reply: what follows it is another turn."""
-    turn = next((m.start() for m in _TURN.finditer(text) if text[: m.start()].strip()), None)
-    text = text if turn is None else text[:turn]
-    cut = text.rfind("</think>")
-    if cut >= 0 and text[cut + len("</think>") :].strip():
-        return text[cut + len("</think>") :]
-    return re.sub(r"</?think>", "\n", text)
 
 
 def _after_marker(pattern: str, stop: str = r"[\n;]", keep=None, needles: tuple[str, ...] = ()):
@@ -184,7 +171,7 @@ def _read_statement(text: str, name: str, raw: str, start: int, end: int, kind: 
         return Read("empty")
     if conditional_prefix(prefix):  # "If she sold 24, the answer is 18."
         return Read("not", reason="conditional")
-    if _QUOTING.search(prefix):  # "The question says she sold \boxed{18} clips": an echo
+    if _QUOTING.search(clause(prefix)):  # "The question says she sold \boxed{18} clips": an echo
         return Read("not", reason="prose")
     after = ""
     if name == "boxed":  # the rest of the sentence after the box qualifies it too ("\boxed{18} or so")
@@ -194,7 +181,7 @@ def _read_statement(text: str, name: str, raw: str, start: int, end: int, kind: 
         after = after.rstrip(".").strip(" $")
     # the sentence's operators compose with the value's: "I don't think the answer is 45", "There is no doubt ..."
     return read_value(raw, kind, after, boxed=name == "boxed", stated=name != "boxed",
-                      before=text[max(0, start - 400) : start])  # fmt: skip
+                      before=text[max(0, start - 400) : start], working=text[:start])  # fmt: skip
 
 
 def _introduces(x: Statement, found: list[Statement]) -> bool:
@@ -202,6 +189,17 @@ def _introduces(x: Statement, found: list[Statement]) -> bool:
     are left. The answer is 18."): the label opens the reply, the marker in it names the answer."""
     return x.policy == "answer" and x.read.kind != "answer" and any(
         y is not x and x.start < y.start < x.end for y in found)
+
+
+_FINAL = re.compile(r"[\W_]*(?:the\s+)?final\s+answer\b", re.IGNORECASE)
+
+
+def _interim(x: Statement, found: list[Statement], text: str) -> bool:
+    """A box that shows a step's result inside an equation (``... \\cdot \\frac{1}{2} = \\boxed{200}$ So,
+    ...``) before a statement the text marks *final* ("Final Answer: The final answer is $10,455$."):
+    working, not an answer; the final statement names the answer."""
+    return x.policy == "boxed" and bool(re.search(r"=\s*$", text[max(0, x.start - 40) : x.start])) and any(
+        y.policy in ("answer", "the-answer-is") and y.start > x.end and _FINAL.match(text, y.start) for y in found)
 
 
 def extract_answer(text: str, policies: tuple[str, ...] = DEFAULT_POLICIES, kind: str = "maths") -> Extraction:
@@ -214,15 +212,15 @@ def extract_answer(text: str, policies: tuple[str, ...] = DEFAULT_POLICIES, kind
     if kind not in KINDS:
         raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
     finders = {name: _policy(name) for name in policies}
-    text = after_reasoning(normalize_text(text))
+    text = reply(normalize_text(text))
     found = [Statement(name, s, e, _read_statement(text, name, raw, s, e, kind))
              for name, find in finders.items() if name != "last-line" for raw, s, e in find(text)
              if not (name == "answer" and "the-answer-is" in finders and _NESTED_MARKER.match(raw))]  # fmt: skip
-    found = [x for x in found if x.read.kind != "empty" and not _introduces(x, found)]
+    found = [x for x in found if x.read.kind != "empty" and not _introduces(x, found) and not _interim(x, found, text)]
     if not found and "last-line" in finders:
         found = [Statement("last-line", s, e, read_value(raw, kind, last_line=True)) for raw, s, e in _last_line(text)]
         found = [x for x in found if x.read.kind != "empty"]
-        closing = closing_value(text, kind) if found and found[0].read.reason == "prose" else None
+        closing = closing_value(text, kind, unmarked=True) if found and found[0].read.reason == "prose" else None
         if closing is not None:  # "So she has 18 apples left.\nI hope it is correct."
             found = [found[0]._replace(read=closing)]
     return decide(found, text)

@@ -25,7 +25,6 @@ pathological expression costs at most ``timeout`` seconds.
 
 from __future__ import annotations
 
-import re
 import threading
 from collections.abc import Callable
 
@@ -40,7 +39,17 @@ from veriloop.verifiers.answers import (
 )
 from veriloop.verifiers.base import Verdict, Verifier, VerifierError, register
 from veriloop.verifiers.mathequiv import MathOptions, compare, compare_plain, judge, plain_number
+from veriloop.verifiers.maths_text import (  # noqa: F401  (LAST_MATHS, mask_maths: re-exported)
+    LAST_MATHS,
+    delimited_maths,
+    last_block,
+    mark_currency,
+    mask_maths,
+    maths_form,
+    unmask,
+)
 from veriloop.verifiers.pool import WorkerPool
+from veriloop.verifiers.reply import reply
 
 
 def _call(fn: Callable, args: tuple):
@@ -52,129 +61,10 @@ def _raw(item) -> str:
     return item[0] if isinstance(item, tuple) else item  # a policy finds (value, start, end) or a value
 
 
-def _last_block(text: str) -> str:
-    """The last line, or the whole display-maths block (``\\[ ... \\]``, ``$$ ... $$``) that it closes."""
-    lines = [ln for ln in text.strip().split("\n") if ln.strip()]
-    if not lines:
-        return ""
-    last = lines[-1].strip().rstrip(".,;").rstrip()
-    if last.endswith("\\]") and "\\[" not in last and "\\[" in text:
-        return text[text.rfind("\\[") :].strip()
-    if last.endswith("$$") and last.count("$$") == 1:
-        end = text.rstrip().rfind("$$")
-        if text.rfind("$$", 0, end) >= 0:
-            return text[text.rfind("$$", 0, end) :].strip()
-    return lines[-1].strip()
-
-
-# $$...$$, \[...\], \(...\), $...$ (an escaped \$ is a dollar sign, not a delimiter)
-_DELIMITED_MATHS = re.compile(r"\$\$.+?\$\$|\\\[.+?\\\]|\\\(.+?\\\)|(?<!\\)\$(?:\\\$|[^$])+?(?<!\\)\$", re.DOTALL)
-# a relation that clean_value (made for numbers) cuts to its right side: "x >= 5" is not 5, "x + y = 1" not 1
-_CUT_RELATION = re.compile(r"[<>!]=|==|[<>≤≥≠]|[A-Za-z][^=]*=")
-
-
-_PLACEHOLDER = re.compile(r"\\vlmath([a-z]{3})")
-_NUMBER_LIKE = re.compile(r"^\s*[-+]?(?:(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?|\.\d+)\s*(?:\\?%)?\s*$")
-# What a rejected verdict on an unmarked sentence's last delimited maths says it read (mathverify_suite
-# classifies by it).
-LAST_MATHS = "(last-maths) read from the last delimited maths of an unmarked sentence"
-_HEDGE_MARK = re.compile(r"\\approx|\\sim\b|\\simeq|[~\u2248\u2243\u223c?]")
-
-
-def _pure_maths(content: str) -> bool:
-    """Maths with no words in it (single-letter variables, commands and environments allowed), not
-    a plain number (numbers stay visible to the prose rules) and no approximation sign."""
-    bare = re.sub(r"\\(?:begin|end)\{[^{}]*\}|\\[A-Za-z]+", " ", content)
-    return bool(content.strip()) and not _NUMBER_LIKE.match(content) and not _HEDGE_MARK.search(content) \
-        and not re.search(r"[A-Za-z]{2,}", bare) and not _PLACEHOLDER.search(content)
-
-
-def _closing_brace(text: str, start: int) -> int:
-    """Index of the brace that closes the one opened just before ``start``, or -1."""
-    depth = 1
-    for j in range(start, len(text)):
-        depth += {"{": 1, "}": -1}.get(text[j], 0)
-        if depth == 0:
-            return j
-    return -1
-
-
-def mask_maths(text: str) -> tuple[str, dict[str, str]]:
-    """``text`` with the content of every box and delimited maths span that is pure maths replaced by
-    a placeholder command (``\\vlmathaaa``; equal content, equal placeholder), and the map back.
-
-    The answer reader's prose rules look at numbers and words; inside maths those misread: the
-    numbers of one tuple ``(\\frac{1}{5}, \\frac{1}{6})`` are not several answers, ``14{,}916`` is one
-    number, ``pmatrix`` is not a word.  Punctuation that ends the span stays visible (``$x.$``: a
-    sentence ends there).  With maths masked its rules (negation, hedges, conditions,
-    revisions, several values) still read all the prose and every plain number around it.
-    """
-    names: dict[str, str] = {}
-    out: dict[str, str] = {}
-
-    def hide(content: str) -> str:
-        if not _pure_maths(content):
-            return content
-        core, stop = re.match(r"(.*?)([\s.,;:!?]*)$", content, re.DOTALL).groups()  # "$14.$": the period stays
-        key = re.sub(r"\s+", "", core)
-        if key not in names:
-            k = len(names)
-            names[key] = "\\vlmath" + "".join(chr(97 + (k // 26**i) % 26) for i in (2, 1, 0))
-            out[names[key]] = core.strip()
-        return names[key] + stop
-
-    parts, i = [], 0
-    for m in re.finditer(r"\\(?:boxed|fbox)\s*\{", text):
-        if m.start() < i:
-            continue
-        end = _closing_brace(text, m.end())
-        if end < 0:
-            break
-        parts += [text[i : m.end()], hide(text[m.end() : end]), "}"]
-        i = end + 1
-    text = "".join(parts) + text[i:]
-
-    def delimited(m: re.Match) -> str:
-        whole = m.group(0)
-        opener = next(o for o in ("$$", "\\[", "\\(", "$") if whole.startswith(o))
-        closer = {"$$": "$$", "\\[": "\\]", "\\(": "\\)", "$": "$"}[opener]
-        inner = whole[len(opener) : len(whole) - len(closer)]
-        return whole if "\\boxed" in inner or "\\fbox" in inner else opener + hide(inner) + closer
-
-    return _DELIMITED_MATHS.sub(delimited, text), out
-
-
-def unmask(text: str, names: dict[str, str]) -> str:
-    return _PLACEHOLDER.sub(lambda m: names.get(m.group(0), m.group(0)), text)
-
-
-def maths_form(span: str) -> str:
-    """What math-verify reads for one stated answer: its cleaned value when that is a plain number
-    (``18 apples`` -> ``18``, ``15 * 8 = 120`` -> ``120``), else the statement as written (delimiters
-    and relations kept: ``$[0,1)$``, ``\\boxed{1,2}``, ``x + y = 1``)."""
-    value = clean_value(span)
-    if plain_number(value) is not None and not _CUT_RELATION.search(span.replace("\\", "")):
-        return value
-    return span.strip()
-
-
-def delimited_maths(text: str, numbers: bool = False) -> str | None:
-    """An unmarked last line that is a sentence: its last delimited maths (``$...$``, ``\\(...\\)``,
-    ``\\[...\\]``, ``$$...$$``), or the display block that ends the text.  None for a question, and
-    for a plain number unless ``numbers``: a number in a sentence is prose (it may be quoted from the
-    question), but a display block on lines of its own is like a last line that is the number."""
-    block = _last_block(normalize_text(text))
-    found = [m.group(0) for m in _DELIMITED_MATHS.finditer(block)]
-    if not found or block.rstrip().endswith("?"):
-        return None
-    inner = found[-1].strip("$").removeprefix("\\[").removeprefix("\\(").removesuffix("\\]").removesuffix("\\)")
-    return None if _NUMBER_LIKE.match(inner) and not numbers else found[-1]
-
-
 class MathAnswer(Verifier):
     """Extract the completion's one final answer and compare it with the reference's."""
 
-    name, version = "math", "3"
+    name, version = "math", "4"  # 4: real models' final-answer forms (answer-reading.md)
     reference_policies: tuple[str, ...] = ("boxed", "gsm8k", "answer", "答案", "the-answer-is")
     read_spans = True  # math: values judged by math-verify as stated; False (gsm8k): one cleaned answer string
 
@@ -271,19 +161,22 @@ class MathAnswer(Verifier):
     def _values(self, completion: str) -> tuple[list[str], bool] | Verdict:
         """The stated answer(s) to judge (``maths_form``), or the verdict when there is nothing to judge.
 
-        ``extract_answer`` decides: its rules against negated, hedged, conditional and revised
-        answers stand.  Statements with different strings (``reason="distinct"``) are judged by
-        value in the worker: ``\\boxed{1/2}`` and "the answer is 0.5" are one answer, the parts of
-        a set answer are read together, anything else is ambiguous.  An unmarked last line that is a
-        sentence ("Therefore $x \\geq 5$ is the solution.") names its last delimited maths.
+        The reply is read (``reply.reply``: up to its end-of-turn token), with currency dollars
+        escaped (``maths_text.mark_currency``).  ``extract_answer`` decides: its rules against negated,
+        hedged, conditional and revised answers stand.  Statements with different strings
+        (``reason="distinct"``) are judged by value in the worker: ``\\boxed{1/2}`` and "the answer is
+        0.5" are one answer, the parts of a set answer are read together, anything else is ambiguous.
+        An unmarked last line that is a sentence ("Therefore $x \\geq 5$ is the solution.") names its last
+        delimited maths.
         """
+        completion = mark_currency(reply(normalize_text(completion)))  # the reply; "$12 * 5 = $60" is money
         masked, names = mask_maths(completion)
         found = extract_answer(masked, self.policies)
         spans = [unmask(s, names) for s in getattr(found, "spans", ())]
         unmarked = not any(_raw(x).strip() for p in self.policies if p in MARKER_POLICIES
-                           for x in POLICIES[p](normalize_text(completion)))  # fmt: skip
+                           for x in POLICIES[p](completion))  # fmt: skip
         last_line = unmarked and "last-line" in self.policies
-        if last_line and "\n" in _last_block(normalize_text(completion)):  # a display block ends the text
+        if last_line and "\n" in last_block(completion):  # a display block ends the text
             block = delimited_maths(completion, numbers=True)
             return ([block], False) if block else self._outcome("no_answer", "no final answer found")
         if found.status == "ok":
@@ -338,7 +231,7 @@ class MathAnswer(Verifier):
 class GSM8K(MathAnswer):
     """GSM8K: references as ``... #### N`` (the dataset's form) or a bare number."""
 
-    name, version = "gsm8k", "3"
+    name, version = "gsm8k", "4"
     reference_policies = ("gsm8k",)
     read_spans = False
 

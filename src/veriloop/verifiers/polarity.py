@@ -75,6 +75,8 @@ PHRASES = {  # several words, one operator (matched before single words)
     "no way": NEG_PRED, "by no means": NEG_PRED, "in no way": NEG_PRED, "no one": NEG, "the case": TRUTH,
     "a fact": TRUTH,
     "for sure": COMMIT, "for certain": COMMIT, "of course": COMMIT, "only possible": COMMIT, "100 %": COMMIT,
+    "beyond doubt": COMMIT, "beyond any doubt": COMMIT, "beyond a doubt": COMMIT, "beyond all doubt": COMMIT,
+    "beyond question": COMMIT,
     "in my opinion": HEDGE, "as far as i know": HEDGE, "as far as i can tell": HEDGE, "kind of": HEDGE,
     "sort of": HEDGE, "more or less": HEDGE, "or so": HEDGE, "give or take": HEDGE, "would say": HEDGE,
     "'d say": HEDGE, "chances are": HEDGE, "looks like": HEDGE, "seems like": HEDGE, "sounds like": HEDGE,
@@ -287,6 +289,11 @@ def _clause(text: str) -> tuple[str, str | None]:
             k -= 1
         return clause, text[cuts[k].end() if k >= 0 else 0 : cuts[k + 1].start() if k + 1 < len(cuts) else 0]
     return clause, None
+
+
+def clause(before: str) -> str:
+    """The clause that ends ``before`` (where the operators before a statement are read)."""
+    return _clause(before)[0]
 
 
 _INNER = {NEGATED: [NEG_PRED], HEDGED: [HEDGE], QUESTIONED: [QUESTION]}  # a value's own polarity, as an operator

@@ -94,10 +94,20 @@ def speech_act(sentence: str, key: str = "") -> str | None:
         return None
     if any(_WITHDRAW.search(c) for c in re.split(r"(?<=:)|(?<=;)", s)) or (_REDO.search(s) and not _CHECKING.search(s)):
         return RETRACTS  # "Scratch that.", "Edit: ignore the above."
-    acts = [_evaluation(tokens(chunk), key) for chunk in re.split(r"[,;:]|\bbut\b", s)]
-    acts = [a for a in acts if a is not None]
+    chunks = re.split(r"[,;:]|\bbut\b", s)
+    acts = [a for a in (_evaluation(tokens(chunk), key) for chunk in chunks) if a is not None]
+    if acts and s.endswith("?"):  # "Is that right?", "Did I make a mistake?": asks whether it holds
+        return DOUBTS
     if acts:  # the last evaluation stands: "The first step was wrong, but the final answer is correct."
         return acts[-1] if acts[-1] != CONFIRMS else None
+    if re.fullmatch(r"\W*(?:right|correct|true|wrong)\W*\?", s, re.IGNORECASE):  # "Right?": a tag question
+        return DOUBTS
+    return _bare_hedge(s) or (_bare_hedge(chunks[-1]) if len(chunks) > 1 else None)
+
+
+def _bare_hedge(s: str) -> str | None:
+    """``RETRACTS`` / ``DOUBTS`` for a sentence or chunk made of operators only ("I'm not sure (about
+    this).", "Maybe.", "I doubt it.", "... , I'm not confident."), else None."""
     bare = re.sub(r"\s+(?:about|of|on)\s+(?:this|that|it|the\s+(?:answer|result))(?=\W*$)", "", s, flags=re.I)
     items = [it for it in tokens(bare) if it.kind not in ("sep", "disc")]  # "I'm not sure about this."
     if any(it.text in _EVAL_NEG | _EVAL_POS for it in items):
@@ -106,6 +116,21 @@ def speech_act(sentence: str, key: str = "") -> str | None:
         p = compose([cls for cls, _ in chunk_operators(items, final=True)])  # "I'm not sure." "Maybe." "I doubt it."
         return RETRACTS if p == NEGATED else DOUBTS if p in (HEDGED, QUESTIONED) else None
     return None
+
+
+_YES = re.compile(r"^\W*(?:yes|yep|yeah|indeed|correct|right|exactly|confirmed)\b", re.IGNORECASE)
+
+
+def affirms(sentence: str, key: str = "") -> bool:
+    """Does ``sentence`` answer a doubting question about what came before with yes ("Yes.", "Yes, 72
+    is correct.", "That is right.")?"""
+    s = sentence.replace("\u2019", "'").strip()
+    if s.endswith("?"):
+        return False
+    if _YES.match(s):
+        return True
+    acts = [a for a in (_evaluation(tokens(chunk), key) for chunk in re.split(r"[,;:]|\bbut\b", s)) if a]
+    return bool(acts) and acts[-1] == CONFIRMS
 
 
 def _evaluation(items: list[Item], key: str) -> str | None:

@@ -1,0 +1,146 @@
+"""A sentence that states a result without a marker: the closing sentence, and a sentence after a label.
+
+**One sentence's value** (``sentence_value``): a declarative sentence states a value when it names
+exactly one number or fraction (``**18**`` and ``$18`` count as 18), holds no maths, no operator but
+intensifiers and truth words (a negation makes it ``negated``; a hedge, possibility, belief or question
+``hedged``), no condition, no approximation sign, no cue word (hedges, alternatives, corrections) and
+nothing saying its value comes from the question ("the question says ...", "as given in the problem";
+not "the three given conditions").  After an answer label ("**Final Answer:**
+Weng earned $10 for babysitting.", "### Final Answer\\nNatalia sold 72 clips.") such a sentence names
+its value.
+
+**The closing sentence** (``closing_value``): with no marker in the text, its last sentence that names
+a value is an answer when nothing after it names a value, doubts it or withdraws it (sign-offs such as
+"I hope this helps!" or "Does that make sense?" are passed over; "Is that right?" is not), and when it
+is *licensed* as a conclusion by one of:
+
+* a conclusion connective opening it (so, therefore, thus, hence, in total, altogether, as a result ...);
+* its value in bold ("Natalia sold **72** clips altogether."), the way chat models mark an answer;
+* (``unmarked``) its value being a result the working computed, the right side of an ``=`` before it
+  ("48 + 24 = 72 ... Natalia sold 72 clips altogether in April and May.").  A number the question
+  gave is an operand, never a result, so an echo of the question stays prose.
+
+A sentence in the conditional mood ("would") right after a conditional one ("Were the price $3, she
+would make $27.\\nThe answer would be 27.") continues its supposition: ``conditional``.
+
+What this module does not decide: what a marker names (``answers.py``), the reading of a marked value
+(``answer_rules.py``), and what the statements together mean (``assertions.py``).
+"""
+
+from __future__ import annotations
+
+import re
+
+from veriloop.verifiers.answer_values import (
+    CUES,
+    HEDGE_SIGNS,
+    NUM,
+    WEAK_CONDITIONAL,
+    clean_value,
+    conditional,
+    is_clean,
+    numeric_key,
+    words,
+)
+from veriloop.verifiers.polarity import COMMIT, NEGATED, TRUTH, tokens
+from veriloop.verifiers.reading import Read, not_asserted
+from veriloop.verifiers.speech_acts import speech_act
+
+_CONCLUSION = re.compile(r"^\W*(?:so|therefore|thus|hence|consequently|altogether|overall|finally|all\s+in\s+all|"
+                         r"in\s+(?:total|all|sum|summary|conclusion|the\s+end)|as\s+a\s+result|(?:this|that)\s+"
+                         r"(?:means|gives))\b", re.IGNORECASE)  # fmt: skip
+_ONE_VALUE = re.compile(rf"(?<![A-Za-z0-9_.$/]){NUM}(?:\s*/\s*\d+(?!\d|[.,]\d))?(?![\d/])")  # a number, a fraction
+_COMPARATIVE = re.compile(r"\b(?:more|less|fewer)\s+than\b|\b(?:more|less|fewer)\b(?=\s+\d)", re.IGNORECASE)
+_PLAIN_COMPARATIVES = frozenset("more less fewer".split())  # "12 more boxes" is a number of boxes
+POINTS_AT_QUESTION = frozenset("question problem given says said states stated statement told example".split())
+# a sentence that says its value comes from the question ("as given in the problem", "the question says"); not
+# "the three given conditions" or "the answer to the problem"
+_FROM_QUESTION = re.compile(r"\b(?:in|from|by|according\s+to)\s+the\s+(?:question|problem|statement|example)\b"
+                            r"|\b(?:question|problem|statement)\s+(?:says|said|states|stated|gives|gave|tells|told|"
+                            r"mentions|asks)\b|\b(?:is|are|was|were|as|been)\s+(?:given|stated|told)\b|\bgiven\s+"
+                            r"(?:in|by|as)\b|\bwe\s+(?:are|were)\s+(?:given|told)\b|\b(?:says|said|states|told)\b",
+                            re.IGNORECASE)  # fmt: skip
+_BOLD = re.compile(r"\*\*([^*\n]+)\*\*|__([^_\n]+)__")
+_EMPHASIS = re.compile(r"\*\*(?=\\?\$?\s*[-+]?\d)|(?<=[\d%])\*\*")  # "**18**", "**$18**" read as 18
+_RESULT = re.compile(rf"=\s*(?:\*\*)?\s*(?:\\?\$)?\s*({NUM[:-2]})")  # the right side of an "="
+# a question addressed to the reader ("Does that make sense?", "Anything else I can help you with?"), not the problem
+_TO_READER = re.compile(r"\b(?:you|your)\b|\bmakes?\s+sense\b|\bhelps?\b|\bclear\b", re.IGNORECASE)
+_MOOD = re.compile(r"\b(?:would|'d)\b", re.IGNORECASE)
+
+
+def sentences(text: str) -> list[str]:
+    """Sentences; maths that ends one often swallows its period (``$$ ... .$$ Therefore ...``)."""
+    return [s for s in re.split(r"(?<=[.!?$])\s+(?=[A-Z])|(?<=[.!?])\s+|(?<=\\[)\]])\s+(?=[A-Z])", text) if s.strip()]
+
+
+def _values(sentence: str) -> list[str]:
+    return _ONE_VALUE.findall(_EMPHASIS.sub("", sentence))
+
+
+def sentence_value(sentence: str, kind: str) -> Read | None:
+    """The value ``sentence`` states (see the module docstring); a ``not`` reading when its operators
+    negate or hedge it; None when it states no one value."""
+    sentence = sentence.strip()
+    found = _values(sentence)
+    if sentence.rstrip("*_ ").endswith("?") or len(found) != 1 or re.search(r"[\u3040-\u9fff]", sentence):
+        return None  # a question, several values, or Chinese (read by its own cue characters)
+    if re.search(r"\\vlmath|\$[^$]*[^$\d.,\s][^$]*\$", sentence):  # maths is the maths reader's
+        return None
+    value, ws = clean_value(found[0]), set(words(sentence))
+    ops = {it.cls for it in tokens(sentence) if it.kind == "op"} - {COMMIT, TRUTH}
+    if ops:
+        return not_asserted(NEGATED if ops <= {"neg", "neg-pred"} else "hedged", numeric_key(value))
+    cues = (ws & CUES) - WEAK_CONDITIONAL - (_PLAIN_COMPARATIVES if not _COMPARATIVE.search(sentence) else frozenset())
+    if cues or conditional(sentence) or HEDGE_SIGNS.search(sentence) or _FROM_QUESTION.search(sentence):
+        return None
+    if not is_clean(value, kind):
+        return None
+    return Read("answer", value, numbers=frozenset({numeric_key(value)}), span=value)
+
+
+def _key(value: str) -> str:
+    return numeric_key(clean_value(value)).rstrip("%")
+
+
+def supported(value: str, before: str) -> bool:
+    """Is ``value`` a result of the working in ``before``: the right side of an ``=`` there, or the one
+    value of a sentence there opened by a conclusion connective ("So, she started 3 hours ago.")?  A
+    number the question gave is an operand, never a result."""
+    key = _key(value)
+    if any(_key(m.group(1)) == key for m in _RESULT.finditer(before)):
+        return True
+    concluded = (x for line in before.splitlines() for x in sentences(line) if _CONCLUSION.match(x.strip()))
+    return any(len(vs) == 1 and _key(vs[0]) == key for vs in map(_values, concluded))
+
+
+def _licensed(sentence: str, before: str, unmarked: bool) -> bool:
+    """Is ``sentence`` a conclusion: opened by a connective, its value in bold, or (``unmarked``) its value
+    a result of the working (``supported``)?"""
+    if _CONCLUSION.match(sentence):
+        return True
+    value = _values(sentence)[0]
+    bold = [clean_value(a or b) for a, b in _BOLD.findall(sentence)]
+    if any(is_clean(b, "number") and _key(b) == _key(value) for b in bold):
+        return True
+    return unmarked and supported(value, before)
+
+
+def closing_value(text: str, kind: str, unmarked: bool = False) -> Read | None:
+    """The value of the text's closing sentence when it states a result (see the module docstring);
+    None otherwise: an echo of the question stays prose."""
+    lines = text.strip().splitlines()[-20:]  # a capitalised connective opens a sentence ("= 2/3 Therefore, ...")
+    found = [x.strip() for line in lines for part in re.split(r"\s(?=(?:So|Therefore|Thus|Hence)\b)", line)
+             for x in sentences(part) if x.strip()]  # fmt: skip
+    at = max((i for i, x in enumerate(found) if re.search(r"\d", x)), default=None)
+    if at is None or any(speech_act(x) or x.rstrip("*_ ").endswith("?") and not _TO_READER.search(x)
+                         for x in found[at + 1 :]):  # fmt: skip
+        return None  # a doubt, or a new question about the problem ("How much does she make in a week?")
+    last = found[at]
+    if last.rstrip("*_ ").endswith("?") or len(_values(last)) != 1:
+        return None
+    before = text[: text.rfind(last)] if last in text else ""
+    if not _licensed(last, before, unmarked):
+        return None
+    if at and _MOOD.search(last) and conditional(found[at - 1]):  # "Were the price $3, ... The answer would be 27."
+        return Read("not", reason="conditional")
+    return sentence_value(last, kind)
