@@ -484,6 +484,16 @@ def test_unmarked_sentences_that_state_a_result(text, answer):
     assert (found.answer if found.status == "ok" else None) == answer, found
 
 
+def test_a_conjunction_is_one_answer_for_maths_and_alternatives_are_two(math_verifier):
+    pair = "12\\text{ and }13"
+    assert math_verifier.verify("The answer is $12$ and $13$.", pair).score == 1.0
+    assert math_verifier.verify("The answer is $\\boxed{12 $ and $13}$.", pair).score == 1.0  # a broken box
+    assert math_verifier.verify("The answer is $12$ and $13$.", "12").score == 0.0  # two values for one
+    assert math_verifier.verify("The answer is $12$ or $13$.", pair).outcome == "ambiguous"
+    assert get("gsm8k").verify("The answer is 12 and 13.", "12").score == 0.0  # a pair is no number
+    assert extract_answer('The answer is "72".', kind="number").answer == "72"  # a quoted value
+
+
 def test_interim_boxes_before_a_final_answer_are_working():
     text = "May: $48 / 2 = \\boxed{24}$ clips.\nFinal Answer: The final answer is $72$."
     assert extract_answer(text).answer == "72"
@@ -509,8 +519,9 @@ def test_an_end_of_turn_token_never_changes_a_verdict(math_verifier, row, token,
 NUMBER_FORMS = [lambda n: f"{n:,}", lambda n: f"${n:,}", lambda n: f"{n:,} dollars", lambda n: f"${n:,}.00",
                 lambda n: f"USD {n:,}", lambda n: f"{n:,}".replace(",", " "), lambda n: f"{n:,}".replace(",", "{,}"),
                 lambda n: "\\$" + f"{n:,}".replace(",", "{,}"), lambda n: f"{n:,}".replace(",", ",\\!")]  # fmt: skip
-ACCEPTED_FORMS = ["The answer is {V}.", "#### {V}", "**Answer:** {V}", "Final Answer: The final answer is {V}. I hope it "
-                  "is correct.", "The final answer is $\\boxed{{{V}}}$.", "So the answer is **{V}**."]  # fmt: skip
+ACCEPTED_FORMS = ["The answer is {V}.", "#### {V}", "**Answer:** {V}", "So the answer is **{V}**.",
+                  "Final Answer: The final answer is {V}. I hope it is correct.",
+                  "The final answer is $\\boxed{{{V}}}$."]  # fmt: skip
 
 
 @settings(max_examples=80, deadline=None)

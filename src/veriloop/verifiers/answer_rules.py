@@ -82,7 +82,7 @@ from veriloop.verifiers.answer_values import (  # noqa: F401  (re-exported: the 
     numeric_key,
     words,
 )
-from veriloop.verifiers.closing import POINTS_AT_QUESTION, closing_value, sentence_value, sentences, supported
+from veriloop.verifiers.closing import POINTS_AT_QUESTION, closing_value, sentence_value, sentences, worked_out
 from veriloop.verifiers.polarity import (
     ASSERTED,
     NEGATED,
@@ -97,6 +97,7 @@ from veriloop.verifiers.speech_acts import DOUBTS, RETRACTS, affirms, speech_act
 _U = r"(?:\s+[A-Za-z]+|[A-Za-z\u20ac\u00a3\u00a5]+\d?)?"  # a unit word after a number ("apples", "m2", "€")
 _CONTRAST = [
     re.compile(rf"^(?P<m>{NUM}){_U}\s*,?\s*(?:and\s+|but\s+)?not\s+(?P<n>{NUM}){_U}$"),
+    re.compile(rf"^(?P<m>{NUM}){_U}\s*\(\s*not\s+(?P<n>{NUM}){_U}\s*\)$"),  # "72 (not 96)"
     re.compile(rf"^not\s+(?P<n>{NUM}){_U}(?:\s*[,;]\s*|\s+)(?:but\s+)?(?P<m>{NUM}){_U}$"),
     re.compile(rf"^(?P<m>{NUM}){_U}\s+(?:rather\s+than|instead\s+of)\s+(?P<n>{NUM}){_U}$"),
     re.compile(rf"^(?:(?:no|not)\W+)?(?:(?:the\s+[a-z]+|it|this|that)(?:'s|\s+is|\s+was)\s+)?not\s+(?P<n>{NUM}){_U}"
@@ -169,6 +170,35 @@ def _named_value(v: str, kind: str) -> str | None:
         return None
     value = clean_value(m["value"])
     return value if is_clean(value, kind) else None
+
+
+# "12 and 13", "$\\frac{1}{5}$ and $\\frac{1}{6}$": values joined by "and" (a conjunction, unlike "or")
+_AND = re.compile(r"\s+and\s+|\s*&\s*")
+
+
+def _conjunction(v: str) -> str | None:
+    """For maths, values joined by "and" are one answer of several parts (a set or a pair, for
+    math-verify to compare: "between 12 and 13" is no such value, "12 or 13" is two answers); the parts
+    as written, joined by "and", or None.  Each part is a clean maths value without a relation."""
+    parts = [clean_value(p).strip("$ ") for p in _AND.split(v.replace("$", " "))]
+    if len(parts) < 2 or not all(p and is_clean(p, "maths") and not re.search(r"[=<>]", p) for p in parts):
+        return None
+    return " and ".join(parts)
+
+
+# "72 clips, which is the total number sold": a relative clause that only describes the value
+_ASIDE = re.compile(r"^(?P<value>[^,]+?)\s*,\s*(?P<aside>(?:which|that|i\.e\.|namely)\b[^,;]*)$", re.IGNORECASE)
+
+
+def _aside(head: str, kind: str) -> str | None:
+    """The value of "N, which is the total ..." when the clause after it names no number and holds no
+    operator, cue word or condition ("72, which is wrong" / "which I doubt" / "which is about right" keep
+    their reading); else None."""
+    m = _ASIDE.match(head)
+    if not m or re.search(r"\d", m["aside"]) or may_hold_operators(m["aside"]) or conditional(m["aside"]):
+        return None
+    value = clean_value(m["value"])
+    return value if is_clean(value, kind) and not set(words(m["aside"])) & CUES else None
 
 
 _COMMENT_AT = re.compile(r"\s*[,(\u2014]\s*|\s+-+\s+|\s+")  # where a comment on a value may start
@@ -252,9 +282,10 @@ def _read_value(raw: str, kind: str, after: str, boxed: bool, stated: bool, last
             return not_asserted(around[0], numeric_key(clean_value(around[1]))), inner
         inner = around[0] if around is not None else inner
         named = _named_value(v, kind) if stated and not question and around is None else None
+        named = named or (_aside(head, kind) if stated and not question and around is None else None)
         # after a label, a sentence that states one value names it ("Final Answer: Weng earned $10 ...")
         said = sentence_value(head, kind) if stated and not question and around is None and named is None else None
-        if said is not None and said.kind == "answer" and not supported(said.value, working):
+        if said is not None and said.kind == "answer" and not worked_out(said.value, working):
             said = None  # "Final Answer: Tom has 18 apples." with nothing worked out: it may echo the question
         if around is not None:
             v, span = clean_value(around[1]), around[1]
@@ -264,8 +295,12 @@ def _read_value(raw: str, kind: str, after: str, boxed: bool, stated: bool, last
             if said.kind != "answer":  # "Final Answer: Weng did not earn $10."
                 return said, inner
             v = span = said.value
+            if re.search(r"\d\s*=", head):  # a sentence of working ("Answer: She sold 48/2 = 24 in May.")
+                return Read("answer", v, numbers=frozenset({numeric_key(v)}), span=span, reason="working"), inner
         elif last_line:
             return closing_value(raw, kind) or _classify_line(raw), inner
+        elif kind == "maths" and (both := _conjunction(v)) is not None:  # "12 and 13": one answer of two parts
+            return Read("answer", both, numbers=frozenset({numeric_key(both)}), span=both), inner
         elif question:  # "answer: is 72 correct? 48 + 24 = 72.": a question names only its own numbers
             return Read("not", reason="hedged", numbers=frozenset(numbers_in(head))), inner
         else:

@@ -199,7 +199,7 @@ def _unit_tail_ok(tail: str | None, attached: str | None, cjk: str | None) -> bo
 def clean_value(value: str) -> str:
     """Strip what surrounds an answer value: whitespace, ``$``, ``\\[ \\]``, ``**``, filler words, a
     trailing period, a worked expression before the last ``=`` (unless a cue word is in it, or it is a
-    sentence: two words, then working, as in "She sold 48/2 = 24 clips"), unit
+    sentence: two words and working, as in "She sold 48/2 = 24 clips", "So, Tom has 9 - 2 = 7"), unit
     words after a number (``120 pints`` -> ``120``, ``125\\text{ miles}`` -> ``125``; not ``18 if ...``
     or ``18 is wrong``), spaces between thousands (``1 000`` -> ``1000``), LaTeX's separators
     (``1{,}250``, ``1,\\!250``, ``1\\,250``, ``75\\%``), a currency sign or code before or after an
@@ -208,6 +208,7 @@ def clean_value(value: str) -> str:
     v = value.strip()
     for pattern, replacement in _LATEX_NUMBER:
         v = pattern.sub(replacement, v)
+    v = re.sub(r"^(?:\\?\"|\u201c|')(.+?)(?:\\?\"|\u201d|')(?=\W*$)", r"\1", v).strip()  # quoted: "72", \"$12$\"
     v = re.sub(r"^\$([^$]+)\$(?=\s+[A-Za-z(])", r"\1", v)  # "$18$ apples", "$\frac{3}{4}$ of the pizza"
     v = re.sub(r"^\\\$\s*(?=\d)", "", v)  # "\$18": an escaped dollar sign
     v = re.sub(r"^\$+|\$+$", "", v).strip()
@@ -221,7 +222,7 @@ def clean_value(value: str) -> str:
         v = v[_FILLER.match(v).end() :]
     if "=" in v and not re.search(r"[\\<>!\u2264\u2265\u2260]|==", v):  # "15 * 8 = 120" -> "120" (not x >= 5)
         lhs, rhs = v.rsplit("=", 1)
-        sentence = re.match(r"[A-Za-z]+\s+[A-Za-z]+\b", lhs) and re.search(r"\d", lhs)  # "She sold 48/2 = 24 clips"
+        sentence = re.search(r"[A-Za-z]{2,},?\s+[A-Za-z]{2,}\b", lhs) and re.search(r"\d", lhs)  # "She sold 48/2 = 24"
         if not sentence and not any(w in CUES for w in words(lhs)):
             v = rhs.strip()
     v = _DEGREES.sub("", _CURRENCY_AFTER.sub("", _CURRENCY_BEFORE.sub(r"\1", v))).strip()  # "USD 1,250", "-5°F"
@@ -257,3 +258,45 @@ def is_clean(v: str, kind: str) -> bool:
     return not any(
         len(w) > 1 and w not in MATH_WORDS and (w in CUES or w in STOPWORDS or len(w) >= 4) for w in words(outside)
     )
+
+
+_AMOUNT = re.compile(r"[-+]?\d|\.\d")
+
+
+def mark_currency(text: str) -> str:
+    """``text`` with every ``$`` that is a currency sign, not a maths delimiter, escaped (``\\$``): a
+    ``$`` before a number whose span would hold a blank line, end in a space before its closing ``$``
+    (``$12 * 5 = $60``), or close just before another amount.  ``$5$``, ``$2^5 = 32$`` stay maths."""
+    out, i, n = [], 0, len(text)
+    while i < n:
+        j = text.find("$", i)
+        if j < 0:
+            break
+        if j > 0 and text[j - 1] == "\\":  # already escaped
+            out.append(text[i : j + 1])
+            i = j + 1
+            continue
+        if text.startswith("$$", j):  # display maths: passed over whole
+            close = text.find("$$", j + 2)
+            stop = n if close < 0 else close + 2
+            out.append(text[i:stop])
+            i = stop
+            continue
+        close = j + 1
+        while True:  # the next unescaped single $
+            close = text.find("$", close)
+            if close < 0 or text[close - 1] != "\\":
+                break
+            close += 1
+        content = text[j + 1 : close] if close >= 0 else ""
+        currency = _AMOUNT.match(text, j + 1) and (
+            close < 0 or "\n\n" in content or content[-1:].isspace() or _AMOUNT.match(text, close + 1))
+        if currency:
+            out.append(text[i:j] + "\\$")
+            i = j + 1
+        else:  # a maths span: passed over whole
+            stop = n if close < 0 else close + 1
+            out.append(text[i:stop])
+            i = stop
+    out.append(text[i:])
+    return "".join(out)

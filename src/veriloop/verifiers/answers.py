@@ -179,6 +179,8 @@ def _read_statement(text: str, name: str, raw: str, start: int, end: int, kind: 
         if after.endswith("?"):  # "... to \boxed{18} friends?": a question, not an answer
             return Read("not", reason="hedged")
         after = after.rstrip(".").strip(" $")
+    if name == "boxed" and re.search(r"(?<!\\)\$", raw):  # a box broken across maths delimiters: \boxed{12 $ and $13}
+        raw = re.sub(r"(?<!\\)\$", " ", raw)
     # the sentence's operators compose with the value's: "I don't think the answer is 45", "There is no doubt ..."
     return read_value(raw, kind, after, boxed=name == "boxed", stated=name != "boxed",
                       before=text[max(0, start - 400) : start], working=text[:start])  # fmt: skip
@@ -186,9 +188,14 @@ def _read_statement(text: str, name: str, raw: str, start: int, end: int, kind: 
 
 def _introduces(x: Statement, found: list[Statement]) -> bool:
     """A label line whose line is working with its own marker in it ("A: She had 27 and ate 9, so 18
-    are left. The answer is 18."): the label opens the reply, the marker in it names the answer."""
-    return x.policy == "answer" and x.read.kind != "answer" and any(
-        y is not x and x.start < y.start < x.end for y in found)
+    are left. The answer is 18."), or whose sentence is a step of working followed by another statement
+    ("Answer: Natalia sold 48/2 = 24 clips in May.\\n... #### 72"): the label opens the reply, the
+    marker after it names the answer."""
+    if x.policy != "answer":
+        return False
+    if x.read.reason == "working":
+        return any(y.start > x.start and y.policy != "answer" for y in found)
+    return x.read.kind != "answer" and any(y is not x and x.start < y.start < x.end for y in found)
 
 
 _FINAL = re.compile(r"[\W_]*(?:the\s+)?final\s+answer\b", re.IGNORECASE)

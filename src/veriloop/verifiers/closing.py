@@ -17,8 +17,12 @@ is *licensed* as a conclusion by one of:
 * a conclusion connective opening it (so, therefore, thus, hence, in total, altogether, as a result ...);
 * its value in bold ("Natalia sold **72** clips altogether."), the way chat models mark an answer;
 * (``unmarked``) its value being a result the working computed, the right side of an ``=`` before it
-  ("48 + 24 = 72 ... Natalia sold 72 clips altogether in April and May.").  A number the question
-  gave is an operand, never a result, so an echo of the question stays prose.
+  or in it ("48 + 24 = 72 ... Natalia sold 72 clips altogether in April and May.", "Natalia sold 48+24
+  = 72 clips altogether."), or the value of an earlier conclusion.  A number the question gave is an
+  operand, never a result, so an echo of the question stays prose.
+
+A computation inside the sentence names only its result ("Altogether, she sold 48 + 24 = 72 clips."
+names 72).
 
 A sentence in the conditional mood ("would") right after a conditional one ("Were the price $3, she
 would make $27.\\nThe answer would be 27.") continues its supposition: ``conditional``.
@@ -39,6 +43,7 @@ from veriloop.verifiers.answer_values import (
     clean_value,
     conditional,
     is_clean,
+    mark_currency,
     numeric_key,
     words,
 )
@@ -73,8 +78,13 @@ def sentences(text: str) -> list[str]:
     return [s for s in re.split(r"(?<=[.!?$])\s+(?=[A-Z])|(?<=[.!?])\s+|(?<=\\[)\]])\s+(?=[A-Z])", text) if s.strip()]
 
 
+# the left side of an equation in a sentence ("sold 48 + 24 = 72 clips"): working, whose result is the value
+_WORKED = re.compile(r"(?:\\?\$?\s*\(?\s*\d[\d,.]*\s*\)?\s*[-+*/x\u00d7]\s*)+\\?\$?\s*\(?\s*\d[\d,.]*\s*\)?\s*=\s*")
+
+
 def _values(sentence: str) -> list[str]:
-    return _ONE_VALUE.findall(_EMPHASIS.sub("", sentence))
+    """The values a sentence names; of a computation in it only the result ("48 + 24 = 72" names 72)."""
+    return _ONE_VALUE.findall(_WORKED.sub(" ", _EMPHASIS.sub("", sentence)))
 
 
 def sentence_value(sentence: str, kind: str) -> Read | None:
@@ -84,8 +94,8 @@ def sentence_value(sentence: str, kind: str) -> Read | None:
     found = _values(sentence)
     if sentence.rstrip("*_ ").endswith("?") or len(found) != 1 or re.search(r"[\u3040-\u9fff]", sentence):
         return None  # a question, several values, or Chinese (read by its own cue characters)
-    if re.search(r"\\vlmath|\$[^$]*[^$\d.,\s][^$]*\$", sentence):  # maths is the maths reader's
-        return None
+    if re.search(r"\\vlmath|(?<!\\)\$[^$]*[^$\d.,\s\\][^$]*(?<!\\)\$", mark_currency(sentence)):
+        return None  # maths is the maths reader's (currency dollars are no maths: "9 * $2 = $18")
     value, ws = clean_value(found[0]), set(words(sentence))
     ops = {it.cls for it in tokens(sentence) if it.kind == "op"} - {COMMIT, TRUTH}
     if ops:
@@ -113,6 +123,16 @@ def supported(value: str, before: str) -> bool:
     return any(len(vs) == 1 and _key(vs[0]) == key for vs in map(_values, concluded))
 
 
+def worked_out(value: str, before: str) -> bool:
+    """Does working in ``before`` arrive at ``value``: is it ``supported`` there, or new after working
+    (working with numbers before it that never names it)?  A value that working named only as an operand
+    or a given ("She sold 48 ... Final Answer: She sold 48 clips.") or one with no working before it
+    ("Final Answer: Tom has 18 apples.") may echo the question."""
+    if supported(value, before):
+        return True
+    return bool(re.search(r"\d", before)) and _key(value) not in {_key(v) for v in _ONE_VALUE.findall(before)}
+
+
 def _licensed(sentence: str, before: str, unmarked: bool) -> bool:
     """Is ``sentence`` a conclusion: opened by a connective, its value in bold, or (``unmarked``) its value
     a result of the working (``supported``)?"""
@@ -122,7 +142,7 @@ def _licensed(sentence: str, before: str, unmarked: bool) -> bool:
     bold = [clean_value(a or b) for a, b in _BOLD.findall(sentence)]
     if any(is_clean(b, "number") and _key(b) == _key(value) for b in bold):
         return True
-    return unmarked and supported(value, before)
+    return unmarked and supported(value, f"{before}\n{sentence}")  # a result of the working, or of its own
 
 
 def closing_value(text: str, kind: str, unmarked: bool = False) -> Read | None:

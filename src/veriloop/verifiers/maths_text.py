@@ -1,7 +1,7 @@
 """How the ``math`` verifier reads LaTeX around a completion's answer: currency dollars, masked maths,
 what math-verify is handed, and an unmarked sentence's last delimited maths.
 
-* **Currency dollars** (``mark_currency``): GSM8K-style working writes amounts with ``$`` ("She earns
+* **Currency dollars** (``answer_values.mark_currency``, re-exported here): GSM8K-style working writes amounts with ``$`` ("She earns
   $12 * 5 = $60.\n\n#### $60"), which a maths reader would pair as delimiters and so hide the text
   between them.  A ``$`` before a number is a currency sign, escaped to ``\\$``, when the span it would
   open is no inline maths: it holds a blank line (TeX forbids one in inline maths), it ends in a space
@@ -21,47 +21,9 @@ from __future__ import annotations
 
 import re
 
+from veriloop.verifiers.answer_values import mark_currency  # noqa: F401  (re-exported)
 from veriloop.verifiers.answers import clean_value, normalize_text
 from veriloop.verifiers.mathequiv import plain_number
-
-_AMOUNT = re.compile(r"[-+]?\d|\.\d")
-
-
-def mark_currency(text: str) -> str:
-    """``text`` with every ``$`` that is a currency sign, not a maths delimiter, escaped (``\\$``)."""
-    out, i, n = [], 0, len(text)
-    while i < n:
-        j = text.find("$", i)
-        if j < 0:
-            break
-        if j > 0 and text[j - 1] == "\\":  # already escaped
-            out.append(text[i : j + 1])
-            i = j + 1
-            continue
-        if text.startswith("$$", j):  # display maths: passed over whole
-            close = text.find("$$", j + 2)
-            stop = n if close < 0 else close + 2
-            out.append(text[i:stop])
-            i = stop
-            continue
-        close = j + 1
-        while True:  # the next unescaped single $
-            close = text.find("$", close)
-            if close < 0 or text[close - 1] != "\\":
-                break
-            close += 1
-        content = text[j + 1 : close] if close >= 0 else ""
-        currency = _AMOUNT.match(text, j + 1) and (
-            close < 0 or "\n\n" in content or content[-1:].isspace() or _AMOUNT.match(text, close + 1))
-        if currency:
-            out.append(text[i:j] + "\\$")
-            i = j + 1
-        else:  # a maths span: passed over whole
-            stop = n if close < 0 else close + 1
-            out.append(text[i:stop])
-            i = stop
-    out.append(text[i:])
-    return "".join(out)
 
 
 def last_block(text: str) -> str:
@@ -82,7 +44,7 @@ def last_block(text: str) -> str:
 # $$...$$, \[...\], \(...\), $...$ (an escaped \$ is a dollar sign, not a delimiter)
 _DELIMITED_MATHS = re.compile(r"\$\$.+?\$\$|\\\[.+?\\\]|\\\(.+?\\\)|(?<!\\)\$(?:\\\$|[^$])+?(?<!\\)\$", re.DOTALL)
 # a relation that clean_value (made for numbers) cuts to its right side: "x >= 5" is not 5, "x + y = 1" not 1
-_CUT_RELATION = re.compile(r"[<>!]=|==|[<>≤≥≠]|[A-Za-z][^=]*=")
+_CUT_RELATION = re.compile(r"[<>!]=|==|[<>≤≥≠]|(?<![A-Za-z])[A-Za-z](?![A-Za-z])[^=]*=")  # a variable, not a word
 
 
 _PLACEHOLDER = re.compile(r"\\vlmath([a-z]{3})")

@@ -12,7 +12,8 @@ A sampled completion often holds more than the reply to grade:
   letters, digits, ``_`` or ``▁``), and the angle-bracket tokens above;
 * **the next few-shot example**: a base model prompted with worked examples runs on into a new one
   ("The answer is 72.\\n\\nQuestion: Weng earns ...").  A line that opens a new example (``Question:``,
-  ``Q:``, ``Problem:``, ``Human:``, ``User:``, ``### Instruction:``) after a blank line ends the reply
+  ``Q:``, ``Problem 2:``, ``**Question 2:**``, ``Exercise:``, ``Example:``, ``Human:``, ``User:``,
+  ``### Instruction:``) after a blank line ends the reply
   when an answer marker (``####``, a box, "answer", ``答案``) came before it, unless the label's line
   doubts or withdraws what came before ("Question: Is that right?" is the model questioning itself).
   Before any marker it is a restated question and stays ("Question: ...?\\nAnswer: ...").
@@ -29,8 +30,8 @@ from veriloop.verifiers.speech_acts import speech_act
 # special tokens: "<|eot_id|>", "<|im_end|>", "<|end|>", "<|end▁of▁sentence|>", "</s>", "<eos>", "<end_of_turn>"
 _SPECIAL = re.compile(r"<\|[A-Za-z0-9_\u2581]{2,}\|>|</s>|<eos>|<(?:end|start)_of_turn>")
 # a line that opens the next few-shot example or chat turn, after a blank line
-_NEXT_EXAMPLE = re.compile(r"\n[ \t]*\n[ \t]*(?:#{1,4}[ \t]*)?(?:question|q|problem|human|user|instruction)"
-                           r"[ \t]*\d*[ \t]*:", re.IGNORECASE)  # fmt: skip
+_NEXT_EXAMPLE = re.compile(r"\n[ \t]*\n[ \t]*(?:[#*_>][ \t]*)*(?:question|q|problem|exercise|example|human|user|"
+                           r"instruction)[ \t]*\d*[ \t]*[*_]*[ \t]*:", re.IGNORECASE)  # fmt: skip
 _MARKER = re.compile(r"####|\\boxed|\\fbox|answer|答案|得数", re.IGNORECASE)
 
 
