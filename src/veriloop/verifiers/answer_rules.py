@@ -40,13 +40,14 @@ is not 45" are asserted, "I'm not sure the answer is 45" is ``hedged``.  The rul
   value followed by anything but an operator-only comment ("answer=3 because 24/8").  After an
   explicit marker ("Final Answer:", "The answer is", ``####``) "the <quantity> is N" ("The largest
   $n$ is 34.") names N when its subject holds no number, no cue word and no pointer to the question
-  ("the number in the question is 18" stays prose).  An unmarked last line is read as the text's
-  **closing sentence** when its last sentence naming a value is opened by a conclusion connective
-  (so, therefore, thus, hence, in total, altogether, ...), declarative, asserted, and names exactly
-  one number or fraction ("So she has 18 apples left.", "In total, 72 clips were sold."; sign-offs
-  after it are passed over); otherwise one of several sentences is judged by its last sentence with
-  maths (and what follows): a negation anywhere in the line still counts, a correction cue there
-  after an earlier value is ``revised``.
+  ("the number in the question is 18" stays prose); a sentence that states one value the working
+  arrived at names it ("Final Answer: Weng earned $10 for babysitting.", ``closing.sentence_value``);
+  "N, which is the total" passes over a relative clause that only describes N; for maths, values
+  joined by "and" are one answer of two parts ("12 and 13"), "or" gives two.  An unmarked last line
+  is read as the text's **closing sentence** (``closing.py``: licensed by a conclusion connective, a
+  bold value, or a value the working computed; declarative, asserted, one value); otherwise one of
+  several sentences is judged by its last sentence with maths (and what follows): a negation anywhere
+  in the line still counts, a correction cue there after an earlier value is ``revised``.
 """
 
 from __future__ import annotations
@@ -335,9 +336,12 @@ def _read_value(raw: str, kind: str, after: str, boxed: bool, stated: bool, last
 
 def revision(tail: str, key: str, same_line: bool = False, closing: bool = False) -> Read | None:
     """Does text after a stated answer withdraw, doubt, qualify or revise it?  A condition counts in its
-    first two sentences (the rest of the answer's sentence and the next).  A sentence that retracts it
-    ("Scratch that.", "That's wrong.", speech_acts.speech_act) is ``retracted``, or ``revised`` when it
-    ends with another value; one that doubts it ("I might be wrong.") is ``hedged``.  ``closing``:
+    first two sentences (the rest of the answer's sentence and the next) when it is about the answer
+    (``conditions_answer``: not "Feel free to ask if anything is unclear.").  A sentence that retracts
+    it ("Scratch that.", "That's wrong.", speech_acts.speech_act) is ``retracted``, or ``revised`` when
+    it ends with another value (so is a question offering one: "Or is it 96?"); one that doubts it ("I
+    might be wrong.") is ``hedged``, and so is a question about it ("Is that right?") that no later
+    sentence answers with yes.  ``closing``:
     ``tail`` runs to the end of the text, whose closing sentence stating another value revises it."""
     lead = re.match(r"^[\s$)]*(?:(?:is|was|seems|would\s+be)\s+)?(?:wrong|incorrect|false|a\s+mistake|not\s+(?:right|"
                     r"correct|the\s+answer|it)\b)", tail, re.I)

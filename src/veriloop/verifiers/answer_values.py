@@ -12,6 +12,7 @@ compose (negations, hedges, intensifiers) is ``polarity``'s.
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 
 _NUMBER = re.compile(r"^[-+]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?$")
 NUM = r"[-+]?\$?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?%?"
@@ -196,6 +197,7 @@ def _unit_tail_ok(tail: str | None, attached: str | None, cjk: str | None) -> bo
     return len(ws) <= 4 and not any(w in _NOT_IN_UNITS or w in MATH_WORDS for w in ws)
 
 
+@lru_cache(maxsize=1 << 15)  # a pure function of a short string, called on every candidate value
 def clean_value(value: str) -> str:
     """Strip what surrounds an answer value: whitespace, ``$``, ``\\[ \\]``, ``**``, filler words, a
     trailing period, a worked expression before the last ``=`` (unless a cue word is in it, or it is a
@@ -206,6 +208,8 @@ def clean_value(value: str) -> str:
     amount (``USD 1,250``, ``1,250$``, ``\\$1{,}250``) and a degree sign (``-5°F``), markdown emphasis
     (``**18**``, ``__ 18``)."""
     v = value.strip()
+    if _NUMBER_KIND.match(v):  # already a plain number, a percent or a fraction
+        return v
     for pattern, replacement in _LATEX_NUMBER:
         v = pattern.sub(replacement, v)
     v = re.sub(r"^(?:\\?\"|\u201c|')(.+?)(?:\\?\"|\u201d|')(?=\W*$)", r"\1", v).strip()  # quoted: "72", \"$12$\"

@@ -8,17 +8,19 @@ next line; ``A: 12`` among listed options ``B: 15`` is no label, ``A = 7`` is al
 "The answer is N", or (only where no marker is present and the policy allows it) the last line,
 which may be the text's closing sentence ("So she has 18 apples left.").  Text is normalised first:
 full-width characters to ASCII (NFKC: ``１２`` -> ``12``, ``＝`` -> ``=``), Chinese punctuation
-(``。`` ``，`` ``：``), U+2212 and other dashes to ``-``, ``×`` ``÷`` to ``*`` ``/``.  When the
-completion closes a reasoning block (``</think>``) and writes anything after it, only what follows
-is read: the reasoning before it is not the answer; a chat template's turn token after some text
-(``<|im_start|>``, ``<|eot_id|>``) ends the reply.
+(``。`` ``，`` ``：``), U+2212 and other dashes to ``-``, ``×`` ``÷`` to ``*`` ``/``.  Then only the
+reply is read (``reply.py``): what follows a closed reasoning block (``</think>``), up to the first
+special token after some text (``<|eot_id|>``, ``<|im_end|>``, ``</s>``, ``<end_of_turn>``) or the
+next few-shot example after an answer ("\\n\\nQuestion: ...").
 
 Each statement is read strictly by ``answer_rules`` (its module docstring lists the rules), with the
 **polarity** of its sentence (``polarity.py``): a value that is negated, hedged, questioned, a range,
 conditional, revised or prose is no answer; so is one in a sentence that opens with a condition ("If
 she sold 24, the answer is 18") or says it repeats the question ("The question says she sold
-\\boxed{18} clips").  A label whose line is working with its own marker ("A: ... The answer is 18.")
-opens the reply: the marker names the answer.  The statements are then read in order for the
+\\boxed{18} clips").  A label whose line is working with its own marker ("A: ... The answer is 18."),
+or whose sentence is a step of working before another marker, opens the reply: the marker names the
+answer.  A box that shows a step's result inside an equation (``= \\boxed{200}``) before a statement
+marked *final* ("Final Answer: The final answer is ...") is working.  The statements are then read in order for the
 document's **last assertion** (``assertions.py``: a withdrawn answer, or one followed by another
 value, gives no final answer, ``retracted`` / ``revised``; two statements with different values are
 ``distinct``; two values in one are ``several``; a value stated and denied is ``negated``): a

@@ -109,7 +109,8 @@ def sentence_value(sentence: str, kind: str) -> Read | None:
 
 
 def _key(value: str) -> str:
-    return numeric_key(clean_value(value)).rstrip("%")
+    """The comparison key of a number as a sentence writes it ("$18", "**18**", "75%" -> "75")."""
+    return numeric_key(value.strip("*_ ")).rstrip("%")
 
 
 def supported(value: str, before: str) -> bool:

@@ -1,12 +1,13 @@
 """How the ``math`` verifier reads LaTeX around a completion's answer: currency dollars, masked maths,
 what math-verify is handed, and an unmarked sentence's last delimited maths.
 
-* **Currency dollars** (``answer_values.mark_currency``, re-exported here): GSM8K-style working writes amounts with ``$`` ("She earns
-  $12 * 5 = $60.\n\n#### $60"), which a maths reader would pair as delimiters and so hide the text
-  between them.  A ``$`` before a number is a currency sign, escaped to ``\\$``, when the span it would
-  open is no inline maths: it holds a blank line (TeX forbids one in inline maths), it ends in a space
-  before its closing ``$`` (``$12 * 5 = $``), or that closing ``$`` opens another amount (``$60``).
-  ``$5$``, ``$1,250$`` and ``$2^5 = 32$`` stay maths.
+* **Currency dollars** (``answer_values.mark_currency``, re-exported here): GSM8K-style working
+  writes amounts with ``$`` ("She earns $12 * 5 = $60.\n\n#### $60"), which a maths reader would
+  pair as delimiters and so hide the text between them.  A ``$`` before a number is a currency
+  sign, escaped to ``\\$``, when the span it would open is no inline maths: it holds a blank line
+  (TeX forbids one in inline maths), it ends in a space before its closing ``$`` (``$12 * 5 = $``),
+  or that closing ``$`` opens another amount (``$60``).  ``$5$``, ``$1,250$`` and ``$2^5 = 32$`` stay
+  maths.
 * **Masked maths** (``mask_maths``): the content of every box and delimited span that is pure maths is
   replaced by a placeholder, so that the reader's prose rules do not read the numbers inside one
   tuple as several answers.

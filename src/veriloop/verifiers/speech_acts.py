@@ -12,7 +12,11 @@ this, it, the above, the previous answer, my answer, I / we, the stated value it
 predicate evaluates ("that's wrong", "that can't be right", "I don't think that's right", "I made a
 mistake", "45 is wrong", "that doesn't seem right").  It *doubts* it when such an evaluation comes
 out hedged through a negation ("I might be wrong", "I'm not sure that's right") or the sentence is
-a bare hedge ("I'm not sure (about this).", "Maybe.", "Not 100% sure though.").
+a bare hedge, or ends in one ("I'm not sure (about this).", "Maybe.", "Not 100% sure though.",
+"Let me know if I got it wrong, I'm not confident."), and when it is a question about what came
+before ("Is that right?", "Did I make a mistake?", "Right?"); ``affirms`` says whether a later
+sentence answers such a question with yes ("Yes.", "Yes, 72 is correct.").  A question addressed to
+the reader ("Does that make sense?", "Anything else I can help you with?") is no act.
 
 Nothing is withdrawn by a positive evaluation, even a hedged one ("That's right.", "I hope it is
 correct.", "That seems right."), a conditional one ("If this is wrong, tell me."), one about
