@@ -14,10 +14,10 @@ import pytest
 import torch
 
 from veriloop.algorithms import kl_exact
+from veriloop.config import build_config
 from veriloop.models.candidates import CandidatePolicy
 from veriloop.rollout.records import Record
 from veriloop.tasks.fixed import FixedTask
-from veriloop.config import build_config
 from veriloop.training.config import TrainConfig
 from veriloop.training.trainer import Trainer
 from veriloop.verifiers import from_reward_function

@@ -9,9 +9,9 @@ import json
 
 import pytest
 
+from veriloop.config import build_config
 from veriloop.evaluation.evaluate import EvalConfig, evaluate
 from veriloop.models.loading import load_policy
-from veriloop.config import build_config
 from veriloop.training.config import TrainConfig
 from veriloop.training.trainer import Trainer
 

@@ -4,9 +4,9 @@ import random
 
 import pytest
 
+from veriloop.config import build_config
 from veriloop.tasks import get_task
 from veriloop.tasks.jsonl import DatasetError
-from veriloop.config import build_config
 from veriloop.training.config import TrainConfig
 from veriloop.verifiers import get
 

@@ -6,9 +6,9 @@ import os
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from veriloop.config import build_config
 from veriloop.models.loading import BUILTIN_BASE, load_policy
 from veriloop.models.tiny import build_char_tokenizer, build_tiny_model
-from veriloop.config import build_config
 from veriloop.training.config import TrainConfig
 from veriloop.training.recipes import SFT_COMMAND_DEFAULTS
 from veriloop.training.trainer import Trainer

@@ -6,10 +6,10 @@ import pytest
 import torch
 
 from veriloop.cli import main
+from veriloop.config import build_config
 from veriloop.models.loading import load_policy
 from veriloop.prm.model import PRM, load_prm
 from veriloop.search.run import SearchConfig, run_search
-from veriloop.config import build_config
 from veriloop.training.config import TrainConfig
 from veriloop.training.signals import ESTIMATORS, EstimatorInput
 from veriloop.training.trainer import Trainer

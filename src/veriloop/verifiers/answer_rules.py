@@ -278,34 +278,9 @@ def _read_value(raw: str, kind: str, after: str, boxed: bool, stated: bool, last
     if not re.search(r"[0-9A-Za-z\\]", v) and not re.search(r"\d", rest):
         return Read("empty"), inner
     if not is_clean(v, kind):
-        around = _operators_around(head, kind) if not (last_line and rest) else None  # a line's first sentence
-        if around is not None and around[0] == "retracted":
-            return not_asserted(around[0], numeric_key(clean_value(around[1]))), inner
-        inner = around[0] if around is not None else inner
-        named = _named_value(v, kind) if stated and not question and around is None else None
-        named = named or (_aside(head, kind) if stated and not question and around is None else None)
-        # after a label, a sentence that states one value names it ("Final Answer: Weng earned $10 ...")
-        said = sentence_value(head, kind) if stated and not question and around is None and named is None else None
-        if said is not None and said.kind == "answer" and not worked_out(said.value, working):
-            said = None  # "Final Answer: Tom has 18 apples." with nothing worked out: it may echo the question
-        if around is not None:
-            v, span = clean_value(around[1]), around[1]
-        elif named is not None:
-            v = span = named
-        elif said is not None:
-            if said.kind != "answer":  # "Final Answer: Weng did not earn $10."
-                return said, inner
-            v = span = said.value
-            if re.search(r"\d\s*=", head):  # a sentence of working ("Answer: She sold 48/2 = 24 in May.")
-                return Read("answer", v, numbers=frozenset({numeric_key(v)}), span=span, reason="working"), inner
-        elif last_line:
-            return closing_value(raw, kind) or _classify_line(raw), inner
-        elif kind == "maths" and (both := _conjunction(v)) is not None:  # "12 and 13": one answer of two parts
-            return Read("answer", both, numbers=frozenset({numeric_key(both)}), span=both), inner
-        elif question:  # "answer: is 72 correct? 48 + 24 = 72.": a question names only its own numbers
-            return Read("not", reason="hedged", numbers=frozenset(numbers_in(head))), inner
-        else:
-            return _classify(head, f"{after} {rest}"), inner
+        done, v, span, inner = _read_unclean(raw, head, rest, question, v, kind, after, stated, last_line, working)
+        if done is not None:
+            return done, inner
     if (kind == "number" or not boxed) and _LIST.match(v) and len(numbers_in(v)) > 1:
         return Read("several", reason="several", numbers=frozenset(numbers_in(v))), inner
     if question:
@@ -332,6 +307,43 @@ def _read_value(raw: str, kind: str, after: str, boxed: bool, stated: bool, last
         return revised, inner
     span = f"\\boxed{{{span}}}" if boxed else span
     return Read("answer", v, negated=negated, numbers=frozenset({key}), span=span), inner
+
+
+def _read_unclean(raw: str, head: str, rest: str, question: bool, v: str, kind: str, after: str, stated: bool,
+                  last_line: bool, working: str) -> tuple[Read | None, str, str, str]:  # fmt: skip
+    """A statement that is not one clean value: a sentence around it ("We cannot conclude it is 45"),
+    a value the sentence names, the last line's closing sentence, a conjunction or a question.
+    (a finished reading or None, the value and span to read on, the polarity of its own operators)."""
+    inner, span = ASSERTED, v
+    around = _operators_around(head, kind) if not (last_line and rest) else None  # a line's first sentence
+    if around is not None and around[0] == "retracted":
+        return not_asserted(around[0], numeric_key(clean_value(around[1]))), v, span, inner
+    inner = around[0] if around is not None else inner
+    named = _named_value(v, kind) if stated and not question and around is None else None
+    named = named or (_aside(head, kind) if stated and not question and around is None else None)
+    # after a label, a sentence that states one value names it ("Final Answer: Weng earned $10 ...")
+    said = sentence_value(head, kind) if stated and not question and around is None and named is None else None
+    if said is not None and said.kind == "answer" and not worked_out(said.value, working):
+        said = None  # "Final Answer: Tom has 18 apples." with nothing worked out: it may echo the question
+    if around is not None:
+        v, span = clean_value(around[1]), around[1]
+    elif named is not None:
+        v = span = named
+    elif said is not None:
+        if said.kind != "answer":  # "Final Answer: Weng did not earn $10."
+            return said, v, span, inner
+        v = span = said.value
+        if re.search(r"\d\s*=", head):  # a sentence of working ("Answer: She sold 48/2 = 24 in May.")
+            return Read("answer", v, numbers=frozenset({numeric_key(v)}), span=span, reason="working"), v, span, inner
+    elif last_line:
+        return closing_value(raw, kind) or _classify_line(raw), v, span, inner
+    elif kind == "maths" and (both := _conjunction(v)) is not None:  # "12 and 13": one answer of two parts
+        return Read("answer", both, numbers=frozenset({numeric_key(both)}), span=both), v, span, inner
+    elif question:  # "answer: is 72 correct? 48 + 24 = 72.": a question names only its own numbers
+        return Read("not", reason="hedged", numbers=frozenset(numbers_in(head))), v, span, inner
+    else:
+        return _classify(head, f"{after} {rest}"), v, span, inner
+    return None, v, span, inner
 
 
 def revision(tail: str, key: str, same_line: bool = False, closing: bool = False) -> Read | None:
