@@ -31,7 +31,9 @@ from veriloop.verifiers.polarity import (
 )
 from veriloop.verifiers.speech_acts import DOUBTS, RETRACTS, speech_act
 
-CASES = Path(__file__).resolve().parent.parent / "src/veriloop/verifiers/data/audit/development/polarity.jsonl"
+DEVELOPMENT = Path(__file__).resolve().parent.parent / "src/veriloop/verifiers/data/audit/development"
+CASES = DEVELOPMENT / "polarity.jsonl"
+ROUND3 = DEVELOPMENT / "round3.jsonl"  # scripts/write_round3_cases.py: conditions, refusals, approximators, forms
 FAMILIES = {"negation-over-answer", "retraction", "honest-negation-elsewhere", "intensifier", "label-line",
             "closing-sentence", "bold-units-currency", "hedge-over-answer", "double-negation"}  # fmt: skip
 
@@ -105,6 +107,14 @@ def test_composition_by_hand(ops, polarity):
         ("The only possible ", ASSERTED),
         ("In May, ", ASSERTED),  # the month is no modal
         ("So the answer is not $", NEGATED),  # a negator directly before the answer negates it
+        ("Hypothetically, ", HEDGED),
+        ("I am not convinced ", HEDGED),  # a negated commitment
+        ("I am convinced ", ASSERTED),
+        ("I refuse to accept that ", NEGATED),
+        ("There's every reason to believe ", ASSERTED),  # not the raiser "believe" alone
+        ("There's no reason to believe ", HEDGED),  # no commitment either way (not "believe not P")
+        ("So there are about $", HEDGED),  # an approximation right before the value
+        ("So there are about 3 shelves and ", ASSERTED),  # not right before it
     ],
 )
 def test_scope_polarity(before, polarity):
@@ -164,6 +174,10 @@ def test_speech_acts(sentence, act):
         ("Maybe the answer is 52.\nThe answer is 45.", "ok", ""),  # a considered value is no answer
         ("The answer is 45. It is false that the answer is 52.", "ok", ""),  # a later negated value
         ("First I got 52. That was wrong.\n#### 45", "ok", ""),  # retracted working
+        ("#### 45\nScrap that, I need to start over.", "none", "retracted"),
+        ("If we multiply 3 by 15 we get 45, so the answer is 45.", "ok", ""),  # a concluded condition
+        ("If the shelves were full, so the answer would be 45.", "none", "conditional"),  # still supposed
+        ("If she sold 24, then the answer is 18.", "none", "conditional"),  # "then" concludes nothing
     ],
 )
 def test_last_assertion(text, status, reason):
@@ -210,7 +224,7 @@ def test_development_cases_are_well_formed():
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("name", ["gsm8k", "math"])
 def test_development_cases_have_no_false_accepts_or_rejects(verifiers, name):
-    rows = [json.loads(line) for line in CASES.read_text(encoding="utf-8").splitlines()]
+    rows = [json.loads(line) for path in (CASES, ROUND3) for line in path.read_text(encoding="utf-8").splitlines()]
     wrong = _wrong(verifiers[name], [r for r in rows if name in r["verifiers"]])
     assert not wrong, "\n".join(wrong)
 

@@ -146,7 +146,7 @@ def test_every_gsm8k_gold_solution_scores_one_against_its_reference():
 
 def test_gsm8k_reads_numbers_only():
     v = get("gsm8k")
-    assert v.version == "4" and v.verify("#### 18", "#### 18").score == 1.0
+    assert v.version == "5" and v.verify("#### 18", "#### 18").score == 1.0
     assert v.verify("#### 9*2", "#### 18").outcome == "no_answer"  # an expression is not a GSM8K answer
     assert v.verify("#### 2^3", "#### 8").outcome == "no_answer"
     assert v.verify("#### 1/2", "0.5").score == 1.0  # a fraction is a number
@@ -175,7 +175,7 @@ def test_verify_command_grades_a_file(tmp_path, capsys):
     graded = [json.loads(line) for line in out.read_text().splitlines()]
     assert [g["id"] for g in graded] == [1, 2, 3]  # extra columns kept, order kept
     assert [(g["score"], g["outcome"]) for g in graded] == [(1.0, "correct"), (0.0, "wrong"), (0.0, "ambiguous")]
-    assert graded[0]["verifier"] == "gsm8k@4" and "components" in graded[0]
+    assert graded[0]["verifier"] == "gsm8k@5" and "components" in graded[0]
     assert "3 rows" in printed and "mean score 0.3333" in printed
 
     src.write_text('{"completion": "1"}\n')

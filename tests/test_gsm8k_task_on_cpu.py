@@ -47,4 +47,4 @@ def test_trainer_runs_on_gsm8k_with_its_verifier(tmp_path):
                 "sampling.max_new_tokens": 8, "kl.beta": 0.0}  # fmt: skip
     Trainer(build_config(TrainConfig, {}, settings), progress=False).train()
     records = RecordStore(tmp_path / "rollouts").read(1)
-    assert len(records) == 4 and all(r.verifier == "gsm8k@4" and r.reward == 0.0 for r in records)
+    assert len(records) == 4 and all(r.verifier == "gsm8k@5" and r.reward == 0.0 for r in records)

@@ -148,7 +148,7 @@ def test_math_shepherd_labels_by_hand():
     assert rows[1]["soft_labels"] == [0.75, 1.0, 1.0] and rows[1]["hard_labels"] == [1.0, 1.0, 1.0]
     assert rows[0]["outcome"] == 0.0 and rows[1]["outcome"] == 1.0
     prov = rows[0]["provenance"]
-    assert prov["completions"] == 4 and prov["verifier"] == "arithmetic-outcome@4" and prov["policy"] == "scripted"
+    assert prov["completions"] == 4 and prov["verifier"] == "arithmetic-outcome@5" and prov["policy"] == "scripted"
     assert prov["splitter"] == "semicolon" and prov["sampling"]["temperature"] == 1.0
 
 

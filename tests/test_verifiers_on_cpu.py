@@ -69,7 +69,7 @@ def test_weighted_composite_keeps_components():
     assert v.verify("3+5=6;24/6=4;answer=3", "24/(3+5)").score == pytest.approx(1.0)
     d = v.verify("3+5=8;24/8=3;answer: 3", "24/(3+5)")  # right value, not the trace format: 0.8*1 + 0.2*0
     assert (d.score, d.outcome) == (pytest.approx(0.8), "correct")
-    assert "arithmetic-outcome@4" in v.version and "arithmetic-format@4" in v.version
+    assert "arithmetic-outcome@5" in v.version and "arithmetic-format@5" in v.version
     with pytest.raises(ValueError, match="require must be one of"):
         verifiers.get("arithmetic", format_require="prose")
 
@@ -273,7 +273,7 @@ def test_every_arithmetic_verdict_names_its_outcome():
 def test_verdicts_are_deterministic_and_versioned():
     a = PROC.verify("2+3=6;6*4=20;answer=20", "(2+3)*4")
     b = PROC.verify("2+3=6;6*4=20;answer=20", "(2+3)*4")
-    assert a == b and isinstance(a, Verdict) and a.version == "arithmetic-process@4"
+    assert a == b and isinstance(a, Verdict) and a.version == "arithmetic-process@5"
 
 
 def test_registry_errors_and_listing():

@@ -79,6 +79,8 @@ _CONDITION_AT = re.compile(r"\b(?:if|unless|assum\w*|suppos\w*|provid\w*|given|o
 # "If its initial value was $x$,": a condition that names a maths variable defines it
 _DEFINES_SYMBOL = re.compile(r"\b(?:if|when|suppose|assuming)\b[^,;.]*?\b(?:is|was|be|are|were|equals?|denotes?|"
                              r"called)\s+\$[A-Za-z]\$\s*,", re.IGNORECASE)  # fmt: skip
+_CONCLUSION = re.compile(r",\s*(?:so|therefore|thus|hence|consequently)\b", re.IGNORECASE)
+_CONDITIONAL_MOOD = re.compile(r"\bwould\b|'d\b", re.IGNORECASE)
 _POINTS_BACK = frozenset("this that it these those answer result value total which".split())
 _PLEASANTRY = re.compile(r"\bif\s+you(?:'d|\s+would)\s+like\b|\bif\s+you\s+(?:have|need)\s+(?:any\s+)?(?:more\s+|"
                          r"further\s+|other\s+)?(?:questions?|help|clarifications?|assistance|explanations?)\b", re.I)
@@ -137,8 +139,13 @@ def conditional(text: str) -> bool:
 def conditional_prefix(prefix: str) -> bool:
     """Is the part of a sentence before its marker a condition ("If she sold 24, ...", "When x = 2, ...",
     "In case the discount applies, ...", "Had she sold 96, ...")?  A condition that only names a maths
-    variable ("If its initial value was $x$, ...") defines it: no condition."""
+    variable ("If its initial value was $x$, ...") defines it: no condition.  A conclusion connective
+    after a comma ends the condition's reach: "If we multiply 3 by 15 we get 45, so the answer is 45"
+    concludes (unless the conclusion is itself in the conditional mood: ", so it would be 45")."""
     prefix = _DEFINES_SYMBOL.sub(" ", prefix)
+    concluded = list(_CONCLUSION.finditer(prefix))
+    if concluded and not _CONDITIONAL_MOOD.search(prefix[concluded[-1].end() :]):
+        prefix = prefix[concluded[-1].end() :]
     return bool(set(words(prefix)) & CONDITIONAL_PREFIX) or bool(_CONDITION_PHRASE.search(prefix)) or bool(
         _INVERTED.match(prefix)) or any(not m["ing"] for m in _WEAK_CONDITION.finditer(prefix))
 

@@ -204,7 +204,7 @@ class _Arithmetic(Verifier):
 
 
 class ArithmeticOutcome(_Arithmetic):
-    name, version = "arithmetic-outcome", "4"  # 4: the reader reads real models' forms; 3: polarity; 2: policies
+    name, version = "arithmetic-outcome", "5"  # 5: round 3; 4: real forms; 3: polarity; 2: policies
 
     def verify(self, completion: str, reference: str) -> Verdict:
         outcome, why, _ = read_outcome(completion, int(reference_tree(reference).value), self.answer_prefix)
@@ -216,7 +216,7 @@ class ArithmeticFormat(_Arithmetic):
     """``require``: ``trace`` (the whole ``a op b=c;...;PREFIX=N`` trace) or ``ending`` (only the
     required ending ``PREFIX=N``, an integer, stated once)."""
 
-    name, version = "arithmetic-format", "4"  # 4: real models' forms; 3: polarity; 2: NFKC first
+    name, version = "arithmetic-format", "5"  # 5: round 3; 4: real models' forms; 3: polarity; 2: NFKC first
 
     def __init__(self, answer_prefix: str = DEFAULT_ANSWER_PREFIX, require: str = "trace"):
         super().__init__(answer_prefix)
@@ -247,7 +247,7 @@ class ArithmeticFormat(_Arithmetic):
 
 
 class ArithmeticProcess(_Arithmetic):
-    name, version = "arithmetic-process", "4"  # 4: real models' forms; 3: polarity; 2: format-free
+    name, version = "arithmetic-process", "5"  # 5: round 3; 4: real models' forms; 3: polarity; 2: format-free
 
     def verify(self, completion: str, reference: str) -> Verdict:
         root = reference_tree(reference)
@@ -298,7 +298,7 @@ class ArithmeticTool(_Arithmetic):
     answer), strictly as ``arithmetic-outcome`` reads a trace.  ``components["process"]``: the answer is right and
     the tool outputs are the problem's steps (``sound_tool_outputs``); ``require="process"`` scores that instead."""
 
-    name, version = "arithmetic-tool", "3"  # 3: the reader reads real models' forms; 2: polarity (answers.py)
+    name, version = "arithmetic-tool", "4"  # 4: round 3; 3: real models' forms; 2: polarity (answers.py)
 
     def __init__(self, answer_prefix: str = DEFAULT_ANSWER_PREFIX, require: str = "outcome"):
         super().__init__(answer_prefix)

@@ -64,7 +64,7 @@ def _raw(item) -> str:
 class MathAnswer(Verifier):
     """Extract the completion's one final answer and compare it with the reference's."""
 
-    name, version = "math", "4"  # 4: real models' final-answer forms (answer-reading.md)
+    name, version = "math", "5"  # 5: round 3 (answer-reading.md); 4: real models' final-answer forms
     reference_policies: tuple[str, ...] = ("boxed", "gsm8k", "answer", "答案", "the-answer-is")
     read_spans = True  # math: values judged by math-verify as stated; False (gsm8k): one cleaned answer string
 
@@ -231,7 +231,7 @@ class MathAnswer(Verifier):
 class GSM8K(MathAnswer):
     """GSM8K: references as ``... #### N`` (the dataset's form) or a bare number."""
 
-    name, version = "gsm8k", "4"
+    name, version = "gsm8k", "5"
     reference_policies = ("gsm8k",)
     read_spans = False
 

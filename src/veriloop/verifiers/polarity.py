@@ -55,11 +55,12 @@ LEXICON = {  # operator class -> words (lower case; "n't" is split off its verb)
     NEG: "not n't never no none nobody nothing neither nor nowhere noone without hardly scarcely",
     NEG_PRED: "false untrue wrong incorrect mistaken erroneous invalid inaccurate doubt doubts doubted doubting deny "
               "denies denied denying refute refutes refuted disprove disproves disproved disagree disagrees reject "
-              "rejects rejected nonsense absurd bogus",
+              "rejects rejected nonsense absurd bogus refuse refuses refused",
     NEG_STRONG: "impossible",
     HEDGE: "maybe perhaps probably presumably likely unlikely plausibly plausible apparently seemingly supposedly "
            "allegedly guess guessing guessed suspect suspects suspected reckon estimate estimated unsure uncertain "
-           "unclear doubtful questionable hopefully roughly approximately thought",
+           "unclear doubtful questionable hopefully roughly approximately thought hypothetically hypothetical "
+           "theoretically",
     POSSIBLE: "might may could possibly possible conceivably conceivable",
     RAISER: "think thinks believe believes believed expect expects feel feels seem seems seemed appear appears "
             "appeared imagine",
@@ -67,8 +68,9 @@ LEXICON = {  # operator class -> words (lower case; "n't" is split off its verb)
             "undoubtedly indubitably unquestionably absolutely confident confidently know knows known conclude "
             "concludes concluded show shows shown showed prove proves proved proven confirm confirms confirmed "
             "verify verifies verified establish establishes established demonstrate demonstrates demonstrated "
-            "guarantee guaranteed assert asserts tell determine determined necessarily indeed must exactly precisely",
-    TRUTH: "true correct right accurate valid agree agrees agreed",  # "I don't agree that P": not P
+            "guarantee guaranteed assert asserts tell determine determined necessarily indeed must exactly precisely "
+            "convinced",
+    TRUTH: "true correct right accurate valid agree agrees agreed accept accepts accepted",  # "I don't agree that P": not P
     QUESTION: "whether wonder wonders wondering",
 }  # fmt: skip
 PHRASES = {  # several words, one operator (matched before single words)
@@ -76,7 +78,7 @@ PHRASES = {  # several words, one operator (matched before single words)
     "a fact": TRUTH,
     "for sure": COMMIT, "for certain": COMMIT, "of course": COMMIT, "only possible": COMMIT, "100 %": COMMIT,
     "beyond doubt": COMMIT, "beyond any doubt": COMMIT, "beyond a doubt": COMMIT, "beyond all doubt": COMMIT,
-    "beyond question": COMMIT,
+    "beyond question": COMMIT, "every reason to believe": COMMIT, "every reason to think": COMMIT,
     "in my opinion": HEDGE, "as far as i know": HEDGE, "as far as i can tell": HEDGE, "kind of": HEDGE,
     "sort of": HEDGE, "more or less": HEDGE, "or so": HEDGE, "give or take": HEDGE, "would say": HEDGE,
     "'d say": HEDGE, "chances are": HEDGE, "looks like": HEDGE, "seems like": HEDGE, "sounds like": HEDGE,
@@ -296,6 +298,8 @@ def clause(before: str) -> str:
     return _clause(before)[0]
 
 
+# a word of approximation right before the answer ("about \\boxed{45}", "around $45$")
+_APPROXIMATOR = re.compile(r"\b(?:about|around|approximately|roughly|nearly|almost|circa)\s*\$*\s*$", re.IGNORECASE)
 _INNER = {NEGATED: [NEG_PRED], HEDGED: [HEDGE], QUESTIONED: [QUESTION]}  # a value's own polarity, as an operator
 
 
@@ -303,6 +307,8 @@ def scope_polarity(before: str, inner: str = ASSERTED) -> str:
     """Polarity of a statement whose marker follows ``before`` (the text before it, any length), when
     the value itself reads ``inner`` ("the answer is not 45": negated inside)."""
     clause, conceded = _clause(before)
+    if _APPROXIMATOR.search(before):  # "there are about $\boxed{45}$ books": an approximation, no answer
+        inner = HEDGED if inner == ASSERTED else inner
     if not clause.strip() and conceded is None:
         return inner
     ops = _open_ops(tokens(clause), end_is_answer=True) + _INNER.get(inner, [])

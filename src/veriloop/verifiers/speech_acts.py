@@ -49,7 +49,7 @@ from veriloop.verifiers.polarity import (
 )
 
 RETRACTS, DOUBTS, CONFIRMS = "retracts", "doubts", "confirms"
-_TRIGGER = re.compile(r"scratch|kidding|\bjk\b|ignore|disregard|forget|strike|delete|discard|erase|cancel|undo|"
+_TRIGGER = re.compile(r"scratch|scrap|kidding|\bjk\b|ignore|disregard|forget|strike|delete|discard|erase|cancel|undo|"
                       r"retract|withdraw|cross|"
                       r"throw|back|mind|wrong|incorrect|false|mistake|error|typo|right|correct|true|accurate|valid|off|"
                       r"bogus|nonsense|flaw|miscalc|misread|miscount|mess|erred|re-?do|recomput|recalcul|rework|"
@@ -62,7 +62,7 @@ _POINTER = (r"(?:that|this|it|these|those|everything(?:\s+(?:above|before|so\s+f
             r"|attempt)s?\s+(?:above|before))\b")  # fmt: skip
 _OPENING = r"^\W*(?:(?:wait|hmm+|oh|ah|uh|um|actually|well|ok|okay|sorry|oops|whoops|no|nope|please)\W+)*"
 _WITHDRAW = re.compile(  # the speech acts that withdraw what came before, opening their clause
-    rf"{_OPENING}(?:(?:you\s+(?:can|should|may|must)\s+)?(?:scratch|ignore|disregard|forget|strike|delete|discard|erase"
+    rf"{_OPENING}(?:(?:you\s+(?:can|should|may|must)\s+)?(?:scratch|scrap|ignore|disregard|forget|strike|delete|discard|erase"
     rf"|cancel|undo|retract|withdraw|cross\s+out|throw\s+out)\s+(?:about\s+)?(?:all\s+(?:of\s+)?)?{_POINTER}"
     rf"|i\s+(?:take|took)\s+(?:that|it|this|my\s+\w+(?:\s+\w+)?)\s+back|i\s+(?:retract|withdraw)\b"
     rf"|(?:oops|whoops|my\s+bad|my\s+mistake|on\s+second\s+thought|(?:just\s+|i'm\s+)?kidding|jk)\b"

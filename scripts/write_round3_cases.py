@@ -1,0 +1,293 @@
+"""Write the round-3 development cases (data/audit/development/round3.jsonl): conditional and
+counterfactual answers, negation and refusal over the answer sentence, retractions, hedges,
+approximators and intensifiers, over the answer forms real models write.  Each label is a person's
+reading of the text, written here with the template (never a verifier's output).  These are
+development cases: the reader may be tuned on them; the held-out part is never written from here.
+
+    python scripts/write_round3_cases.py [OUT.jsonl]
+"""
+
+import json
+import sys
+from pathlib import Path
+
+OUT = (
+    Path(sys.argv[1])
+    if len(sys.argv) > 1
+    else (Path(__file__).resolve().parent.parent / "src/veriloop/verifiers/data/audit/development/round3.jsonl")
+)
+rows = []
+
+
+def add(c, ref, expect, family, note, verifiers=("gsm8k", "math")):
+    rows.append(
+        {
+            "completion": c,
+            "reference": ref,
+            "expect": expect,
+            "family": family,
+            "verifiers": list(verifiers),
+            "labelled_by": "reading",
+            "note": note,
+        }
+    )
+
+
+W = "Tom buys 3 boxes of 15 pens, so 3 * 15 = 45 pens.\n"
+# conditional / counterfactual: the answer holds only under a condition the text does not assert
+cond = [
+    "If the boxes held 15 pens each, the answer would be 45.",
+    "Had he bought 3 boxes, the answer would have been 45.",
+    "Assuming each box holds 15 pens, the answer might be 45, but the question does not say so.",
+    "The answer would be 45 if the boxes were full.",
+    "Were the boxes full, we would get 45.",
+    "If I had read the question right, I would say #### 45",
+    "Supposing the price never changed, the total would be $\\boxed{45}$.",
+    "Only if every box is full is the answer 45.",
+    "In a world where each box held 15 pens, the answer would be 45.",
+    "The answer could be 45, provided the boxes are all the same size.",
+    "If we ignore the broken pens, the answer would be 45; we cannot ignore them.",
+    "45 would be the answer if nobody had taken any pens.",
+    "If the question meant boxes rather than packs, then #### 45",
+    "Hypothetically, the answer is 45.",
+]
+for t in cond:
+    add(
+        W + t,
+        "45",
+        "reject",
+        "conditional-answer",
+        "the value is stated only under a condition the text does not assert",
+    )
+# honest conditionals: a condition that the text asserts, or a definition
+cond_ok = [
+    "If x is the number of pens, then x = 3 * 15 = 45.\nThe answer is 45.",
+    "Since each box holds 15 pens, the answer is 45.",
+    "Because the boxes are full, he has 45 pens.\n#### 45",
+    "If we multiply 3 by 15 we get 45, so the answer is 45.",
+    "As each box has 15 pens, the total is $\\boxed{45}$.",
+    "When we add up all three boxes we get 45.\nThe answer is 45.",
+    "If you have any questions, let me know.\nThe answer is 45.",
+    "The answer is 45. If you want, I can also show the working with a table.",
+]
+for t in cond_ok:
+    add(W + t, "45", "accept", "honest-conditional", "the condition is asserted, or it is not about the answer")
+# negation over the answer sentence, varied verbs
+neg = [
+    "I am not convinced the answer is 45.",
+    "Nobody could claim the answer is 45.",
+    "It would be wrong to say the answer is 45.",
+    "The answer is not 45.",
+    "The answer isn't $\\boxed{45}$.",
+    "I wouldn't say the answer is 45.",
+    "We can't say for sure that the answer is 45.",
+    "It's unlikely that the answer is 45.",
+    "There's no reason to believe the answer is 45.",
+    "I refuse to accept that the answer is 45.",
+    "Never would the answer be 45.",
+    "The final answer is definitely not 45.",
+    "It is incorrect that the answer is 45.",
+    "The claim that the answer is 45 is false.",
+    "Saying the answer is 45 would be a mistake.",
+    "45 is not the answer.",
+    "#### 45 is not right.",
+    "The answer: not 45.",
+]
+for t in neg:
+    add(W + t, "45", "reject", "negation-over-answer", "the sentence that states the value denies it")
+neg_ok = [
+    "It is not 44, and it is not 46. The answer is 45.",
+    "I am convinced the answer is 45.",
+    "No one can doubt it: the answer is 45.",
+    "It would be wrong to say 44. The answer is 45.",
+    "It's certain that the answer is 45.",
+    "There's every reason to believe the answer is 45.",
+    "We can say for sure that the answer is 45.",
+    "The answer is not 44 but 45.",
+    "Not 3 + 15 = 18, but 3 * 15 = 45.\n#### 45",
+    "I first thought 40, which is not right. The answer is 45.",
+    "Nothing is left over, so the answer is 45.",
+    "He does not lose any pens, so he has 45.\n#### 45",
+    "No pens are broken. The answer is $\\boxed{45}$.",
+]
+for t in neg_ok:
+    add(
+        W + t,
+        "45",
+        "accept",
+        "honest-negation-elsewhere",
+        "the negation is about something else; the answer is asserted",
+    )
+# retraction with a new value
+retr = [
+    ("#### 45\nWait, I miscounted. #### 52", "52"),
+    ("The answer is 45. Actually, no: it is 52.", "52"),
+    ("$\\boxed{45}$\nCorrection: $\\boxed{52}$", "52"),
+    ("The answer is 45.\nOn second thought, the answer is 52.", "52"),
+    ("#### 45\nDisregard that, the answer is 52.", "52"),
+    ("Final answer: 45\nHmm, that's not right. Final answer: 52", "52"),
+    ("The answer is 45 -- no, wait, 52.", "52"),
+    ("The answer is 45. I take that back. The answer is 52.", "52"),
+    ("\\boxed{45}\nLet me redo this. 4 * 13 = 52. \\boxed{52}", "52"),
+]
+for t, new in retr:
+    add(W + t, "45", "reject", "retraction", "the stated value is taken back for another")
+    add(
+        W + t,
+        new,
+        "reject",
+        "retraction",
+        "policy: a revised answer gives no final answer, whichever value is the reference",
+    )
+add(
+    W + "I said 45 above but that was a slip; the answer is 52.",
+    "52",
+    "accept",
+    "retraction",
+    "only one answer is stated (52); the slip was in the working",
+)
+add(
+    W + "I said 45 above but that was a slip; the answer is 52.",
+    "45",
+    "reject",
+    "retraction",
+    "only one answer is stated (52); the slip was in the working",
+)
+retr_none = [
+    "#### 45\nScrap that, I need to start over.",
+    "The answer is 45. No wait, that can't be right.",
+    "$\\boxed{45}$\nHmm, I made an error somewhere.",
+    "The answer is 45. Actually, I'm not sure about that at all.",
+]
+for t in retr_none:
+    add(W + t, "45", "reject", "retraction", "the stated value is withdrawn with nothing in its place")
+# hedged
+hedge = [
+    "The answer is probably 45.",
+    "I think the answer might be 45.",
+    "Perhaps the answer is 45.",
+    "The answer is 45, maybe.",
+    "My best guess is 45.",
+    "It could be 45.",
+    "The answer is roughly 45.",
+    "The answer is approximately 45.",
+    "I'm guessing #### 45",
+    "Possibly $\\boxed{45}$.",
+    "The answer seems to be 45, but I'm not sure.",
+    "I would guess the answer is around 45.",
+    "If I had to guess: 45.",
+    "The answer is likely 45.",
+]
+for t in hedge:
+    add(W + t, "45", "reject", "hedge-over-answer", "the value is offered as a guess, not asserted")
+# intensifiers
+inten = [
+    "The answer is certainly 45.",
+    "The answer is clearly 45.",
+    "Without any doubt, the answer is 45.",
+    "The answer is undoubtedly 45.",
+    "The answer is absolutely 45.",
+    "The answer is surely 45.",
+    "Beyond question, the answer is 45.",
+    "I am sure the answer is 45.",
+    "I'm confident the answer is $\\boxed{45}$.",
+    "The answer is, without a doubt, 45.",
+    "There is no question that the answer is 45.",
+    "The answer can only be 45.",
+    "It must be 45.\n#### 45",
+    "Indeed, the answer is 45.",
+    "The answer is exactly 45.",
+    "The answer is precisely 45.",
+    "I know for certain the answer is 45.",
+    "Definitely #### 45",
+    "The answer is most definitely 45.",
+    "Of course, the answer is 45.",
+]
+for t in inten:
+    add(W + t, "45", "accept", "intensifier", "an intensifier strengthens the assertion")
+
+# batch 2: the same operators over the answer forms real models write (a closing sentence, a bold
+# value, a label line, a box), after working that computed the value
+W2 = "Each of the 3 shelves holds 15 books.\n3 * 15 = 45\n"
+forms = {
+    "closing": "So there are {op}45 books.",
+    "bold": "So there are {op}**45** books.",
+    "label": "**Final Answer:** {op}45",
+    "box": "So there are {op}$\\boxed{{45}}$ books.",
+    "sentence": "The total number of books is {op}45.",
+}
+ops_reject = {
+    "probably ": "hedge-over-answer",
+    "maybe ": "hedge-over-answer",
+    "possibly ": "hedge-over-answer",
+    "roughly ": "hedge-over-answer",
+    "about ": "hedge-over-answer",
+    "likely ": "hedge-over-answer",
+    "not ": "negation-over-answer",
+    "never ": "negation-over-answer",
+}
+ops_accept = {
+    "definitely ": "intensifier",
+    "certainly ": "intensifier",
+    "exactly ": "intensifier",
+    "clearly ": "intensifier",
+    "indeed ": "intensifier",
+}
+for op, fam in ops_reject.items():
+    for name, form in forms.items():
+        add(W2 + form.format(op=op), "45", "reject", fam, f"{op.strip()} over the answer ({name})")
+for op, fam in ops_accept.items():
+    for name, form in forms.items():
+        add(W2 + form.format(op=op), "45", "accept", fam, f"{op.strip()} strengthens the answer ({name})")
+conds = [
+    "if the shelves are full, ",
+    "assuming no books were lent, ",
+    "unless some are missing, ",
+    "in case every shelf is full, ",
+    "supposing nothing was sold, ",
+]
+for c in conds:
+    add(
+        W2 + f"So, {c}there are 45 books.", "45", "reject", "conditional-answer", "a closing sentence under a condition"
+    )
+    add(
+        W2 + f"So there are 45 books, {c.rstrip(', ')}.",
+        "45",
+        "reject",
+        "conditional-answer",
+        "a condition after the value",
+    )
+    add(
+        W2 + f"**Final Answer:** 45 ({c.rstrip(', ')})",
+        "45",
+        "reject",
+        "conditional-answer",
+        "a condition on the label line",
+    )
+    add(
+        W2 + f"The answer is $\\boxed{{45}}$, {c.rstrip(', ')}.",
+        "45",
+        "reject",
+        "conditional-answer",
+        "a condition after the box",
+    )
+    add(
+        W2 + f"{c[0].upper() + c[1:]}the answer would be 45.",
+        "45",
+        "reject",
+        "conditional-answer",
+        "a condition before the statement",
+    )
+would = [
+    "The answer would be 45 if the shelves were full.",
+    "There would be 45 books if none were lent.",
+    "It would have been 45 had none been sold.",
+    "Then there would be $\\boxed{45}$ books, if every shelf were full.",
+]
+for t in would:
+    add(W2 + t, "45", "reject", "conditional-answer", "a counterfactual statement")
+
+with open(OUT, "w", encoding="utf-8") as f:
+    for r in rows:
+        f.write(json.dumps(r, ensure_ascii=False) + "\n")
+print(f"wrote {len(rows)} cases to {OUT}")
