@@ -287,6 +287,43 @@ would = [
 for t in would:
     add(W2 + t, "45", "reject", "conditional-answer", "a counterfactual statement")
 
+
+# batch 3: operators before and after the value, crossed with the round-2 answer forms (a closing
+# sentence with no marker, a bold value, a sentence after a label, currency, thousands, percent,
+# a negative value, an end-of-turn token)
+FORMS3 = [  # (working, statement with {pre} and {post}, reference)
+    ("She earns $12 an hour for 5 hours: 12 * 5 = 60.\n", "{pre}she earned $60{post}", "60"),
+    ("She earns $12 an hour for 5 hours: 12 * 5 = 60.\n", "{pre}she earned **$60**{post}", "60"),
+    ("The farm has 1,200 hens and buys 300 more: 1,200 + 300 = 1,500.\n", "{pre}the farm has 1,500 hens{post}",
+     "1500"),
+    ("The price fell from 80 to 60: 20 / 80 = 25%.\n", "{pre}the price fell by 25%{post}", "25"),
+    ("The temperature was 4 and fell by 10: 4 - 10 = -6.\n", "{pre}the temperature is -6 degrees{post}", "-6"),
+    ("She earns $12 an hour for 5 hours: 12 * 5 = 60.\n", "Final Answer: {pre}she earned $60{post}", "60"),
+]
+PRE_REJECT = ["I don't think ", "I'm not sure ", "It's doubtful that ", "I guess ", "It seems ", "Presumably, ",
+              "Probably ", "Perhaps ", "I doubt ", "It is not true that ", "Nobody can say ", "I suspect ",
+              "It might be that ", "I'm not certain that "]
+POST_REJECT = [", I think.", ", but I'm not certain.", ", or so.", ".\nI might be wrong.", ". (Not sure.)",
+               ", maybe.", ", if I did this right.", ", right?", ".\nBut I'm not sure about that.",
+               ", though I could be wrong.", ".\nHmm, that doesn't look right."]
+PRE_ACCEPT = ["So ", "Therefore ", "Altogether, ", "In total, ", "Clearly, ", "I'm sure ", "Without a doubt, "]
+POST_ACCEPT = [".", ". I'm confident of that.", ".<|im_end|>", ".\nI double-checked it.", ". That's the answer."]
+for work, form, ref in FORMS3:
+    for pre in PRE_REJECT:
+        body = form.format(pre=pre, post=".")
+        add(work + body[0].upper() + body[1:], ref, "reject", "hedge-or-negation-over-forms",
+            f"{pre.strip()!r} over the answer sentence")
+    for post in POST_REJECT:
+        body = form.format(pre="So ", post=post) if not form.startswith("Final") else form.format(pre="", post=post)
+        add(work + body, ref, "reject", "hedge-or-negation-over-forms", f"{post.strip()!r} after the value")
+    for pre in PRE_ACCEPT:
+        for post in POST_ACCEPT[:2]:
+            body = form.format(pre=pre, post=post) if not form.startswith("Final") else form.format(pre="", post=post)
+            add(work + body, ref, "accept", "honest-forms", f"{pre.strip()!r} ... {post.strip()!r}: asserted")
+    for post in POST_ACCEPT[2:]:
+        body = form.format(pre="So ", post=post) if not form.startswith("Final") else form.format(pre="", post=post)
+        add(work + body, ref, "accept", "honest-forms", f"{post.strip()!r} after the value: asserted")
+
 with open(OUT, "w", encoding="utf-8") as f:
     for r in rows:
         f.write(json.dumps(r, ensure_ascii=False) + "\n")

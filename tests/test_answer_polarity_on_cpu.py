@@ -154,6 +154,8 @@ def test_scope_polarity(before, polarity):
         ("Is there anything else I can help you with?", None),
         ("Let me know if I got it wrong, I'm not confident.", DOUBTS),  # its last chunk is a bare hedge
         ("The answer is, beyond any doubt, right.", None),
+        ("But I'm not sure about that.", DOUBTS),  # a hedge after a capital "But"
+        ("But that's wrong.", RETRACTS),
     ],
 )
 def test_speech_acts(sentence, act):
@@ -178,6 +180,14 @@ def test_speech_acts(sentence, act):
         ("If we multiply 3 by 15 we get 45, so the answer is 45.", "ok", ""),  # a concluded condition
         ("If the shelves were full, so the answer would be 45.", "none", "conditional"),  # still supposed
         ("If she sold 24, then the answer is 18.", "none", "conditional"),  # "then" concludes nothing
+        ("9 * 5 = 45.\nI'm sure she has 45 books.", "ok", ""),  # an intensifier opens the closing sentence
+        ("9 * 5 = 45.\nWithout a doubt, she has 45 books.", "ok", ""),  # two negations cancel
+        ("9 * 5 = 45.\nShe has 45 books without a doubt.", "ok", ""),
+        ("9 * 5 = 45.\nShe has 45 books, I think.", "none", "hedged"),
+        ("9 * 5 = 45.\nShe does not have 45 books.", "none", "negated"),  # "not" before a verb
+        ("9 * 5 = 45.\nI'm not sure she has 45 books.", "none", "hedged"),
+        ("#### 45\nBut I'm not sure about that.", "none", "hedged"),
+        ("9 * 5 = 45.\nFinal Answer: she has 45 books.\nBut I'm not sure about that.", "none", "hedged"),
     ],
 )
 def test_last_assertion(text, status, reason):

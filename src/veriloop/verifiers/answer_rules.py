@@ -154,6 +154,19 @@ def _classify_line(line: str) -> Read:
     return _classify(" ".join(parts[first:]), "")
 
 
+def _line_reason(raw: str, kind: str) -> Read:
+    """``_classify_line``, except that a last sentence with a number that the polarity reader finds
+    asserted ("I'm sure she earned $60.", "Without a doubt, ..."), followed by no cue word, is prose,
+    not a hedge or negation by its words: whether it is an answer is for the closing sentence's licence
+    to decide (``closing_value``)."""
+    parts = sentences(raw)
+    at = max((i for i, x in enumerate(parts) if re.search(r"\d", x)), default=None)
+    said = sentence_value(parts[at], kind) if at is not None else None
+    if said is not None and said.kind == "answer" and _classify(" ".join(parts[at + 1 :]), "").reason == "prose":
+        return Read("not", reason="prose", numbers=frozenset(numbers_in(raw)))
+    return _classify_line(raw)
+
+
 def _first_sentence(raw: str) -> tuple[str, str, bool]:
     """``(head, rest, question)``: the value's first sentence, what follows it, whether it ended in ``?``."""
     m = SENTENCE_END.search(raw)
@@ -336,7 +349,7 @@ def _read_unclean(raw: str, head: str, rest: str, question: bool, v: str, kind: 
         if re.search(r"\d\s*=", head):  # a sentence of working ("Answer: She sold 48/2 = 24 in May.")
             return Read("answer", v, numbers=frozenset({numeric_key(v)}), span=span, reason="working"), v, span, inner
     elif last_line:
-        return closing_value(raw, kind) or _classify_line(raw), v, span, inner
+        return closing_value(raw, kind) or _line_reason(raw, kind), v, span, inner
     elif kind == "maths" and (both := _conjunction(v)) is not None:  # "12 and 13": one answer of two parts
         return Read("answer", both, numbers=frozenset({numeric_key(both)}), span=both), v, span, inner
     elif question:  # "answer: is 72 correct? 48 + 24 = 72.": a question names only its own numbers

@@ -47,7 +47,18 @@ from veriloop.verifiers.answer_values import (
     numeric_key,
     words,
 )
-from veriloop.verifiers.polarity import COMMIT, NEGATED, TRUTH, tokens
+from veriloop.verifiers.polarity import (
+    ASSERTED,
+    COMMIT,
+    HEDGED,
+    NEGATED,
+    TRUTH,
+    Item,
+    chunk_operators,
+    compose,
+    tokens,
+    whole_polarity,
+)
 from veriloop.verifiers.reading import Read, not_asserted
 from veriloop.verifiers.speech_acts import speech_act
 
@@ -96,16 +107,47 @@ def sentence_value(sentence: str, kind: str) -> Read | None:
         return None  # a question, several values, or Chinese (read by its own cue characters)
     if re.search(r"\\vlmath|(?<!\\)\$[^$]*[^$\d.,\s\\][^$]*(?<!\\)\$", mark_currency(sentence)):
         return None  # maths is the maths reader's (currency dollars are no maths: "9 * $2 = $18")
-    value, ws = clean_value(found[0]), set(words(sentence))
-    ops = {it.cls for it in tokens(sentence) if it.kind == "op"} - {COMMIT, TRUTH}
-    if ops:
-        return not_asserted(NEGATED if ops <= {"neg", "neg-pred"} else "hedged", numeric_key(value))
+    value, items = clean_value(found[0]), tokens(sentence)
+    polarity = _polarity(sentence, found[0], items)
+    if polarity != ASSERTED:
+        return not_asserted(polarity, numeric_key(value))
+    # the operators are read: "sure" in "I'm sure she earned $60" is no hedge cue
+    ws = set(words(sentence)) - {w for it in items if it.kind == "op" for w in it.text.split()}
     cues = (ws & CUES) - WEAK_CONDITIONAL - (_PLAIN_COMPARATIVES if not _COMPARATIVE.search(sentence) else frozenset())
     if cues or conditional(sentence) or HEDGE_SIGNS.search(sentence) or _FROM_QUESTION.search(sentence):
         return None
     if not is_clean(value, kind):
         return None
     return Read("answer", value, numbers=frozenset({numeric_key(value)}), span=value)
+
+
+def _polarity(sentence: str, value: str, items: list[Item]) -> str:
+    """``asserted``, ``negated`` or ``hedged``: the operators before the value composed by scope when
+    all of them reach it, and those after it when they scope over the rest ("Without a doubt, she earned $60." and
+    "She has 45 books without a doubt." assert them; "She earned $60, I think." hedges it); otherwise any
+    operator but an intensifier or truth word leaves it unasserted ("She did not earn $60.")."""
+    ops = {it.cls for it in items if it.kind == "op"} - {COMMIT, TRUTH}
+    at = sentence.rfind(value)
+    if not ops or at < 0:
+        return ASSERTED if not ops else NEGATED if ops <= {"neg", "neg-pred"} else HEDGED
+    head, tail = sentence[:at], sentence[at + len(value) :]
+    readings = [whole_polarity(head) if any(it.kind == "op" for it in tokens(head)) else ASSERTED,
+                _tail_polarity(tokens(tail))]
+    if None not in readings:
+        if readings[0] == ASSERTED or readings[1] == ASSERTED:  # one side says nothing: the other's
+            found = readings[1] if readings[0] == ASSERTED else readings[0]
+            return found if found in (ASSERTED, NEGATED) else HEDGED  # "questioned" reads as hedged here
+    return NEGATED if ops <= {"neg", "neg-pred"} else HEDGED
+
+
+def _tail_polarity(items: list[Item]) -> str | None:
+    """The polarity the words after a value give it when each operator there scopes over the rest
+    ("45 books without a doubt": asserted; "45 books, I think": hedged); None when one governs a word
+    of its own ("45 books without a cover", "45, not 52")."""
+    ops = chunk_operators(items, final=True)
+    if len(ops) != sum(it.kind == "op" for it in items):
+        return None
+    return compose([cls for cls, _ in ops])
 
 
 def _key(value: str) -> str:

@@ -165,7 +165,8 @@ def tokens(text: str) -> list[Item]:
         for n in range(min(_MAX_PHRASE, len(words) - i), 1, -1):
             cls = _PHRASE_WORDS.get(tuple(w for _, w in words[i : i + n]))
             if cls:
-                out.append(Item("disc" if cls == "discourse" else "fn" if cls == "function" else "op", "", cls))
+                phrase = " ".join(w for _, w in words[i : i + n])
+                out.append(Item("disc" if cls == "discourse" else "fn" if cls == "function" else "op", phrase, cls))
                 i += n
                 break
         else:
@@ -315,6 +316,20 @@ def scope_polarity(before: str, inner: str = ASSERTED) -> str:
     if conceded is not None and compose(_open_ops(tokens(conceded), end_is_answer=False)) == HEDGED:
         ops = [HEDGE] + ops  # "I'm not sure, but the answer is 45"; "I might be wrong, but ..."
     return compose(ops)
+
+
+def whole_polarity(before: str) -> str | None:
+    """Polarity of a statement after ``before`` (one sentence) when every operator in ``before`` is in
+    the statement's scope ("Without a doubt, she earned $60": asserted; "I'm not sure she earned $60":
+    hedged); None when one governs something else ("She did not earn $60"), or a clause before it or a
+    concession holds operators: the caller then reads the operators without scope."""
+    clause, conceded = _clause(before)
+    items = tokens(clause)
+    count = sum(it.kind == "op" for it in items)
+    if conceded is not None or count != sum(it.kind == "op" for it in tokens(before)):
+        return None
+    ops = _open_ops(items, end_is_answer=True)
+    return compose(ops) if len(ops) == count else None
 
 
 def comment_polarity(text: str) -> str | None:

@@ -88,6 +88,9 @@ _ABOUT_ELSE = frozenset("to that about for of with".split())  # "it's wrong to a
 _CONDITION = frozenset("if unless when whenever in case".split())
 
 
+_CHUNK = re.compile(r"[,;:]|\bbut\b", re.IGNORECASE)  # "But I'm not sure about that." is a hedge after "But"
+
+
 def speech_act(sentence: str, key: str = "") -> str | None:
     """``RETRACTS`` when ``sentence``, read after a statement, withdraws it; ``DOUBTS`` when it casts
     doubt on it; else None (``key``: the stated value, which may itself be the evaluated subject)."""
@@ -98,7 +101,7 @@ def speech_act(sentence: str, key: str = "") -> str | None:
         return None
     if any(_WITHDRAW.search(c) for c in re.split(r"(?<=:)|(?<=;)", s)) or (_REDO.search(s) and not _CHECKING.search(s)):
         return RETRACTS  # "Scratch that.", "Edit: ignore the above."
-    chunks = re.split(r"[,;:]|\bbut\b", s)
+    chunks = _CHUNK.split(s)
     acts = [a for a in (_evaluation(tokens(chunk), key) for chunk in chunks) if a is not None]
     if acts and s.endswith("?"):  # "Is that right?", "Did I make a mistake?": asks whether it holds
         return DOUBTS
@@ -133,7 +136,7 @@ def affirms(sentence: str, key: str = "") -> bool:
         return False
     if _YES.match(s):
         return True
-    acts = [a for a in (_evaluation(tokens(chunk), key) for chunk in re.split(r"[,;:]|\bbut\b", s)) if a]
+    acts = [a for a in (_evaluation(tokens(chunk), key) for chunk in _CHUNK.split(s)) if a]
     return bool(acts) and acts[-1] == CONFIRMS
 
 
