@@ -342,9 +342,9 @@ def test_top_k_and_greedy_edge():
 
 
 def test_rejects_bad_settings():
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=r"temperature must be > 0 .* got 0\.0"):
         sampling_logprobs(t([1.0, 2.0]), temperature=0.0)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=r"top_p must be in \(0, 1\], got 0\.0"):
         sampling_logprobs(t([1.0, 2.0]), top_p=0.0)
 
 
@@ -409,9 +409,9 @@ def test_pass_at_k_equals_binomial_formula(nck):
 
 
 def test_pass_at_k_rejects_bad_counts():
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=r"got n=4, c=5, k=1"):
         pass_at_k(4, 5, 1)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=r"got n=4, c=1, k=5"):
         pass_at_k(4, 1, 5)
 
 

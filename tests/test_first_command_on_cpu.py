@@ -82,5 +82,5 @@ def test_help_shows_every_option_s_true_default(capsys):
     out = capsys.readouterr().out
     assert "(default: None)" not in out
     assert "(default: 0.7)" in out  # sampling.temperature of train, not SamplingParams' own 1.0
-    with pytest.raises(ConfigError):
+    with pytest.raises(ConfigError, match=r"optim\.momentum=0\.5 is not read by the optimizer 'adamw'.*optim\.name sgd"):
         build_config(TrainConfig, {}, {"optim.momentum": 0.5})

@@ -37,7 +37,7 @@ def test_an_export_elsewhere_passes(tmp_path):
     refuse_shipped_base(str(tmp_path / "model"))
     refuse_shipped_base(str(BUILTIN_BASE.parent / "base-remake"))  # a sibling, not the base
     fake = tmp_path / "assets" / "base"  # the check is against the package's own directory
-    with pytest.raises(InputError):
+    with pytest.raises(InputError, match=r"is the shipped base model .*--export runs/base-remake/model"):
         refuse_shipped_base(str(fake / "x"), base=fake)
 
 
