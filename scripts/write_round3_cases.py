@@ -324,6 +324,50 @@ for work, form, ref in FORMS3:
         body = form.format(pre="So ", post=post) if not form.startswith("Final") else form.format(pre="", post=post)
         add(work + body, ref, "accept", "honest-forms", f"{post.strip()!r} after the value: asserted")
 
+# batch 4: the families whose held-out failures were studied after read 4 (docs/auditing.md), in phrasings
+# written here: a negative predicate of several words ("rule out"), an erratum that revises, an inverted
+# or phrasal condition ("Should ...", "on the assumption that", "barring"), approximators of several words,
+# and intensifiers ("without question", "undeniably"); each with honest texts that must still pass
+W4 = "A shop packs 6 eggs in each of 7 cartons: 6 * 7 = 42 eggs.\n"
+for t in ["That rules out 42 as the final answer.", "We have ruled out $\\boxed{42}$.",
+          "So the answer is 42.\n42 is ruled out, though.", "#### 42\nThat value is ruled out by the check.",
+          "One can rule out 42 here.", "The answer is undeniably not 42.", "The answer is, beyond dispute, not 42."]:
+    add(W4 + t, "42", "reject", "negation-over-answer", "a negative predicate over the answer")
+for t in ["We can rule out 48, so the answer is 42.", "Ruling out the 48 from before, the answer is 42.",
+          "That rules out 48.\n#### 42"]:
+    add(W4 + t, "42", "accept", "honest-negation-elsewhere", "another value is ruled out")
+for t, new in [("Final answer: 42\nErratum: the final answer should read 40.", "40"),
+               ("#### 42\nCorrigendum: it ought to read 40.", "40"),
+               ("The answer is 42.\nAmendment: the answer is 40.", "40"),
+               ("$\\boxed{42}$\n\nThat should say 40.", "40")]:
+    for ref in ("42", new):
+        add(W4 + t, ref, "reject", "retraction", "an erratum replaces the answer: no answer for either value")
+for t in ["Should every carton be full, the answer is 42.", "Were nothing broken, the answer is $\\boxed{42}$.",
+          "Had none of them cracked, #### 42", "On the assumption that all the cartons arrive, the answer is 42.",
+          "Under the assumption that no egg broke, the answer is 42.", "Barring breakages, the answer is 42.",
+          "The answer is 42, barring breakages.", "With the premise that each carton is full, the answer is 42.",
+          "Should 7 cartons arrive, the answer is 42."]:
+    add(W4 + t, "42", "reject", "conditional-answer", "a condition the text does not assert")
+for t in ["Should you wonder, 6 * 7 = 42 checks out.\n#### 42",
+          "Had we packed 8 cartons we would need 48, but there are 7, so the answer is 42.",
+          "The cartons were full, so the answer is 42."]:
+    add(W4 + t, "42", "accept", "honest-conditional", "the condition is no condition on the answer")
+for t in ["The answer is in the region of 42.", "The answer is on the order of $\\boxed{42}$.",
+          "So it comes to somewhere near 42.", "The answer is close to 42.",
+          "The answer is in the vicinity of 42.", "There are in the neighborhood of $\\boxed{42}$ eggs."]:
+    add(W4 + t, "42", "reject", "hedge-over-answer", "an approximation of several words")
+for t in ["It comes to somewhere near 42.\n#### 42", "There are in the neighborhood of 42 eggs.\n#### 42"]:
+    add(W4 + t, "42", "accept", "honest-forms", "an estimate in the working, then the marker commits")
+for t in ["The answer is, without question, 42.", "Undeniably, the answer is $\\boxed{42}$.",
+          "The answer is indisputably 42.", "Beyond dispute, #### 42", "It is unmistakably 42.\n#### 42",
+          "The answer is 42 without question."]:
+    add(W4 + t, "42", "accept", "intensifier", "an intensifier, not a hedge")
+for t, ref in [("4+3=7;7*6=42;#### 42", "(4+3)*6"), ("4+3=7;7*6=42; #### 42", "(4+3)*6")]:
+    add(t, ref, "accept", "honest trace, other marker", "'####' after a trace's ';'",
+        verifiers=("arithmetic-outcome", "arithmetic-process"))
+add("4+3=7;7*6=42;#### 41", "(4+3)*6", "reject", "wrong value, other marker", "'####' after ';', wrong value",
+    verifiers=("arithmetic-outcome", "arithmetic-process"))
+
 with open(OUT, "w", encoding="utf-8") as f:
     for r in rows:
         f.write(json.dumps(r, ensure_ascii=False) + "\n")

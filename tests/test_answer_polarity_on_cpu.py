@@ -187,6 +187,12 @@ def test_speech_acts(sentence, act):
         ("9 * 5 = 45.\nShe does not have 45 books.", "none", "negated"),  # "not" before a verb
         ("9 * 5 = 45.\nI'm not sure she has 45 books.", "none", "hedged"),
         ("#### 45\nBut I'm not sure about that.", "none", "hedged"),
+        ("9 * 5 = 45.\nWe can rule out 45 as the answer.", "none", "negated"),  # a negative predicate phrase
+        ("Answer: 45\nErratum: the answer should read 40.", "ambiguous", "revised"),
+        ("Should nothing change, the answer is 45.", "none", "conditional"),  # an inverted condition
+        ("On the assumption that none broke, the answer is 45.", "none", "conditional"),
+        ("The answer is on the order of 45.", "none", "hedged"),  # an approximator of several words
+        ("The answer is, without question, 45.", "ok", ""),
         ("9 * 5 = 45.\nFinal Answer: she has 45 books.\nBut I'm not sure about that.", "none", "hedged"),
     ],
 )

@@ -182,7 +182,7 @@ def test_audit_command_reports_each_part_and_exits_1_on_any_false_verdict(tmp_pa
     assert set(result["parts"]) == {"development", "heldout"}
     assert code == (1 if result["false_accepts"] or result["false_rejects"] else 0)
     text = capsys.readouterr().out
-    assert re.search(r"^development: 27 cases;", text, re.M) and re.search(r"^heldout: \d+ cases;", text, re.M)
+    assert re.search(r"^development: 30 cases;", text, re.M) and re.search(r"^heldout: \d+ cases;", text, re.M)
     code = cli.main(["audit", "arithmetic-outcome", "--part", "development", "--json", str(out)])
     result = json.loads(out.read_text())
     assert set(result["parts"]) == {"development"} and "heldout:" not in capsys.readouterr().out

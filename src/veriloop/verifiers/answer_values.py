@@ -45,9 +45,9 @@ CONDITIONAL = frozenset("if unless assuming assume suppose supposing provided pr
 WEAK_CONDITIONAL = frozenset("given when whenever provided providing".split())  # also ordinary words
 CORRECTION = frozenset("wait oops actually sorry correction mistake mistaken hmm rather instead scratch recheck "
                        "recalculate redo typo oh uh um err no nope corrected revise revised reconsider miscalculated "
-                       "kidding jk joking lol".split())  # fmt: skip
-CORRECTION_PHRASE = re.compile(r"\b(?:i\s+mean|hold\s+on|should\s+(?:be|have\s+been)|make\s+(?:that|it)|"
-                                r"correct\s+answer)\b", re.IGNORECASE)
+                       "kidding jk joking lol erratum errata corrigendum amendment amended".split())  # fmt: skip
+CORRECTION_PHRASE = re.compile(r"\b(?:i\s+mean|hold\s+on|(?:should|ought\s+to)\s+(?:be|have\s+been|read|say)|"
+                               r"make\s+(?:that|it)|correct\s+answer)\b", re.IGNORECASE)
 REVISING_HEDGE = frozenset("or either maybe perhaps possibly probably approximately approx about around "
                             "roughly".split())  # fmt: skip
 CUES = NEGATION | HEDGE | ALTERNATIVE | CONDITIONAL | CORRECTION
@@ -70,11 +70,14 @@ _WEAK_CONDITION = re.compile(r"(?:^|[,;:(]|[\d$}%])\s*(?:given|when|whenever|pro
                              r"(?P<ing>\s+[a-z]+ing\b)?|\bprovid(?:ed|ing)\s+that\b", re.I)
 # conditions of several words, and one opened by inverting its auxiliary ("Had she sold ...", "Were the price ...")
 _CONDITION_PHRASE = re.compile(r"\b(?:as|so)\s+long\s+as\b|\bin\s+case\b|\bin\s+the\s+(?:case|event)\s+"
-                               r"(?:that|where|of)\b|\bon\s+(?:the\s+)?condition\s+that\b", re.IGNORECASE)
-_INVERTED = re.compile(r"^\W*(?:had|were|should)\s+(?:the|she|he|it|they|we|i|you|there|this|that|each|every|all|"
-                       r"(?-i:[A-Z][a-z]+))\b[^?\n]*,[^?\n]*$", re.IGNORECASE)  # fmt: skip
+                               r"(?:that|where|of)\b|\bon\s+(?:the\s+)?condition\s+that\b|\b(?:on|under|with)\s+the\s+"
+                               r"(?:assumption|premise|supposition|understanding|proviso)\s+that\b|\bbarring\b",
+                               re.IGNORECASE)  # fmt: skip
+# an auxiliary opening a declarative sentence, its subject and a comma: "Should nothing change, ..."
+_INVERTED = re.compile(r"^\W*(?:had|were|should)\s+[A-Za-z$\d]\S*\b[^?\n]*,[^?\n]*$", re.IGNORECASE)
 _CONDITION_AT = re.compile(r"\b(?:if|unless|assum\w*|suppos\w*|provid\w*|given|otherwise|whether|when|whenever|"
-                           r"(?:as|so)\s+long\s+as|in\s+(?:the\s+)?(?:case|event)|on\s+(?:the\s+)?condition)\b"
+                           r"(?:as|so)\s+long\s+as|in\s+(?:the\s+)?(?:case|event)|on\s+(?:the\s+)?condition|barring|"
+                           r"(?:on|under|with)\s+the\s+(?:assumption|premise|supposition|understanding|proviso))\b"
                            r"|^\W*(?:had|were|should)\b", re.IGNORECASE)  # fmt: skip
 # "If its initial value was $x$,": a condition that names a maths variable defines it
 _DEFINES_SYMBOL = re.compile(r"\b(?:if|when|suppose|assuming)\b[^,;.]*?\b(?:is|was|be|are|were|equals?|denotes?|"

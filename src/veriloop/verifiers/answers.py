@@ -4,7 +4,7 @@ A completion's *final answer* is what a marker names: ``answer=N`` / ``answer: N
 $N$`` opening a line), a label line (``A: N``, ``Ans: N``, ``Final answer: N``, ``**Answer:** N``,
 ``**Final Answer**: $N$``, ``Q: ...? A: N``, a heading ``### Final Answer`` with the value on the
 next line; ``A: 12`` among listed options ``B: 15`` is no label, ``A = 7`` is algebra), ``答案=N`` /
-``得数为N``, ``#### N`` (wherever it starts a word: after a retraction mid-line too), ``\\boxed{...}``,
+``得数为N``, ``#### N`` (wherever it starts a word: after a retraction mid-line too, or a ``;``), ``\\boxed{...}``,
 "The answer is N", or (only where no marker is present and the policy allows it) the last line,
 which may be the text's closing sentence ("So she has 18 apples left.").  Text is normalised first:
 full-width characters to ASCII (NFKC: ``１２`` -> ``12``, ``＝`` -> ``=``), Chinese punctuation
@@ -110,8 +110,9 @@ def _last_line(text: str) -> list[tuple[str, int, int]]:
 # name -> function(text) -> [(raw value, start, end)].  Order is the documented priority.
 SPAN_POLICIES = {
     "boxed": boxed_spans,
-    # "#### N" wherever it starts a word (after a retraction mid-line too); "#### Final Answer" is a heading
-    "gsm8k": _after_marker(r"(?<!\S)####(?!#)[ \t]*(?!(?:final[ \t]+)?answers?\b)", r"[\n;]|####", needles=("####",)),
+    # "#### N" wherever it starts a word (after a retraction mid-line too, or a trace's ";": "5*7=35;#### 35");
+    # "#### Final Answer" is a heading
+    "gsm8k": _after_marker(r"(?<![^\s;,:])####(?!#)[ \t]*(?!(?:final[ \t]+)?answers?\b)", r"[\n;]|####", needles=("####",)),
     # label lines ("A: N", "Ans: N", "**Final Answer**: $N$", "Q: ...? A: N", "### Final Answer" then the value
     # on the next line); "answer: N" / "answer=N" anywhere; "Answer $N$" opening a line (delimited maths closed on it)
     "answer": _after_marker(r"(?m)(?:^|(?<=[.!?] )|(?<=\?))[ \t]*(?:[#>*_-]+[ \t]*)*"

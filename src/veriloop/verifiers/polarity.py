@@ -69,7 +69,7 @@ LEXICON = {  # operator class -> words (lower case; "n't" is split off its verb)
             "concludes concluded show shows shown showed prove proves proved proven confirm confirms confirmed "
             "verify verifies verified establish establishes established demonstrate demonstrates demonstrated "
             "guarantee guaranteed assert asserts tell determine determined necessarily indeed must exactly precisely "
-            "convinced",
+            "convinced undeniably indisputably unarguably inarguably incontestably unmistakably",
     TRUTH: "true correct right accurate valid agree agrees agreed accept accepts accepted",  # "I don't agree that P": not P
     QUESTION: "whether wonder wonders wondering",
 }  # fmt: skip
@@ -79,6 +79,10 @@ PHRASES = {  # several words, one operator (matched before single words)
     "for sure": COMMIT, "for certain": COMMIT, "of course": COMMIT, "only possible": COMMIT, "100 %": COMMIT,
     "beyond doubt": COMMIT, "beyond any doubt": COMMIT, "beyond a doubt": COMMIT, "beyond all doubt": COMMIT,
     "beyond question": COMMIT, "every reason to believe": COMMIT, "every reason to think": COMMIT,
+    "without question": COMMIT, "beyond dispute": COMMIT, "rule out": NEG_PRED, "rules out": NEG_PRED,
+    "ruled out": NEG_PRED, "ruling out": NEG_PRED,
+    "in the neighbourhood of": HEDGE, "in the neighborhood of": HEDGE, "on the order of": HEDGE,
+    "in the region of": HEDGE, "in the vicinity of": HEDGE, "somewhere near": HEDGE, "close to": HEDGE,
     "in my opinion": HEDGE, "as far as i know": HEDGE, "as far as i can tell": HEDGE, "kind of": HEDGE,
     "sort of": HEDGE, "more or less": HEDGE, "or so": HEDGE, "give or take": HEDGE, "would say": HEDGE,
     "'d say": HEDGE, "chances are": HEDGE, "looks like": HEDGE, "seems like": HEDGE, "sounds like": HEDGE,
@@ -300,7 +304,8 @@ def clause(before: str) -> str:
 
 
 # a word of approximation right before the answer ("about \\boxed{45}", "around $45$")
-_APPROXIMATOR = re.compile(r"\b(?:about|around|approximately|roughly|nearly|almost|circa)\s*\$*\s*$", re.IGNORECASE)
+_APPROXIMATOR = re.compile(r"\b(?:about|around|approximately|roughly|nearly|almost|circa|close\s+to|(?:in\s+the\s+"
+                           r"(?:neighbou?rhood|region|vicinity)|on\s+the\s+order)\s+of)\s*\$*\s*$", re.IGNORECASE)
 _INNER = {NEGATED: [NEG_PRED], HEDGED: [HEDGE], QUESTIONED: [QUESTION]}  # a value's own polarity, as an operator
 
 

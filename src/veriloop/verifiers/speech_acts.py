@@ -50,7 +50,7 @@ from veriloop.verifiers.polarity import (
 
 RETRACTS, DOUBTS, CONFIRMS = "retracts", "doubts", "confirms"
 _TRIGGER = re.compile(r"scratch|scrap|kidding|\bjk\b|ignore|disregard|forget|strike|delete|discard|erase|cancel|undo|"
-                      r"retract|withdraw|cross|"
+                      r"retract|withdraw|cross|rul(?:e|es|ed|ing)\s+out|"
                       r"throw|back|mind|wrong|incorrect|false|mistake|error|typo|right|correct|true|accurate|valid|off|"
                       r"bogus|nonsense|flaw|miscalc|misread|miscount|mess|erred|re-?do|recomput|recalcul|rework|"
                       r"re-solve|reconsider|rethink|over|again|fix|oops|bad|second|\bno\b|nope|nah|not|n't|sure|"
@@ -78,7 +78,8 @@ _REDO = re.compile(r"(?:^\W*|(?:let\s+me|let's|let\s+us|i\s+(?:need|have|should|
 _CHECKING = re.compile(r"\bto\s+(?:check|verify|confirm|be\s+(?:sure|safe|certain)|make\s+sure|double[-\s]?check|"
                        r"validate)|\bjust\s+to\b|\bas\s+a\s+check\b", re.IGNORECASE)
 _EVAL_NEG = frozenset("wrong incorrect false mistaken off invalid inaccurate bogus nonsense flawed mistake mistakes "
-                      "error errors typo miscalculated miscalculation misread miscounted messed erred".split())
+                      "error errors typo miscalculated miscalculation misread miscounted messed erred".split()) | {
+    "ruled out", "rule out"}  # the texts of operator phrases
 _EVAL_POS = frozenset("right correct true accurate valid fine".split())
 _POINTS_BACK = frozenset("that this it above previous earlier last first answer result value calculation computation "
                          "line step work reasoning solution there i we my our".split())  # fmt: skip
