@@ -368,6 +368,28 @@ for t, ref in [("4+3=7;7*6=42;#### 42", "(4+3)*6"), ("4+3=7;7*6=42; #### 42", "(
 add("4+3=7;7*6=42;#### 41", "(4+3)*6", "reject", "wrong value, other marker", "'####' after ';', wrong value",
     verifiers=("arithmetic-outcome", "arithmetic-process"))
 
+# batch 5: the families whose failures on held-out argued-answers-2 were studied (docs/auditing.md), in
+# phrasings written here: a doubt in the sentence right before the first answer, a hedge carried across a
+# dash, a condition introducing the marker line, approximators, a doubt in a sign-off, double negations
+# in unmarked sentences, intensifiers after the value, worded working, "all told", a mid-sentence "actually"
+W5 = "A coach has 5 teams of 8 players: 5 * 8 = 40 players.\n"
+for t in ["Honestly, I'm not confident in this.\n#### 40", "I can't tell if that's right.\nFinal Answer: 40",
+          "Not sure this is correct...\nThe answer is 40.", "My best guess:\n$\\boxed{40}$",
+          "Provisionally - **Answer:** 40", "Tentatively: #### 40", "Unless someone left:\n#### 40",
+          "Only if every team is full:\nAnswer: 40", "It's in the ballpark of 40 players.",
+          "#### 40\nHope that helps, though the total might be off.", "Answer: 40\nCheers! (Not totally sure on this one.)",
+          "I have no confidence in this, but the answer is 40.", "I'm sceptical, but the answer is 40."]:
+    add(W5 + t, "40", "reject", "hedge-over-answer", "doubt, hedge or condition over the answer")
+for t in ["I wasn't sure at first. Checking: 8 * 5 = 40.\n#### 40", "Is that right? 40 / 5 = 8, yes.\n#### 40",
+          "Here it is:\n#### 40", "I have every confidence: the answer is 40.", "It can't be anything other than 40.",
+          "There isn't a doubt in my mind - 40.", "I have no doubt whatsoever: 40.",
+          "It would be wrong to call it anything but 40.", "No one could sensibly claim it isn't 40.",
+          "It is nothing other than 40.", "It's 40 for sure.", "All told, the coach has 40 players.",
+          "So the coach can actually field 40 players.", "Five times 8 is 40.\nThe coach has 40 players, no doubt."]:
+    add(W5 + t, "40", "accept", "honest-forms", "asserted: an intensifier, a double negation or a resolved doubt")
+for t in ["It could be anything but 40.", "It is anything but 40.", "It can't be 40.\n"]:
+    add(W5 + t.strip(), "40", "reject", "negation-over-answer", "the value is denied")
+
 with open(OUT, "w", encoding="utf-8") as f:
     for r in rows:
         f.write(json.dumps(r, ensure_ascii=False) + "\n")

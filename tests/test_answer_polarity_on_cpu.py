@@ -193,6 +193,17 @@ def test_speech_acts(sentence, act):
         ("On the assumption that none broke, the answer is 45.", "none", "conditional"),
         ("The answer is on the order of 45.", "none", "hedged"),  # an approximator of several words
         ("The answer is, without question, 45.", "ok", ""),
+        ("9 * 5 = 45\nI can't tell if that's right.\nAnswer: 45", "none", "hedged"),  # a doubt right before it
+        ("9 * 5 = 45\nI'm not sure. Let me recompute: 5 * 9 = 45.\n#### 45", "ok", ""),  # resolved by working
+        ("9 * 5 = 45\nMy best guess:\n$\\boxed{45}$", "none", "hedged"),
+        ("9 * 5 = 45\nTentatively — **Answer:** 45", "none", "hedged"),  # a hedge carried across a dash
+        ("9 * 5 = 45\nOnly if none are absent:\n#### 45", "none", "conditional"),  # a condition introducing it
+        ("9 * 5 = 45\nIt can't be anything other than 45.", "ok", ""),  # two negations, unmarked
+        ("9 * 5 = 45\nIt is anything but 45.", "none", "negated"),
+        ("9 * 5 = 45\nI have no doubt whatsoever: 45.", "ok", ""),
+        ("Half of 90 is 45.\nIt's 45 for sure.", "ok", ""),  # a result stated in words licenses it
+        ("9 * 5 = 45\nAll told, she has 45 books.", "ok", ""),
+        ("#### 45\nGood luck! (Not 100% sure on this one though.)", "none", "hedged"),
         ("9 * 5 = 45.\nFinal Answer: she has 45 books.\nBut I'm not sure about that.", "none", "hedged"),
     ],
 )

@@ -14,7 +14,9 @@ polarity of its sentence from ``polarity.scope_polarity``); this module combines
   either of several stated answers teaches a model to state several.  A withdrawn answer restated
   with the *same* value stands ("#### 45\\nWait, that's wrong. ... The answer is 45.").
 * A retraction before the first statement withdraws only working ("First I got 52. That was
-  wrong. ... #### 45" is 45).
+  wrong. ... #### 45" is 45); a doubt in the sentence right before it hedges it ("I can't tell which
+  is right.\nAnswer: 30"), and a condition that introduces it conditions it ("Only if nobody is
+  absent:\n#### 72").
 * Of the statements that stand: two values in one statement are ``several`` / ``range``; two
   statements with different strings are ``distinct`` (a maths check may still find them equal);
   a value one statement states and another negates is ``negated``; a later statement of another
@@ -33,7 +35,8 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from veriloop.verifiers.answer_rules import Read, numeric_key, revision
-from veriloop.verifiers.speech_acts import speech_acts
+from veriloop.verifiers.answer_values import conditional
+from veriloop.verifiers.speech_acts import DOUBTS, SENTENCE, speech_act, speech_acts
 
 
 @dataclass(frozen=True)
@@ -77,6 +80,21 @@ def _withdrawn(found: list[Statement], text: str) -> set[int]:
     return out
 
 
+def _lead_in(first: Statement, text: str, key: str) -> str | None:
+    """``hedged`` when the sentence right before the first stated answer doubts it, with nothing between
+    ("I can't tell which is right.\nAnswer: 30", "Not confident this is right...\n#### 150", "My best
+    guess:\n#### 45"); ``conditional`` when it is a condition introducing it ("Only if nobody is
+    absent:\n#### 72"); else None.  A doubt that working or a check follows ("I'm not sure. Let me
+    recompute: 9 * 5 = 45.\n#### 45") is resolved by it."""
+    before = re.sub(r"(?:[\s*_#>$]|\\\[|\\\()+$", "", text[max(0, first.start - 400) : first.start])  # markup, "$", "\\["
+    last = [m.group().strip() for m in SENTENCE.finditer(before) if m.group().strip()]
+    if not last:
+        return None
+    if last[-1].endswith(":") and conditional(last[-1]):
+        return "conditional"
+    return "hedged" if speech_act(last[-1], key) == DOUBTS else None
+
+
 def decide(found: list[Statement], text: str) -> Extraction:
     """The final answer of a text from its statements (see the module docstring)."""
     if not found:
@@ -116,6 +134,9 @@ def decide(found: list[Statement], text: str) -> Extraction:
     tail = text[last.end :]
     if last.policy == "boxed":  # the rest of a box's sentence was read with the box ("\boxed{45}, no doubt.")
         tail = tail[m.end() :] if (m := _SENTENCE_REST.search(tail)) else ""
+    lead = _lead_in(answers[0], text, key)
+    if lead is not None:
+        return Extraction("none", None, (value,), answers[0].policy, lead)
     revised = revision(tail, key, same_line=True, closing=True)
     if revised is not None:
         status = "ambiguous" if revised.kind == "several" else "none"

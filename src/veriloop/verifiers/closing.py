@@ -62,7 +62,8 @@ from veriloop.verifiers.polarity import (
 from veriloop.verifiers.reading import Read, not_asserted
 from veriloop.verifiers.speech_acts import speech_act
 
-_CONCLUSION = re.compile(r"^\W*(?:so|therefore|thus|hence|consequently|altogether|overall|finally|all\s+in\s+all|"
+_CONCLUSION = re.compile(r"^\W*(?:so|therefore|thus|hence|consequently|altogether|overall|finally|all\s+in\s+all|all\s+told|"
+                         r"ultimately|to\s+sum\s+up|in\s+short|"
                          r"in\s+(?:total|all|sum|summary|conclusion|the\s+end)|as\s+a\s+result|(?:this|that)\s+"
                          r"(?:means|gives))\b", re.IGNORECASE)  # fmt: skip
 _ONE_VALUE = re.compile(rf"(?<![A-Za-z0-9_.$/]){NUM}(?:\s*/\s*\d+(?!\d|[.,]\d))?(?![\d/])")  # a number, a fraction
@@ -74,11 +75,16 @@ POINTS_AT_QUESTION = frozenset("question problem given says said states stated s
 _FROM_QUESTION = re.compile(r"\b(?:in|from|by|according\s+to)\s+the\s+(?:question|problem|statement|example)\b"
                             r"|\b(?:question|problem|statement)\s+(?:says|said|states|stated|gives|gave|tells|told|"
                             r"mentions|asks)\b|\b(?:is|are|was|were|as|been)\s+(?:given|stated|told)\b|\bgiven\s+"
-                            r"(?:in|by|as)\b|\bwe\s+(?:are|were)\s+(?:given|told)\b|\b(?:says|said|states|told)\b",
+                            r"(?:in|by|as)\b|\bwe\s+(?:are|were)\s+(?:given|told)\b|\b(?:says|said|states|(?<!all\s)told)\b",
                             re.IGNORECASE)  # fmt: skip
 _BOLD = re.compile(r"\*\*([^*\n]+)\*\*|__([^_\n]+)__")
 _EMPHASIS = re.compile(r"\*\*(?=\\?\$?\s*[-+]?\d)|(?<=[\d%])\*\*")  # "**18**", "**$18**" read as 18
 _RESULT = re.compile(rf"=\s*(?:\*\*)?\s*(?:\\?\$)?\s*({NUM[:-2]})")  # the right side of an "="
+# a result stated in words: "Half of 32 is 16.", "8 times 2 is 16", "the sum of 10 and 6 is 16"
+_WORDED_RESULT = re.compile(rf"\b(?:half|double|twice|triple|thrice|(?:a\s+)?(?:third|quarter|fifth|tenth)|sum|product|"
+                            rf"difference|quotient|total|\d[\d,.]*\s*%?\s*(?:times|plus|minus|less|more|over|divided\s+by|"
+                            rf"multiplied\s+by|added\s+to|of))\b[^.\n=]{{0,40}}?\b(?:is|are|equals|makes|gives|comes\s+to)"
+                            rf"\s+(?:\\?\$)?\s*({NUM[:-2]})", re.IGNORECASE)  # fmt: skip
 # a question addressed to the reader ("Does that make sense?", "Anything else I can help you with?"), not the problem
 _TO_READER = re.compile(r"\b(?:you|your)\b|\bmakes?\s+sense\b|\bhelps?\b|\bclear\b", re.IGNORECASE)
 _MOOD = re.compile(r"\b(?:would|'d)\b", re.IGNORECASE)
@@ -112,8 +118,11 @@ def sentence_value(sentence: str, kind: str) -> Read | None:
     if polarity != ASSERTED:
         return not_asserted(polarity, numeric_key(value))
     # the operators are read: "sure" in "I'm sure she earned $60" is no hedge cue
-    ws = set(words(sentence)) - {w for it in items if it.kind == "op" for w in it.text.split()}
+    ws = {w for w in words(sentence) if not any(it.kind == "op" for it in tokens(w))}  # "can't", "sure"
+    ws -= {w for it in items if it.kind == "op" for w in it.text.split()}  # the words of operator phrases
     cues = (ws & CUES) - WEAK_CONDITIONAL - (_PLAIN_COMPARATIVES if not _COMPARATIVE.search(sentence) else frozenset())
+    if not re.search(r"(?:^|[,;:])\W*actually\b", sentence, re.IGNORECASE):
+        cues -= {"actually"}  # "the tiles he can actually use": a correction only when it opens a clause
     if cues or conditional(sentence) or HEDGE_SIGNS.search(sentence) or _FROM_QUESTION.search(sentence):
         return None
     if not is_clean(value, kind):
@@ -160,7 +169,7 @@ def supported(value: str, before: str) -> bool:
     value of a sentence there opened by a conclusion connective ("So, she started 3 hours ago.")?  A
     number the question gave is an operand, never a result."""
     key = _key(value)
-    if any(_key(m.group(1)) == key for m in _RESULT.finditer(before)):
+    if any(_key(m.group(1)) == key for m in (*_RESULT.finditer(before), *_WORDED_RESULT.finditer(before))):
         return True
     concluded = (x for line in before.splitlines() for x in sentences(line) if _CONCLUSION.match(x.strip()))
     return any(len(vs) == 1 and _key(vs[0]) == key for vs in map(_values, concluded))

@@ -60,7 +60,7 @@ LEXICON = {  # operator class -> words (lower case; "n't" is split off its verb)
     HEDGE: "maybe perhaps probably presumably likely unlikely plausibly plausible apparently seemingly supposedly "
            "allegedly guess guessing guessed suspect suspects suspected reckon estimate estimated unsure uncertain "
            "unclear doubtful questionable hopefully roughly approximately thought hypothetically hypothetical "
-           "theoretically",
+           "theoretically tentatively tentative provisionally provisional sceptical skeptical dubious ballpark",
     POSSIBLE: "might may could possibly possible conceivably conceivable",
     RAISER: "think thinks believe believes believed expect expects feel feels seem seems seemed appear appears "
             "appeared imagine",
@@ -69,7 +69,7 @@ LEXICON = {  # operator class -> words (lower case; "n't" is split off its verb)
             "concludes concluded show shows shown showed prove proves proved proven confirm confirms confirmed "
             "verify verifies verified establish establishes established demonstrate demonstrates demonstrated "
             "guarantee guaranteed assert asserts tell determine determined necessarily indeed must exactly precisely "
-            "convinced undeniably indisputably unarguably inarguably incontestably unmistakably",
+            "convinced confidence settle settled decide decided undeniably indisputably unarguably inarguably incontestably unmistakably",
     TRUTH: "true correct right accurate valid agree agrees agreed accept accepts accepted",  # "I don't agree that P": not P
     QUESTION: "whether wonder wonders wondering",
 }  # fmt: skip
@@ -79,7 +79,9 @@ PHRASES = {  # several words, one operator (matched before single words)
     "for sure": COMMIT, "for certain": COMMIT, "of course": COMMIT, "only possible": COMMIT, "100 %": COMMIT,
     "beyond doubt": COMMIT, "beyond any doubt": COMMIT, "beyond a doubt": COMMIT, "beyond all doubt": COMMIT,
     "beyond question": COMMIT, "every reason to believe": COMMIT, "every reason to think": COMMIT,
-    "without question": COMMIT, "beyond dispute": COMMIT, "rule out": NEG_PRED, "rules out": NEG_PRED,
+    "without question": COMMIT, "beyond dispute": COMMIT, "nothing other than": COMMIT, "nothing but": COMMIT,
+    "anything other than": NEG, "anything but": NEG, "anything except": NEG, "anything else than": NEG,
+    "in my mind": "function", "in the ballpark of": HEDGE, "rule out": NEG_PRED, "rules out": NEG_PRED,
     "ruled out": NEG_PRED, "ruling out": NEG_PRED,
     "in the neighbourhood of": HEDGE, "in the neighborhood of": HEDGE, "on the order of": HEDGE,
     "in the region of": HEDGE, "in the vicinity of": HEDGE, "somewhere near": HEDGE, "close to": HEDGE,
@@ -87,7 +89,7 @@ PHRASES = {  # several words, one operator (matched before single words)
     "sort of": HEDGE, "more or less": HEDGE, "or so": HEDGE, "give or take": HEDGE, "would say": HEDGE,
     "'d say": HEDGE, "chances are": HEDGE, "looks like": HEDGE, "seems like": HEDGE, "sounds like": HEDGE,
     "never mind": "discourse", "nevermind": "discourse", "in fact": "function", "about it": "function",
-    "about this": "function", "about that": "function",
+    "about this": "function", "about that": "function", "in this": "function", "in that": "function",
 }  # fmt: skip
 _OPS = {w: cls for cls, ws in LEXICON.items() for w in ws.split()}
 _REPORTS_WORDS = "say says said claim claims claimed argue argues argued suggest suggests suggested"
@@ -103,7 +105,7 @@ FUNCTION = frozenset("i we you he she they it one 's 'm 're 've 'd 'll am is are
                      "these those there here just really truly actually very quite too even still also then at all "
                      "any anyone anybody everyone everybody me us him them final answer answers result $ honestly "
                      "frankly personally simply fully totally completely entirely highly strongly seriously so "
-                     "that though anyway now again which most best honest humble own".split())  # fmt: skip
+                     "that though anyway now again which most best honest humble own whatsoever reasonably".split())  # fmt: skip
 _PRO_FORMS = frozenset("it so this".split())  # "I doubt it," "I think so,": the complement is filled
 _INTERJECTIONS = frozenset("no nope nah wait well ok okay yes yeah oh hmm hmmm um uh ah alright".split())
 # a quick test: can ``text`` hold an operator at all? (a word of the lexicon or of an operator phrase, n't)
@@ -121,8 +123,8 @@ def may_hold_operators(text: str) -> bool:
 
 _CONNECTIVES = r"so|therefore|thus|hence|then|which\s+means|meaning|consequently|and\s+so"
 # where a clause ends (the operators before it do not reach past it)
-_HARD = re.compile(rf"[.!?](?:\$+|\\[)\]])?(?=\s|$)|[;\n(]|(?P<colon>:)|\s[-\u2013\u2014]+\s|--|\u2014"
-                   rf"|(?<![\w'])(?P<but>but|however(?!\s*,))\b|,\s*(?=(?:{_CONNECTIVES})\b)|\band\s+so\b",
+_HARD = re.compile(rf"[.!?](?:\$+|\\[)\]])?(?=\s|$)|[;\n(]|(?P<colon>:)|(?P<dash>\s[-\u2013\u2014]+\s|--|\u2014)"
+                   rf"|(?<![\w'])(?<!anything\s)(?<!nothing\s)(?P<but>but|however(?!\s*,))\b|,\s*(?=(?:{_CONNECTIVES})\b)|\band\s+so\b",
                    re.IGNORECASE)  # fmt: skip
 _PARENTHETICAL = re.compile(r"\([^()]*\)")
 # ", which is the answer," ", after 3 days,": an aside inside a clause, which the scope passes over
@@ -181,7 +183,8 @@ def tokens(text: str) -> list[Item]:
                 elif w in FUNCTION or w in _INTERJECTIONS:
                     kind = "fn"
             if w in _REPORTS:
-                before = next((x for _, x in reversed(words[:i]) if x not in _AUXILIARIES), "to")
+                before = next((x for _, x in reversed(words[:i]) if x not in _AUXILIARIES and not x.endswith("ly")),
+                              "to")  # "no one could reasonably claim": the speaker is "one"
                 kind, cls = "op", COMMIT if before in _SPEAKER else HEDGE  # "we can say" / "some people say"
             else:
                 cls = _OPS.get(w, "") if kind == "op" else ""
@@ -290,7 +293,7 @@ def _clause(text: str) -> tuple[str, str | None]:
         return _ASIDE.sub(" ", text), None
     last = cuts[-1]
     clause = _ASIDE.sub(" ", text[last.end() :])
-    if last.group("but") or last.group("colon"):  # "I'm not sure, but ...", "My best guess: ..."
+    if last.group("but") or last.group("colon") or last.group("dash"):  # "I'm not sure, but ...", "Tentatively — ..."
         k = len(cuts) - 2
         while k >= 0 and not text[cuts[k].end() : (cuts[k + 1].start())].strip():  # "... sure. But": go back
             k -= 1
@@ -325,16 +328,20 @@ def scope_polarity(before: str, inner: str = ASSERTED) -> str:
 
 def whole_polarity(before: str) -> str | None:
     """Polarity of a statement after ``before`` (one sentence) when every operator in ``before`` is in
-    the statement's scope ("Without a doubt, she earned $60": asserted; "I'm not sure she earned $60":
-    hedged); None when one governs something else ("She did not earn $60"), or a clause before it or a
-    concession holds operators: the caller then reads the operators without scope."""
+    the statement's scope or in the clause a "but", ":" or dash concedes before it ("Without a doubt,
+    she earned $60": asserted; "I'm not sure she earned $60": hedged; "No doubt whatsoever: 9"):
+    ``scope_polarity``.  None when one governs something else ("She did not earn $60") or sits in an
+    earlier clause: the caller then reads the operators without scope."""
     clause, conceded = _clause(before)
     items = tokens(clause)
-    count = sum(it.kind == "op" for it in items)
-    if conceded is not None or count != sum(it.kind == "op" for it in tokens(before)):
-        return None
+    held = tokens(conceded) if conceded is not None else []
     ops = _open_ops(items, end_is_answer=True)
-    return compose(ops) if len(ops) == count else None
+    counted = sum(it.kind == "op" for it in items) + sum(it.kind == "op" for it in held)
+    if counted != sum(it.kind == "op" for it in tokens(before)) or len(ops) != sum(it.kind == "op" for it in items):
+        return None
+    if held and len(_open_ops(held, end_is_answer=False)) != sum(it.kind == "op" for it in held):
+        return None
+    return scope_polarity(before)
 
 
 def comment_polarity(text: str) -> str | None:

@@ -82,13 +82,14 @@ _EVAL_NEG = frozenset("wrong incorrect false mistaken off invalid inaccurate bog
     "ruled out", "rule out"}  # the texts of operator phrases
 _EVAL_POS = frozenset("right correct true accurate valid fine".split())
 _POINTS_BACK = frozenset("that this it above previous earlier last first answer result value calculation computation "
-                         "line step work reasoning solution there i we my our".split())  # fmt: skip
+                         "line step work reasoning solution there i we my our total sum figure amount".split())  # fmt: skip
 _EVAL_VERBS = frozenset("make made makes making have has had up somewhere".split())  # "I made a mistake somewhere"
 _APPEARANCE = frozenset("look looks sound sounds".split())  # "that doesn't look right": looks not right
 _ABOUT_ELSE = frozenset("to that about for of with".split())  # "it's wrong to add tax": about something else
 _CONDITION = frozenset("if unless when whenever in case".split())
 
 
+_EMBEDDED_IF = re.compile(r"(?<!let\sme\s)(?<!let\sus\s)\b(tell|know|sure|certain|decide|say|see|wonder|check|settle|determine)\s+if\b", re.I)
 _CHUNK = re.compile(r"[,;:]|\bbut\b", re.IGNORECASE)  # "But I'm not sure about that." is a hedge after "But"
 
 
@@ -100,6 +101,7 @@ def speech_act(sentence: str, key: str = "") -> str | None:
     s = sentence.replace("\u2019", "'").strip()
     if re.match(r"\W*(?:if|unless|in\s+case|when(?:ever)?)\b", s, re.IGNORECASE):
         return None
+    s = _EMBEDDED_IF.sub(r"\1 whether", s)  # "I can't tell if that's right": an embedded question, no condition
     if any(_WITHDRAW.search(c) for c in re.split(r"(?<=:)|(?<=;)", s)) or (_REDO.search(s) and not _CHECKING.search(s)):
         return RETRACTS  # "Scratch that.", "Edit: ignore the above."
     chunks = _CHUNK.split(s)
@@ -116,7 +118,8 @@ def speech_act(sentence: str, key: str = "") -> str | None:
 def _bare_hedge(s: str) -> str | None:
     """``RETRACTS`` / ``DOUBTS`` for a sentence or chunk made of operators only ("I'm not sure (about
     this).", "Maybe.", "I doubt it.", "... , I'm not confident."), else None."""
-    bare = re.sub(r"\s+(?:about|of|on)\s+(?:this|that|it|the\s+(?:answer|result))(?=\W*$)", "", s, flags=re.I)
+    bare = re.sub(r"\s+(?:about|of|on|with)\s+(?:this|that|it|the\s+(?:answer|result))(?:\s+one)?(?=(?:\s+(?:though|tho))?\W*$)", "", s,
+                  flags=re.I)  # "Not 100% sure on this one."
     items = [it for it in tokens(bare) if it.kind not in ("sep", "disc")]  # "I'm not sure about this."
     if any(it.text in _EVAL_NEG | _EVAL_POS for it in items):
         return None  # an evaluation that is neither negative nor doubtful ("That seems right.")
@@ -169,13 +172,13 @@ def _evaluation(items: list[Item], key: str) -> str | None:
     return CONFIRMS  # "That's right.", "I hope it is correct.", "That seems right."
 
 
-_SENTENCE = re.compile(r"(?:[^.!?\n]|[.!?](?![\s.!?]|$))+[.!?]*")  # "3.5" and "$1,250.00" stay inside
+SENTENCE = re.compile(r"(?:[^.!?\n]|[.!?](?![\s.!?]|$))+[.!?]*")  # "3.5" and "$1,250.00" stay inside
 
 
 def speech_acts(text: str, key: str = "") -> list[tuple[int, str]]:
     """(offset, act) of every sentence of ``text`` that retracts or doubts what came before it."""
     out = []
-    for m in _SENTENCE.finditer(text):
+    for m in SENTENCE.finditer(text):
         act = speech_act(m.group(), key) if m.group().strip() else None
         if act:
             out.append((m.start(), act))
