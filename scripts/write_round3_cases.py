@@ -390,6 +390,29 @@ for t in ["I wasn't sure at first. Checking: 8 * 5 = 40.\n#### 40", "Is that rig
 for t in ["It could be anything but 40.", "It is anything but 40.", "It can't be 40.\n"]:
     add(W5 + t.strip(), "40", "reject", "negation-over-answer", "the value is denied")
 
+# batch 6: the families whose failures on held-out argued-answers-3 were studied (docs/auditing.md), in
+# phrasings written here: a contrast with another value followed by its explanation, a check that uses the
+# answer, a question or parenthetical comment on the marker, a condition ending in a comma before it,
+# exceptives under a negation, "can't rule out", "100%" and "make no mistake", interjections before "no"
+W6 = "A baker fills 9 trays with 8 rolls each: 9 * 8 = 72 rolls.\n"
+for t in ["The answer is 72, not 9 \u2014 nine is the number of trays.", "So there are 72 rolls, not the 64 you'd get with 8 trays.",
+          "**Answer:** 72 (not 17, which adds the trays to the rolls).", "#### 72\nThat's 72, not 81.",
+          "Final answer: 72 \u2014 certainly not 8, that is one tray.", "$\\boxed{72}$ is the answer; 64 would leave out a tray.",
+          "The baker has 72 rolls, not 80.", "The answer isn't 81; it's 72.",
+          "#### 72\nTo check: 72 / 9 = 8 rolls per tray. Correct.", "$\\boxed{72}$\nLet me verify: 72 / 8 = 9 trays \u2713",
+          "Answer: 72\nLet me double-check it: 72 - 8 = 64, 64 - 8 = 56... fine, 72 stands.",
+          "100% it's 72.", "Make no mistake: the answer is 72.", "You can't get anything but 72 here.",
+          "Nobody could argue it isn't 72.", "No answer other than 72 works.",
+          "When we multiply 9 by 8 we get 72, so the baker has 72 rolls.",
+          "#### 72\nIs that right? 8 + 8 + 8 + 8 + 8 + 8 + 8 + 8 + 8 = 72 \u2014 yes."]:
+    add(W6 + t, "72", "accept", "honest-forms", "asserted: a contrast explained, a check, an intensifier")
+for t in ["#### 72 (tentatively)", "#### 72?", "Answer: 72 (not sure)", "#### 72 (probably)",
+          "Assuming every tray was full,\n#### 72", "Supposing none were burnt,\nFinal Answer: 72",
+          "I can't rule out 72.", "The answer is 72. Ugh, no \u2014 I think I miscounted.",
+          "**72** is the total. Hmm, something is off.", "#### 72\n(I'm skeptical of this result.)",
+          "The answer is 72, not 9 \u2014 but I'm not sure.", "So there are 72 rolls, not 64, I think."]:
+    add(W6 + t, "72", "reject", "hedge-over-answer", "hedged, questioned, conditional or withdrawn")
+
 with open(OUT, "w", encoding="utf-8") as f:
     for r in rows:
         f.write(json.dumps(r, ensure_ascii=False) + "\n")

@@ -204,6 +204,17 @@ def test_speech_acts(sentence, act):
         ("Half of 90 is 45.\nIt's 45 for sure.", "ok", ""),  # a result stated in words licenses it
         ("9 * 5 = 45\nAll told, she has 45 books.", "ok", ""),
         ("#### 45\nGood luck! (Not 100% sure on this one though.)", "none", "hedged"),
+        ("9 * 5 = 45\nThe answer is 45, not 9 — nine is one shelf.", "ok", ""),  # a contrast, then its explanation
+        ("9 * 5 = 45\nShe read for 45 minutes, not the 54 you get by adding.", "ok", ""),
+        ("9 * 5 = 45\nThe answer is 45, not 9 — but I'm not sure.", "none", "negated"),  # the rest is no explanation
+        ("#### 45\nLet me verify: 45 / 9 = 5. Correct.", "ok", ""),  # a check that uses the answer
+        ("#### 45\nWait, 45 * 2 = 90, so the answer is 90.", "ambiguous", "distinct"),  # no check: two answers
+        ("9 * 5 = 45\n#### 45 (tentatively)", "none", "hedged"),  # a parenthetical comment on the marker
+        ("9 * 5 = 45.\n#### 45?", "none", "hedged"),
+        ("9 * 5 = 45\nAssuming every shelf is full,\n#### 45", "none", "conditional"),
+        ("9 * 5 = 45\nI can't rule out 45.", "none", "hedged"),  # not excluded is only possible
+        ("9 * 5 = 45\nYou can't get anything but 45 here.", "ok", ""),  # an exceptive under a negation
+        ("When we multiply 9 by 5 we get 45, so she has 45 books.", "ok", ""),  # a concluded condition, unmarked
         ("9 * 5 = 45.\nFinal Answer: she has 45 books.\nBut I'm not sure about that.", "none", "hedged"),
     ],
 )

@@ -81,6 +81,7 @@ from veriloop.verifiers.answer_values import (  # noqa: F401  (re-exported: the 
     negated_numbers,
     numbers_in,
     numeric_key,
+    trailing_contrast,
     words,
 )
 from veriloop.verifiers.closing import POINTS_AT_QUESTION, closing_value, sentence_value, sentences, worked_out
@@ -101,9 +102,12 @@ _CONTRAST = [
     re.compile(rf"^(?P<m>{NUM}){_U}\s*\(\s*not\s+(?P<n>{NUM}){_U}\s*\)$"),  # "72 (not 96)"
     re.compile(rf"^not\s+(?P<n>{NUM}){_U}(?:\s*[,;]\s*|\s+)(?:but\s+)?(?P<m>{NUM}){_U}$"),
     re.compile(rf"^(?P<m>{NUM}){_U}\s+(?:rather\s+than|instead\s+of)\s+(?P<n>{NUM}){_U}$"),
-    re.compile(rf"^(?:(?:no|not)\W+)?(?:(?:the\s+[a-z]+|it|this|that)(?:'s|\s+is|\s+was)\s+)?not\s+(?P<n>{NUM}){_U}"
+    re.compile(rf"^(?:(?:no|not)\W+)?(?:(?:the\s+[a-z]+|it|this|that)(?:(?:'s|\s+is|\s+was)\s+not|\s+(?:isn't|wasn't))"
+               rf"|not)\s+(?P<n>{NUM}){_U}"
                rf"\s*[,;]?\s*(?:(?:it|which|that)(?:'s|\s+is|\s+was)|but\s+it(?:'s|\s+is))\s+(?P<m>{NUM}){_U}$", re.I),
 ]  # fmt: skip
+_PAREN_COMMENT = re.compile(r"(.*?[\d}$%*])\s*\(([^()]*)\)\W*")
+_CHECK = re.compile(r"\b(?:verify|verifying|check|checking|double[-\s]?check|confirm|confirming)\b|[\u2713\u2714]", re.I)
 _RANGE = re.compile(rf"{NUM}\s*(?:-|to|through|thru|~)\s*{NUM}|\bbetween\s+{NUM}\s+and\s+{NUM}")
 _RESTATED = re.compile(rf"^(?:so\s+)?(?:it|that|this|the\s+(?:final\s+)?(?:answer|result|total|value))"
                        rf"(?:'s|\s+is|\s+was)\s+({NUM})\W*$", re.IGNORECASE)
@@ -271,17 +275,31 @@ def read_value(raw: str, kind: str, after: str = "", boxed: bool = False, stated
     return not_asserted(polarity, numeric_key(read.value))
 
 
+def _contrasted(head: str) -> tuple[str, str, frozenset[str], str]:
+    """``(head, value, negated, span)``: a contrast names one value and negates the other ("72 (not 96)",
+    "not 52 but 45", "18, not 6 — six is only one pack": the rest of its clause explains 6)."""
+    v = clean_value(head)
+    for pattern in _CONTRAST:
+        m = pattern.match(v)
+        if m and numeric_key(m["m"].strip("$%")) != numeric_key(m["n"].strip("$%")):
+            return head, clean_value(m["m"]), frozenset({numeric_key(m["n"].replace("$", ""))}), m["m"]
+    contrast = trailing_contrast(head)
+    if contrast is not None and numeric_key(clean_value(contrast[0])) != contrast[1]:
+        return contrast[0], clean_value(contrast[0]), frozenset({contrast[1]}), contrast[0]
+    return head, v, frozenset(), head
+
+
 def _read_value(raw: str, kind: str, after: str, boxed: bool, stated: bool, last_line: bool,
                 working: str) -> tuple[Read, str]:  # fmt: skip
     """(the reading, the polarity the value's own operators give it)."""
     inner = ASSERTED
     head, rest, question = _first_sentence(raw)
-    v, negated, span = clean_value(head), frozenset(), head
-    for pattern in _CONTRAST:
-        m = pattern.match(v)
-        if m and numeric_key(m["m"].strip("$%")) != numeric_key(m["n"].strip("$%")):
-            v, negated, span = clean_value(m["m"]), frozenset({numeric_key(m["n"].replace("$", ""))}), m["m"]
-            break
+    paren = _PAREN_COMMENT.fullmatch(head)  # "#### 14 (tentatively)": a comment on the value
+    if paren and (said := _comment(paren[2])) not in (None, ASSERTED):
+        if said == "retracted":
+            return not_asserted(said, numeric_key(clean_value(paren[1]))), inner
+        head, inner = paren[1], said
+    head, v, negated, span = _contrasted(head)
     comma = DECIMAL_COMMA.match(v)
     if comma and not boxed and not THOUSANDS.match(v):  # "1000,99" is 1000.99 (a decimal comma)
         v = span = f"{comma.group(1)}.{comma.group(2)}"
@@ -305,6 +323,8 @@ def _read_value(raw: str, kind: str, after: str, boxed: bool, stated: bool, last
             return not_asserted(comment, key), inner
         inner = next((p for p in ("hedged", "questioned", NEGATED) if p in (inner, comment)), ASSERTED)
         after = ""
+    if after and (other := re.match(rf"(.*?);\s*\$?({NUM})\b", after)) and numeric_key(other[2]) != key:
+        after = other[1]  # "\boxed{1250} is the answer; $950 alone would not include utilities": about 950
     if after:  # "\boxed{18} or so", "\boxed{18} is wrong", "\boxed{17}, not 18" (a contrast: 17)
         qualified = revision(after, key, same_line=True)
         if qualified is not None:
@@ -387,6 +407,9 @@ def revision(tail: str, key: str, same_line: bool = False, closing: bool = False
                 return Read("not", reason="conditional")
             if same_line and n == 0 and (ws & REVISING_HEDGE or HEDGE_SIGNS.search(sentence)) and new:
                 return Read("several", reason="several", numbers=frozenset({key, new}))
+            if new and _CHECK.search(sentence) and re.search(rf"(?<![\d.]){re.escape(key)}(?!\d|\.\d)[^=\n]*=\s*\$?"
+                                                             rf"{re.escape(new)}(?!\d|\.\d)", sentence.replace(",", "")):
+                continue  # "let me verify: 45 * 3 = 135": a check that uses the answer, no new answer
             act = speech_act(sentence, key)
             restated = _operators_around(sentence.strip().rstrip(".!"), "maths") if new else None
             bare = re.fullmatch(rf"[\s*$(]*{NUM}[\s*.!)]*", sentence) or _RESTATED.match(sentence.strip()) or (

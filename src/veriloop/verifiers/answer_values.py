@@ -123,6 +123,24 @@ def negated_numbers(text: str) -> frozenset[str]:
     return frozenset(numeric_key(g.replace("$", "")) for m in _NEGATED_NUMBER.finditer(text) for g in m.groups() if g)
 
 
+# a contrast after a value: ", not 6", " (not $19, which is one ticket)", " — definitely not 48, that's what he
+# kept", ", not the 120 you'd get by ignoring the half hour"; the rest of its clause explains the other value
+_TRAILING_CONTRAST = re.compile(rf"\s*(?:,|;|\(|\s[-\u2013\u2014]+\s|\u2014)\s*(?:(?:and|but|definitely|certainly|clearly|"
+                                rf"obviously|surely|so)\s+)*(?:not|n't)\s+(?:the\s+|a\s+|an\s+)?\$?(?P<n>{NUM})"
+                                rf"(?P<why>[^.!?\n]*?)[.!?)\s]*$", re.IGNORECASE)  # fmt: skip
+_EXPLAINS = CUES - NEGATION - CONDITIONAL - {"more", "less", "fewer", "over", "under", "most", "least", "some"}
+
+
+def trailing_contrast(text: str) -> tuple[str, str] | None:
+    """``(the text before it, the other value's key)`` when ``text`` ends in a contrast with another
+    value whose explanation holds no cue of its own (no hedge, correction or alternative: "18, not 6 —
+    six is only one pack"; not "18, not 6, I think"); else None."""
+    m = _TRAILING_CONTRAST.search(text)
+    if m is None or not re.search(r"\d", text[: m.start()]) or set(words(m["why"])) & _EXPLAINS:
+        return None
+    return text[: m.start()], numeric_key(m["n"])
+
+
 def words(text: str) -> list[str]:
     """Words outside LaTeX commands, lower case."""
     return [w.lower() for w in _WORD.findall(re.sub(r"\\[A-Za-z]+", " ", text))]
@@ -139,16 +157,23 @@ def conditional(text: str) -> bool:
     return any(not m["ing"] or re.match(r"[\d$}%]", m.group().lstrip()) for m in _WEAK_CONDITION.finditer(text))
 
 
+def concluded(sentence: str) -> str:
+    """What a conclusion connective after a comma concludes ("When we divide 144 by 12 we get 12, so each
+    shelf holds 12 books." concludes "each shelf holds 12 books"); the whole sentence when it has none or
+    the conclusion is itself supposed (", so it would be 45")."""
+    found = list(_CONCLUSION.finditer(sentence))
+    if found and not _CONDITIONAL_MOOD.search(sentence[found[-1].end() :]):
+        return sentence[found[-1].end() :]
+    return sentence
+
+
 def conditional_prefix(prefix: str) -> bool:
     """Is the part of a sentence before its marker a condition ("If she sold 24, ...", "When x = 2, ...",
     "In case the discount applies, ...", "Had she sold 96, ...")?  A condition that only names a maths
     variable ("If its initial value was $x$, ...") defines it: no condition.  A conclusion connective
     after a comma ends the condition's reach: "If we multiply 3 by 15 we get 45, so the answer is 45"
     concludes (unless the conclusion is itself in the conditional mood: ", so it would be 45")."""
-    prefix = _DEFINES_SYMBOL.sub(" ", prefix)
-    concluded = list(_CONCLUSION.finditer(prefix))
-    if concluded and not _CONDITIONAL_MOOD.search(prefix[concluded[-1].end() :]):
-        prefix = prefix[concluded[-1].end() :]
+    prefix = concluded(_DEFINES_SYMBOL.sub(" ", prefix))
     return bool(set(words(prefix)) & CONDITIONAL_PREFIX) or bool(_CONDITION_PHRASE.search(prefix)) or bool(
         _INVERTED.match(prefix)) or any(not m["ing"] for m in _WEAK_CONDITION.finditer(prefix))
 

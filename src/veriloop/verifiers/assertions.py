@@ -36,7 +36,7 @@ from typing import NamedTuple
 
 from veriloop.verifiers.answer_rules import Read, numeric_key, revision
 from veriloop.verifiers.answer_values import conditional
-from veriloop.verifiers.speech_acts import DOUBTS, SENTENCE, speech_act, speech_acts
+from veriloop.verifiers.speech_acts import DOUBTS, SENTENCE, affirms, speech_act, speech_acts
 
 
 @dataclass(frozen=True)
@@ -80,6 +80,11 @@ def _withdrawn(found: list[Statement], text: str) -> set[int]:
     return out
 
 
+def _affirmed(text: str, key: str) -> bool:
+    """Does a sentence of ``text`` answer a question about the answer with yes ("... 48 + 24 = 72. Yes.")?"""
+    return any(affirms(m.group(), key) for m in SENTENCE.finditer(text) if m.group().strip())
+
+
 def _lead_in(first: Statement, text: str, key: str) -> str | None:
     """``hedged`` when the sentence right before the first stated answer doubts it, with nothing between
     ("I can't tell which is right.\nAnswer: 30", "Not confident this is right...\n#### 150", "My best
@@ -90,7 +95,7 @@ def _lead_in(first: Statement, text: str, key: str) -> str | None:
     last = [m.group().strip() for m in SENTENCE.finditer(before) if m.group().strip()]
     if not last:
         return None
-    if last[-1].endswith(":") and conditional(last[-1]):
+    if last[-1].endswith((":", ",")) and conditional(last[-1]):  # "Assuming the store was open,\n#### 240"
         return "conditional"
     return "hedged" if speech_act(last[-1], key) == DOUBTS else None
 
@@ -131,6 +136,10 @@ def decide(found: list[Statement], text: str) -> Extraction:
     last = max(answers, key=lambda x: x.end)
     if any(x.start >= last.end and x.read.numbers - {key} - x.read.negated for x in live):  # another value after it
         return Extraction("ambiguous", None, (value,), answers[0].policy, "revised")
+    later = [x for x in live if x.start >= last.end and x.read.kind == "not" and key in x.read.numbers]
+    if later and later[-1].read.reason in ("hedged", "negated", "conditional") and not (
+            later[-1].read.reason == "hedged" and _affirmed(text[later[-1].start :], key)):  # fmt: skip
+        return Extraction("none", None, (value,), later[-1].policy, later[-1].read.reason)  # "A: 8.\n#### 8?"
     tail = text[last.end :]
     if last.policy == "boxed":  # the rest of a box's sentence was read with the box ("\boxed{45}, no doubt.")
         tail = tail[m.end() :] if (m := _SENTENCE_REST.search(tail)) else ""

@@ -41,10 +41,12 @@ from veriloop.verifiers.answer_values import (
     NUM,
     WEAK_CONDITIONAL,
     clean_value,
+    concluded,
     conditional,
     is_clean,
     mark_currency,
     numeric_key,
+    trailing_contrast,
     words,
 )
 from veriloop.verifiers.polarity import (
@@ -99,15 +101,23 @@ def sentences(text: str) -> list[str]:
 _WORKED = re.compile(r"(?:\\?\$?\s*\(?\s*\d[\d,.]*\s*\)?\s*[-+*/x\u00d7]\s*)+\\?\$?\s*\(?\s*\d[\d,.]*\s*\)?\s*=\s*")
 
 
+_CERTAINTY = re.compile(r"(?:^|(?<=[\s(]))100\s*%(?=\s+(?:sure|certain|confident|it|it's|that|this|the|i|i'm)\b)|"
+                        r"^\W*100\s*%\W*(?=[A-Za-z])", re.IGNORECASE)
+
+
 def _values(sentence: str) -> list[str]:
     """The values a sentence names; of a computation in it only the result ("48 + 24 = 72" names 72)."""
+    sentence = _CERTAINTY.sub(" ", sentence)  # "100% it's 9": a degree of certainty, no value
     return _ONE_VALUE.findall(_WORKED.sub(" ", _EMPHASIS.sub("", sentence)))
 
 
 def sentence_value(sentence: str, kind: str) -> Read | None:
     """The value ``sentence`` states (see the module docstring); a ``not`` reading when its operators
     negate or hedge it; None when it states no one value."""
-    sentence = sentence.strip()
+    sentence, contrasted = sentence.strip(), frozenset()
+    contrast = trailing_contrast(sentence)  # "She read it in 3.5 hours, not 4.": the value is 3.5
+    if contrast is not None and len(_values(contrast[0])) == 1:
+        sentence, contrasted = contrast[0].rstrip() + ".", frozenset({contrast[1]})
     found = _values(sentence)
     if sentence.rstrip("*_ ").endswith("?") or len(found) != 1 or re.search(r"[\u3040-\u9fff]", sentence):
         return None  # a question, several values, or Chinese (read by its own cue characters)
@@ -123,11 +133,11 @@ def sentence_value(sentence: str, kind: str) -> Read | None:
     cues = (ws & CUES) - WEAK_CONDITIONAL - (_PLAIN_COMPARATIVES if not _COMPARATIVE.search(sentence) else frozenset())
     if not re.search(r"(?:^|[,;:])\W*actually\b", sentence, re.IGNORECASE):
         cues -= {"actually"}  # "the tiles he can actually use": a correction only when it opens a clause
-    if cues or conditional(sentence) or HEDGE_SIGNS.search(sentence) or _FROM_QUESTION.search(sentence):
+    if cues or conditional(concluded(sentence)) or HEDGE_SIGNS.search(sentence) or _FROM_QUESTION.search(sentence):
         return None
     if not is_clean(value, kind):
         return None
-    return Read("answer", value, numbers=frozenset({numeric_key(value)}), span=value)
+    return Read("answer", value, negated=contrasted, numbers=frozenset({numeric_key(value)}), span=value)
 
 
 def _polarity(sentence: str, value: str, items: list[Item]) -> str:
@@ -208,10 +218,14 @@ def closing_value(text: str, kind: str, unmarked: bool = False) -> Read | None:
                          for x in found[at + 1 :]):  # fmt: skip
         return None  # a doubt, or a new question about the problem ("How much does she make in a week?")
     last = found[at]
-    if last.rstrip("*_ ").endswith("?") or len(_values(last)) != 1:
+    core = trailing_contrast(last)  # "It takes her 3.5 hours, not 4.": its value is 3.5
+    body = core[0] if core is not None and len(_values(core[0])) == 1 else last
+    if concluded(body) != body:  # "When we divide 144 by 12 we get 12, so each shelf holds 12 books."
+        last = body = "So " + concluded(body).strip()
+    if last.rstrip("*_ ").endswith("?") or len(_values(body)) != 1:
         return None
     before = text[: text.rfind(last)] if last in text else ""
-    if not _licensed(last, before, unmarked):
+    if not _licensed(body, before, unmarked):
         return None
     if at and _MOOD.search(last) and conditional(found[at - 1]):  # "Were the price $3, ... The answer would be 27."
         return Read("not", reason="conditional")

@@ -81,8 +81,8 @@ PHRASES = {  # several words, one operator (matched before single words)
     "beyond question": COMMIT, "every reason to believe": COMMIT, "every reason to think": COMMIT,
     "without question": COMMIT, "beyond dispute": COMMIT, "nothing other than": COMMIT, "nothing but": COMMIT,
     "anything other than": NEG, "anything but": NEG, "anything except": NEG, "anything else than": NEG,
-    "in my mind": "function", "in the ballpark of": HEDGE, "rule out": NEG_PRED, "rules out": NEG_PRED,
-    "ruled out": NEG_PRED, "ruling out": NEG_PRED,
+    "in my mind": "function", "in the ballpark of": HEDGE, "rule out": NEG_STRONG, "rules out": NEG_STRONG,
+    "ruled out": NEG_STRONG, "ruling out": NEG_STRONG, "make no mistake": COMMIT, "other than": NEG,
     "in the neighbourhood of": HEDGE, "in the neighborhood of": HEDGE, "on the order of": HEDGE,
     "in the region of": HEDGE, "in the vicinity of": HEDGE, "somewhere near": HEDGE, "close to": HEDGE,
     "in my opinion": HEDGE, "as far as i know": HEDGE, "as far as i can tell": HEDGE, "kind of": HEDGE,
@@ -95,7 +95,7 @@ _OPS = {w: cls for cls, ws in LEXICON.items() for w in ws.split()}
 _REPORTS_WORDS = "say says said claim claims claimed argue argues argued suggest suggests suggested"
 # reporting verbs: the speaker's commitment after I / we / one / "to", someone else's claim (a hedge) otherwise
 _REPORTS = frozenset(_REPORTS_WORDS.split())
-_SPEAKER = frozenset("i we one to".split())
+_SPEAKER = frozenset("i we one to nobody anybody anyone".split())  # "nobody could argue P": P, once negated
 _AUXILIARIES = frozenset("would could can will 'd 'll must should do does did may might also just".split())
 _PHRASE_WORDS = {tuple(p.split()): cls for p, cls in PHRASES.items()}
 _MAX_PHRASE = max(len(p) for p in _PHRASE_WORDS)
@@ -229,6 +229,10 @@ def _next_meaningful(items: list[Item], k: int) -> Item | None:
     return None
 
 
+# exceptives: "anything but P" negates P, and under a negation anywhere in its clause means "only P"
+_EXCEPTIVES = frozenset({"anything other than", "anything but", "anything except", "anything else than", "other than"})
+
+
 def chunk_operators(chunk: list[Item], final: bool) -> list[tuple[str, int]]:
     """(class, index) of the operators of one chunk whose scope is the rest of the clause.  A negator
     governs the next word that is not a function word: an operator (then it scopes with it), the
@@ -241,8 +245,8 @@ def chunk_operators(chunk: list[Item], final: bool) -> list[tuple[str, int]]:
             nxt = _next_meaningful(chunk, k)
             if nxt is None and not final:  # "No," "Not really,": a reply, not a negator
                 continue
-            if nxt is not None and nxt.kind != "op":  # "not 52", "not counting", "no tax"
-                continue
+            if nxt is not None and nxt.kind != "op" and not any(x.text in _EXCEPTIVES for x in chunk[k + 1 :]):
+                continue  # "not 52", "not counting", "no tax"; not "can't get anything but 300" (only 300)
         out.append((it.cls, k))
     return out
 
@@ -328,18 +332,18 @@ def scope_polarity(before: str, inner: str = ASSERTED) -> str:
 
 def whole_polarity(before: str) -> str | None:
     """Polarity of a statement after ``before`` (one sentence) when every operator in ``before`` is in
-    the statement's scope or in the clause a "but", ":" or dash concedes before it ("Without a doubt,
-    she earned $60": asserted; "I'm not sure she earned $60": hedged; "No doubt whatsoever: 9"):
-    ``scope_polarity``.  None when one governs something else ("She did not earn $60") or sits in an
-    earlier clause: the caller then reads the operators without scope."""
+    the statement's clause and reaches it, or sits in the clause a "but", ":" or dash concedes before it
+    ("Without a doubt, she earned $60": asserted; "I'm not sure she earned $60": hedged; "No doubt
+    whatsoever: 9"; "I didn't believe it at first, but it's 42"): ``scope_polarity``.  None when one
+    governs something else ("She did not earn $60") or sits in an earlier clause: the caller then reads
+    the operators without scope."""
     clause, conceded = _clause(before)
     items = tokens(clause)
     held = tokens(conceded) if conceded is not None else []
-    ops = _open_ops(items, end_is_answer=True)
-    counted = sum(it.kind == "op" for it in items) + sum(it.kind == "op" for it in held)
-    if counted != sum(it.kind == "op" for it in tokens(before)) or len(ops) != sum(it.kind == "op" for it in items):
+    count = sum(it.kind == "op" for it in items)
+    if count + sum(it.kind == "op" for it in held) != sum(it.kind == "op" for it in tokens(before)):
         return None
-    if held and len(_open_ops(held, end_is_answer=False)) != sum(it.kind == "op" for it in held):
+    if len(_open_ops(items, end_is_answer=True)) != count:
         return None
     return scope_polarity(before)
 

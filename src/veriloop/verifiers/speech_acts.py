@@ -54,20 +54,21 @@ _TRIGGER = re.compile(r"scratch|scrap|kidding|\bjk\b|ignore|disregard|forget|str
                       r"throw|back|mind|wrong|incorrect|false|mistake|error|typo|right|correct|true|accurate|valid|off|"
                       r"bogus|nonsense|flaw|miscalc|misread|miscount|mess|erred|re-?do|recomput|recalcul|rework|"
                       r"re-solve|reconsider|rethink|over|again|fix|oops|bad|second|\bno\b|nope|nah|not|n't|sure|"
-                      r"certain|confident|doubt|maybe|probabl|perhaps|think|guess|might|could", re.IGNORECASE)
+                      r"certain|confident|doubt|maybe|probabl|perhaps|think|guess|might|could|sceptic|skeptic|"
+                      r"tentativ|dubious|provisional", re.IGNORECASE)
 _POINTER = (r"(?:that|this|it|these|those|everything(?:\s+(?:above|before|so\s+far))?|all\s+(?:of\s+)?(?:that|this|it)"
             r"|(?:the\s+|my\s+|our\s+)?(?:above|previous|prior|preceding|last|earlier|first|old|original|former)"
             r"(?:\s+[a-z]+){0,2}|what\s+(?:i|we)\s+(?:just\s+)?(?:said|wrote|did|had|got|found|computed|calculated)"
             r"|(?:the|my|our)\s+(?:line|answer|result|value|step|calculation|computation|work|part|number|solution"
             r"|attempt)s?\s+(?:above|before))\b")  # fmt: skip
-_OPENING = r"^\W*(?:(?:wait|hmm+|oh|ah|uh|um|actually|well|ok|okay|sorry|oops|whoops|no|nope|please)\W+)*"
+_OPENING = r"^\W*(?:(?:wait|hmm+|oh|ah|uh|um|ugh|argh|ack|actually|well|ok|okay|sorry|oops|whoops|no|nope|please)\W+)*"
 _WITHDRAW = re.compile(  # the speech acts that withdraw what came before, opening their clause
     rf"{_OPENING}(?:(?:you\s+(?:can|should|may|must)\s+)?(?:scratch|scrap|ignore|disregard|forget|strike|delete|discard|erase"
     rf"|cancel|undo|retract|withdraw|cross\s+out|throw\s+out)\s+(?:about\s+)?(?:all\s+(?:of\s+)?)?{_POINTER}"
     rf"|i\s+(?:take|took)\s+(?:that|it|this|my\s+\w+(?:\s+\w+)?)\s+back|i\s+(?:retract|withdraw)\b"
     rf"|(?:oops|whoops|my\s+bad|my\s+mistake|on\s+second\s+thought|(?:just\s+|i'm\s+)?kidding|jk)\b"
     rf"|never\s*mind(?!\s+(?!(?:that|this|it|what)\b)[a-z])"
-    rf"|(?:(?:wait|hmm+|actually|well|hold\s+on|hang\s+on)\W+)*(?:no|nope|nah)(?:\W*$|\s*[,.!;:\u2014-]|\s+(?:wait|actually"
+    rf"|(?:(?:wait|hmm+|ugh|argh|ack|actually|well|hold\s+on|hang\s+on)\W+)*(?:no|nope|nah)(?:\W*$|\s*[,.!;:\u2014-]|\s+(?:wait|actually"
     rf"|no)\b)|(?:that's\s+|that\s+is\s+)?(?:wrong|incorrect|not\s+(?:quite|really|right|correct|so))\W*$)",
     re.IGNORECASE)  # fmt: skip
 _REDO = re.compile(r"(?:^\W*|(?:let\s+me|let's|let\s+us|i\s+(?:need|have|should|must|will|'ll|'d\s+better|had\s+better)"
@@ -82,7 +83,8 @@ _EVAL_NEG = frozenset("wrong incorrect false mistaken off invalid inaccurate bog
     "ruled out", "rule out"}  # the texts of operator phrases
 _EVAL_POS = frozenset("right correct true accurate valid fine".split())
 _POINTS_BACK = frozenset("that this it above previous earlier last first answer result value calculation computation "
-                         "line step work reasoning solution there i we my our total sum figure amount".split())  # fmt: skip
+                         "line step work reasoning solution there i we my our total sum figure amount something "
+                         "somewhere".split())  # fmt: skip
 _EVAL_VERBS = frozenset("make made makes making have has had up somewhere".split())  # "I made a mistake somewhere"
 _APPEARANCE = frozenset("look looks sound sounds".split())  # "that doesn't look right": looks not right
 _ABOUT_ELSE = frozenset("to that about for of with".split())  # "it's wrong to add tax": about something else
@@ -118,7 +120,8 @@ def speech_act(sentence: str, key: str = "") -> str | None:
 def _bare_hedge(s: str) -> str | None:
     """``RETRACTS`` / ``DOUBTS`` for a sentence or chunk made of operators only ("I'm not sure (about
     this).", "Maybe.", "I doubt it.", "... , I'm not confident."), else None."""
-    bare = re.sub(r"\s+(?:about|of|on|with)\s+(?:this|that|it|the\s+(?:answer|result))(?:\s+one)?(?=(?:\s+(?:though|tho))?\W*$)", "", s,
+    bare = re.sub(r"\s+(?:about|of|on|with|in)\s+(?:(?:this|that|the|my)\s+(?:answer|result|value|number|calculation|"
+                  r"figure|total)|this|that|it)(?:\s+one)?(?=(?:\s+(?:though|tho))?\W*$)", "", s,
                   flags=re.I)  # "Not 100% sure on this one."
     items = [it for it in tokens(bare) if it.kind not in ("sep", "disc")]  # "I'm not sure about this."
     if any(it.text in _EVAL_NEG | _EVAL_POS for it in items):
@@ -138,8 +141,8 @@ def affirms(sentence: str, key: str = "") -> bool:
     s = sentence.replace("\u2019", "'").strip()
     if s.endswith("?"):
         return False
-    if _YES.match(s):
-        return True
+    if any(_YES.match(part) for part in re.split(r"\s[-\u2013\u2014]+\s|[;:]", s)):
+        return True  # "6 + 6 + 6 = 18 — yes, it is."
     acts = [a for a in (_evaluation(tokens(chunk), key) for chunk in _CHUNK.split(s)) if a]
     return bool(acts) and acts[-1] == CONFIRMS
 
