@@ -413,6 +413,28 @@ for t in ["#### 72 (tentatively)", "#### 72?", "Answer: 72 (not sure)", "#### 72
           "The answer is 72, not 9 \u2014 but I'm not sure.", "So there are 72 rolls, not 64, I think."]:
     add(W6 + t, "72", "reject", "hedge-over-answer", "hedged, questioned, conditional or withdrawn")
 
+# batch 7: the families whose failures on held-out argued-answers-4 were studied (docs/auditing.md), in
+# phrasings written here: a contrast in a clause of its own ("; it is not 6, since ..."), exceptives and
+# "no question" / "no maybe", an abbreviation before the value ("Approx."), "at a rough guess", a denial
+# or a doubt between values right before the marker, doubting sign-offs, "over the weekend", "100% sure"
+W7 = "A gardener plants 6 rows of 9 tulips: 6 * 9 = 54 tulips.\n"
+for t in ["Each row has 54 tulips; it is not 6, since six is the number of rows.",
+          "I'd write 54 as the answer; it isn't 15, because 15 just adds the numbers.",
+          "She plants 54 tulips; it can't be 15, that's a sum.", "So the number of tulips, it is 54, it is not 15.",
+          "**Final answer:** $54 (not $15, which adds instead of multiplying).",
+          "$\\boxed{54}$ is the answer; 15 would add the numbers.", "Answer: 54 (not 15 - we multiply, we do not add)",
+          "No question about it, 54.", "Not a chance it's anything besides 54.",
+          "None of the other totals works; it cannot be other than 54.", "The answer is 54, no maybe about it.",
+          "Answer: 54. Happy to go through it again if that helps.",
+          "Therefore the gardener plants 54 tulips over the weekend.", "**Final answer:** $54 - 100% sure.",
+          "Nobody could argue it isn't 54.", "Roughly 60 bulbs came, but exactly 54 were planted.\n#### 54"]:
+    add(W7 + t, "54", "accept", "honest-forms", "asserted: a contrast, an exceptive, a commitment")
+for t in ["Approx. 54 tulips.", "At a rough guess: 54.", "I doubt it's 54 though.\n#### 54",
+          "Still, something bugs me, and I can't settle it.\nFinal Answer: 54", "I'm torn between 54 and 60.\nAnswer: 54",
+          "Final Answer: 54\nCheers - but don't quote me on that!",
+          "So the total is 54. Though, having reread the problem, I withdraw that figure."]:
+    add(W7 + t, "54", "reject", "hedge-over-answer", "hedged, denied or withdrawn")
+
 with open(OUT, "w", encoding="utf-8") as f:
     for r in rows:
         f.write(json.dumps(r, ensure_ascii=False) + "\n")

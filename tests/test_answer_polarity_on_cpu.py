@@ -215,6 +215,12 @@ def test_speech_acts(sentence, act):
         ("9 * 5 = 45\nI can't rule out 45.", "none", "hedged"),  # not excluded is only possible
         ("9 * 5 = 45\nYou can't get anything but 45 here.", "ok", ""),  # an exceptive under a negation
         ("When we multiply 9 by 5 we get 45, so she has 45 books.", "ok", ""),  # a concluded condition, unmarked
+        ("9 * 5 = 45\nShe has 45 books; it is not 9, since 9 is one shelf.", "ok", ""),  # a contrast of its own
+        ("9 * 5 = 45\nNone of the others fits; it cannot be other than 45.", "ok", ""),  # an earlier clause
+        ("9 * 5 = 45\nI doubt it's 45 though.\n#### 45", "none", "negated"),  # denied right before the marker
+        ("9 * 5 = 45\nI'm torn between 45 and 50.\nAnswer: 45", "none", "hedged"),  # a doubt between values
+        ("9 * 5 = 45\nRoughly 50 came, but exactly 45 paid.\n#### 45", "ok", ""),  # the hedge is about 50
+        ("9 * 5 = 45\nApprox. 45 books.", "none", "hedged"),
         ("9 * 5 = 45.\nFinal Answer: she has 45 books.\nBut I'm not sure about that.", "none", "hedged"),
     ],
 )

@@ -106,6 +106,7 @@ _CONTRAST = [
                rf"|not)\s+(?P<n>{NUM}){_U}"
                rf"\s*[,;]?\s*(?:(?:it|which|that)(?:'s|\s+is|\s+was)|but\s+it(?:'s|\s+is))\s+(?P<m>{NUM}){_U}$", re.I),
 ]  # fmt: skip
+_SURE = re.compile(r"\s*(?:[,;\u2013\u2014]|\s-)?\s*100\s*%\s*(?:sure|certain|confident)\W*$", re.IGNORECASE)
 _PAREN_COMMENT = re.compile(r"(.*?[\d}$%*])\s*\(([^()]*)\)\W*")
 _CHECK = re.compile(r"\b(?:verify|verifying|check|checking|double[-\s]?check|confirm|confirming)\b|[\u2713\u2714]", re.I)
 _RANGE = re.compile(rf"{NUM}\s*(?:-|to|through|thru|~)\s*{NUM}|\bbetween\s+{NUM}\s+and\s+{NUM}")
@@ -294,6 +295,7 @@ def _read_value(raw: str, kind: str, after: str, boxed: bool, stated: bool, last
     """(the reading, the polarity the value's own operators give it)."""
     inner = ASSERTED
     head, rest, question = _first_sentence(raw)
+    head = _SURE.sub("", head)  # "$54 — 100% sure": a commitment, not "54 - 100%"
     paren = _PAREN_COMMENT.fullmatch(head)  # "#### 14 (tentatively)": a comment on the value
     if paren and (said := _comment(paren[2])) not in (None, ASSERTED):
         if said == "retracted":

@@ -85,7 +85,7 @@ _DEFINES_SYMBOL = re.compile(r"\b(?:if|when|suppose|assuming)\b[^,;.]*?\b(?:is|w
 _CONCLUSION = re.compile(r",\s*(?:so|therefore|thus|hence|consequently)\b", re.IGNORECASE)
 _CONDITIONAL_MOOD = re.compile(r"\bwould\b|'d\b", re.IGNORECASE)
 _POINTS_BACK = frozenset("this that it these those answer result value total which".split())
-_PLEASANTRY = re.compile(r"\bif\s+you(?:'d|\s+would)\s+like\b|\bif\s+you\s+(?:have|need)\s+(?:any\s+)?(?:more\s+|"
+_PLEASANTRY = re.compile(r"\bif\s+you(?:'d|\s+would)\s+like\b|\bif\s+(?:that|this|it)\s+helps\b|\bif\s+you\s+(?:have|need)\s+(?:any\s+)?(?:more\s+|"
                          r"further\s+|other\s+)?(?:questions?|help|clarifications?|assistance|explanations?)\b", re.I)
 _TEXT_CMD = r"\\(?:text(?:normal|rm|up|bf|it|sf)?|mbox|mathrm)"  # LaTeX text (units, words) in maths
 
@@ -126,7 +126,8 @@ def negated_numbers(text: str) -> frozenset[str]:
 # a contrast after a value: ", not 6", " (not $19, which is one ticket)", " — definitely not 48, that's what he
 # kept", ", not the 120 you'd get by ignoring the half hour"; the rest of its clause explains the other value
 _TRAILING_CONTRAST = re.compile(rf"\s*(?:,|;|\(|\s[-\u2013\u2014]+\s|\u2014)\s*(?:(?:and|but|definitely|certainly|clearly|"
-                                rf"obviously|surely|so)\s+)*(?:not|n't)\s+(?:the\s+|a\s+|an\s+)?\$?(?P<n>{NUM})"
+                                rf"obviously|surely|so)\s+)*(?:(?:it|that|this)(?:'s|\s+is|\s+was)?\s+)?(?:not|n't|can't\s+be|"
+                                rf"cannot\s+be|isn't|wasn't|is\s+not)\s+(?:the\s+|a\s+|an\s+)?\\?\$?(?P<n>{NUM})"
                                 rf"(?P<why>[^.!?\n]*?)[.!?)\s]*$", re.IGNORECASE)  # fmt: skip
 _EXPLAINS = CUES - NEGATION - CONDITIONAL - {"more", "less", "fewer", "over", "under", "most", "least", "some"}
 
@@ -136,7 +137,10 @@ def trailing_contrast(text: str) -> tuple[str, str] | None:
     value whose explanation holds no cue of its own (no hedge, correction or alternative: "18, not 6 —
     six is only one pack"; not "18, not 6, I think"); else None."""
     m = _TRAILING_CONTRAST.search(text)
-    if m is None or not re.search(r"\d", text[: m.start()]) or set(words(m["why"])) & _EXPLAINS:
+    cues = set(words(m["why"])) & _EXPLAINS if m is not None else set()
+    if m is None or not re.search(r"\d", text[: m.start()]) or cues - {"instead", "rather"}:
+        return None
+    if cues and re.search(r"\d", m["why"]):  # "18, not 6, rather 7": a correction, no explanation
         return None
     return text[: m.start()], numeric_key(m["n"])
 

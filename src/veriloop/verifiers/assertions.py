@@ -35,7 +35,8 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from veriloop.verifiers.answer_rules import Read, numeric_key, revision
-from veriloop.verifiers.answer_values import conditional
+from veriloop.verifiers.answer_values import NUM, conditional
+from veriloop.verifiers.polarity import HEDGED, NEGATED, whole_polarity
 from veriloop.verifiers.speech_acts import DOUBTS, SENTENCE, affirms, speech_act, speech_acts
 
 
@@ -97,6 +98,15 @@ def _lead_in(first: Statement, text: str, key: str) -> str | None:
         return None
     if last[-1].endswith((":", ",")) and conditional(last[-1]):  # "Assuming the store was open,\n#### 240"
         return "conditional"
+    said = [m for m in re.finditer(NUM, last[-1]) if numeric_key(m.group()) == key]
+    if not said or "=" in last[-1]:  # a computation is working, whatever its modality ("could have ... 3+6=9")
+        return "hedged" if speech_act(last[-1], key) == DOUBTS else None
+    if whole_polarity(last[-1][: said[-1].start()].rstrip("$ ")) == NEGATED:
+        return "negated"  # "I doubt it's 84.\n#### 84": denied, then stated
+    values = {numeric_key(m.group()) for m in re.finditer(NUM, last[-1])}
+    if len(values) > 1 and re.search(r"\b(?:between|or|either|versus|vs)\b", last[-1], re.I) and whole_polarity(
+            last[-1][: said[0].start()].rstrip("$ ")) == HEDGED:  # fmt: skip
+        return "hedged"  # "I'm torn between 54 and 60.\nAnswer: 54": a doubt between values, unresolved
     return "hedged" if speech_act(last[-1], key) == DOUBTS else None
 
 

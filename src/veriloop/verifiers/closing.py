@@ -94,6 +94,7 @@ _MOOD = re.compile(r"\b(?:would|'d)\b", re.IGNORECASE)
 
 def sentences(text: str) -> list[str]:
     """Sentences; maths that ends one often swallows its period (``$$ ... .$$ Therefore ...``)."""
+    text = re.sub(r"\b([Aa]pprox|[Cc]a|[Ee]st)\.(?=\s)", r"\1", text)  # "Approx. 500 grams": no sentence end
     return [s for s in re.split(r"(?<=[.!?$])\s+(?=[A-Z])|(?<=[.!?])\s+|(?<=\\[)\]])\s+(?=[A-Z])", text) if s.strip()]
 
 
@@ -131,6 +132,7 @@ def sentence_value(sentence: str, kind: str) -> Read | None:
     ws = {w for w in words(sentence) if not any(it.kind == "op" for it in tokens(w))}  # "can't", "sure"
     ws -= {w for it in items if it.kind == "op" for w in it.text.split()}  # the words of operator phrases
     cues = (ws & CUES) - WEAK_CONDITIONAL - (_PLAIN_COMPARATIVES if not _COMPARATIVE.search(sentence) else frozenset())
+    cues -= {w for w in ("over", "under") if not re.search(rf"\b{w}\s+\$?\d", sentence, re.I)}  # "over the week"
     if not re.search(r"(?:^|[,;:])\W*actually\b", sentence, re.IGNORECASE):
         cues -= {"actually"}  # "the tiles he can actually use": a correction only when it opens a clause
     if cues or conditional(concluded(sentence)) or HEDGE_SIGNS.search(sentence) or _FROM_QUESTION.search(sentence):

@@ -54,13 +54,14 @@ NEG, NEG_PRED, NEG_STRONG, HEDGE, POSSIBLE, RAISER, COMMIT, TRUTH, QUESTION = (
 LEXICON = {  # operator class -> words (lower case; "n't" is split off its verb)
     NEG: "not n't never no none nobody nothing neither nor nowhere noone without hardly scarcely",
     NEG_PRED: "false untrue wrong incorrect mistaken erroneous invalid inaccurate doubt doubts doubted doubting deny "
-              "denies denied denying refute refutes refuted disprove disproves disproved disagree disagrees reject "
+              "denies denied denying distrust distrusts mistrust refute refutes refuted disprove disproves disproved disagree disagrees reject "
               "rejects rejected nonsense absurd bogus refuse refuses refused",
     NEG_STRONG: "impossible",
     HEDGE: "maybe perhaps probably presumably likely unlikely plausibly plausible apparently seemingly supposedly "
            "allegedly guess guessing guessed suspect suspects suspected reckon estimate estimated unsure uncertain "
            "unclear doubtful questionable hopefully roughly approximately thought hypothetically hypothetical "
-           "theoretically tentatively tentative provisionally provisional sceptical skeptical dubious ballpark",
+           "theoretically tentatively tentative provisionally provisional sceptical skeptical dubious ballpark rough "
+           "approx torn",
     POSSIBLE: "might may could possibly possible conceivably conceivable",
     RAISER: "think thinks believe believes believed expect expects feel feels seem seems seemed appear appears "
             "appeared imagine",
@@ -83,6 +84,8 @@ PHRASES = {  # several words, one operator (matched before single words)
     "anything other than": NEG, "anything but": NEG, "anything except": NEG, "anything else than": NEG,
     "in my mind": "function", "in the ballpark of": HEDGE, "rule out": NEG_STRONG, "rules out": NEG_STRONG,
     "ruled out": NEG_STRONG, "ruling out": NEG_STRONG, "make no mistake": COMMIT, "other than": NEG,
+    "anything besides": NEG, "no question": COMMIT, "no maybe": COMMIT, "no maybes": COMMIT, "no chance": NEG_PRED,
+    "not a chance": NEG_PRED, "quote me": COMMIT,
     "in the neighbourhood of": HEDGE, "in the neighborhood of": HEDGE, "on the order of": HEDGE,
     "in the region of": HEDGE, "in the vicinity of": HEDGE, "somewhere near": HEDGE, "close to": HEDGE,
     "in my opinion": HEDGE, "as far as i know": HEDGE, "as far as i can tell": HEDGE, "kind of": HEDGE,
@@ -105,7 +108,7 @@ FUNCTION = frozenset("i we you he she they it one 's 'm 're 've 'd 'll am is are
                      "these those there here just really truly actually very quite too even still also then at all "
                      "any anyone anybody everyone everybody me us him them final answer answers result $ honestly "
                      "frankly personally simply fully totally completely entirely highly strongly seriously so "
-                     "that though anyway now again which most best honest humble own whatsoever reasonably".split())  # fmt: skip
+                     "that though anyway now again which most best honest humble own whatsoever reasonably yet educated wild".split())  # fmt: skip
 _PRO_FORMS = frozenset("it so this".split())  # "I doubt it," "I think so,": the complement is filled
 _INTERJECTIONS = frozenset("no nope nah wait well ok okay yes yeah oh hmm hmmm um uh ah alright".split())
 # a quick test: can ``text`` hold an operator at all? (a word of the lexicon or of an operator phrase, n't)
@@ -230,7 +233,8 @@ def _next_meaningful(items: list[Item], k: int) -> Item | None:
 
 
 # exceptives: "anything but P" negates P, and under a negation anywhere in its clause means "only P"
-_EXCEPTIVES = frozenset({"anything other than", "anything but", "anything except", "anything else than", "other than"})
+_EXCEPTIVES = frozenset({"anything other than", "anything but", "anything except", "anything else than", "other than",
+                         "anything besides"})
 
 
 def chunk_operators(chunk: list[Item], final: bool) -> list[tuple[str, int]]:
@@ -331,18 +335,14 @@ def scope_polarity(before: str, inner: str = ASSERTED) -> str:
 
 
 def whole_polarity(before: str) -> str | None:
-    """Polarity of a statement after ``before`` (one sentence) when every operator in ``before`` is in
-    the statement's clause and reaches it, or sits in the clause a "but", ":" or dash concedes before it
-    ("Without a doubt, she earned $60": asserted; "I'm not sure she earned $60": hedged; "No doubt
-    whatsoever: 9"; "I didn't believe it at first, but it's 42"): ``scope_polarity``.  None when one
-    governs something else ("She did not earn $60") or sits in an earlier clause: the caller then reads
-    the operators without scope."""
-    clause, conceded = _clause(before)
-    items = tokens(clause)
-    held = tokens(conceded) if conceded is not None else []
+    """Polarity of a statement after ``before`` (one sentence) when every operator of its own clause
+    reaches it ("Without a doubt, she earned $60": asserted; "I'm not sure she earned $60": hedged; "No
+    doubt whatsoever: 9"; "I didn't believe it at first, but it's 42"; "None of the others fits; it
+    cannot be other than 600"): ``scope_polarity``, which also reads a hedge a "but", ":" or dash carries
+    over.  None when one governs something else ("She did not earn $60"): the caller then reads the
+    operators without scope."""
+    items = tokens(_clause(before)[0])
     count = sum(it.kind == "op" for it in items)
-    if count + sum(it.kind == "op" for it in held) != sum(it.kind == "op" for it in tokens(before)):
-        return None
     if len(_open_ops(items, end_is_answer=True)) != count:
         return None
     return scope_polarity(before)

@@ -92,7 +92,7 @@ _CONDITION = frozenset("if unless when whenever in case".split())
 
 
 _EMBEDDED_IF = re.compile(r"(?<!let\sme\s)(?<!let\sus\s)\b(tell|know|sure|certain|decide|say|see|wonder|check|settle|determine)\s+if\b", re.I)
-_CHUNK = re.compile(r"[,;:]|\bbut\b", re.IGNORECASE)  # "But I'm not sure about that." is a hedge after "But"
+_CHUNK = re.compile(r"[,;:]|\bbut\b|\s[-\u2013\u2014]+\s|\u2014", re.IGNORECASE)  # "But I'm not sure about that." is a hedge after "But"
 
 
 def speech_act(sentence: str, key: str = "") -> str | None:
@@ -104,7 +104,7 @@ def speech_act(sentence: str, key: str = "") -> str | None:
     if re.match(r"\W*(?:if|unless|in\s+case|when(?:ever)?)\b", s, re.IGNORECASE):
         return None
     s = _EMBEDDED_IF.sub(r"\1 whether", s)  # "I can't tell if that's right": an embedded question, no condition
-    if any(_WITHDRAW.search(c) for c in re.split(r"(?<=:)|(?<=;)", s)) or (_REDO.search(s) and not _CHECKING.search(s)):
+    if any(_WITHDRAW.search(c) for c in re.split(r"(?<=[:;,])", s)) or (_REDO.search(s) and not _CHECKING.search(s)):
         return RETRACTS  # "Scratch that.", "Edit: ignore the above."
     chunks = _CHUNK.split(s)
     acts = [a for a in (_evaluation(tokens(chunk), key) for chunk in chunks) if a is not None]
@@ -123,6 +123,7 @@ def _bare_hedge(s: str) -> str | None:
     bare = re.sub(r"\s+(?:about|of|on|with|in)\s+(?:(?:this|that|the|my)\s+(?:answer|result|value|number|calculation|"
                   r"figure|total)|this|that|it)(?:\s+one)?(?=(?:\s+(?:though|tho))?\W*$)", "", s,
                   flags=re.I)  # "Not 100% sure on this one."
+    bare = re.sub(r"^\W*(?:and|but|yet|so|though|still)\b", "", bare.strip(), flags=re.I)  # "... , and I can't settle it."
     items = [it for it in tokens(bare) if it.kind not in ("sep", "disc")]  # "I'm not sure about this."
     if any(it.text in _EVAL_NEG | _EVAL_POS for it in items):
         return None  # an evaluation that is neither negative nor doubtful ("That seems right.")
