@@ -80,7 +80,8 @@ def _add_verifier_commands(sub) -> None:
     p = sub.add_parser("audit", help="false accepts and false rejects of a verifier, by part and family")
     p.add_argument("verifier", help="verifier name")
     p.add_argument("--part", choices=("development", "heldout", "all"), default="all",
-                   help="built-in cases: development (the reader is tuned on them), heldout (never tuned on), all")
+                   help="built-in cases: development (the reader is tuned on them), heldout (written from reading, "
+                        "never edited), all")
     p.add_argument("--cases", action="append", default=[], metavar="FILE.jsonl",
                    help="your cases {completion, reference, expect: accept|reject, family} (repeatable; part user)")
     p.add_argument("--no-builtin", action="store_true", help="only the cases given with --cases")

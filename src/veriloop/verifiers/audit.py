@@ -9,8 +9,8 @@ Two parts.  **development**: the suites generated here (equivalent forms, reward
 argued answers), math-verify's own test cases for ``math`` (``mathverify_suite``) and the files
 ``data/audit/development/*.jsonl``; the answer reader is tuned on them.  **heldout**: the files
 ``data/audit/heldout/*.jsonl``, written from reading without running a verifier, append-only
-(``audit_files``: its LOCK), never tuned on; they say how the reader does on phrasing nobody tuned
-it for.  Users add cases as JSONL (``veriloop audit NAME --cases FILE.jsonl``; part ``user``).
+(``audit_files``: its LOCK), never edited; a file says how the reader does on phrasing nobody tuned
+it for until its failures are studied (docs/auditing.md lists the reads).  Users add cases as JSONL (``veriloop audit NAME --cases FILE.jsonl``; part ``user``).
 """
 
 from __future__ import annotations

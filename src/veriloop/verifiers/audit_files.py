@@ -4,7 +4,8 @@ A case is one JSON object per line: ``completion``, ``reference``, ``expect`` (`
 ``reject``), ``family``, ``verifiers`` (the verifier names it applies to), ``labelled_by``
 (``reading``: a person read the text and decided; never a verifier's verdict) and optionally
 ``note`` and ``id``.  The part is the directory.  The development part is what the answer reader
-is tuned on; the held-out part is written without running any verifier and is never tuned on.
+is tuned on; the held-out part is written without running any verifier and is never edited (a file
+whose failures were studied no longer measures unseen text; docs/auditing.md lists the reads).
 
 The held-out files only grow: ``heldout/LOCK`` records the sha256 of every case line, file by
 file, in order (``FILE HASH`` per line).  ``check_lock`` says where the files depart from it (a
