@@ -25,10 +25,12 @@ pathological expression costs at most ``timeout`` seconds.
 
 from __future__ import annotations
 
+import re
 import threading
 from collections.abc import Callable
 
 from veriloop.errors import InputError
+from veriloop.verifiers.answer_values import is_clean
 from veriloop.verifiers.answers import (
     DEFAULT_POLICIES,
     MARKER_POLICIES,
@@ -50,6 +52,9 @@ from veriloop.verifiers.maths_text import (  # noqa: F401  (LAST_MATHS, mask_mat
 )
 from veriloop.verifiers.pool import WorkerPool
 from veriloop.verifiers.reply import reply
+
+
+_GOLD = re.compile(r"(?s)(?:.*\n)?[ \t]*####[ \t]*([^\n]+?)\s*")  # a GSM8K gold solution's last line
 
 
 def _call(fn: Callable, args: tuple):
@@ -86,6 +91,9 @@ class MathAnswer(Verifier):
 
     def reference_answer(self, reference: str) -> str:
         """The gold answer: a marked final answer (``#### N``, ``\\boxed{}``, ...) or the whole string."""
+        gold = _GOLD.fullmatch(reference)  # GSM8K's own form, one "#### N" ending it: no sentence to read
+        if gold and reference.count("####") == 1 and is_clean(clean_value(gold[1]), "number"):
+            return clean_value(gold[1])
         found = extract_answer(reference, tuple(p for p in self.reference_policies if p in MARKER_POLICIES))
         if found.status == "ambiguous":
             raise VerifierError(f"reference names several answers {list(found.candidates)}: {reference[:80]!r}")
