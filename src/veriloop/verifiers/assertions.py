@@ -14,9 +14,10 @@ polarity of its sentence from ``polarity.scope_polarity``); this module combines
   either of several stated answers teaches a model to state several.  A withdrawn answer restated
   with the *same* value stands ("#### 45\\nWait, that's wrong. ... The answer is 45.").
 * A retraction before the first statement withdraws only working ("First I got 52. That was
-  wrong. ... #### 45" is 45); a doubt in the sentence right before it hedges it ("I can't tell which
-  is right.\nAnswer: 30"), and a condition that introduces it conditions it ("Only if nobody is
-  absent:\n#### 72").
+  wrong. ... #### 45" is 45); a doubt or denial in the sentence right before it decides it ("I can't
+  tell which is right.\nAnswer: 30", "I doubt it's 84.\n#### 84"), and a condition that introduces it
+  conditions it ("Only if nobody is absent:\n#### 72").  A later statement of the same value that is
+  hedged, negated or conditional decides too ("A: 24 / 3 = 8.\n#### 8?"), unless a yes answers it.
 * Of the statements that stand: two values in one statement are ``several`` / ``range``; two
   statements with different strings are ``distinct`` (a maths check may still find them equal);
   a value one statement states and another negates is ``negated``; a later statement of another
@@ -87,11 +88,14 @@ def _affirmed(text: str, key: str) -> bool:
 
 
 def _lead_in(first: Statement, text: str, key: str) -> str | None:
-    """``hedged`` when the sentence right before the first stated answer doubts it, with nothing between
-    ("I can't tell which is right.\nAnswer: 30", "Not confident this is right...\n#### 150", "My best
-    guess:\n#### 45"); ``conditional`` when it is a condition introducing it ("Only if nobody is
-    absent:\n#### 72"); else None.  A doubt that working or a check follows ("I'm not sure. Let me
-    recompute: 9 * 5 = 45.\n#### 45") is resolved by it."""
+    """How the sentence right before the first stated answer, with nothing between, bears on it:
+    ``hedged`` when it doubts it ("I can't tell which is right.\nAnswer: 30", "Not confident this is
+    right...\n#### 150", "My best guess:\n#### 45") or hesitates between it and another value ("I'm torn
+    between 54 and 60.\nAnswer: 54"); ``negated`` when it denies the value ("I doubt it's 84.\n#### 84");
+    ``conditional`` when it is a condition introducing it ("Only if nobody is absent:\n#### 72"); else
+    None.  A doubt that working or a check follows ("I'm not sure. Let me recompute: 9 * 5 = 45.\n#### 45")
+    is resolved by it; a hedged statement of the value itself is not a doubt ("The answer is probably
+    18.\n#### 18": the marker commits), nor is a computation ("could have watched 3+6=9 movies")."""
     before = re.sub(r"(?:[\s*_#>$]|\\\[|\\\()+$", "", text[max(0, first.start - 400) : first.start])  # markup, "$", "\\["
     last = [m.group().strip() for m in SENTENCE.finditer(before) if m.group().strip()]
     if not last:

@@ -14,12 +14,18 @@ a value is an answer when nothing after it names a value, doubts it or withdraws
 "I hope this helps!" or "Does that make sense?" are passed over; "Is that right?" is not), and when it
 is *licensed* as a conclusion by one of:
 
-* a conclusion connective opening it (so, therefore, thus, hence, in total, altogether, as a result ...);
+* a conclusion connective opening it (so, therefore, thus, hence, in total, altogether, all told, as a
+  result ...), or after a comma in it ("When we divide 144 by 12 we get 12, so each shelf holds 12
+  books.": what it concludes is read);
 * its value in bold ("Natalia sold **72** clips altogether."), the way chat models mark an answer;
 * (``unmarked``) its value being a result the working computed, the right side of an ``=`` before it
   or in it ("48 + 24 = 72 ... Natalia sold 72 clips altogether in April and May.", "Natalia sold 48+24
-  = 72 clips altogether."), or the value of an earlier conclusion.  A number the question gave is an
-  operand, never a result, so an echo of the question stays prose.
+  = 72 clips altogether."), a result stated in words ("Half of 32 is 16."), or the value of an
+  earlier conclusion.  A number the question gave is an operand, never a result, so an echo of the
+  question stays prose.
+
+A contrast with another value at its end names the first ("It takes her 3.5 hours, not 4."; "...,
+not the 120 you'd get by ignoring the half hour": the rest explains the other value).
 
 A computation inside the sentence names only its result ("Altogether, she sold 48 + 24 = 72 clips."
 names 72).
@@ -144,9 +150,9 @@ def sentence_value(sentence: str, kind: str) -> Read | None:
 
 def _polarity(sentence: str, value: str, items: list[Item]) -> str:
     """``asserted``, ``negated`` or ``hedged``: the operators before the value composed by scope when
-    all of them reach it, and those after it when they scope over the rest ("Without a doubt, she earned $60." and
-    "She has 45 books without a doubt." assert them; "She earned $60, I think." hedges it); otherwise any
-    operator but an intensifier or truth word leaves it unasserted ("She did not earn $60.")."""
+    all of them reach it, and those after it when they scope over the rest ("Without a doubt, she earned
+    $60." and "She has 45 books without a doubt." assert them; "She earned $60, I think." hedges it);
+    otherwise any operator but an intensifier or truth word leaves it unasserted ("She did not earn $60.")."""
     ops = {it.cls for it in items if it.kind == "op"} - {COMMIT, TRUTH}
     at = sentence.rfind(value)
     if not ops or at < 0:
@@ -222,8 +228,8 @@ def closing_value(text: str, kind: str, unmarked: bool = False) -> Read | None:
     last = found[at]
     core = trailing_contrast(last)  # "It takes her 3.5 hours, not 4.": its value is 3.5
     body = core[0] if core is not None and len(_values(core[0])) == 1 else last
-    if concluded(body) != body:  # "When we divide 144 by 12 we get 12, so each shelf holds 12 books."
-        last = body = "So " + concluded(body).strip()
+    if concluded(body) != body:  # "When we divide 144 by 12 we get 12, so each shelf holds 12 books.":
+        last = body = "So " + concluded(body).strip()  # read what it concludes, licensed by its connective
     if last.rstrip("*_ ").endswith("?") or len(_values(body)) != 1:
         return None
     before = text[: text.rfind(last)] if last in text else ""

@@ -5,8 +5,10 @@ and that clause may sit under operators in its sentence.  This module reads them
 composes them by *scope* and *sign*; it never looks for whole phrases.
 
 Classes (``LEXICON``, ``PHRASES``): ``neg`` (not, n't, never, no, nobody, without: flips the sign of
-what it governs), ``neg-pred`` (false, wrong, incorrect, doubt, deny, "no way": a predicate saying
-its complement is not so), ``neg-strong`` (impossible: negating it leaves a possibility), ``hedge``
+what it governs; the exceptives "anything but", "anything other than" negate their value, and under a
+negation anywhere in their clause mean "only": "can't be anything other than 14" asserts 14),
+``neg-pred`` (false, wrong, incorrect, doubt, deny, "no way": a predicate saying its complement is not
+so), ``neg-strong`` (impossible, "rule out": negating it leaves a possibility), ``hedge``
 (maybe, probably, guess, unlikely, unclear, "in my opinion": no commitment), ``possible`` (might,
 could, possible) and ``raiser`` (think, believe, seem, expect): hedges whose negation negates ("I
 don't think P", "it is not possible that P"; "no one could deny P" asserts P), ``commit`` (sure,
