@@ -85,7 +85,8 @@ _DEFINES_SYMBOL = re.compile(r"\b(?:if|when|suppose|assuming)\b[^,;.]*?\b(?:is|w
 _CONCLUSION = re.compile(r",\s*(?:so|therefore|thus|hence|consequently)\b", re.IGNORECASE)
 _CONDITIONAL_MOOD = re.compile(r"\bwould\b|'d\b", re.IGNORECASE)
 _POINTS_BACK = frozenset("this that it these those answer result value total which".split())
-_PLEASANTRY = re.compile(r"\bif\s+you(?:'d|\s+would)\s+like\b|\bif\s+(?:that|this|it)\s+helps\b|\bif\s+you\s+(?:have|need)\s+(?:any\s+)?(?:more\s+|"
+_PLEASANTRY = re.compile(r"\bif\s+you(?:'d|\s+would)\s+like\b|\bif\s+(?:that|this|it)\s+helps\b|"
+                         r"\bif\s+you\s+(?:have|need)\s+(?:any\s+)?(?:more\s+|"
                          r"further\s+|other\s+)?(?:questions?|help|clarifications?|assistance|explanations?)\b", re.I)
 _TEXT_CMD = r"\\(?:text(?:normal|rm|up|bf|it|sf)?|mbox|mathrm)"  # LaTeX text (units, words) in maths
 

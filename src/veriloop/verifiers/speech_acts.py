@@ -91,8 +91,11 @@ _ABOUT_ELSE = frozenset("to that about for of with".split())  # "it's wrong to a
 _CONDITION = frozenset("if unless when whenever in case".split())
 
 
-_EMBEDDED_IF = re.compile(r"(?<!let\sme\s)(?<!let\sus\s)\b(tell|know|sure|certain|decide|say|see|wonder|check|settle|determine)\s+if\b", re.I)
-_CHUNK = re.compile(r"[,;:]|\bbut\b|\s[-\u2013\u2014]+\s|\u2014", re.IGNORECASE)  # "But I'm not sure about that." is a hedge after "But"
+# "can't tell if P" asks whether P (not "let me know if ...", an offer)
+_EMBEDDED_IF = re.compile(r"(?<!let\sme\s)(?<!let\sus\s)\b(tell|know|sure|certain|decide|say|see|wonder|check|settle|"
+                          r"determine)\s+if\b", re.I)
+# chunks of a sentence: "But I'm not sure about that." is a hedge after "But"; "Cheers — but ..." after a dash
+_CHUNK = re.compile(r"[,;:]|\bbut\b|\s[-\u2013\u2014]+\s|\u2014", re.IGNORECASE)
 
 
 def speech_act(sentence: str, key: str = "") -> str | None:
@@ -123,7 +126,7 @@ def _bare_hedge(s: str) -> str | None:
     bare = re.sub(r"\s+(?:about|of|on|with|in)\s+(?:(?:this|that|the|my)\s+(?:answer|result|value|number|calculation|"
                   r"figure|total)|this|that|it)(?:\s+one)?(?=(?:\s+(?:though|tho))?\W*$)", "", s,
                   flags=re.I)  # "Not 100% sure on this one."
-    bare = re.sub(r"^\W*(?:and|but|yet|so|though|still)\b", "", bare.strip(), flags=re.I)  # "... , and I can't settle it."
+    bare = re.sub(r"^\W*(?:and|but|yet|so|though|still)\b", "", bare.strip(), flags=re.I)  # ", and I can't settle it."
     items = [it for it in tokens(bare) if it.kind not in ("sep", "disc")]  # "I'm not sure about this."
     if any(it.text in _EVAL_NEG | _EVAL_POS for it in items):
         return None  # an evaluation that is neither negative nor doubtful ("That seems right.")
