@@ -308,6 +308,9 @@ class _Child:
                 report = self.parse(line)
                 if report is None:
                     continue  # not the harness's: nothing the program writes here is read as an answer
+                if report[0] == "STARTED":
+                    self.reports.append(report)
+                    continue
                 if report[0] in ("VIOLATION", "CRASH", "SETUP"):
                     self.reports.append(report)
                     self.over = report[0].lower()
@@ -430,11 +433,23 @@ def _kill_group(proc: subprocess.Popen) -> None:
     _wait_exit(proc, 5.0)  # False only for a process that ignores SIGKILL
 
 
+def _signal_name(number: int) -> str:
+    """A signal's name; the program's own exit status is never trusted to be one (``os._exit(160)`` through the
+    namespace's first process reads as "signal 32", which has no name)."""
+    try:
+        return f"signal {signal.Signals(number).name}"
+    except ValueError:
+        return f"signal {number} (or exit status {number + 128})"
+
+
 def _ending(rc, reports, out, overflow, timed_out, finished, limits, wall) -> RunResult:
     """How the run ended: what the harness reported (the first report of each kind), the limits it hit,
     and the exit status."""
     stdout = bytes(out[: limits.output_bytes]).decode("utf-8", errors="replace")
     first = {kind: text for kind, text in reversed(reports)}
+    kinds = [kind for kind, _ in reports]
+    if "SETUP" in first and "STARTED" in kinds[: kinds.index("SETUP")]:  # the program wrote it: its verdict
+        return RunResult("crash", stdout, "protocol: the program forged a control line (setup report)", wall)
     if "SETUP" in first:
         raise SandboxError(f"the sandbox could not be set up: {first['SETUP']}")
     if "VIOLATION" in first:
@@ -449,7 +464,7 @@ def _ending(rc, reports, out, overflow, timed_out, finished, limits, wall) -> Ru
         return RunResult("timeout", stdout, f"CPU time limit ({limits.cpu_seconds} s) reached", wall)
     if not finished or (rc is not None and rc != 0):
         if rc is not None and rc < 0:
-            why = f"killed by signal {signal.Signals(-rc).name}"
+            why = f"killed by {_signal_name(-rc)}"
             if -rc in (signal.SIGKILL, signal.SIGSEGV):
                 why += " (memory or CPU limit?)"
         else:

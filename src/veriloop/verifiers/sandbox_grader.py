@@ -10,7 +10,7 @@ from __future__ import annotations
 import ast
 import builtins
 import importlib
-import sys
+import keyword
 from dataclasses import dataclass
 
 from veriloop.verifiers.sandbox import SandboxLimits, _Child, _SessionOver
@@ -68,11 +68,7 @@ def run_tests(program: str, tests: list[tuple[bool, object, str]], limits: Sandb
     try:
         names = child.start_session()
         if names is not None:
-            namespace = {"__name__": "__veriloop_test__", "__builtins__": builtins}
-            for name, (kind, body) in names:
-                bound = _test_binding(child, name, kind, body)
-                if bound is not _UNBOUND:
-                    namespace[name] = bound
+            namespace = test_namespace(child, names)
             for is_test, code, text in tests:
                 try:
                     exec(code, namespace)  # noqa: S102 - the reference's own test code, with proxies
@@ -92,22 +88,42 @@ def run_tests(program: str, tests: list[tuple[bool, object, str]], limits: Sandb
         child.close()
 
 
+# Modules the tests may use under the name the program imported them by (the grader's own import, never the
+# program's): pure computation, no side effect on import.  Anything else the program names as a module is not
+# imported here ("this" prints, "antigravity" opens a browser, "venv.__main__" exits the grader).
+TEST_MODULES = frozenset("math cmath decimal fractions numbers statistics random itertools functools operator "
+                         "collections heapq bisect array copy re string textwrap unicodedata datetime calendar json "
+                         "typing dataclasses enum hashlib base64 struct".split())  # fmt: skip
+_KINDS = ("value", "object", "module")
+
+
+def test_namespace(child, names) -> dict:
+    """The tests' namespace: the program's names (``_test_binding``) and then the grader's own ``__name__`` and
+    ``__builtins__``, which no name the program reports can replace."""
+    namespace = {}
+    for name, (kind, body) in names:
+        bound = _test_binding(child, name, kind, body)
+        if bound is not _UNBOUND:
+            namespace[name] = bound
+    namespace.update({"__name__": "__veriloop_test__", "__builtins__": builtins})
+    return namespace
+
+
 def _test_binding(child, name: str, kind: str, body):
-    """What a name the program defined is in the tests' namespace.  A built-in's name (``abs``, ``sorted``) is
-    never the program's: a test's ``abs(f(x) - y) < 1e-9`` must not call the program's ``abs``.  A standard
-    library module the program imported is the grader's own import of it, not the program's (patched) one."""
-    if hasattr(builtins, name):
+    """What a name the program defined is in the tests' namespace.  Only a plain identifier that is not a
+    dunder (``__builtins__``) nor a keyword is bound: the names come from the program's process, which may
+    report anything.  A built-in's name (``abs``, ``sorted``) is never the program's: a test's ``abs(f(x) - y)
+    < 1e-9`` must not call the program's ``abs``.  A module the program imported is the grader's own import of
+    it when it is one of ``TEST_MODULES``, never the program's (patched) one; any other is not bound."""
+    if type(name) is not str or not name.isidentifier() or name.startswith("__") or keyword.iskeyword(name):
+        return _UNBOUND
+    if hasattr(builtins, name) or kind not in _KINDS:
         return _UNBOUND
     if kind == "value":
         return _decode(body)
     if kind == "module":
-        if str(body).partition(".")[0] not in sys.stdlib_module_names:
-            return _UNBOUND
-        try:
-            return importlib.import_module(str(body))
-        except ImportError:
-            return _UNBOUND
-    return _Remote(child, ("name", name), body)
+        return importlib.import_module(str(body)) if body in TEST_MODULES else _UNBOUND
+    return _Remote(child, ("name", name), str(body))
 
 
 _UNBOUND = object()  # the name stays unbound in the tests' namespace

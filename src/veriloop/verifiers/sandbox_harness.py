@@ -219,6 +219,7 @@ def _main(_read=os.read, _write=os.write, _exit=os._exit, _exec=exec, _compile=c
     del bundle, program
     if hook_on:
         sys.addaudithook(hook)
+    report("STARTED", "")  # from here on the program runs: a SETUP line after this one is the program's forgery
     namespace = {"__name__": "__main__", "__builtins__": builtins}
     def flush():  # what the program printed before it ended, crash or not, reaches the supervisor
         try:

@@ -1,0 +1,106 @@
+"""Red team, round 3 (issue 37): submissions that try to forge the grader's verdict or harm the grader.
+
+Each test is a hostile submission of one class the issue names; each failed before its fix.  Beside
+them, the honest twin of each passes, so a fix that rejects honest programs fails here too.  Every
+submission runs under the code verifier's wall-clock limit, so a hang fails instead of blocking.
+"""
+
+import pytest
+
+from veriloop.verifiers import get
+
+LIMIT_S = 4.0
+AREA_TESTS = "assert abs(area(2, 3) - 6) < 1e-9\nassert abs(area(1.5, 2) - 3) < 1e-9"
+HONEST_AREA = "def area(w, h):\n    return w * h\n"
+
+
+@pytest.fixture(scope="module")
+def code():
+    return get("code", wall_seconds=LIMIT_S, cpu_seconds=2, memory_mb=512, output_bytes=100_000, workers=2)
+
+
+# A name the harness reports for the program is a str subclass whose startswith() says it is no dunder
+# and whose repr() says "__builtins__": the grader used to bind "__builtins__" to a proxy of the program's
+# dict, so every builtin the tests call (abs, range, zip, all ...) was the program's.
+FORGED_BUILTINS = '''
+class Name(str):
+    def startswith(self, *a):
+        return False
+    def __repr__(self):
+        return "'__builtins__'"
+class Builtins(dict):
+    pass
+fake = Builtins(abs=lambda x: 0, range=lambda *a: [], zip=lambda *a: [], all=lambda *a: True,
+                len=lambda x: 0, map=lambda *a: [1], AssertionError=AssertionError)
+globals()[Name("zzz")] = fake
+def area(w, h):
+    return -1
+'''
+
+
+def test_the_program_cannot_become_the_tests_builtins(code):
+    assert code.verify(HONEST_AREA, AREA_TESTS).score == 1.0
+    v = code.verify(FORGED_BUILTINS, AREA_TESTS)
+    assert (v.score, v.outcome) == (0.0, "fail"), v
+    loops = "total = 0\nfor i in range(3):\n    total += area(i, 1)\nassert total == 3\nassert all(map(area, [1], [1]))"
+    assert code.verify(HONEST_AREA, loops).score == 1.0
+    assert code.verify(FORGED_BUILTINS, loops).score == 0.0
+
+
+# The grader imported every standard module the program named: "this" prints the Zen into the
+# grader's output, "antigravity" opens a web browser, "venv.__main__" exits the grader.
+@pytest.mark.parametrize("module", ["this", "venv.__main__"])
+def test_the_grader_imports_nothing_the_program_names(code, module, capfd):
+    program = f"import types\nm = types.ModuleType({module!r})\n" + HONEST_AREA
+    v = code.verify(program, AREA_TESTS)
+    out, err = capfd.readouterr()
+    assert "Beautiful is better than ugly" not in out + err
+    assert v.score == 1.0, v  # the program is right; its module object is simply not the tests' business
+
+
+def test_the_tests_module_is_the_graders_own_import(code):
+    # an ordinary module the program imported stays usable by the tests, as the grader's own import
+    program = "import math\ndef half(x):\n    return x / 2\n"
+    assert code.verify(program, "assert math.isclose(half(3), 1.5)").score == 1.0
+
+
+# The program reads its harness's token from the stack and writes a "setup failed" line on the control
+# pipe: the supervisor raised SandboxError and the whole batch stopped.
+FORGED_SETUP = '''
+import os, sys
+frame = sys._getframe(1)
+token = frame.f_locals["token"]
+os.write(int(sys.argv[2]), (token + " SETUP OSError: forged\\n").encode())
+def area(w, h):
+    return w * h
+'''
+
+
+def test_a_forged_setup_report_is_that_submissions_verdict(code):
+    verdicts = code.verify_batch([FORGED_SETUP, HONEST_AREA], [AREA_TESTS, AREA_TESTS])
+    assert verdicts[0].score == 0.0 and verdicts[0].outcome != "pass", verdicts[0]
+    assert "forged" in verdicts[0].details or "protocol" in verdicts[0].details, verdicts[0]
+    assert verdicts[1].score == 1.0, verdicts[1]  # the batch goes on
+
+
+@pytest.mark.parametrize("status", [160, 193, 255])
+def test_an_exit_status_that_looks_like_a_signal_is_a_crash(code, status):
+    v = code.verify(f"import os\nos._exit({status})\n", AREA_TESTS)
+    assert (v.score, v.outcome) == (0.0, "crash"), v
+    stdio = '[{"input": "", "output": "1\\n"}]'
+    v = code.verify(f"import os\nprint(1, flush=True)\nos._exit({status})\n", stdio)
+    assert v.score == 0.0 and v.outcome == "crash", v
+
+
+def test_the_tests_namespace_is_the_graders_whatever_names_the_program_reports():
+    import builtins
+    import math
+
+    from veriloop.verifiers.sandbox_grader import test_namespace
+
+    names = [("__builtins__", ("object", "Builtins")), ("abs", ("object", "function")), ("x y", ("value", 1)),
+             ("this", ("module", "this")), ("math", ("module", "math")), ("venv", ("module", "venv.__main__")),
+             ("class", ("value", 2)), ("N", ("value", 5)), ("f", ("object", "function")), ("g", ("weird", 0))]
+    namespace = test_namespace(None, names)
+    assert namespace["__builtins__"] is builtins and namespace["math"] is math and namespace["N"] == 5
+    assert set(namespace) == {"__builtins__", "__name__", "math", "N", "f"}
