@@ -104,3 +104,92 @@ def test_the_tests_namespace_is_the_graders_whatever_names_the_program_reports()
     namespace = test_namespace(None, names)
     assert namespace["__builtins__"] is builtins and namespace["math"] is math and namespace["N"] == 5
     assert set(namespace) == {"__builtins__", "__name__", "math", "N", "f"}
+
+
+# Found by reading the code: resuming loaded rng.pt and critic.pt with a full unpickle, so someone else's run
+# directory could run code on resume.
+class _Boom:
+    def __reduce__(self):
+        import os
+
+        return (os.system, ("touch boom-from-a-checkpoint",))
+
+
+@pytest.mark.parametrize("name", ["rng.pt", "critic.pt"])
+def test_a_run_directory_is_read_as_data_only(tmp_path, monkeypatch, name):
+    import json
+
+    import torch
+
+    from veriloop.errors import InputError
+    from veriloop.training.checkpoint import load_checkpoint
+
+    monkeypatch.chdir(tmp_path)
+    step = tmp_path / "step-1"
+    step.mkdir()
+    (step / "trainer_state.json").write_text(json.dumps({"step": 1}))
+    torch.save({"torch": torch.get_rng_state(), "python": __import__("random").getstate()}, step / "rng.pt")
+    torch.save({"weight": torch.zeros(2)}, step / "critic.pt")
+    critic = torch.nn.Module()
+    critic.weight = torch.nn.Parameter(torch.ones(2))
+    learner = type("Learner", (), {"load": lambda self, path: None})()
+    load_checkpoint(step, learner, critic=critic)  # an honest checkpoint loads
+    assert critic.weight.sum().item() == 0.0
+    torch.save({"torch": torch.get_rng_state(), "python": _Boom()} if name == "rng.pt" else {"weight": _Boom()},
+               step / name)
+    with pytest.raises(InputError, match=rf"{name} holds more than tensors and plain values"):
+        load_checkpoint(step, learner, critic=critic)
+    assert not (tmp_path / "boom-from-a-checkpoint").exists()
+
+
+# Nothing tied a sandboxed program's life to its grader's: a SIGKILLed grader left it running.
+GRADER = """
+import time
+from veriloop.verifiers.sandbox import _Child, SandboxLimits
+child = _Child("import time\\ntime.sleep(60)", "run", SandboxLimits(wall_seconds=120, cpu_seconds=100), "")
+print(child.proc.pid, child.cgroup, flush=True)
+time.sleep(60)
+"""
+
+
+def _running(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rpartition(")")[2].split()[0] != "Z"  # a zombie has ended
+    except FileNotFoundError:
+        return False
+
+
+def test_the_sandboxed_program_dies_with_its_grader():
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    grader = subprocess.Popen([sys.executable, "-c", GRADER], stdout=subprocess.PIPE, text=True)
+    cgroup = ""
+    try:
+        pid, _, cgroup = grader.stdout.readline().strip().partition(" ")
+        time.sleep(1.0)  # the program is running
+        assert _running(int(pid))
+        os.kill(grader.pid, signal.SIGKILL)
+        grader.wait(timeout=10)
+        deadline = time.monotonic() + 10
+        procs = os.path.join(cgroup, "cgroup.procs") if cgroup else ""
+        while time.monotonic() < deadline and (_running(int(pid)) or (procs and open(procs).read().strip())):
+            time.sleep(0.1)
+        assert not _running(int(pid)), "the sandbox outlived its grader"
+        if procs:
+            assert not open(procs).read().strip(), "a process of the run outlived its grader"
+    finally:
+        grader.kill()
+        if cgroup and os.path.isdir(cgroup):  # what the killed grader's reaper would have removed
+            for left in open(os.path.join(cgroup, "cgroup.procs")).read().split():
+                os.kill(int(left), signal.SIGKILL)
+            for _ in range(50):
+                try:
+                    os.rmdir(cgroup)
+                    break
+                except OSError:
+                    time.sleep(0.1)

@@ -26,6 +26,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import pickle
 import random
 import shutil
 import sys
@@ -35,6 +36,7 @@ from pathlib import Path
 import torch
 import yaml
 
+from veriloop.errors import InputError
 from veriloop.io import (
     atomic_write_bytes,
     atomic_write_json,
@@ -237,15 +239,25 @@ def save_checkpoint(run_dir: Path, state: RunState, learner, keep: int, *, criti
     return final
 
 
+def _load_data(file: Path):
+    """A ``.pt`` file of a run directory read as data only (tensors, numbers, strings, containers): a run
+    directory may be someone else's, and a full unpickle would run any code it holds."""
+    try:
+        return torch.load(file, weights_only=True, map_location="cpu")
+    except pickle.UnpicklingError as e:
+        raise InputError(f"{file} holds more than tensors and plain values, so it is not read (a run directory "
+                         f"is read as data only): {str(e).splitlines()[0][:200]}") from None
+
+
 def load_checkpoint(path: Path, learner, critic=None, reference=None, pending=None) -> RunState:
     saved = json.loads((path / "trainer_state.json").read_text())
     state = RunState(**{f.name: saved[f.name] for f in fields(RunState) if f.name in saved})
     learner.load(path)
-    rng = torch.load(path / "rng.pt", weights_only=False)
+    rng = _load_data(path / "rng.pt")
     torch.set_rng_state(rng["torch"])
     random.setstate(rng["python"])
     if critic is not None:
-        critic.load_state_dict(torch.load(path / "critic.pt", weights_only=False))
+        critic.load_state_dict(_load_data(path / "critic.pt"))
     if reference is not None and (path / "reference").is_dir():
         from veriloop.models.loading import load_policy
 
