@@ -193,3 +193,54 @@ def test_the_sandboxed_program_dies_with_its_grader():
                     break
                 except OSError:
                     time.sleep(0.1)
+
+
+# Fall-back mode (process layers only): the audit hook resolved a relative path against the run's directory,
+# not the real working directory, so os.chdir into a readable directory and a relative write escaped it.
+ESCAPE = """
+import os
+os.chdir(os.path.dirname(os.__file__))
+with open("veriloop-red-team-probe.txt", "w") as fh:
+    fh.write("escaped")
+"""
+
+
+@pytest.mark.sandbox_layer("audit-hook")
+def test_the_audit_hook_resolves_relative_paths_where_the_process_is():
+    import os
+
+    from veriloop.verifiers.sandbox import run_program
+    from veriloop.verifiers.sandbox_isolation import Isolation
+
+    probe = os.path.join(os.path.dirname(os.__file__), "veriloop-red-team-probe.txt")
+    try:
+        res = run_program(ESCAPE, isolation_=Isolation(False, "", "", ""))
+        assert res.status == "violation" and "write outside the working directory" in res.detail, res
+        assert not os.path.exists(probe)
+        honest = run_program('with open("notes.txt", "w") as fh:\n    fh.write("x")\nprint(open("notes.txt").read())',
+                             isolation_=Isolation(False, "", "", ""))
+        assert (honest.status, honest.stdout) == ("ok", "x\n"), honest
+    finally:
+        if os.path.exists(probe):
+            os.remove(probe)
+
+
+# Honest programs rejected: in the namespaces mode /dev/null and /dev/urandom could not be opened (a device
+# file bound with nodev), and the audit hook refused a write to /dev/null.
+DEVICES = """
+import os
+with open("/dev/null", "w") as fh:
+    fh.write("discarded")
+print(len(open("/dev/urandom", "rb").read(4)), len(open("/dev/zero", "rb").read(3)), len(os.urandom(5)))
+"""
+
+
+def test_the_device_files_a_program_may_use_work():
+    from veriloop.verifiers.sandbox import run_program
+    from veriloop.verifiers.sandbox_isolation import Isolation
+
+    for iso in (None, Isolation(False, "", "", "")):
+        res = run_program(DEVICES, isolation_=iso)
+        assert (res.status, res.stdout) == ("ok", "4 3 5\n"), res
+    res = run_program('open("/dev/zero", "w").write("x")')
+    assert res.status == "violation", res  # only /dev/null takes writes

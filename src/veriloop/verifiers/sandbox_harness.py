@@ -53,7 +53,9 @@ def _enter_view(view, seccomp):
             os.makedirs(os.path.dirname(target), exist_ok=True)
             open(target, "a").close()
         mount(path, target, None, MS_BIND | MS_REC)
-        mount(None, target, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV)
+        # device files keep their device (no MS_NODEV): /dev/null, /dev/zero and /dev/urandom must open
+        nodev = 0 if path.startswith("/dev/") else MS_NODEV
+        mount(None, target, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | nodev)
     os.makedirs(root + work, exist_ok=True)
     mount(work, root + work, None, MS_BIND)
     mount(None, root + work, None, MS_REMOUNT | MS_BIND | MS_NOSUID | MS_NODEV)
@@ -80,7 +82,8 @@ def _enter_view(view, seccomp):
 def _main(_read=os.read, _write=os.write, _exit=os._exit, _exec=exec, _compile=compile, _type=type,
           _isinstance=isinstance, _str=str, _repr=repr, _len=len, _tuple=tuple, _list=list, _dict=dict, _set=set,
           _frozenset=frozenset, _sorted=sorted, _any=any, _float=float, _getattr=getattr, _iter=iter, _next=next,
-          _bool=bool, _BaseException=BaseException, _StopIteration=StopIteration, _bytes=bytes, _int=int):
+          _bool=bool, _BaseException=BaseException, _StopIteration=StopIteration, _bytes=bytes, _int=int,
+          _getcwd=os.getcwd):
     ctrl_in, ctrl_out = int(sys.argv[1]), int(sys.argv[2])
     pending = [b""]
     def readline():
@@ -104,7 +107,8 @@ def _main(_read=os.read, _write=os.write, _exit=os._exit, _exec=exec, _compile=c
         while data:
             data = data[_write(ctrl_out, data):]
     def inside(path, roots):
-        p = realpath(join(home, fspath(path)))
+        # a relative path is the process's real working directory's (after an os.chdir too), not the run's
+        p = realpath(join(_getcwd(), fspath(path)))
         return _any(p == r or p.startswith(r + sep) for r in roots)
     view, seccomp = bundle.get("view"), bundle.get("seccomp")
     try:
@@ -147,7 +151,7 @@ def _main(_read=os.read, _write=os.write, _exit=os._exit, _exec=exec, _compile=c
             flags = args[2] if _len(args) > 2 and _isinstance(args[2], int) else 0
             if inside(path, (home,)):
                 return
-            if _any(c in mode for c in "wax+") or flags & 3:
+            if (_any(c in mode for c in "wax+") or flags & 3) and not inside(path, ("/dev/null",)):
                 violation("write outside the working directory: " + _str(path))
             if inside(path, denied) or not inside(path, read_roots):
                 violation("read outside the working directory: " + _str(path))
