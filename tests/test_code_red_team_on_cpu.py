@@ -244,3 +244,47 @@ def test_the_device_files_a_program_may_use_work():
         assert (res.status, res.stdout) == ("ok", "4 3 5\n"), res
     res = run_program('open("/dev/zero", "w").write("x")')
     assert res.status == "violation", res  # only /dev/null takes writes
+
+
+# Exhaustion: a normal-looking answer of 1.3 million values took the grader from 24 MB to 1.24 GB (a parse
+# node per value); a flood of lines on the control pipe cost it seconds and memory.
+# the peak is VmHWM of this process's own memory map (ru_maxrss would count the forking test worker's pages)
+MEMORY_PROBE = """
+import re, sys
+from veriloop.verifiers.sandbox import SandboxLimits
+from veriloop.verifiers.sandbox_grader import parse_tests, run_tests
+run = run_tests(sys.argv[1], parse_tests(sys.argv[2]), SandboxLimits(wall_seconds=20, cpu_seconds=10, memory_mb=1024))
+peak_kb = int(re.search(r"VmHWM:\\s*(\\d+)", open("/proc/self/status").read()).group(1))
+print(run.status, run.passed, peak_kb // 1024, run.detail)
+"""
+FLOOD = """
+import os, sys
+def f():
+    line = b"x" * 1000 + b"\\n"
+    for _ in range(50000):
+        os.write(int(sys.argv[2]), line)
+    return 1
+"""
+
+
+@pytest.mark.parametrize("program, tests, says", [
+    ("def f():\n    return [0] * 300000\n", "assert f() == []", "an answer of over 100000 values"),
+    ("def f():\n    return [0] * 1300000\n", "assert f() == []", "an answer over 1048576 bytes"),
+    ("def f():\n    return 'x' * 3000000\n", "assert f() == ''", "an answer over 1048576 bytes"),
+    (FLOOD, "assert f() == 1", "flooded the control pipe"),
+], ids=["many-values", "1.3-million-values", "long-string", "flood"])
+def test_an_answer_too_large_is_that_submissions_crash_and_costs_the_grader_little(program, tests, says):
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", MEMORY_PROBE, program, tests], capture_output=True, text=True,
+                         timeout=60).stdout.split(maxsplit=3)  # fmt: skip
+    status, passed, peak_mb, detail = out[0], int(out[1]), int(out[2]), out[3]
+    assert (status, passed) == ("crash", 0) and says in detail, out
+    assert peak_mb < 300, f"the grader peaked at {peak_mb} MB"
+
+
+def test_an_honest_answer_of_many_values_still_passes(code):
+    v = code.verify("def squares(n):\n    return [i * i for i in range(n)]\n",
+                    "assert squares(50000)[-1] == 49999 ** 2\nassert len(squares(50000)) == 50000")
+    assert v.score == 1.0, v

@@ -167,7 +167,17 @@ def run_program(program: str, *, stdin: str = "", limits: SandboxLimits = Sandbo
         child.close()
 
 
-_MAX_REPLY = 4 << 20  # bytes of one answer from the sandbox
+_MAX_REPLY = 1 << 20  # bytes of one answer from the sandbox
+_MAX_VALUES = 100_000  # values in one answer: parsing costs the grader about 1 KB a value
+_MAX_READ = 4 * _MAX_REPLY  # bytes the grader reads for one request, lines of the program's included (a flood)
+
+
+def parse_answer(text: str):
+    """One answer of the harness, parsed as a literal: refused (``ValueError``) past ``_MAX_VALUES`` values, so a
+    program's ``[0] * 1300000`` costs the grader no gigabyte (``ast.literal_eval`` builds a node per value)."""
+    if text.count(",") > _MAX_VALUES:
+        raise OverflowError(f"an answer of over {_MAX_VALUES} values")
+    return ast.literal_eval(text)
 
 
 # ---------------------------------------------------------------- one sandboxed process
@@ -227,7 +237,7 @@ class _Child:
         bundle = repr(bundle).encode() + b"\n"
         self.out, self.printed, self.lock = bytearray(), 0, threading.Lock()
         self.overflow, self.closed_in = threading.Event(), False
-        self.buffer, self.reports, self.over = b"", [], ""
+        self.buffer, self.reports, self.over, self.read = b"", [], "", 0
         keep_in = mode == "serve"
         self.threads = [threading.Thread(target=self._feed, args=(bundle, stdin, keep_in), daemon=True),
                         threading.Thread(target=self._drain, args=(self.proc.stdout, True), daemon=True),
@@ -335,6 +345,9 @@ class _Child:
             if len(self.buffer) > _MAX_REPLY:
                 self.over = f"an answer over {_MAX_REPLY} bytes"
                 return None
+            if self.read > _MAX_READ:  # lines that are not the harness's, one after another
+                self.over = f"an answer over {_MAX_REPLY} bytes (the program flooded the control pipe)"
+                return None
             left = self.deadline - time.monotonic()
             if left <= 0:
                 self.over = "timeout"
@@ -347,6 +360,7 @@ class _Child:
                 self.over = "ended"
                 return None
             self.buffer += chunk
+            self.read += len(chunk)
 
     def start_session(self):
         """The program's names (``[(name, ("value", v) | ("object", type name))]``), or None when it did not get
@@ -359,7 +373,10 @@ class _Child:
             return None
         self.reports.append(("READY", ""))
         try:
-            return [(str(n), (str(k), body)) for n, (k, body) in ast.literal_eval(report[1])]
+            return [(str(n), (str(k), body)) for n, (k, body) in parse_answer(report[1])]
+        except OverflowError as e:
+            self.over = str(e)
+            return None
         except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
             self.over = "protocol"
             return None
@@ -368,6 +385,7 @@ class _Child:
         """Send one request; the harness's answer ``(kind, text)``.  Raises ``_SessionOver`` when the run is over."""
         if self.over:
             raise _SessionOver(self.over)
+        self.read = 0
         try:
             _write_all(self.ctrl_in, repr((op, target, payload)).encode() + b"\n", self.deadline)
         except (OSError, TimeoutError) as e:
@@ -378,9 +396,9 @@ class _Child:
             raise _SessionOver(self.over)
         return report
 
-    def protocol_error(self):
-        """The program sent what is not an answer: the run is over."""
-        self.over = "protocol"
+    def protocol_error(self, why: str = "protocol"):
+        """The program sent what is not an answer (or one too large): the run is over."""
+        self.over = why
         raise _SessionOver(self.over)
 
     def end_session(self) -> RunResult:
@@ -391,12 +409,13 @@ class _Child:
             except (OSError, TimeoutError):
                 pass
         self._close_in()
+        broke = self.over == "protocol" or self.over.startswith("an answer")  # its verdict, whatever it does next
         timed_out = self.over == "timeout" or not self.wait(min(1.0, max(self.deadline - time.monotonic(), 0.0)))
-        if finished:
+        if finished or broke:
             timed_out = False  # every test was judged; a program that lingers after "end" is killed, not failed
         self.join_threads()
         result = self.ending(self.reports, timed_out, finished)
-        if result.status == "crash" and (self.over == "protocol" or self.over.startswith("an answer over")):
+        if broke and result.status in ("crash", "ok"):
             detail = "the program sent what is not an answer" if self.over == "protocol" else self.over
             return RunResult("crash", result.stdout, detail, result.wall_seconds, result.layers)
         return result

@@ -13,7 +13,7 @@ import importlib
 import keyword
 from dataclasses import dataclass
 
-from veriloop.verifiers.sandbox import SandboxLimits, _Child, _SessionOver
+from veriloop.verifiers.sandbox import SandboxLimits, _Child, _SessionOver, parse_answer
 
 
 class RemoteError(Exception):
@@ -230,17 +230,19 @@ def _answer(child: _Child, op: str, target, payload):
     kind, text = child.exchange(op, target, payload)
     try:
         if kind == "VALUE":
-            return _decode(ast.literal_eval(text))
+            return _decode(parse_answer(text))
         if kind == "HANDLE":
-            index, type_name = ast.literal_eval(text)
+            index, type_name = parse_answer(text)
             return _Remote(child, ("handle", int(index)), str(type_name))
         if kind == "RAISE":
-            name, message = ast.literal_eval(text)
+            name, message = parse_answer(text)
             error = _remote_exception(str(name), str(message))
         elif kind == "STOP":
             error = StopIteration()
         else:
             raise ValueError(kind)
+    except OverflowError as e:
+        child.protocol_error(str(e))
     except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
         child.protocol_error()
     raise error
