@@ -288,3 +288,17 @@ def test_an_honest_answer_of_many_values_still_passes(code):
     v = code.verify("def squares(n):\n    return [i * i for i in range(n)]\n",
                     "assert squares(50000)[-1] == 49999 ** 2\nassert len(squares(50000)) == 50000")
     assert v.score == 1.0, v
+
+
+# Fall-back modes were silent: where the kernel layer was missing, untrusted code ran under the process layers.
+def test_without_the_kernel_layer_untrusted_code_is_refused_unless_opted_in(monkeypatch, capfd):
+    from veriloop.verifiers import sandbox_isolation
+    from veriloop.verifiers.sandbox_isolation import SandboxError, _probe_isolation
+
+    monkeypatch.setattr(sandbox_isolation.shutil, "which", lambda name: None)  # no unshare here
+    with pytest.raises(SandboxError, match=r"kernel layer is unavailable here \(no unshare command.*refused.*"
+                                           r"VERILOOP_SANDBOX=process"):  # fmt: skip
+        _probe_isolation("auto")
+    process = _probe_isolation("process")
+    assert process.layers == "rlimits+audit-hook" and "VERILOOP_SANDBOX=process" in process.why
+    assert "untrusted code runs under the process layers only" in capfd.readouterr().err

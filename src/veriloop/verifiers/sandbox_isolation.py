@@ -4,7 +4,9 @@ supervisor, removed here in the background).
 
 ``VERILOOP_SANDBOX=auto`` (default) takes the strongest layers that work: namespaces (user, mount, pid, net,
 ipc, uts; a read-only ``pivot_root`` view; no capabilities), a seccomp filter, a pids cgroup per run, resource
-limits and the audit hook.  ``process`` keeps the last two; ``namespaces`` requires the kernel layer.
+limits and the audit hook; where the kernel layer cannot be had it refuses untrusted code (``SandboxError``,
+saying what is missing).  ``process`` is the explicit, logged opt-in to the last two layers only;
+``namespaces`` requires the kernel layer.
 
 The seccomp filter is compiled by libseccomp (the maintained C library, ``libseccomp2`` on Debian), called
 through ctypes here, once per process (libseccomp's own Python binding is a distribution package, not on PyPI);
@@ -100,7 +102,10 @@ def isolation() -> Isolation:
 def _probe_isolation(mode: str) -> Isolation:
     if mode not in ("auto", "process", "namespaces"):
         raise InputError(f"VERILOOP_SANDBOX must be auto, process or namespaces, got {mode!r}")
-    if mode == "process":
+    if mode == "process":  # the explicit opt-in: loud, and every verdict's layers say it
+        print("veriloop: VERILOOP_SANDBOX=process: untrusted code runs under the process layers only (resource "
+              "limits and an audit hook), which a hostile program can defeat; verdicts say 'sandbox: "
+              "rlimits+audit-hook'", file=sys.stderr, flush=True)  # fmt: skip
         return Isolation(False, "", "VERILOOP_SANDBOX=process")
     cgroup = _pids_cgroup_root()
     library, why_no_seccomp = _seccomp_library()
@@ -122,13 +127,15 @@ def _probe_isolation(mode: str) -> Isolation:
         why = f"namespaces unavailable: {why}"
     if mode == "namespaces":
         raise SandboxError(f"VERILOOP_SANDBOX=namespaces, but {why}")
-    # without namespaces (a container that refuses user namespaces, say) the filter and the cgroup still help
-    ok, failure = _works(Isolation(False, "", "", library)) if library else (True, "")
-    if not ok:
-        library, why_no_seccomp = "", f"the seccomp filter failed to load: {failure}"
-    if cgroup and not _works(Isolation(False, cgroup, "", library))[0]:
-        cgroup = ""
-    return Isolation(False, cgroup, "; ".join(w for w in (why, why_no_seccomp) if w), library)
+    # Without the kernel layer untrusted code is refused by default: the process layers alone have been
+    # patched, escaped and made to leak by hostile programs (docs/security.md).  Running without it is an
+    # explicit opt-in.
+    raise SandboxError(
+        f"the sandbox's kernel layer is unavailable here ({why}), so untrusted code is refused. It needs Linux "
+        "user namespaces (unprivileged user namespaces allowed: sysctl kernel.unprivileged_userns_clone=1 or "
+        "user.max_user_namespaces > 0; in a container, a profile that permits unshare) and util-linux's "
+        "'unshare'. To run anyway under the process layers only (resource limits and an audit hook, which a "
+        "hostile program can defeat), set VERILOOP_SANDBOX=process: every verdict then says so.")
 
 
 def _seccomp_library() -> tuple[str, str]:
