@@ -302,3 +302,54 @@ def test_without_the_kernel_layer_untrusted_code_is_refused_unless_opted_in(monk
     process = _probe_isolation("process")
     assert process.layers == "rlimits+audit-hook" and "VERILOOP_SANDBOX=process" in process.why
     assert "untrusted code runs under the process layers only" in capfd.readouterr().err
+
+
+# Exhaustion: 1,500 nested directories made cleanup raise RecursionError, leaving the run's directory (and its
+# cgroup) behind for good.
+DEEP = """
+import os
+fd = os.open(".", os.O_RDONLY)
+for _ in range(1500):
+    os.mkdir("d", dir_fd=fd)
+    inner = os.open("d", os.O_RDONLY, dir_fd=fd)
+    os.close(fd)
+    fd = inner
+print("deep")
+"""
+
+
+def test_cleanup_removes_any_depth(monkeypatch):
+    import os
+    import tempfile
+
+    from veriloop.verifiers import sandbox
+    from veriloop.verifiers.sandbox import run_program
+
+    made, original = [], tempfile.mkdtemp
+
+    def mkdtemp(**kw):
+        made.append(original(**kw))
+        return made[-1]
+
+    monkeypatch.setattr(sandbox.tempfile, "mkdtemp", mkdtemp)
+    res = run_program(DEEP)
+    assert (res.status, res.stdout) == ("ok", "deep\n"), res
+    assert made and not os.path.exists(made[0]), "the run's directory was left behind"
+
+
+def test_remove_tree_removes_links_and_never_follows_them(tmp_path):
+    import os
+
+    from veriloop.verifiers.sandbox import remove_tree
+
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "keep.txt").write_text("keep")
+    run = tmp_path / "run"
+    (run / "a" / "b").mkdir(parents=True)
+    (run / "a" / "b" / "f.txt").write_text("x")
+    os.symlink(outside, run / "a" / "to-outside")
+    os.symlink(tmp_path, run / "a" / "b" / "loop")
+    remove_tree(str(run))
+    assert not run.exists() and (outside / "keep.txt").read_text() == "keep"
+    remove_tree(str(tmp_path / "no-such-directory"))  # nothing to do, no error
