@@ -28,12 +28,13 @@ ENV = "VERILOOP_EXPECT_SANDBOX_LAYERS"
 MARKER = "sandbox_layer"
 _LAYERS, _MISSING = "sandbox_layers", "sandbox_layers_missing"  # user_properties keys
 # words by which Isolation.why names each kernel layer (rlimits and the audit hook are always there)
-_WORDS = {"namespaces": ("namespace", "unshare"), "seccomp": ("seccomp",), "pids-cgroup": ("cgroup", "pids")}
+_WORDS = {"namespaces": ("namespace", "unshare"), "seccomp": ("seccomp",), "pids-cgroup": ("pids",),
+          "memory-cgroup": ("memory",)}
 
 
 def known_layers() -> tuple[str, ...]:
     """Every layer the sandbox has, in its own order: ``Isolation.layers`` of a machine that has them all."""
-    return tuple(Isolation(True, "pids-cgroup", "", "libseccomp").layers.split("+"))
+    return tuple(Isolation(True, "pids-cgroup", "", "libseccomp", "memory-cgroup").layers.split("+"))
 
 
 def missing_layers(iso: Isolation) -> dict[str, str]:

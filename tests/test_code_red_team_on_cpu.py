@@ -353,3 +353,30 @@ def test_remove_tree_removes_links_and_never_follows_them(tmp_path):
     remove_tree(str(run))
     assert not run.exists() and (outside / "keep.txt").read_text() == "keep"
     remove_tree(str(tmp_path / "no-such-directory"))  # nothing to do, no error
+
+
+# Exhaustion: memfd_create held 800 MB outside the memory limit (RLIMIT_AS counts address space, not shared
+# memory written through a descriptor), and forked children each had a limit of their own.
+MEMFD = """
+import os
+chunk, held, fds = b"x" * (1 << 20), 0, []
+while held < 600 and len(fds) < 50:  # each memfd stays under the file-size limit; together they do not
+    fds.append(os.memfd_create("hoard"))
+    try:
+        while True:
+            os.write(fds[-1], chunk)
+            held += 1
+    except OSError:
+        pass
+print("held", held, "MB")
+"""
+
+
+@pytest.mark.sandbox_layer("memory-cgroup")
+def test_the_memory_limit_holds_for_the_whole_run():
+    from veriloop.verifiers.sandbox import SandboxLimits, run_program
+
+    limits = SandboxLimits(wall_seconds=20, cpu_seconds=10, memory_mb=256)
+    res = run_program(MEMFD, limits=limits)
+    assert res.status == "crash" and "held" not in res.stdout, res
+    assert run_program("x = bytearray(64 << 20)\nprint(len(x) >> 20)", limits=limits).stdout == "64\n"

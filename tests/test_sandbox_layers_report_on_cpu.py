@@ -35,7 +35,8 @@ def test_plain():
     pass
 """
 PROCESS = "VERILOOP_SANDBOX=process"
-ABSENT = f"not available here: namespaces ({PROCESS}), seccomp ({PROCESS}), pids-cgroup ({PROCESS})"
+ABSENT = (f"not available here: namespaces ({PROCESS}), seccomp ({PROCESS}), pids-cgroup ({PROCESS}), "
+          f"memory-cgroup ({PROCESS})")
 
 
 def inner(tmp_path, *args, expect=None, source=INNER):
@@ -102,14 +103,17 @@ def test_a_wrong_layer_name_is_an_error_that_names_it(tmp_path):
 
 
 def test_missing_layers_name_each_layer_with_its_own_reason():
-    assert plugin.known_layers() == ("namespaces", "seccomp", "pids-cgroup", "rlimits", "audit-hook")
+    assert plugin.known_layers() == ("namespaces", "seccomp", "pids-cgroup", "memory-cgroup", "rlimits", "audit-hook")
     iso = Isolation(False, "", "namespaces unavailable: unshare failed; no seccomp filter: libseccomp is not "
                     "installed (Debian: libseccomp2)", "")  # fmt: skip
     assert plugin.missing_layers(iso) == {
         "namespaces": "namespaces unavailable: unshare failed",
         "seccomp": "no seccomp filter: libseccomp is not installed (Debian: libseccomp2)",
-        "pids-cgroup": "isolation() found none on this machine and gives no reason"}  # fmt: skip
-    assert plugin.missing_layers(Isolation(True, "/sys/fs/cgroup/x", "", "libseccomp.so.2")) == {}
+        "pids-cgroup": "isolation() found none on this machine and gives no reason",
+        "memory-cgroup": "isolation() found none on this machine and gives no reason"}  # fmt: skip
+    assert plugin.missing_layers(Isolation(True, "/sys/fs/cgroup/x", "", "libseccomp.so.2", "/sys/fs/cgroup/m")) == {}
+    assert plugin.missing_layers(Isolation(True, "/x", "no memory cgroup this process may make", "lib")) == {
+        "memory-cgroup": "no memory cgroup this process may make"}
     assert plugin.parse_expected(" audit-hook,namespaces,,namespaces ") == ("namespaces", "audit-hook")
     assert plugin.parse_expected("") == ()
     with pytest.raises(pytest.UsageError, match="'pids' is not a sandbox layer; the layers are namespaces, seccomp"):
@@ -118,7 +122,7 @@ def test_missing_layers_name_each_layer_with_its_own_reason():
 
 def test_no_sandbox_test_skips_on_the_machine_but_through_the_marker():
     """A skip on the sandbox's isolation written by hand would hide from the summary line and from CI's check."""
-    by_hand = re.compile(r"skip(if)?\(.*(\bISO\b|isolation\(\)|\.namespaces|\.seccomp|\.pids_cgroup)")
+    by_hand = re.compile(r"skip(if)?\(.*(\bISO\b|isolation\(\)|\.namespaces|\.seccomp|\.pids_cgroup|\.memory_cgroup)")
     offenders = [f"{path.name}:{n}" for path in TESTS.glob("test_*.py") if path.name != Path(__file__).name
                  for n, line in enumerate(path.read_text().splitlines(), 1) if by_hand.search(line)]  # fmt: skip
     assert offenders == [], offenders

@@ -53,6 +53,7 @@ from veriloop.verifiers.sandbox_isolation import (  # noqa: F401 - Isolation, is
     _NAMESPACES,
     _PIVOT_ROOT,
     CGROUP_REAPER,
+    MEMORY_LIMIT_FILES,
     PIDS_MAX,
     Isolation,
     SandboxError,
@@ -99,7 +100,7 @@ _LIBC = ctypes.CDLL(None, use_errno=True) if sys.platform.startswith("linux") el
 _PR_SET_PDEATHSIG = 1
 
 
-def _preexec(limits: SandboxLimits, cgroup: str = ""):
+def _preexec(limits: SandboxLimits, cgroup: str = "", memory: str = ""):
     grader = os.getpid()
 
     def apply() -> None:
@@ -113,9 +114,10 @@ def _preexec(limits: SandboxLimits, cgroup: str = ""):
             if os.getppid() != grader:
                 os._exit(1)
 
-        if cgroup:  # this process (and everything it starts) joins the run's pids cgroup before the exec
-            with open(os.path.join(cgroup, "cgroup.procs"), "w") as fh:
-                fh.write("0")
+        for group in (cgroup, memory):  # this process (and all it starts) joins the run's cgroups before the exec
+            if group:
+                with open(os.path.join(group, "cgroup.procs"), "w") as fh:
+                    fh.write("0")
 
         def cap(which, value, hard=None):
             try:
@@ -209,12 +211,18 @@ class _Child:
             argv = ["unshare", *_NAMESPACES, *argv]
         if seccomp:
             bundle["seccomp"] = seccomp
-        self.cgroup = ""
+        self.cgroup = self.memory = ""
         if iso.pids_cgroup:
             self.cgroup = os.path.join(iso.pids_cgroup, self.token[:16])
             os.mkdir(self.cgroup)
             with open(os.path.join(self.cgroup, "pids.max"), "w") as fh:
                 fh.write(str(PIDS_MAX))
+        if iso.memory_cgroup:  # the run's memory limit for all its processes, shmem and memfd pages included
+            self.memory = os.path.join(iso.memory_cgroup, self.token[:16])
+            os.mkdir(self.memory)
+            limit = next(n for n in MEMORY_LIMIT_FILES if os.path.isfile(os.path.join(self.memory, n)))
+            with open(os.path.join(self.memory, limit), "w") as fh:
+                fh.write(str(limits.memory_mb << 20))
         ctrl_in_r, self.ctrl_in = os.pipe()
         self.ctrl_out, ctrl_out_w = os.pipe()
         env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "PYTHONHASHSEED": "0", "PYTHONDONTWRITEBYTECODE": "1"}
@@ -224,7 +232,7 @@ class _Child:
             self.proc = subprocess.Popen(
                 [*argv, str(ctrl_in_r), str(ctrl_out_w)],
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=self.workdir, env=env,
-                pass_fds=(ctrl_in_r, ctrl_out_w), start_new_session=True, preexec_fn=_preexec(limits, self.cgroup),
+                pass_fds=(ctrl_in_r, ctrl_out_w), start_new_session=True, preexec_fn=_preexec(limits, self.cgroup, self.memory),
             )  # fmt: skip
         except (OSError, subprocess.SubprocessError):  # SubprocessError: the preexec_fn (rlimits, cgroup) failed
             for fd in (self.ctrl_in, self.ctrl_out):
@@ -301,13 +309,15 @@ class _Child:
 
     def _remove(self) -> None:
         remove_tree(self.base)
-        if self.cgroup:
-            for pid in _read_text(os.path.join(self.cgroup, "cgroup.procs")).split():
+        for group in (self.cgroup, self.memory):
+            if not group:
+                continue
+            for pid in _read_text(os.path.join(group, "cgroup.procs")).split():
                 try:  # anything still in it (a process that left the killed group) goes with the run
                     os.kill(int(pid), signal.SIGKILL)
                 except (ProcessLookupError, PermissionError, ValueError):
                     pass
-            CGROUP_REAPER.remove(self.cgroup)
+            CGROUP_REAPER.remove(group)
 
     def parse(self, line: bytes):
         """``(kind, text)`` of a line of the harness (it carries this run's token), else None."""

@@ -62,11 +62,13 @@ class Isolation:
     pids_cgroup: str  # the cgroup directory under which each run gets its own pids.max, or ""
     why: str = ""
     seccomp: str = ""  # the libseccomp library the child loads its syscall filter with, or "" (no filter)
+    memory_cgroup: str = ""  # the cgroup directory under which each run gets its own memory limit, or ""
 
     @property
     def layers(self) -> str:
         parts = (["namespaces"] if self.namespaces else []) + (["seccomp"] if self.seccomp else [])
         parts += ["pids-cgroup"] if self.pids_cgroup else []
+        parts += ["memory-cgroup"] if self.memory_cgroup else []
         return "+".join(parts + ["rlimits", "audit-hook"])
 
     def describe(self) -> str:
@@ -76,6 +78,8 @@ class Isolation:
         seccomp = (f"; a seccomp filter (libseccomp): {len(SECCOMP_EPERM) + 1} calls refused, no namespace flag to "
                    "clone, no socket but a Unix one") if self.seccomp else "; no seccomp filter"  # fmt: skip
         pids = f"; at most {PIDS_MAX} processes and threads (pids cgroup)" if self.pids_cgroup else ""
+        pids += ("; the run's memory limit holds for all its processes, shared memory and memfd included (memory "
+                 "cgroup)") if self.memory_cgroup else ""  # fmt: skip
         return (f"sandbox layers: {self.layers}: {kernel}{seccomp}{pids}; resource limits; the audit hook"
                 + (f" ({self.why})" if self.why else ""))  # fmt: skip
 
@@ -123,7 +127,10 @@ def _probe_isolation(mode: str) -> Isolation:
             if ok:
                 if library and not candidate.seccomp:  # the filter failed where the namespaces worked: say why
                     why_no_seccomp = f"the seccomp filter failed to load: {_works(candidates[0])[1]}"
-                return Isolation(True, candidate.pids_cgroup, why_no_seccomp, candidate.seccomp)
+                memory = _memory_cgroup_root()
+                why_no_memory = "" if memory else "no memory cgroup this process may make"
+                return Isolation(True, candidate.pids_cgroup, "; ".join(w for w in (why_no_seccomp, why_no_memory) if w),
+                                 candidate.seccomp, memory)  # fmt: skip
         why = f"namespaces unavailable: {why}"
     if mode == "namespaces":
         raise SandboxError(f"VERILOOP_SANDBOX=namespaces, but {why}")
@@ -228,6 +235,29 @@ def _pids_cgroup_root() -> str:
             os.makedirs(root, exist_ok=True)
             probe = tempfile.mkdtemp(dir=root)
             ok = os.path.isfile(os.path.join(probe, "pids.max"))
+            os.rmdir(probe)
+            if ok:
+                return root
+        except OSError:
+            continue
+    return ""
+
+
+MEMORY_LIMIT_FILES = ("memory.limit_in_bytes", "memory.max")  # cgroup v1, v2
+
+
+def _memory_cgroup_root() -> str:
+    """A directory where this process may make cgroups with a memory limit (cgroup v1 or v2), or ""."""
+    for base in ("/sys/fs/cgroup/memory", "/sys/fs/cgroup"):
+        if not os.path.isfile(os.path.join(base, "cgroup.procs")):
+            continue
+        if base == "/sys/fs/cgroup" and "memory" not in _read_text(os.path.join(base, "cgroup.subtree_control")):
+            continue
+        root = os.path.join(base, "veriloop-sandbox")
+        try:
+            os.makedirs(root, exist_ok=True)
+            probe = tempfile.mkdtemp(dir=root)
+            ok = any(os.path.isfile(os.path.join(probe, name)) for name in MEMORY_LIMIT_FILES)
             os.rmdir(probe)
             if ok:
                 return root
