@@ -137,6 +137,24 @@ def _preexec(limits: SandboxLimits, cgroup: str = "", memory: str = ""):
     return apply
 
 
+def _run_cgroups(iso: Isolation, limits: SandboxLimits, name: str) -> tuple[str, str]:
+    """The run's own pids cgroup (``pids.max``) and memory cgroup (its memory limit for all its processes, shmem
+    and memfd pages included), where the machine has them; "" where not."""
+    pids = memory = ""
+    if iso.pids_cgroup:
+        pids = os.path.join(iso.pids_cgroup, name)
+        os.mkdir(pids)
+        with open(os.path.join(pids, "pids.max"), "w") as fh:
+            fh.write(str(PIDS_MAX))
+    if iso.memory_cgroup:
+        memory = os.path.join(iso.memory_cgroup, name)
+        os.mkdir(memory)
+        limit = next(n for n in MEMORY_LIMIT_FILES if os.path.isfile(os.path.join(memory, n)))
+        with open(os.path.join(memory, limit), "w") as fh:
+            fh.write(str(limits.memory_mb << 20))
+    return pids, memory
+
+
 class _SessionOver(BaseException):  # noqa: N818 - not an error of a test: the run ended (test code cannot catch it)
     """The program stopped answering (it ended, timed out, broke a rule or sent what is not a value)."""
 
@@ -175,8 +193,8 @@ _MAX_READ = 4 * _MAX_REPLY  # bytes the grader reads for one request, lines of t
 
 
 def parse_answer(text: str):
-    """One answer of the harness, parsed as a literal: refused (``ValueError``) past ``_MAX_VALUES`` values, so a
-    program's ``[0] * 1300000`` costs the grader no gigabyte (``ast.literal_eval`` builds a node per value)."""
+    """One answer of the harness, parsed as a literal: refused (``OverflowError``) past ``_MAX_VALUES`` values, so
+    a program's ``[0] * 1300000`` costs the grader no gigabyte (``ast.literal_eval`` builds a node per value)."""
     if text.count(",") > _MAX_VALUES:
         raise OverflowError(f"an answer of over {_MAX_VALUES} values")
     return ast.literal_eval(text)
@@ -211,18 +229,7 @@ class _Child:
             argv = ["unshare", *_NAMESPACES, *argv]
         if seccomp:
             bundle["seccomp"] = seccomp
-        self.cgroup = self.memory = ""
-        if iso.pids_cgroup:
-            self.cgroup = os.path.join(iso.pids_cgroup, self.token[:16])
-            os.mkdir(self.cgroup)
-            with open(os.path.join(self.cgroup, "pids.max"), "w") as fh:
-                fh.write(str(PIDS_MAX))
-        if iso.memory_cgroup:  # the run's memory limit for all its processes, shmem and memfd pages included
-            self.memory = os.path.join(iso.memory_cgroup, self.token[:16])
-            os.mkdir(self.memory)
-            limit = next(n for n in MEMORY_LIMIT_FILES if os.path.isfile(os.path.join(self.memory, n)))
-            with open(os.path.join(self.memory, limit), "w") as fh:
-                fh.write(str(limits.memory_mb << 20))
+        self.cgroup, self.memory = _run_cgroups(iso, limits, self.token[:16])
         ctrl_in_r, self.ctrl_in = os.pipe()
         self.ctrl_out, ctrl_out_w = os.pipe()
         env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "PYTHONHASHSEED": "0", "PYTHONDONTWRITEBYTECODE": "1"}
@@ -232,7 +239,8 @@ class _Child:
             self.proc = subprocess.Popen(
                 [*argv, str(ctrl_in_r), str(ctrl_out_w)],
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=self.workdir, env=env,
-                pass_fds=(ctrl_in_r, ctrl_out_w), start_new_session=True, preexec_fn=_preexec(limits, self.cgroup, self.memory),
+                pass_fds=(ctrl_in_r, ctrl_out_w), start_new_session=True,
+                preexec_fn=_preexec(limits, self.cgroup, self.memory),
             )  # fmt: skip
         except (OSError, subprocess.SubprocessError):  # SubprocessError: the preexec_fn (rlimits, cgroup) failed
             for fd in (self.ctrl_in, self.ctrl_out):
@@ -431,15 +439,10 @@ class _Child:
         return result
 
 
-def remove_tree(top: str) -> None:
-    """Remove the directory ``top`` and everything in it, however deep: one descriptor open at a time, no
-    recursion and no long paths (``shutil.rmtree`` raised ``RecursionError`` on 1,500 nested directories a
-    program made, and the run's directory and cgroup stayed behind).  Symbolic links are removed, never
-    followed; what cannot be removed is left and the walk goes on."""
-    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW
-
-    def scan(fd: int) -> list[str]:  # unlink what is not a directory; the subdirectories to visit
-        subdirs = []
+def _unlink_files(fd: int) -> list[str]:
+    """Unlink what in the directory ``fd`` is not a directory; the subdirectories, to visit."""
+    subdirs = []
+    try:
         with os.scandir(fd) as entries:
             for entry in entries:
                 try:
@@ -449,8 +452,17 @@ def remove_tree(top: str) -> None:
                         os.unlink(entry.name, dir_fd=fd)
                 except OSError:
                     pass
-        return subdirs
+    except OSError:  # an unreadable directory: left, the walk goes on
+        pass
+    return subdirs
 
+
+def remove_tree(top: str) -> None:
+    """Remove the directory ``top`` and everything in it, however deep: one descriptor open at a time, no
+    recursion and no long paths (``shutil.rmtree`` raised ``RecursionError`` on 1,500 nested directories a
+    program made, and the run's directory and cgroup stayed behind).  Symbolic links are removed, never
+    followed; what cannot be removed is left and the walk goes on."""
+    flags, scan = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, _unlink_files
     try:
         fd = os.open(top, flags)
     except OSError:
@@ -471,7 +483,10 @@ def remove_tree(top: str) -> None:
                 continue
             if not names:
                 break
-            parent = os.open("..", flags, dir_fd=fd)
+            try:
+                parent = os.open("..", flags, dir_fd=fd)
+            except OSError:
+                break
             os.close(fd)
             fd = parent
             pending.pop()
