@@ -147,7 +147,7 @@ GRADER = """
 import time
 from veriloop.verifiers.sandbox import _Child, SandboxLimits
 child = _Child("import time\\ntime.sleep(60)", "run", SandboxLimits(wall_seconds=120, cpu_seconds=100), "")
-print(child.proc.pid, child.cgroup, flush=True)
+print(child.proc.pid, child.cgroup or "-", child.memory or "-", flush=True)
 time.sleep(60)
 """
 
@@ -168,9 +168,11 @@ def test_the_sandboxed_program_dies_with_its_grader():
     import time
 
     grader = subprocess.Popen([sys.executable, "-c", GRADER], stdout=subprocess.PIPE, text=True)
-    cgroup = ""
+    groups = []
     try:
-        pid, _, cgroup = grader.stdout.readline().strip().partition(" ")
+        pid, *groups = grader.stdout.readline().split()
+        groups = [g for g in groups if g != "-"]
+        cgroup = groups[0] if groups and "pids" in groups[0] else ""
         time.sleep(1.0)  # the program is running
         assert _running(int(pid))
         os.kill(grader.pid, signal.SIGKILL)
@@ -184,12 +186,14 @@ def test_the_sandboxed_program_dies_with_its_grader():
             assert not open(procs).read().strip(), "a process of the run outlived its grader"
     finally:
         grader.kill()
-        if cgroup and os.path.isdir(cgroup):  # what the killed grader's reaper would have removed
-            for left in open(os.path.join(cgroup, "cgroup.procs")).read().split():
+        for group in groups:  # what the killed grader's reaper would have removed
+            if not os.path.isdir(group):
+                continue
+            for left in open(os.path.join(group, "cgroup.procs")).read().split():
                 os.kill(int(left), signal.SIGKILL)
             for _ in range(50):
                 try:
-                    os.rmdir(cgroup)
+                    os.rmdir(group)
                     break
                 except OSError:
                     time.sleep(0.1)
