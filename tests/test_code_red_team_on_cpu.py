@@ -384,3 +384,78 @@ def test_the_memory_limit_holds_for_the_whole_run():
     res = run_program(MEMFD, limits=limits)
     assert res.status == "crash" and "held" not in res.stdout, res
     assert run_program("x = bytearray(64 << 20)\nprint(len(x) >> 20)", limits=limits).stdout == "64\n"
+
+
+# Exhaustion: a run wrote 1 GB of disk in 2 s (no quota; only each file was bounded), made files until the disk's
+# inodes ran out, and could take every inotify instance of the host's user.  Run with the kernel layer alone (no
+# audit hook: ctypes is how a program reaches inotify).  Each prints how far it got and the errno that stopped it.
+DISK_FLOOD = """
+total = 0
+try:
+    for i in range(70):
+        with open(f"f{i}", "wb") as fh:
+            for _ in range(15):  # each file under the per-file limit (16 MiB)
+                fh.write(b"x" * (1 << 20))
+                fh.flush()
+                total += 1
+except OSError as e:
+    print(total, e.errno)
+"""
+FILE_FLOOD = """
+n = 0
+try:
+    while n < 100_000:
+        open(f"f{n}", "w").close()
+        n += 1
+except OSError as e:
+    print(n, e.errno)
+"""
+INOTIFY_FLOOD = """
+import ctypes
+libc = ctypes.CDLL(None, use_errno=True)
+held = [fd for fd in (libc.inotify_init1(0) for _ in range(200)) if fd >= 0]
+print(len(held), ctypes.get_errno())
+"""
+
+
+@pytest.mark.sandbox_layer("namespaces")
+def test_what_a_run_writes_and_watches_is_bounded_for_the_whole_run():
+    from veriloop.verifiers.sandbox import SandboxLimits, run_program
+
+    limits = SandboxLimits(wall_seconds=20, cpu_seconds=10, disk_bytes=32 << 20, disk_files=500)
+    written, errno = map(int, run_program(DISK_FLOOD, limits=limits, audit_hook=False).stdout.split())
+    assert written <= 32 and errno == 28, (written, errno)  # ENOSPC at the run's 32 MiB, not the disk's
+    made, errno = map(int, run_program(FILE_FLOOD, limits=limits, audit_hook=False).stdout.split())
+    assert made < 500 and errno == 28, (made, errno)
+    held, errno = map(int, run_program(INOTIFY_FLOOD, limits=limits, audit_hook=False).stdout.split())
+    assert held == 8 and errno == 24, (held, errno)  # EMFILE at the run's own count
+    # an honest program that writes a little and reads it back is untouched
+    res = run_program("open('notes.txt', 'w').write('x' * 100000)\nprint(len(open('notes.txt').read()))",
+                      limits=limits)  # fmt: skip
+    assert (res.status, res.stdout) == ("ok", "100000\n"), res
+
+
+# The view: only the library directories of the interpreter are bound (no bin/), and execve is refused, so neither
+# a program of the view nor a static binary the run writes can be started (noexec on the run's directory too).
+EXEC_SELF = """
+import os, sys
+try:
+    python = os.path.realpath(sys.executable)  # the base interpreter, past the venv's link
+    os.execv(python, [python, "-c", "print('started')"])
+except OSError as e:
+    print("refused", e.errno)
+"""
+
+
+@pytest.mark.sandbox_layer("namespaces")
+@pytest.mark.sandbox_layer("seccomp")
+def test_no_program_but_the_interpreter_runs():
+    from veriloop.verifiers.sandbox import run_program
+
+    res = run_program(EXEC_SELF, audit_hook=False)
+    # EPERM: refused as an exec (before, ENOENT: only the view's missing /lib64 loader link stopped a dynamic
+    # binary, and nothing stopped a static one)
+    assert (res.status, res.stdout) == ("ok", "refused 1\n"), res
+    res = run_program("import os, sys\nprint([p for p in (sys.executable, '/usr/bin', '/bin', "
+                      "os.path.dirname(sys.executable)) if os.path.exists(p)])", audit_hook=False)  # fmt: skip
+    assert (res.status, res.stdout) == ("ok", "[]\n"), res

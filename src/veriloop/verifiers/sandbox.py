@@ -33,12 +33,10 @@ act), ``output_limit``.
 from __future__ import annotations
 
 import ast
-import ctypes
 import dataclasses
 import os
 import secrets
 import select
-import shutil
 import signal
 import subprocess
 import sys
@@ -53,9 +51,8 @@ from veriloop.verifiers.sandbox_isolation import (  # noqa: F401 - Isolation, is
     _NAMESPACES,
     _PIVOT_ROOT,
     CGROUP_REAPER,
-    MEMORY_LIMIT_FILES,
-    PIDS_MAX,
     Isolation,
+    USER_NAMESPACE_LIMITS,
     SandboxError,
     _denied_roots,
     _probe_isolation,
@@ -63,6 +60,14 @@ from veriloop.verifiers.sandbox_isolation import (  # noqa: F401 - Isolation, is
     _read_text,
     _view_paths,
     isolation,
+)
+from veriloop.verifiers.sandbox_process import (  # noqa: F401 - remove_tree, _wait_exit: this module's API too
+    _kill_group,
+    _preexec,
+    _run_cgroups,
+    _wait_exit,
+    _write_all,
+    remove_tree,
 )
 
 OUTCOMES = ("pass", "fail", "timeout", "crash", "violation", "output_limit")
@@ -75,10 +80,13 @@ class SandboxLimits:
     memory_mb: int = 1024  # address space (RLIMIT_AS)
     output_bytes: int = 1 << 20  # stdout + stderr
     file_bytes: int = 16 << 20  # largest file the program may write
-    open_files: int = 64
+    open_files: int = 64  # per process (RLIMIT_NOFILE); a run has at most PIDS_MAX processes
+    disk_bytes: int = 64 << 20  # all the run writes (its directory is a tmpfs of this size, in namespaces)
+    disk_files: int = 4096  # files and directories in it (the tmpfs's inodes)
 
     def __post_init__(self):
-        if self.wall_seconds <= 0 or self.cpu_seconds < 1 or self.memory_mb < 64 or self.output_bytes < 1:
+        if (self.wall_seconds <= 0 or self.cpu_seconds < 1 or self.memory_mb < 64 or self.output_bytes < 1
+                or self.disk_bytes < 1 << 20 or self.disk_files < 16):
             raise InputError(f"bad sandbox limits: {self}")
 
 
@@ -93,66 +101,6 @@ class RunResult:
     layers: str = ""  # the isolation it ran under (``Isolation.layers``)
 
 
-
-
-# prctl(2) from the C library, looked up here: the forked child only calls it (no import between fork and exec)
-_LIBC = ctypes.CDLL(None, use_errno=True) if sys.platform.startswith("linux") else None
-_PR_SET_PDEATHSIG = 1
-
-
-def _preexec(limits: SandboxLimits, cgroup: str = "", memory: str = ""):
-    grader = os.getpid()
-
-    def apply() -> None:
-        import resource
-
-        # The sandboxed process dies with its grader: SIGKILL when the thread that started it ends (the grader
-        # killed, say), and under unshare --kill-child the namespace's processes go with it.  A grader that died
-        # before this line leaves the child an orphan already: it stops here.
-        if _LIBC is not None:
-            _LIBC.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-            if os.getppid() != grader:
-                os._exit(1)
-
-        for group in (cgroup, memory):  # this process (and all it starts) joins the run's cgroups before the exec
-            if group:
-                with open(os.path.join(group, "cgroup.procs"), "w") as fh:
-                    fh.write("0")
-
-        def cap(which, value, hard=None):
-            try:
-                resource.setrlimit(which, (value, value if hard is None else hard))
-            except (ValueError, OSError):
-                pass
-
-        # SIGXCPU at the soft limit (reported as a timeout), SIGKILL a second later if ignored
-        cap(resource.RLIMIT_CPU, limits.cpu_seconds, limits.cpu_seconds + 1)
-        cap(resource.RLIMIT_AS, limits.memory_mb << 20)
-        cap(resource.RLIMIT_FSIZE, limits.file_bytes)
-        cap(resource.RLIMIT_NOFILE, limits.open_files)
-        cap(resource.RLIMIT_CORE, 0)
-        if hasattr(resource, "RLIMIT_NPROC") and os.getuid() != 0:  # root is not bound by it
-            cap(resource.RLIMIT_NPROC, 64)
-
-    return apply
-
-
-def _run_cgroups(iso: Isolation, limits: SandboxLimits, name: str) -> tuple[str, str]:
-    """The run's own pids cgroup (``pids.max``) and memory cgroup (its memory limit for all its processes, shmem
-    and memfd pages included), where the machine has them; "" where not."""
-    pids = memory = ""
-    if iso.pids_cgroup:
-        pids = os.path.join(iso.pids_cgroup, name)
-        os.mkdir(pids)
-        with open(os.path.join(pids, "pids.max"), "w") as fh:
-            fh.write(str(PIDS_MAX))
-    if iso.memory_cgroup:
-        memory = os.path.join(iso.memory_cgroup, name)
-        os.mkdir(memory)
-        limit = next(n for n in MEMORY_LIMIT_FILES if os.path.isfile(os.path.join(memory, n)))
-        with open(os.path.join(memory, limit), "w") as fh:
-            fh.write(str(limits.memory_mb << 20))
-    return pids, memory
 
 
 class _SessionOver(BaseException):  # noqa: N818 - not an error of a test: the run ended (test code cannot catch it)
@@ -225,7 +173,9 @@ class _Child:
         if iso.namespaces:
             os.mkdir(os.path.join(self.base, "root"), 0o700)
             bundle["view"] = {"root": os.path.join(os.path.realpath(self.base), "root"), "work": self.workdir,
-                              "read_only": _view_paths(), "pivot_root": _PIVOT_ROOT[os.uname().machine]}  # fmt: skip
+                              "read_only": _view_paths(), "pivot_root": _PIVOT_ROOT[os.uname().machine],
+                              "scratch": f"size={limits.disk_bytes},nr_inodes={limits.disk_files},mode=700",
+                              "user_limits": USER_NAMESPACE_LIMITS}  # fmt: skip
             argv = ["unshare", *_NAMESPACES, *argv]
         if seccomp:
             bundle["seccomp"] = seccomp
@@ -437,116 +387,6 @@ class _Child:
             detail = "the program sent what is not an answer" if self.over == "protocol" else self.over
             return RunResult("crash", result.stdout, detail, result.wall_seconds, result.layers)
         return result
-
-
-def _unlink_files(fd: int) -> list[str]:
-    """Unlink what in the directory ``fd`` is not a directory; the subdirectories, to visit."""
-    subdirs = []
-    try:
-        with os.scandir(fd) as entries:
-            for entry in entries:
-                try:
-                    if entry.is_dir(follow_symlinks=False):
-                        subdirs.append(entry.name)
-                    else:
-                        os.unlink(entry.name, dir_fd=fd)
-                except OSError:
-                    pass
-    except OSError:  # an unreadable directory: left, the walk goes on
-        pass
-    return subdirs
-
-
-def remove_tree(top: str) -> None:
-    """Remove the directory ``top`` and everything in it, however deep: one descriptor open at a time, no
-    recursion and no long paths (``shutil.rmtree`` raised ``RecursionError`` on 1,500 nested directories a
-    program made, and the run's directory and cgroup stayed behind).  Symbolic links are removed, never
-    followed; what cannot be removed is left and the walk goes on."""
-    flags, scan = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, _unlink_files
-    try:
-        fd = os.open(top, flags)
-    except OSError:
-        return
-    pending, names = [scan(fd)], []  # per level: subdirectories still to visit; the names walked down
-    try:
-        while True:
-            if pending[-1]:
-                name = pending[-1].pop()
-                try:
-                    child = os.open(name, flags, dir_fd=fd)
-                except OSError:
-                    continue
-                os.close(fd)
-                fd = child
-                names.append(name)
-                pending.append(scan(fd))
-                continue
-            if not names:
-                break
-            try:
-                parent = os.open("..", flags, dir_fd=fd)
-            except OSError:
-                break
-            os.close(fd)
-            fd = parent
-            pending.pop()
-            try:
-                os.rmdir(names.pop(), dir_fd=fd)
-            except OSError:
-                pass
-    finally:
-        os.close(fd)
-    try:
-        os.rmdir(top)
-    except OSError:
-        pass
-
-
-def _write_all(fd: int, data: bytes, deadline: float) -> None:
-    view = memoryview(data)
-    while view:
-        left = deadline - time.monotonic()
-        if left <= 0:
-            raise TimeoutError
-        _, ready, _ = select.select([], [fd], [], left)
-        if ready:  # a writable pipe has room for PIPE_BUF bytes: this write cannot block past the deadline
-            view = view[os.write(fd, view[: select.PIPE_BUF]) :]
-
-
-def _wait_exit(proc: subprocess.Popen, seconds: float) -> bool:
-    """Wait up to ``seconds`` for ``proc`` to end (and reap it); False if it is still running.
-
-    ``Popen.wait(timeout)`` polls with sleeps that double up to 50 ms, so a short run is seen ending late
-    (``benchmarks/sandbox_layers.py`` compares the two).  A pidfd (Linux 5.3+) becomes readable the moment the
-    process exits; elsewhere, or for a process already reaped, ``Popen.wait`` does."""
-    seconds = max(seconds, 0.0)
-    fd = -1
-    if proc.returncode is None and hasattr(os, "pidfd_open"):
-        try:
-            fd = os.pidfd_open(proc.pid)
-        except OSError:  # reaped meanwhile (ProcessLookupError), or a kernel without pidfds
-            fd = -1
-    if fd >= 0:
-        try:
-            poller = select.poll()
-            poller.register(fd, select.POLLIN)
-            if not poller.poll(seconds * 1000.0):
-                return False
-        finally:
-            os.close(fd)
-    try:
-        proc.wait(timeout=seconds)
-        return True
-    except subprocess.TimeoutExpired:
-        return False
-
-
-def _kill_group(proc: subprocess.Popen) -> None:
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
-    _wait_exit(proc, 5.0)  # False only for a process that ignores SIGKILL
 
 
 def _signal_name(number: int) -> str:

@@ -32,17 +32,24 @@ def _forget_ctypes():
     for name in [m for m in sys.modules if m in ("ctypes", "_ctypes") or m.startswith("ctypes.")]:
         del sys.modules[name]  # an import of a cached module raises no audit event: make the program's import a new one
 def _enter_view(view, seccomp):
-    # A fresh tmpfs becomes "/": the interpreter's own directories and a few device files bound read-only at their
-    # own paths, the run's directory read-write, nothing else (no /proc, /tmp, /home, the grader's files, other
+    # A fresh tmpfs becomes "/": the interpreter's library directories and a few device files bound read-only at
+    # their own paths, the run's directory (a size-limited tmpfs) read-write, nothing else (no /proc, /tmp, /home, the grader's files, other
     # runs).  pivot_root and detaching the old root leave no path back to it.
     import ctypes
     libc = ctypes.CDLL(None, use_errno=True)
-    MS_RDONLY, MS_NOSUID, MS_NODEV, MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 1, 2, 4, 32, 4096, 16384, 1 << 18
+    MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 1, 2, 4, 8, 32, 4096, 16384, 1 << 18
     def mount(src, target, fs, flags, data=None):
         enc = lambda x: None if x is None else x.encode()
         if libc.mount(enc(src), enc(target), enc(fs), flags, enc(data)) != 0:
             raise OSError(ctypes.get_errno(), "mount " + target + ": " + os.strerror(ctypes.get_errno()))
     root, work = view["root"], view["work"]
+    # Counts the kernel keeps per user namespace (inotify instances and watches, namespaces), set in this run's own
+    # namespace while it is root there: a run takes at most these, however many processes it makes.
+    for name, value in view["user_limits"]:
+        path = "/proc/sys/user/" + name
+        if os.path.exists(path):  # older kernels lack some
+            with open(path, "w") as fh:
+                fh.write(str(value))
     mount(None, "/", None, MS_REC | MS_PRIVATE)
     mount("tmpfs", root, "tmpfs", MS_NOSUID | MS_NODEV, "size=64k,mode=755")
     for path in view["read_only"]:
@@ -56,9 +63,11 @@ def _enter_view(view, seccomp):
         # device files keep their device (no MS_NODEV): /dev/null, /dev/zero and /dev/urandom must open
         nodev = 0 if path.startswith("/dev/") else MS_NODEV
         mount(None, target, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | nodev)
+    # The run's directory is a tmpfs of its own, at the path of the (empty) directory made for it: what it writes
+    # is bounded in bytes and files (and counted by the memory cgroup), executes nothing, and vanishes with the
+    # namespace, however deep it is.
     os.makedirs(root + work, exist_ok=True)
-    mount(work, root + work, None, MS_BIND)
-    mount(None, root + work, None, MS_REMOUNT | MS_BIND | MS_NOSUID | MS_NODEV)
+    mount("tmpfs", root + work, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, view["scratch"])
     os.mkdir(root + "/.old")
     if libc.syscall(view["pivot_root"], root.encode(), (root + "/.old").encode()) != 0:
         raise OSError(ctypes.get_errno(), "pivot_root: " + os.strerror(ctypes.get_errno()))

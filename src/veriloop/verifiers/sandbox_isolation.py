@@ -44,6 +44,9 @@ SECCOMP_EPERM = (
     "reboot", "swapon", "swapoff", "acct", "quotactl", "syslog", "settimeofday", "clock_settime", "clock_adjtime",
     "adjtimex", "sethostname", "setdomainname", "vhangup", "uselib", "iopl", "ioperm", "lookup_dcookie",
     "fanotify_init",
+    # programs: the run is the interpreter that started it, nothing else (a static binary written to the run's
+    # directory, or one the view holds); loaded after the interpreter started, so it does not refuse that exec
+    "execve", "execveat",
 )  # fmt: skip
 SECCOMP_ENOSYS = ("clone3",)  # its flags lie in memory, unreadable to a filter: glibc then uses clone
 # clone with any namespace flag: CLONE_NEWTIME, NEWNS, NEWCGROUP, NEWUTS, NEWIPC, NEWUSER, NEWPID, NEWNET
@@ -89,6 +92,12 @@ class Isolation:
 
 
 PIDS_MAX = 64
+# /proc/sys/user/ in each run's user namespace (the kernel counts these per namespace and up the chain, so a run
+# cannot take the host user's inotify instances): few inotify instances and watches, no namespace of its own
+# (the seccomp filter refuses unshare and clone flags too; these hold where the filter is missing)
+USER_NAMESPACE_LIMITS = (("max_inotify_instances", 8), ("max_inotify_watches", 1024), ("max_fanotify_groups", 0),
+                         ("max_fanotify_marks", 0)) + tuple(
+    (f"max_{kind}_namespaces", 0) for kind in ("user", "mnt", "pid", "net", "ipc", "uts", "cgroup", "time"))  # fmt: skip
 _ISOLATION: Isolation | None = None
 _ISOLATION_LOCK = threading.Lock()
 
@@ -223,41 +232,32 @@ def _works(candidate: Isolation) -> tuple[bool, str]:
     return False, f"{res.status} {res.detail}".strip()
 
 
+MEMORY_LIMIT_FILES = ("memory.limit_in_bytes", "memory.max")  # cgroup v1, v2
+
+
 def _pids_cgroup_root() -> str:
     """A directory where this process may make cgroups with a ``pids.max`` (cgroup v1 or v2), or ""."""
-    for base in ("/sys/fs/cgroup/pids", "/sys/fs/cgroup"):
-        if not os.path.isfile(os.path.join(base, "cgroup.procs")):
-            continue
-        if base == "/sys/fs/cgroup" and "pids" not in _read_text(os.path.join(base, "cgroup.subtree_control")):
-            continue
-        root = os.path.join(base, "veriloop-sandbox")
-        try:
-            os.makedirs(root, exist_ok=True)
-            probe = tempfile.mkdtemp(dir=root)
-            ok = os.path.isfile(os.path.join(probe, "pids.max"))
-            os.rmdir(probe)
-            if ok:
-                return root
-        except OSError:
-            continue
-    return ""
-
-
-MEMORY_LIMIT_FILES = ("memory.limit_in_bytes", "memory.max")  # cgroup v1, v2
+    return _cgroup_root("pids", ("pids.max",))
 
 
 def _memory_cgroup_root() -> str:
     """A directory where this process may make cgroups with a memory limit (cgroup v1 or v2), or ""."""
-    for base in ("/sys/fs/cgroup/memory", "/sys/fs/cgroup"):
+    return _cgroup_root("memory", MEMORY_LIMIT_FILES)
+
+
+def _cgroup_root(controller: str, limit_files: tuple[str, ...]) -> str:
+    """``veriloop-sandbox`` under the ``controller``'s hierarchy (v1) or the unified one (v2, where the controller
+    is enabled for children), if this process may make a cgroup there that has one of ``limit_files``; else ""."""
+    for base in (f"/sys/fs/cgroup/{controller}", "/sys/fs/cgroup"):
         if not os.path.isfile(os.path.join(base, "cgroup.procs")):
             continue
-        if base == "/sys/fs/cgroup" and "memory" not in _read_text(os.path.join(base, "cgroup.subtree_control")):
+        if base == "/sys/fs/cgroup" and controller not in _read_text(os.path.join(base, "cgroup.subtree_control")):
             continue
         root = os.path.join(base, "veriloop-sandbox")
         try:
             os.makedirs(root, exist_ok=True)
             probe = tempfile.mkdtemp(dir=root)
-            ok = any(os.path.isfile(os.path.join(probe, name)) for name in MEMORY_LIMIT_FILES)
+            ok = any(os.path.isfile(os.path.join(probe, name)) for name in limit_files)
             os.rmdir(probe)
             if ok:
                 return root
@@ -296,10 +296,12 @@ def _prefixes() -> frozenset[str]:
 
 @functools.cache
 def _view_paths() -> tuple[str, ...]:
-    """What a run in namespaces sees, read-only: the interpreter's prefixes, the system's shared libraries (the
+    """What a run in namespaces sees, read-only: the library directories of the interpreter's prefixes (its
+    standard library, extension modules and site-packages; not its ``bin``), the system's shared libraries (the
     interpreter's extension modules load them), and the device files a program may open."""
-    paths = set(_prefixes())
-    paths |= {os.path.realpath(p) for p in ("/lib", "/lib64", "/usr/lib", "/usr/lib64") if os.path.isdir(p)}
+    paths = {os.path.realpath(os.path.join(p, lib)) for p in _prefixes() for lib in ("lib", "lib64")}
+    paths |= {os.path.realpath(p) for p in ("/lib", "/lib64", "/usr/lib", "/usr/lib64")}
+    paths = {p for p in paths if os.path.isdir(p)}
     paths |= {p for p in ("/dev/null", "/dev/zero", "/dev/urandom", "/dev/random") if os.path.exists(p)}
     # a path inside another one is bound with it
     return tuple(sorted(p for p in paths if not any(p != q and p.startswith(q + os.sep) for q in paths)))
