@@ -19,6 +19,7 @@ a request running past ``rollout.request_timeout_s`` fails the run naming the re
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import signal
@@ -53,8 +54,38 @@ def connect(ray_cfg, workers: int) -> bool:
         ray.init(address=ray_cfg.address, **quiet)
     else:  # logical CPUs: every actor's reservation plus one, so no actor waits forever for a CPU (SCALEOUT.md)
         cpus = ray_cfg.num_cpus or int(workers * ray_cfg.cpus_per_worker) + 1
-        ray.init(num_cpus=cpus, _node_ip_address="127.0.0.1", **quiet)
+        with _loopback_only(ray):
+            ray.init(num_cpus=cpus, _node_ip_address="127.0.0.1", **quiet)
     return True
+
+
+@contextlib.contextmanager
+def _loopback_only(ray):
+    """A private cluster that tries to reach nothing beyond 127.0.0.1 (measured with strace in a loopback-only
+    network namespace, tests/test_ray_egress_on_cpu.py).  Ray 2.60 has no switch for either of these:
+
+    * its dashboard process starts even with ``include_dashboard=False`` (it then loads only the usage-stats
+      module), and that module asks the cloud metadata address 169.254.169.254 and resolves
+      ``metadata.google.internal`` before it reads whether usage stats are on: the private cluster starts no
+      dashboard (``ray._private.services.start_api_server`` answers "none started", as Ray's own code does when
+      the dashboard fails to start and it was not asked for);
+    * its processes that hold no node object (the runtime-env agent) find "their IP" by routing toward 8.8.8.8:
+      ``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0`` makes them take the loopback address, as Ray does on a laptop.
+
+    The environment is set while the cluster's processes start (they inherit it; the actors are started later by
+    the raylet, with its environment) and restored after."""
+    services = ray._private.services
+    start_api_server, before = services.start_api_server, os.environ.get("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER")
+    services.start_api_server = lambda *args, **kwargs: (None, None)
+    os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
+    try:
+        yield
+    finally:
+        services.start_api_server = start_api_server
+        if before is None:
+            os.environ.pop("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", None)
+        else:
+            os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = before
 
 
 class RolloutWorker:
