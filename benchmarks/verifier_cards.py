@@ -29,13 +29,13 @@ from veriloop.verifiers.audit import builtin_cases, builtin_names, run_audit
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def stamp(argv: list[str]) -> dict:
-    """Where a number came from: the commit (``+dirty`` when the verifiers' code or cases differ from it), the
-    command, the machine, the date."""
+def stamp(argv: list[str], root: Path = ROOT) -> dict:
+    """Where a number came from: the commit of the checkout ``root`` (``+dirty`` when the verifiers' code or cases
+    differ from it), the command, the machine, the date."""
 
     def git(*args: str) -> str:
         try:
-            return subprocess.run(["git", "-C", str(ROOT), *args], capture_output=True, text=True, timeout=30,
+            return subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True, timeout=30,
                                   check=True).stdout.strip()  # fmt: skip
         except (OSError, subprocess.SubprocessError):
             return ""

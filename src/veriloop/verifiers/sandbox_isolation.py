@@ -75,8 +75,9 @@ class Isolation:
         return "+".join(parts + ["rlimits", "audit-hook"])
 
     def describe(self) -> str:
-        kernel = ("user, mount, pid, net, ipc and uts namespaces; a read-only view of the interpreter's files and "
-                  "the run's own directory, nothing else; no network device; no capabilities") if self.namespaces else (
+        kernel = ("user, mount, pid, net, ipc and uts namespaces; a read-only view of the interpreter's library "
+                  "directories and the run's own directory (a size-limited tmpfs), nothing else; no network device; "
+                  "no capabilities; 8 inotify instances and no namespace of its own") if self.namespaces else (
                   "no namespaces")  # fmt: skip
         seccomp = (f"; a seccomp filter (libseccomp): {len(SECCOMP_EPERM) + 1} calls refused, no namespace flag to "
                    "clone, no socket but a Unix one") if self.seccomp else "; no seccomp filter"  # fmt: skip
