@@ -304,8 +304,9 @@ def test_without_the_kernel_layer_untrusted_code_is_refused_unless_opted_in(monk
                                            r"VERILOOP_SANDBOX=process"):  # fmt: skip
         _probe_isolation("auto")
     process = _probe_isolation("process")
-    assert process.layers == "rlimits+audit-hook" and "VERILOOP_SANDBOX=process" in process.why
-    assert "untrusted code runs under the process layers only" in capfd.readouterr().err
+    assert not process.namespaces and process.layers.endswith("rlimits+audit-hook"), process
+    assert "VERILOOP_SANDBOX=process" in process.why
+    assert "untrusted code runs without the kernel layer" in capfd.readouterr().err
 
 
 # Exhaustion: 1,500 nested directories made cleanup raise RecursionError, leaving the run's directory (and its
@@ -459,3 +460,56 @@ def test_no_program_but_the_interpreter_runs():
     res = run_program("import os, sys\nprint([p for p in (sys.executable, '/usr/bin', '/bin', "
                       "os.path.dirname(sys.executable)) if os.path.exists(p)])", audit_hook=False)  # fmt: skip
     assert (res.status, res.stdout) == ("ok", "[]\n"), res
+
+
+# Fall-back mode: with the audit hook patched away (the red team did it in three lines; here it is off), a
+# double-forked orphan outlived the run and a TCP connection to 127.0.0.1 went through.  The opted-in process
+# mode now takes every layer short of namespaces that works here: the run's cgroups (whatever is left in them
+# is killed with the run) and the seccomp filter (no socket but a Unix one).
+ORPHAN = """
+import os, time
+r, w = os.pipe()
+if os.fork() == 0:
+    os.setsid()  # out of the run's process group and session: killing the group does not reach it
+    pid = os.fork()
+    if pid == 0:
+        time.sleep(60)
+        os._exit(0)
+    os.write(w, str(pid).encode())
+    os._exit(0)
+print(os.read(r, 32).decode())
+"""
+
+
+@pytest.mark.sandbox_layer("pids-cgroup")
+@pytest.mark.sandbox_layer("seccomp")
+def test_the_opted_in_process_mode_takes_every_layer_short_of_namespaces(capfd):
+    import socket
+    import time
+
+    from veriloop.verifiers.sandbox import run_program
+    from veriloop.verifiers.sandbox_isolation import _probe_isolation
+
+    process = _probe_isolation("process")
+    assert not process.namespaces and process.seccomp and process.pids_cgroup, process
+    assert f"verdicts say 'sandbox: {process.layers}'" in capfd.readouterr().err
+    res = run_program(ORPHAN, audit_hook=False, isolation_=process)
+    assert res.status == "ok" and res.stdout.strip().isdigit(), res
+    orphan = res.stdout.strip()
+    deadline = time.monotonic() + 10  # every process left in the run's cgroup is killed when the run ends
+    while time.monotonic() < deadline and _alive(orphan):
+        time.sleep(0.1)
+    assert not _alive(orphan), f"the double-forked orphan {orphan} outlived the run"
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        port = server.getsockname()[1]
+        res = run_program(f"import socket\nsocket.create_connection(('127.0.0.1', {port}), timeout=2)\nprint('in')",
+                          audit_hook=False, isolation_=process)  # fmt: skip
+    assert res.status == "crash" and "PermissionError" in res.detail and "in" not in res.stdout, res
+
+
+def _alive(pid: str) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False

@@ -5,7 +5,8 @@ supervisor, removed here in the background).
 ``VERILOOP_SANDBOX=auto`` (default) takes the strongest layers that work: namespaces (user, mount, pid, net,
 ipc, uts; a read-only ``pivot_root`` view; no capabilities), a seccomp filter, a pids cgroup per run, resource
 limits and the audit hook; where the kernel layer cannot be had it refuses untrusted code (``SandboxError``,
-saying what is missing).  ``process`` is the explicit, logged opt-in to the last two layers only;
+saying what is missing).  ``process`` is the explicit, logged opt-in to every layer short of namespaces that
+works here;
 ``namespaces`` requires the kernel layer.
 
 The seccomp filter is compiled by libseccomp (the maintained C library, ``libseccomp2`` on Debian), called
@@ -104,8 +105,8 @@ _ISOLATION_LOCK = threading.Lock()
 
 
 def isolation() -> Isolation:
-    """The strongest isolation this machine allows, probed once per process.  ``VERILOOP_SANDBOX=process`` keeps
-    the process layers only; ``namespaces`` requires the kernel layer (an error where it cannot be had)."""
+    """The strongest isolation this machine allows, probed once per process.  ``VERILOOP_SANDBOX=process`` does
+    without namespaces; ``namespaces`` requires the kernel layer (an error where it cannot be had)."""
     global _ISOLATION
     with _ISOLATION_LOCK:
         if _ISOLATION is None:
@@ -117,10 +118,11 @@ def _probe_isolation(mode: str) -> Isolation:
     if mode not in ("auto", "process", "namespaces"):
         raise InputError(f"VERILOOP_SANDBOX must be auto, process or namespaces, got {mode!r}")
     if mode == "process":  # the explicit opt-in: loud, and every verdict's layers say it
-        print("veriloop: VERILOOP_SANDBOX=process: untrusted code runs under the process layers only (resource "
-              "limits and an audit hook), which a hostile program can defeat; verdicts say 'sandbox: "
-              "rlimits+audit-hook'", file=sys.stderr, flush=True)  # fmt: skip
-        return Isolation(False, "", "VERILOOP_SANDBOX=process")
+        iso = _process_layers("VERILOOP_SANDBOX=process")
+        print("veriloop: VERILOOP_SANDBOX=process: untrusted code runs without the kernel layer (namespaces), "
+              f"which a hostile program can defeat; verdicts say 'sandbox: {iso.layers}'", file=sys.stderr,
+              flush=True)  # fmt: skip
+        return iso
     cgroup = _pids_cgroup_root()
     library, why_no_seccomp = _seccomp_library()
     why = ""
@@ -151,8 +153,22 @@ def _probe_isolation(mode: str) -> Isolation:
         f"the sandbox's kernel layer is unavailable here ({why}), so untrusted code is refused. It needs Linux "
         "user namespaces (unprivileged user namespaces allowed: sysctl kernel.unprivileged_userns_clone=1 or "
         "user.max_user_namespaces > 0; in a container, a profile that permits unshare) and util-linux's "
-        "'unshare'. To run anyway under the process layers only (resource limits and an audit hook, which a "
-        "hostile program can defeat), set VERILOOP_SANDBOX=process: every verdict then says so.")
+        "'unshare'. To run anyway without it (the seccomp filter and cgroups where they work, resource limits and an "
+        "audit hook, which a hostile program can defeat), set VERILOOP_SANDBOX=process: every verdict then says so.")
+
+
+def _process_layers(why: str) -> Isolation:
+    """The strongest layers short of namespaces that work here: the seccomp filter (no socket but a Unix one, no
+    exec), the run's pids and memory cgroups (every process it leaves behind is killed with the cgroup), resource
+    limits and the audit hook."""
+    library, _ = _seccomp_library()
+    pids, memory = _pids_cgroup_root(), _memory_cgroup_root()
+    candidates = [Isolation(False, cg, why, lib, mem) for lib in dict.fromkeys([library, ""])
+                  for cg, mem in dict.fromkeys([(pids, memory), ("", "")])]  # fmt: skip
+    for candidate in candidates[:-1]:
+        if _works(candidate)[0]:
+            return candidate
+    return candidates[-1]
 
 
 def _seccomp_library() -> tuple[str, str]:
