@@ -93,7 +93,8 @@ def render(results: list[dict]) -> str:
              "|---|---|---|---:|---:|---:|---:|---:|"]  # fmt: skip
     for r in results:
         rows = {row["name"]: row for row in r["rows"]}
-        cells = [f"{rows[n]['mean']:.1f} +- {rows[n]['sd']:.1f}" for n in ("serial", "2 workers", "2 workers, beside hostile")]
+        names = ("serial", "2 workers", "2 workers, beside hostile")
+        cells = [f"{rows[n]['mean']:.1f} +- {rows[n]['sd']:.1f}" for n in names]
         wrong, hostile = sum(row["wrong"] for row in r["rows"]), sum(row["hostile"] for row in r["rows"])
         lines.append(f"| `{r['stamp']['commit']}` | {r['stamp']['date']} | `{r['layers']}` | {' | '.join(cells)} | "
                      f"{wrong} | {hostile} |")  # fmt: skip
@@ -117,8 +118,8 @@ def main() -> None:
     from veriloop.verifiers.sandbox import isolation
 
     checkout = Path(veriloop.__file__).resolve().parents[2]  # the veriloop measured (PYTHONPATH may name another)
-    result = {"stamp": stamp(sys.argv, checkout), "layers": isolation().layers, "runs": args.runs, "repeats": args.repeats,
-              "rows": []}  # fmt: skip
+    result = {"stamp": stamp(sys.argv, checkout), "layers": isolation().layers, "runs": args.runs,
+              "repeats": args.repeats, "rows": []}
     print(f"| row | honest runs/s (mean +- sd of {args.repeats}) | wrong honest verdicts | hostile runs meanwhile |")
     print("|---|---:|---:|---:|")
     for name, workers, hostile in (("serial", 1, False), ("2 workers", 2, False),

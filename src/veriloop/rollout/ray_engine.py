@@ -23,6 +23,7 @@ import contextlib
 import os
 import random
 import signal
+import sys
 import time
 from collections import Counter
 from dataclasses import dataclass
@@ -75,13 +76,19 @@ def _loopback_only(ray):
     The environment is set while the cluster's processes start (they inherit it; the actors are started later by
     the raylet, with its environment) and restored after."""
     services = ray._private.services
-    start_api_server, before = services.start_api_server, os.environ.get("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER")
-    services.start_api_server = lambda *args, **kwargs: (None, None)
+    start_api_server = getattr(services, "start_api_server", None)
+    before = os.environ.get("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER")
+    if start_api_server is None:  # another Ray than the one this was measured on (2.60): say what may happen
+        print(f"veriloop: Ray {ray.__version__} has no start_api_server: its dashboard process may start and probe "
+              "the cloud metadata address", file=sys.stderr, flush=True)  # fmt: skip
+    else:
+        services.start_api_server = lambda *args, **kwargs: (None, None)
     os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
     try:
         yield
     finally:
-        services.start_api_server = start_api_server
+        if start_api_server is not None:
+            services.start_api_server = start_api_server
         if before is None:
             os.environ.pop("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", None)
         else:

@@ -4,7 +4,7 @@ Every run is a fresh ``python -I`` process in its own session, with
 
 * resource limits set before the interpreter starts: CPU seconds, address space, file size,
   open files, and (where the kernel honours it for this user) the process count;
-* a fresh temporary working directory, removed afterwards;
+* a fresh working directory (in the namespaces a size-limited tmpfs of its own), removed afterwards;
 * a wall-clock limit enforced by the parent (the whole process group is killed);
 * a cap on what it may print (the parent stops reading and kills it past the cap);
 * an audit hook (PEP 578) installed before the program runs that ends the process at the
@@ -51,8 +51,8 @@ from veriloop.verifiers.sandbox_isolation import (  # noqa: F401 - Isolation, is
     _NAMESPACES,
     _PIVOT_ROOT,
     CGROUP_REAPER,
-    Isolation,
     USER_NAMESPACE_LIMITS,
+    Isolation,
     SandboxError,
     _denied_roots,
     _probe_isolation,

@@ -33,8 +33,8 @@ def _forget_ctypes():
         del sys.modules[name]  # an import of a cached module raises no audit event: make the program's import a new one
 def _enter_view(view, seccomp):
     # A fresh tmpfs becomes "/": the interpreter's library directories and a few device files bound read-only at
-    # their own paths, the run's directory (a size-limited tmpfs) read-write, nothing else (no /proc, /tmp, /home, the grader's files, other
-    # runs).  pivot_root and detaching the old root leave no path back to it.
+    # their own paths, the run's directory (a size-limited tmpfs) read-write, nothing else (no /proc, /tmp, /home,
+    # the grader's files, other runs).  pivot_root and detaching the old root leave no path back to it.
     import ctypes
     libc = ctypes.CDLL(None, use_errno=True)
     MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 1, 2, 4, 8, 32, 4096, 16384, 1 << 18
