@@ -78,7 +78,8 @@ class Isolation:
     def describe(self) -> str:
         kernel = ("user, mount, pid, net, ipc and uts namespaces; a read-only view of the interpreter's library "
                   "directories and the run's own directory (a size-limited tmpfs), nothing else; no network device; "
-                  "no capabilities; 8 inotify instances and no namespace of its own") if self.namespaces else (
+                  f"no capabilities; {dict(USER_NAMESPACE_LIMITS)['max_inotify_instances']} inotify instances and no "
+                  "namespace of its own") if self.namespaces else (
                   "no namespaces")  # fmt: skip
         seccomp = (f"; a seccomp filter (libseccomp): {len(SECCOMP_EPERM) + 1} calls refused, no namespace flag to "
                    "clone, no socket but a Unix one") if self.seccomp else "; no seccomp filter"  # fmt: skip
