@@ -180,18 +180,18 @@ def test_a_run_killed_before_its_first_checkpoint_starts_over_on_resume(tiny_pol
 
 
 def test_resume_without_a_checkpoint_starts_over_and_leaves_other_directories_alone(tiny_policy, plugin_dir,
-                                                                                     straight_short, tmp_path, capsys):
+                                                                                     straight_short, tmp_path, caplog):
     """In process: a run stopped after 3 steps (its checkpoints removed, as if killed before the first) starts
     over from step 0 and equals the uninterrupted run; an empty directory still has nothing to resume."""
     run_dir = tmp_path / "run"
     Trainer(config(tiny_policy, run_dir, SHORT, steps=3, checkpoint_every=1000), progress=False).train()
     shutil.rmtree(run_dir / "checkpoints")
     shutil.rmtree(run_dir / "final")
-    capsys.readouterr()
+    caplog.clear()
     with pytest.raises(InputError, match="starts it over from step 0"):
         Trainer(config(tiny_policy, run_dir, SHORT), progress=False)
     resumed = Trainer(config(tiny_policy, run_dir, SHORT), resume=True, progress=False)
-    err = capsys.readouterr().err
+    err = caplog.text  # a library warning: through logging (the command line shows it on stderr)
     assert "no complete checkpoint" in err and "discarding 3 metrics rows, the rollouts of 3 steps" in err
     assert resumed.state.step == 0 and resumed.metrics.rows == [] and not (run_dir / "ledger.jsonl").exists()
     assert RecordStore(run_dir / "rollouts").steps() == [] and (run_dir / "config.yaml").is_file()
@@ -233,15 +233,15 @@ DAMAGE = {"truncated safetensors": truncate_weights, "flipped bytes in optimizer
 
 @pytest.mark.parametrize("damage", DAMAGE.values(), ids=DAMAGE.keys())
 def test_a_damaged_latest_checkpoint_is_named_and_the_one_before_it_used(tiny_policy, plugin_dir, straight_short,
-                                                                        tmp_path, capsys, damage):  # fmt: skip
+                                                                        tmp_path, caplog, damage):  # fmt: skip
     run_dir = interrupted_copy(straight_short, tmp_path / "run")
     latest = run_dir / "checkpoints" / "step-000004"
     assert check_checkpoint(latest) == ("ok", "")
     why = damage(latest)
     assert check_checkpoint(latest) == ("bad", why)
-    capsys.readouterr()
+    caplog.clear()
     resumed = Trainer(config(tiny_policy, run_dir, SHORT), resume=True, progress=False)
-    err = capsys.readouterr().err
+    err = caplog.text  # a library warning: through logging (the command line shows it on stderr)
     assert f"checkpoint {latest} is damaged: {why}" in err
     assert resumed.state.step == 2 and [r["step"] for r in resumed.metrics.rows] == [1, 2]
     assert (run_dir / "checkpoints" / ".step-000004.damaged").is_dir()  # set aside, not in any listing
@@ -251,13 +251,13 @@ def test_a_damaged_latest_checkpoint_is_named_and_the_one_before_it_used(tiny_po
     assert check_checkpoint(latest) == ("ok", "")  # written again, whole
 
 
-def test_every_checkpoint_damaged_starts_the_run_over(tiny_policy, plugin_dir, straight_short, tmp_path, capsys):
+def test_every_checkpoint_damaged_starts_the_run_over(tiny_policy, plugin_dir, straight_short, tmp_path, caplog):
     run_dir = interrupted_copy(straight_short, tmp_path / "run")
     truncate_weights(run_dir / "checkpoints" / "step-000004")
     flip_optimizer_bytes(run_dir / "checkpoints" / "step-000002")
-    capsys.readouterr()
+    caplog.clear()
     resumed = Trainer(config(tiny_policy, run_dir, SHORT), resume=True, progress=False)
-    err = capsys.readouterr().err
+    err = caplog.text  # library warnings: through logging (the command line shows them on stderr)
     assert "step-000004 is damaged: model/model.safetensors has" in err
     assert "step-000002 is damaged: optimizer.pt does not match its SHA-256" in err
     assert "no valid checkpoint (every one is damaged)" in err and "starting the run over from step 0" in err
@@ -267,7 +267,7 @@ def test_every_checkpoint_damaged_starts_the_run_over(tiny_policy, plugin_dir, s
 
 
 def test_a_checkpoint_without_a_manifest_from_an_older_version_loads_with_a_warning(tiny_policy, plugin_dir,
-                                                                                   straight_short, tmp_path, capsys):
+                                                                                   straight_short, tmp_path, caplog):
     run_dir = interrupted_copy(straight_short, tmp_path / "run")
     for step_dir in ckpt.list_checkpoints(run_dir):  # as an older veriloop wrote them
         (step_dir / "manifest.json").unlink()
@@ -275,9 +275,9 @@ def test_a_checkpoint_without_a_manifest_from_an_older_version_loads_with_a_warn
         del state["manifest"]
         (step_dir / "trainer_state.json").write_text(json.dumps(state))
     assert check_checkpoint(run_dir / "checkpoints" / "step-000004")[0] == "unverified"
-    capsys.readouterr()
+    caplog.clear()
     resumed = Trainer(config(tiny_policy, run_dir, SHORT), resume=True, progress=False)
-    err = capsys.readouterr().err
+    err = caplog.text  # a library warning: through logging (the command line shows it on stderr)
     assert "step-000004: no manifest.json" in err and "loading it unverified" in err
     assert resumed.state.step == 4
     resumed.train()  # nothing left to run: writes final/
@@ -349,7 +349,7 @@ def test_a_second_sigint_raises_keyboard_interrupt_and_the_handlers_are_put_back
 
 
 def test_a_cut_metrics_line_and_other_leftovers_of_a_kill_past_the_checkpoint(tiny_policy, plugin_dir,
-                                                                            straight_short, tmp_path, capsys):
+                                                                            straight_short, tmp_path, caplog):
     """Killed during step 4 after step 2's checkpoint: metrics.jsonl's last line cut, a cut rollouts file and
     ledger line, step 4's temporary checkpoint and temporary files of atomic writes left behind."""
     run_dir = interrupted_copy(straight_short, tmp_path / "run")
@@ -374,9 +374,9 @@ def test_a_cut_metrics_line_and_other_leftovers_of_a_kill_past_the_checkpoint(ti
         bad = tmp_path / "bad" / "metrics.jsonl"
         bad.write_bytes(lines[0] + lines[1][:20] + b"\n" + lines[2])
         MetricsLog(bad)
-    capsys.readouterr()
+    caplog.clear()
     resumed = Trainer(config(tiny_policy, run_dir, SHORT), resume=True, progress=False)
-    err = capsys.readouterr().err
+    err = caplog.text  # a library warning: through logging (the command line shows it on stderr)
     assert "metrics.jsonl:4: dropping the last line" in err
     assert resumed.state.step == 2 and [r["step"] for r in resumed.metrics.rows] == [1, 2]
     assert [r["step"] for r in metric_rows(run_dir)] == [1, 2]  # rewritten without the rows past the checkpoint

@@ -1,7 +1,8 @@
-"""``veriloop <command>``: parse options, call the packages, report errors plainly.
+"""``veriloop <command>``: parse the options, set up the logs, call the packages, report errors plainly.
 
-Every command takes ``--config FILE.yaml`` and one ``--section.field VALUE`` flag per
-option (``veriloop <command> --help`` lists them with defaults).  Flags override the file.
+Every command takes ``--config FILE.yaml`` and one ``--section.field VALUE`` flag per option (``veriloop
+<command> --help`` lists them with defaults).  Flags override the file.  ``-q``, ``-v``, ``--log_level`` and
+``--log_every`` go before or after the command (``veriloop.logs``: what is shown, and each run's log file).
 
 Exit status 2: the input is wrong (``InputError``, a config error, a missing file), said in one
 line; 1: anything else escaping a command, a bug in veriloop, shown with its traceback (``audit``
@@ -12,27 +13,122 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
+import os
+import shlex
 import sys
 import traceback
+from contextlib import contextmanager
 
+from veriloop import __version__, logs
 from veriloop.config import ConfigError, add_arguments, config_from_args, to_dict
 from veriloop.errors import InputError
 
 EXIT_BUG = 1
 EXIT_USAGE = 2
+log = logging.getLogger("veriloop.cli")  # not __name__: `python -m veriloop.cli` runs it as __main__
+
+INTRO = """\
+veriloop trains language models to reason with rewards a program can check: a verifier grades
+each answer (a process reward, each step), and GRPO and its family learn from the grades.  Its
+evaluation says what training changed: held-out accuracy, pass@k, right answers by wrong steps.
+
+start with:
+  veriloop demo                     the shipped base trained with GRPO (outcome and process rewards)
+                                    beside an SFT control, evaluated before and after, in one table
+  veriloop train                    train a policy (GRPO unless --algo; `veriloop algos` lists them)
+  veriloop eval --policy RUN/final  evaluate a policy on held-out problems
+"""
+
+# The commands, by group, with what each does: the top-level help lists them from here, and each command's
+# parser takes its line as its help (a command missing here has no parser: see _build).
+GROUPS = {
+    "train": "train",
+    "evaluate": "evaluate",
+    "search": "search (test-time compute)",
+    "verifiers": "verifiers and reward models",
+    "tools": "tools",
+}
+COMMANDS = {
+    "demo": ("train", "evaluate the shipped base, train it with GRPO, evaluate again, print the table"),
+    "train": ("train", "train a policy with any recipe (--algo, default grpo); resumable run directory"),
+    "sft": ("train", "supervised fine-tuning on the task's teacher traces: the sft recipe from a new built-in "
+                     "model (makes the base)"),
+    "pipeline": ("train", "the R1 recipe: cold start, RL, rejection sampling, SFT from the base, RL again (or "
+                          "R1-Zero); one run directory per stage, resumable"),
+    "algos": ("train", "list the training recipes (--algo NAME) and what each sets"),
+    "eval": ("evaluate", "held-out evaluation: greedy/sampled accuracy, pass@k, format, process, wrong steps"),
+    "report": ("evaluate", "write plots/ and report.html for a run directory"),
+    "search": ("search", "test-time strategies at several budgets: summary.json, table, plot"),
+    "allocate": ("search", "compute-optimal allocation: difficulty bins and a strategy per bin chosen on "
+                           "validation, applied to held-out"),
+    "revision-pairs": ("search", "wrong -> right demonstrations (nearest by edit distance) for a revision model"),
+    "verifiers": ("verifiers", "list the registered verifiers"),
+    "verify": ("verifiers", "grade a JSONL file of {completion, reference} rows with a verifier"),
+    "audit": ("verifiers", "false accepts and false rejects of a verifier, by part and family"),
+    "prm": ("verifiers", "process reward models: label steps, train, score (veriloop prm label|train|score)"),
+    "completion": ("tools", "print a shell completion script: source <(veriloop completion bash)"),
+}  # fmt: skip
+
+USAGE = "veriloop [-h] [--version] [-q] [-v] [--log_level LEVEL] [--log_every N] [--plugin MODULE] COMMAND ..."
+EPILOG = """\
+Every command takes --config FILE.yaml and one --section.field flag per option; `veriloop COMMAND
+--help` lists them with their defaults.  On a terminal each stage shows a progress bar; off one,
+plain lines.  A run's full log is in its directory (train.log, demo.log, ...).
+Exit status: 0 done; 2 wrong input, said in one line; 1 a bug in veriloop, with its traceback;
+130 interrupted.
+"""
 
 
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="veriloop", description=__doc__.split("\n")[0])
+def _listing(width: int = 96) -> str:
+    """The commands, by group, as the top-level help shows them (each line within ``width`` columns)."""
+    import textwrap
+
+    column = max(map(len, COMMANDS)) + 4
+    lines = []
+    for group, title in GROUPS.items():
+        lines.append(f"\n{title}:")
+        for name, (in_group, summary) in COMMANDS.items():
+            if in_group == group:
+                text = textwrap.wrap(summary, width - column)
+                lines.append(f"  {name:<{column - 2}}{text[0]}")
+                lines += [" " * column + more for more in text[1:]]
+    return "\n".join(lines)
+
+
+def _parser(only: set[str] | None = None) -> argparse.ArgumentParser:
+    """The command line's parser.  With ``only``, the other commands get no options of their own: building them
+    imports the training stack, which ``veriloop --help`` or ``veriloop verify`` has no need of."""
+    parser = argparse.ArgumentParser(prog="veriloop", usage=USAGE, description=INTRO + _listing(), epilog=EPILOG,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    parser.add_argument("--version", action="version", version=f"veriloop {__version__}")
     parser.add_argument("--plugin", action="append", default=[], metavar="MODULE",
                         help="import MODULE first (repeatable): it may register tasks, verifiers, estimators, "
                         "objectives or search strategies (veriloop.registry)")  # fmt: skip
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    _add_run_commands(sub)
-    _add_verifier_commands(sub)
-    sub.add_parser("algos", help="list the training recipes (--algo NAME) and what each sets")
-    _add_prm_and_search_commands(sub)
+    _add_output_options(parser, top=True)
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", prog="veriloop",
+                                help=argparse.SUPPRESS)  # listed by group in the description  # fmt: skip
+    for name in COMMANDS:
+        if only is None or name in only:
+            _build(sub, name)
+        else:
+            sub.add_parser(name, help=COMMANDS[name][1], add_help=False)
     return parser
+
+
+def _add_output_options(p: argparse.ArgumentParser, top: bool = False) -> None:
+    """-q, -v, --log_level, --log_every: on the top-level parser and on every command's, so that they may come
+    before or after the command (a command's own leaves the top-level value alone unless given)."""
+    default = (lambda value: value) if top else (lambda value: argparse.SUPPRESS)
+    g = p.add_argument_group("output (before or after the command)")
+    g.add_argument("-q", "--quiet", action="store_true", default=default(False),
+                   help="warnings and errors only, no progress")  # fmt: skip
+    g.add_argument("-v", "--verbose", action="store_true", default=default(False), help="debug messages too")
+    g.add_argument("--log_level", choices=tuple(logs.LEVELS), default=default(None),
+                   help="what is shown on stderr (default info; -q is warning, -v is debug); the run's own log "
+                   "file keeps everything")  # fmt: skip
+    g.add_argument("--log_every", type=int, metavar="N", default=default(0),
+                   help="off a terminal, a progress line every N steps (default: 10 to 20 lines a run)")  # fmt: skip
 
 
 def _command(sub, name: str, cls, help_text: str, defaults=None) -> argparse.ArgumentParser:
@@ -41,43 +137,78 @@ def _command(sub, name: str, cls, help_text: str, defaults=None) -> argparse.Arg
     # config's value alone), so it would print "(default: None)"; add_arguments writes each option's true default.
     p = sub.add_parser(name, help=help_text, description=help_text)
     p.add_argument("--config", metavar="FILE.yaml", help="YAML file of options (flags override it)")
-    p.add_argument("--quiet", action="store_true", help="no progress bars")
+    _add_output_options(p)
     add_arguments(p, cls, defaults)
     return p
 
 
-def _add_run_commands(sub) -> None:
-    from veriloop.demo import DemoConfig, demo_defaults
-    from veriloop.evaluation.run import EvalRunConfig
-    from veriloop.pipeline import PipelineConfig
-    from veriloop.training.config import TrainConfig
+def _config_class(name: str):
+    """The config dataclass of a command whose options are its fields, and the defaults it starts from; None
+    for the other commands."""
+    if name in ("sft", "train"):
+        from veriloop.training.config import TrainConfig
 
-    _command(sub, "sft", TrainConfig, "supervised fine-tuning on the task's teacher traces: the sft recipe from a "
-             "new built-in model (makes the base)", _sft_defaults())  # fmt: skip
-    p = _command(sub, "train", TrainConfig,
-                 "train a policy with any recipe (--algo, default grpo); resumable run directory")  # fmt: skip
-    p.add_argument("--resume", metavar="RUN_DIR", help="continue the run in RUN_DIR from its latest checkpoint that "
-                   "matches its manifest; with none (killed before its first), start it over from step 0")  # fmt: skip
-    _command(sub, "eval", EvalRunConfig,
-             "held-out evaluation: greedy/sampled accuracy, pass@k, format, process, wrong steps")  # fmt: skip
-    _command(sub, "demo", DemoConfig, "evaluate the shipped base, train it with GRPO, evaluate again, print the table",
-             demo_defaults())  # fmt: skip
-    _command(sub, "pipeline", PipelineConfig, "the R1 recipe: cold start, RL, rejection sampling, SFT from the base, "
-             "RL again (or R1-Zero); one run directory per stage, resumable")  # fmt: skip
-    p = sub.add_parser("report", help="write plots/ and report.html for a run directory")
+        return TrainConfig, _sft_defaults() if name == "sft" else None
+    if name == "eval":
+        from veriloop.evaluation.run import EvalRunConfig
+
+        return EvalRunConfig, None
+    if name == "demo":
+        from veriloop.demo import DemoConfig, demo_defaults
+
+        return DemoConfig, demo_defaults()
+    if name == "pipeline":
+        from veriloop.pipeline import PipelineConfig
+
+        return PipelineConfig, None
+    if name in ("search", "allocate", "revision-pairs"):
+        from veriloop.search.allocate import AllocateConfig
+        from veriloop.search.revision import RevisionPairsConfig
+        from veriloop.search.run import SearchConfig
+
+        return {"search": SearchConfig, "allocate": AllocateConfig, "revision-pairs": RevisionPairsConfig}[name], None
+    return None
+
+
+def _build(sub, name: str) -> None:
+    """Command ``name``'s parser, with all its options."""
+    config = _config_class(name)
+    if config is not None:
+        p = _command(sub, name, config[0], COMMANDS[name][1], config[1])
+        if name == "train":
+            p.add_argument("--resume", metavar="RUN_DIR", help="continue the run in RUN_DIR from its latest "
+                           "checkpoint that matches its manifest; with none (killed before its first), start it "
+                           "over from step 0")  # fmt: skip
+        return
+    builders = {"report": _add_report, "verify": _add_verify, "audit": _add_audit, "prm": _add_prm,
+                "completion": _add_completion}  # fmt: skip
+    if name in builders:
+        builders[name](sub, COMMANDS[name][1])
+    elif name in ("algos", "verifiers"):
+        _add_output_options(sub.add_parser(name, help=COMMANDS[name][1], description=COMMANDS[name][1]))
+    else:
+        raise AssertionError(f"command {name!r} has no parser: add it to _build")
+
+
+def _add_report(sub, help_text: str) -> None:
+    p = sub.add_parser("report", help=help_text, description=help_text)
     p.add_argument("run_dir")
+    _add_output_options(p)
 
 
-def _add_verifier_commands(sub) -> None:
-    sub.add_parser("verifiers", help="list the registered verifiers")
-    p = sub.add_parser("verify", help="grade a JSONL file of {completion, reference} rows with a verifier")
+def _add_verify(sub, help_text: str) -> None:
+    p = sub.add_parser("verify", help=help_text, description=help_text)
     p.add_argument("--verifier", required=True, help="verifier name (see `veriloop verifiers`)")
     p.add_argument("--input", required=True, metavar="IN.jsonl", help="rows with completion and reference")
     p.add_argument("--output", required=True, metavar="OUT.jsonl", help="the rows with score, outcome, components")
     p.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
                    help="verifier option (repeatable), e.g. percent=either, partial_credit=true")  # fmt: skip
     p.add_argument("--workers", type=int, default=0, help="processes; 0 = every core")
-    p = sub.add_parser("audit", help="false accepts and false rejects of a verifier, by part and family")
+    _add_output_options(p)
+
+
+def _add_audit(sub, help_text: str) -> None:
+    p = sub.add_parser("audit", help=help_text, description=help_text)
     p.add_argument("verifier", help="verifier name")
     p.add_argument("--part", choices=("development", "heldout", "all"), default="all",
                    help="built-in cases: development (the reader is tuned on them), heldout (written from reading, "
@@ -87,17 +218,16 @@ def _add_verifier_commands(sub) -> None:
     p.add_argument("--no-builtin", action="store_true", help="only the cases given with --cases")
     p.add_argument("--option", action="append", default=[], metavar="KEY=VALUE", help="verifier option")
     p.add_argument("--json", metavar="FILE", help="also write the report as JSON (totals per part, every failure)")
+    _add_output_options(p)
 
 
-def _add_prm_and_search_commands(sub) -> None:
+def _add_prm(sub, help_text: str) -> None:
     from veriloop.prm.label import LabelConfig
     from veriloop.prm.train import PRMTrainConfig
-    from veriloop.search.allocate import AllocateConfig
-    from veriloop.search.revision import RevisionPairsConfig
-    from veriloop.search.run import SearchConfig
 
-    prm = sub.add_parser("prm", help="process reward models: label steps, train, score")
-    prm_sub = prm.add_subparsers(dest="prm_command", required=True, metavar="PRM_COMMAND")
+    prm = sub.add_parser("prm", help=help_text, description=help_text)
+    _add_output_options(prm)
+    prm_sub = prm.add_subparsers(dest="prm_command", required=True, metavar="PRM_COMMAND", prog="veriloop prm")
     _command(prm_sub, "label", LabelConfig, "Math-Shepherd step labels: complete each step prefix N times, JSONL out")
     _command(prm_sub, "train", PRMTrainConfig, "train a PRM (or an ORM with --labels outcome) on step labels")
     p = prm_sub.add_parser("score", help="score JSONL rows {prompt or reference, completion} with a PRM")
@@ -105,42 +235,51 @@ def _add_prm_and_search_commands(sub) -> None:
     p.add_argument("--input", required=True, metavar="IN.jsonl")
     p.add_argument("--output", required=True, metavar="OUT.jsonl", help="the rows with step_scores and score")
     p.add_argument("--aggregation", default="", help="min | prod | last; default: the PRM's own")
-    _command(sub, "search", SearchConfig, "test-time strategies at several budgets: summary.json, table, plot")
-    _command(sub, "allocate", AllocateConfig,
-             "compute-optimal allocation: difficulty bins and a strategy per bin chosen on validation, "
-             "applied to held-out")  # fmt: skip
-    _command(sub, "revision-pairs", RevisionPairsConfig,
-             "wrong -> right demonstrations (nearest by edit distance) for a revision model")  # fmt: skip
+    _add_output_options(p)
 
 
-def _run(args: argparse.Namespace) -> int:
-    progress = not getattr(args, "quiet", False)
+def _add_completion(sub, help_text: str) -> None:
+    p = sub.add_parser("completion", help=help_text, description=help_text + " (or add it to ~/.bashrc; zsh: "
+                       "veriloop completion zsh > ~/.zfunc/_veriloop)")  # fmt: skip
+    p.add_argument("shell", choices=("bash", "zsh", "tcsh"))
+    _add_output_options(p)
+
+
+# ---------------------------------------------------------------------------------------------------- running
+
+
+@contextmanager
+def _run_log(args: argparse.Namespace, run_dir, name: str, marker: str | None = None):
+    """The command's log in its run directory (``logs.attach_run_log``), opened by the command line it ran."""
+    with logs.attach_run_log(run_dir, name, marker=marker):
+        command = shlex.join(["veriloop", *getattr(args, "argv", [])])
+        log.info("%s (veriloop %s)", command, __version__, extra=logs.FILE_ONLY)
+        yield
+
+
+def _run(args: argparse.Namespace, progress: bool = True) -> int:
     if args.command in ("sft", "train", "eval", "demo"):
         return _run_training(args, progress)
     if args.command == "pipeline":
-        from veriloop.pipeline import PipelineConfig, run_pipeline
+        from veriloop.pipeline import STATE, PipelineConfig, run_pipeline
 
         cfg = config_from_args(PipelineConfig, args)
-        run_pipeline(cfg, progress=progress)
+        with _run_log(args, cfg.run_dir, "pipeline", marker=STATE):
+            run_pipeline(cfg, progress=progress)
         print(open(f"{cfg.run_dir}/table.md").read())
         print(f"pipeline directory: {cfg.run_dir} (pipeline.json, table.md, one run directory per stage)")
-    if args.command == "report":
+    elif args.command == "report":
         from veriloop.report.report import write_report
 
         print(write_report(args.run_dir))
-    elif args.command == "verifiers":
-        from veriloop import verifiers
+    elif args.command == "completion":
+        import shtab
 
-        for name in verifiers.names():
-            print(name)
-    elif args.command == "verify":
-        from veriloop.verifiers.batch import verify_file
-
-        summary = verify_file(args.verifier, args.input, args.output, _options(args.option), args.workers)
-        print(summary.text())
-        print(f"wrote {args.output}")
-    elif args.command == "audit":
-        return _audit(args)
+        parser = _parser()
+        next(a for a in parser._actions if a.dest == "command").help = "command"  # listed (shtab skips hidden)
+        print(shtab.complete(parser, args.shell))
+    elif args.command in ("audit", "verifiers", "verify"):
+        return _verifiers(args)
     elif args.command == "prm":
         return _prm(args, progress)
     elif args.command in ("search", "revision-pairs", "allocate"):
@@ -154,6 +293,23 @@ def _run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _verifiers(args: argparse.Namespace) -> int:
+    if args.command == "audit":
+        return _audit(args)
+    if args.command == "verifiers":
+        from veriloop import verifiers
+
+        for name in verifiers.names():
+            print(name)
+    else:
+        from veriloop.verifiers.batch import verify_file
+
+        summary = verify_file(args.verifier, args.input, args.output, _options(args.option), args.workers)
+        print(summary.text())
+        print(f"wrote {args.output}")
+    return 0
+
+
 def _run_training(args: argparse.Namespace, progress: bool) -> int:
     if args.command in ("sft", "train"):
         from veriloop.report.report import write_report
@@ -162,18 +318,18 @@ def _run_training(args: argparse.Namespace, progress: bool) -> int:
         from veriloop.training.trainer import Trainer
 
         if args.command == "sft":
-            cfg = config_from_args(TrainConfig, args, base=SFT_COMMAND_DEFAULTS)
-            trainer = Trainer(cfg, progress=progress)
+            cfg, resume = config_from_args(TrainConfig, args, base=SFT_COMMAND_DEFAULTS), False
         elif args.resume:
-            cfg = _resume_config(args)
-            trainer = Trainer(cfg, resume=True, progress=progress)
+            cfg, resume = _resume_config(args), True
         else:
-            cfg = config_from_args(TrainConfig, args)
-            trainer = Trainer(cfg, progress=progress)
-        trainer.train()
-        write_report(cfg.run_dir)
+            cfg, resume = config_from_args(TrainConfig, args), False
+        # train.log for sft too: `veriloop train --resume` continues an sft run, and appends to the same file
+        with _run_log(args, cfg.run_dir, "train", marker="config.yaml"):
+            trainer = Trainer(cfg, resume=resume, progress=progress)
+            trainer.train()
+            write_report(cfg.run_dir)
         made = "checkpoints/: resume it" if trainer.stop_signal else "final/"  # preempted runs have no final/
-        print(f"run directory: {cfg.run_dir} (report.html, metrics.jsonl, {made})")
+        print(f"run directory: {cfg.run_dir} (report.html, metrics.jsonl, train.log, {made})")
     elif args.command == "eval":
         from veriloop.evaluation.run import EvalRunConfig, run_eval
 
@@ -181,7 +337,9 @@ def _run_training(args: argparse.Namespace, progress: bool) -> int:
     else:
         from veriloop.demo import DemoConfig, demo_defaults, run_demo
 
-        run_demo(config_from_args(DemoConfig, args, base=to_dict(demo_defaults())), progress=progress)
+        cfg = config_from_args(DemoConfig, args, base=to_dict(demo_defaults()))
+        with _run_log(args, None, "demo"):  # the demo says its directory (a new demo-N, or one it continues)
+            run_demo(cfg, progress=progress)
     return 0
 
 
@@ -190,7 +348,8 @@ def _search(args: argparse.Namespace, progress: bool) -> int:
         from veriloop.search.run import SearchConfig, run_search
 
         cfg = config_from_args(SearchConfig, args)
-        summary = run_search(cfg, progress=progress)
+        with _run_log(args, cfg.out, "search"):
+            summary = run_search(cfg, progress=progress)
         print(open(f"{cfg.out}/table.md").read())
         print(f"wrote {cfg.out}/summary.json, table.md, accuracy_vs_tokens.png, results.jsonl "
               f"({summary['seconds']} s)")  # fmt: skip
@@ -198,7 +357,8 @@ def _search(args: argparse.Namespace, progress: bool) -> int:
         from veriloop.search.allocate import AllocateConfig, run_allocate
 
         cfg = config_from_args(AllocateConfig, args)
-        summary = run_allocate(cfg, progress=progress)
+        with _run_log(args, cfg.out, "allocate"):
+            summary = run_allocate(cfg, progress=progress)
         print(open(f"{cfg.out}/table.md").read())
         print(f"wrote {cfg.out}/summary.json, table.md, validation.jsonl, heldout.jsonl ({summary['seconds']} s)")
     else:
@@ -303,29 +463,49 @@ def _import_plugins(argv: list[str] | None) -> None:
     import_plugins(modules)
 
 
+def _log_level(args: argparse.Namespace) -> int:
+    """--log_level, else -v (debug), else -q (warning), else info."""
+    if getattr(args, "log_level", None):
+        return logs.LEVELS[args.log_level]
+    if getattr(args, "verbose", False):
+        return logging.DEBUG
+    return logging.WARNING if getattr(args, "quiet", False) else logging.INFO
+
+
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    restore = logs.quiet_third_party()  # before transformers is imported: it reads the environment then
+    try:
+        return _main(argv)
+    finally:
+        restore()
+
+
+def _main(argv: list[str]) -> int:
     try:
         _import_plugins(argv)
     except InputError as e:
         print(f"veriloop: error: {e}", file=sys.stderr)
         return EXIT_USAGE
-    args = _parser().parse_args(argv)
-    from transformers.utils import logging as hf_logging
-
-    hf_logging.disable_progress_bar()  # our own bars show progress; theirs would interleave
-    try:
-        return _run(args)
-    except (InputError, ConfigError, FileNotFoundError) as e:  # the user's input: say what, no traceback
-        print(f"veriloop {args.command}: error: {e}", file=sys.stderr)
-        return EXIT_USAGE
-    except KeyboardInterrupt:
-        print(f"veriloop {args.command}: interrupted; checkpoints written so far are kept", file=sys.stderr)
-        return 130
-    except Exception:  # anything else is a bug in veriloop: show where, and do not blame the input
-        traceback.print_exc()
-        print(f"veriloop {args.command}: internal error (a bug in veriloop, not in your input): please report it "
-              "with the command line and the traceback above", file=sys.stderr)  # fmt: skip
-        return EXIT_BUG
+    args = _parser(only=set(argv) & set(COMMANDS)).parse_args(argv)
+    args.argv, level = argv, _log_level(args)
+    with logs.cli_logging(level, log_every=args.log_every):
+        try:
+            return _run(args, progress=level <= logging.INFO)
+        except (InputError, ConfigError, FileNotFoundError) as e:  # the user's input: say what, no traceback
+            print(f"veriloop {args.command}: error: {e}", file=sys.stderr)
+            return EXIT_USAGE
+        except KeyboardInterrupt:
+            print(f"veriloop {args.command}: interrupted; checkpoints written so far are kept", file=sys.stderr)
+            return 130
+        except BrokenPipeError:  # the reader of stdout went away (`veriloop completion bash | head`): not a bug
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # so that exiting flushes nowhere
+            return 0
+        except Exception:  # anything else is a bug in veriloop: show where, and do not blame the input
+            traceback.print_exc()
+            print(f"veriloop {args.command}: internal error (a bug in veriloop, not in your input): please report "
+                  "it with the command line and the traceback above", file=sys.stderr)  # fmt: skip
+            return EXIT_BUG
 
 
 if __name__ == "__main__":

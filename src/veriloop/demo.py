@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,6 +29,7 @@ from pathlib import Path
 import torch
 import yaml
 
+from veriloop import logs
 from veriloop.config import build_config, to_dict
 from veriloop.evaluation.evaluate import EvalConfig, EvalResult, evaluate
 from veriloop.evaluation.teacher import evaluate_teacher
@@ -39,6 +41,8 @@ from veriloop.training.checkpoint import config_bytes, flatten
 from veriloop.training.config import TrainConfig
 from veriloop.training.run_dir import config_changes
 from veriloop.training.trainer import Stopped, Trainer, stop_exit, stop_on_signals, train_or_stop
+
+log = logging.getLogger(__name__)
 
 # What each train.* option is to the SFT control: the sft recipe of the same trainer, from the same base, for
 # the GRPO run's wall time.  An option set to a value other than its recipe's default reaches the control
@@ -267,15 +271,17 @@ class _Demo:
     def say(self, phase: str, line: str) -> None:
         """``line``, unless ``phase`` was done by an earlier attempt."""
         if not self.state["phases"].get(phase, {}).get("done"):
-            print(line, flush=True)
+            print(line, flush=True)  # the demo's story, on stdout; its log (demo.log) keeps a copy
+            log.info(line, extra=logs.FILE_ONLY)
 
     def run(self) -> dict:
         cfg, phases = self.cfg, self.state["phases"]
         again = " (continued: the phases done are not redone)" if any(e["done"] for e in phases.values()) else ""
         print(f"demo directory: {self.out}{again}")
+        log.info(f"demo directory: {self.out}{again}", extra={**logs.FILE_ONLY, **logs.run_dir_extra(self.out)})
         note = _control_note(cfg)
         if note:
-            print(note)
+            log.warning(note)
         self.say("evaluate base and teacher",
                  f"evaluating the base ({cfg.train.policy}) on {len(self.problems)} held-out problems ...")  # fmt: skip
         first = self.phase("evaluate base and teacher", lambda _: {
@@ -311,6 +317,7 @@ class _Demo:
         self.save()
         line = "; ".join(f"{name} {s:.0f} s" for name, s in summary["phase_seconds"].items())
         print(f"\nwall time {summary['total_seconds'] / 60:.1f} min: {line}")
+        log.info(f"wall time {summary['total_seconds'] / 60:.1f} min: {line}", extra=logs.FILE_ONLY)
         print(f"summary: {self.out / 'summary.json'}; report: {self.out / 'report.html'}")
         return summary
 

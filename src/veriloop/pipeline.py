@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -60,6 +61,8 @@ from veriloop.training.trainer import Stopped, Trainer, stop_exit, stop_on_signa
 from veriloop.verifiers import get as get_verifier
 from veriloop.verifiers import is_correct
 from veriloop.verifiers.tools import tool_settings
+
+log = logging.getLogger(__name__)
 
 VARIANTS = {
     "r1": ("cold_start", "rl", "rejection_sample", "sft_from_base", "rl_again"),
@@ -200,7 +203,7 @@ def _train(root: Path, stage: str, cfg: TrainConfig, progress: bool) -> Path:
         while (root / f"{stage}.incomplete-{n}").exists():
             n += 1
         run_dir.rename(root / f"{stage}.incomplete-{n}")  # nothing to resume from: kept aside, started over
-        print(f"{stage}: no checkpoint to resume from; its directory is kept as {stage}.incomplete-{n}")
+        log.warning(f"{stage}: no checkpoint to resume from; its directory is kept as {stage}.incomplete-{n}")
     resume = run_dir.exists()
     # preempted: the stage's checkpoint is written, and Stopped raised: it has no final model to go on from
     train_or_stop(Trainer(dataclasses.replace(cfg, run_dir=str(run_dir)), resume=resume, progress=progress))

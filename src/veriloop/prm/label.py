@@ -23,10 +23,10 @@ import time
 from dataclasses import dataclass, field
 
 import torch
-from tqdm import tqdm
 
 from veriloop.errors import InputError
 from veriloop.io import atomic_write_jsonl
+from veriloop.logs import progress as progress_display
 from veriloop.models.loading import load_policy
 from veriloop.models.solutions import sample_solutions
 from veriloop.options import check_declared, declare, not_read_by
@@ -97,8 +97,7 @@ def label_solutions(
             prefixes.append((s, k, text[: steps[k + 1].start]))
     hits = [[0] * len(st) for st in split]
     N = completions
-    bar = tqdm(total=len(prefixes) * N, desc="prm label", unit="completion", disable=not progress,
-               dynamic_ncols=True)  # fmt: skip
+    bar = progress_display(total=len(prefixes) * N, desc="prm label", unit="completion", enabled=progress)
     for i in range(0, len(prefixes), batch_prompts):
         chunk = prefixes[i : i + batch_prompts]
         prompt_ids = []

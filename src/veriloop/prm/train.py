@@ -20,10 +20,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
-from tqdm import tqdm
 
 from veriloop.errors import InputError
 from veriloop.io import atomic_write_json, atomic_write_jsonl, read_jsonl
+from veriloop.logs import progress as progress_display
 from veriloop.models.loading import load_policy
 from veriloop.options import check_declared, declare, toggled
 from veriloop.prm.metrics import roc_auc
@@ -211,8 +211,7 @@ def fit_prm(
     opt = torch.optim.AdamW(params, lr=lr, weight_decay=0.0)
     rng = random.Random(seed)
     steps_per_epoch = (len(encoded) + batch_size - 1) // batch_size
-    bar = tqdm(total=epochs * steps_per_epoch, desc="prm train", unit="step", disable=not progress,
-               dynamic_ncols=True)  # fmt: skip
+    bar = progress_display(total=epochs * steps_per_epoch, desc="prm train", unit="step", enabled=progress)
     prm.train()
     losses = []
     for epoch in range(1, epochs + 1):
@@ -227,8 +226,8 @@ def fit_prm(
             torch.nn.utils.clip_grad_norm_(params, 1.0)
             opt.step()
             losses.append(float(value.detach()))
-            bar.update(1)
             bar.set_postfix(loss=f"{sum(losses[-20:]) / len(losses[-20:]):.4f}")
+            bar.update(1)
         if after_epoch is not None:
             prm.eval()
             after_epoch(epoch)

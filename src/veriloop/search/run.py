@@ -27,10 +27,10 @@ from dataclasses import replace
 from pathlib import Path
 
 import torch
-from tqdm import tqdm
 
 from veriloop.errors import InputError
 from veriloop.io import atomic_write_json, atomic_write_jsonl, atomic_write_text
+from veriloop.logs import progress as progress_display
 from veriloop.models.loading import load_policy
 from veriloop.models.solutions import sample_solutions
 from veriloop.registry import STRATEGIES
@@ -174,8 +174,7 @@ def _run_cells(cfg: SearchConfig, strategies: Strategies, verifier, problems, ra
     per strategy and budget its cell (bins named ``names``, default those of ``cfg.bin_edges``)."""
     names = names or bin_names(cfg.edge_list())
     plan = plan or search_plan(cfg)
-    bar = tqdm(total=len(plan) * len(problems), desc="search", unit="problem", disable=not progress,
-               dynamic_ncols=True)  # fmt: skip
+    bar = progress_display(total=len(plan) * len(problems), desc="search", unit="problem", enabled=progress)
     results, cells = [], {}
     for s, b in plan:
         rows, oracle = [], strategies.uses_reference(s)

@@ -25,11 +25,11 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import pickle
 import random
 import shutil
-import sys
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
@@ -47,6 +47,7 @@ from veriloop.io import (
 )
 from veriloop.rollout.records import RecordStore
 
+log = logging.getLogger(__name__)
 MANIFEST = "manifest.json"
 MANIFEST_FORMAT = 1
 # What a run writes into its directory as it goes (besides config.yaml and checkpoints/); a run started over
@@ -139,10 +140,6 @@ def check_checkpoint(path: Path) -> tuple[str, str]:
     return "ok", ""
 
 
-def _say(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
-
-
 def find_resumable_checkpoint(run_dir: Path) -> Path | None:
     """The latest checkpoint that passes ``check_checkpoint``; each newer one that fails is named with its first
     bad file and set aside as ``checkpoints/.step-N.damaged`` (out of every later listing), then the one before
@@ -154,14 +151,14 @@ def find_resumable_checkpoint(run_dir: Path) -> Path | None:
         if status == "ok":
             return path
         if status == "unverified":
-            _say(f"warning: checkpoint {path}: {why}; loading it unverified")
+            log.warning(f"checkpoint {path}: {why}; loading it unverified")
             return path
         aside = path.with_name(f".{path.name}.damaged")
         if aside.exists():
             shutil.rmtree(aside)
         os.replace(path, aside)
         fsync_dir(path.parent)
-        _say(f"checkpoint {path} is damaged: {why}; set aside as {aside.name}, trying the one before it")
+        log.warning(f"checkpoint {path} is damaged: {why}; set aside as {aside.name}, trying the one before it")
     return None
 
 

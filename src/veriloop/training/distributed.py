@@ -35,19 +35,21 @@ and the command, and the group is closed.  Each rank uses ``cfg.threads`` thread
 from __future__ import annotations
 
 import atexit
+import logging
 import os
 import pickle
 import shutil
 import sys
 import tempfile
 import time
-import warnings
 import weakref
 from pathlib import Path
 
 import torch
 
 from veriloop.training.ranks import RankShare, _recv, rank_main
+
+log = logging.getLogger(__name__)
 
 
 def check_spawnable() -> None:
@@ -108,7 +110,7 @@ class DistributedLearner:
         try:
             self._start()
         except RuntimeError as e:
-            warnings.warn(f"learner group failed to start, starting it once more: {e}", stacklevel=3)
+            log.warning(f"learner group failed to start, starting it once more: {e}")
             self.procs, self.conns, self.closed = [], [], False
             self._start()
 

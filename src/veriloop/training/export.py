@@ -1,7 +1,7 @@
 """Where a trained model may be exported: never over the shipped base.
 
-``veriloop/assets/base`` is the model every table of the README was measured on (``builtin:base``); a
-remake is a draw (README: a seed moves held-out accuracy by several points), so writing one over it would
+``veriloop/assets/base`` is the model the docs' tables were measured on (``builtin:base``); a
+remake is a draw (docs/concepts/builtin-task.md: a seed moves held-out accuracy by several points), so writing one over it would
 silently change what ``builtin:base`` means.  ``refuse_shipped_base`` refuses an export into it (or inside
 it); ``shipped_base_sums`` lists its files' SHA-256 sums, which ``src/veriloop/assets/base.sha256`` records
 and ``tests/test_shipped_base_on_cpu.py`` checks.

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-import sys
+import logging
 from pathlib import Path
 
 import torch
@@ -12,6 +12,8 @@ from veriloop.algorithms import zero_variance_groups
 from veriloop.errors import InputError
 from veriloop.io import atomic_write_text
 from veriloop.rollout.records import Record
+
+log = logging.getLogger(__name__)
 
 # Fields that measure the machine, not the run: excluded when comparing runs for equality.
 TIMING_KEYS = ("time_generate_s", "time_verify_s", "time_update_s", "time_step_s", "tokens_per_s", "gen_tokens_per_s",
@@ -36,8 +38,8 @@ class MetricsLog:
                 except ValueError as e:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
                     if i < len(lines) - 1:
                         raise InputError(f"{self.path}:{lineno}: not a metrics row ({e})") from None
-                    print(f"warning: {self.path}:{lineno}: dropping the last line, which is not a whole metrics row "
-                          f"({len(line)} bytes, cut by a kill?)", file=sys.stderr, flush=True)  # fmt: skip
+                    log.warning(f"{self.path}:{lineno}: dropping the last line, which is not a whole metrics row "
+                                f"({len(line)} bytes, cut by a kill?)")  # fmt: skip
                     break
                 self.rows.append(row)
 

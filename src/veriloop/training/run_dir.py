@@ -15,6 +15,7 @@ is put back from the checkpoint's copy, with a warning.
 from __future__ import annotations
 
 import json
+import logging
 import shutil
 from datetime import UTC, datetime
 from pathlib import Path
@@ -30,13 +31,14 @@ from veriloop.training.checkpoint import (
     HISTORY,
     METRICS,
     RUN_OUTPUTS,
-    _say,
     check_checkpoint,
     config_bytes,
     find_resumable_checkpoint,
     flatten,
     list_checkpoints,
 )
+
+log = logging.getLogger(__name__)
 
 # The options a resume may change (``veriloop train --resume RUN --steps 400``).  Each decides when the run stops,
 # where it writes, what else it reports or how long it waits; none changes what a step computes, so the steps
@@ -109,8 +111,8 @@ def _start_over(run_dir: Path, why: str) -> None:
         elif p.exists():
             p.unlink()
     fsync_dir(run_dir)
-    _say(f"{why} in {str(run_dir)!r}: starting the run over from step 0 with its config, discarding "
-         f"{', '.join(discarded) or 'nothing (it had written nothing yet)'}")  # fmt: skip
+    log.warning(f"{why} in {str(run_dir)!r}: starting the run over from step 0 with its config, discarding "
+                f"{', '.join(discarded) or 'nothing (it had written nothing yet)'}")  # fmt: skip
 
 
 def open_run_dir(run_dir: Path, config: dict, resume: bool) -> Path | None:
@@ -200,8 +202,8 @@ def checkpoint_config(run_dir: Path, checkpoint: Path) -> dict:
     saved = checkpoint / CONFIG
     if saved.is_file():
         return _parse_config(saved.read_bytes(), saved)
-    _say(f"warning: checkpoint {checkpoint} holds no {CONFIG} (written by an older veriloop): the resumed config "
-         f"is compared with {run_dir / CONFIG} instead")  # fmt: skip
+    log.warning(f"checkpoint {checkpoint} holds no {CONFIG} (written by an older veriloop): the resumed config "
+                f"is compared with {run_dir / CONFIG} instead")  # fmt: skip
     return read_run_config(run_dir)
 
 
@@ -239,7 +241,7 @@ def read_run_config(run_dir: Path) -> dict:
             raise InputError(f"{path} is damaged: {why}; {remedy}")
         write_checked(run_dir, CONFIG, data)  # the checkpoint's copy, put back: what the manifest lists from now on
     elif status == "unlisted":
-        _say(f"warning: {path} is read unchecked: {why} (a run directory of a veriloop before run manifests)")
+        log.warning(f"{path} is read unchecked: {why} (a run directory of a veriloop before run manifests)")
     return _parse_config(data, path)
 
 
@@ -261,7 +263,7 @@ def _put_back_metrics(run_dir: Path, checkpoint: Path, done: int) -> None:
     if have is not None and have.startswith(want):
         return
     what = "is missing" if have is None else f"does not begin with the rows of steps 1-{done} that {checkpoint} saved"
-    _say(f"warning: {ours} {what} (cut or changed); putting back the checkpoint's copy")
+    log.warning(f"{ours} {what} (cut or changed); putting back the checkpoint's copy")
     atomic_write_bytes(ours, want)
 
 

@@ -22,6 +22,7 @@ methods is configuration (``training/recipes.py``).  Conventions:
 from __future__ import annotations
 
 import copy
+import logging
 import os
 import shutil
 import signal as os_signal
@@ -35,8 +36,8 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import torch
-from tqdm import tqdm
 
+from veriloop import logs
 from veriloop.algorithms import AdaptiveKLController, FixedKLController
 from veriloop.config import to_dict
 from veriloop.evaluation.evaluate import validation_metrics
@@ -62,6 +63,8 @@ from veriloop.training.run_dir import open_run_dir
 from veriloop.training.signals import Signal, SignalMaker
 from veriloop.training.tracking import build_tracker, check_installed
 from veriloop.verifiers import get as get_verifier
+
+log = logging.getLogger(__name__)
 
 
 class Trainer:
@@ -134,33 +137,36 @@ class Trainer:
     def train(self) -> dict:
         cfg, first = self.cfg, self.state.step + 1
         # With a time or sample budget the step count is only a cap: show rate and elapsed time, not a fake
-        # ETA (tqdm reads total=None as len(range); inf is its "unknown").
+        # ETA (inf is "unknown": a tqdm bar, or plain lines off a terminal, without a total).
         budget = cfg.max_minutes or cfg.max_samples or cfg.max_sampled_tokens
-        bar = tqdm(range(first, cfg.steps + 1), desc=cfg.algo, unit="step", initial=first - 1, dynamic_ncols=True,
-                   total=float("inf") if budget else cfg.steps, disable=not self.progress)  # fmt: skip
+        bar = logs.progress(desc=cfg.algo, unit="step", initial=first - 1, total=float("inf") if budget else cfg.steps,
+                            enabled=self.progress, logger=log)  # fmt: skip
         self.started = time.time()
         sampled = sum(r.get("sampled_records", 0) for r in self.metrics.rows)  # a resumed run counts its past
         self.sampled_tokens = sum(r.get("sampled_tokens", 0) for r in self.metrics.rows)
         previous = self._catch_stop_signals()
         try:
-            for step in bar:
+            for step in range(first, cfg.steps + 1):
                 row = self.train_step(step)
-                if "reward_mean" in row:  # a step that learned from nothing (rollout.lag warm-up) has no reward
-                    bar.set_postfix(reward=f"{row['reward_mean']:.3f}", acc=f"{row['accuracy']:.3f}")
+                # a step that learned from nothing (rollout.lag warm-up) has no reward: the metrics it has
+                bar.set_postfix(logs.training_postfix(row))
+                bar.update(1)
                 sampled += row["sampled_records"]
                 self.sampled_tokens += row["sampled_tokens"]
                 stop = self.stop_signal or self._why_stop(step, sampled)
                 if step % cfg.checkpoint_every == 0 or step == cfg.steps or stop:
                     self.checkpoint()
                 if stop:
-                    bar.write(f"stopping after step {step}: {stop}")
+                    log.info(f"stopping after step {step}: {stop}")
                     break
             bar.close()
             if not self.stop_signal:
                 self.save_final()
             elif self.continue_with:  # preempted: the checkpoint is written, the run is not finished
-                print(f"{self.stop_signal}: checkpoint of step {self.state.step} written; continue with "
-                      f"`{self.continue_with}`")  # fmt: skip
+                said = (f"{self.stop_signal}: checkpoint of step {self.state.step} written; continue with "
+                        f"`{self.continue_with}`")  # fmt: skip
+                print(said)  # the run's outcome, on stdout; its log keeps a copy
+                log.info(said, extra=logs.FILE_ONLY)
         finally:
             for signum, handler in previous.items():
                 os_signal.signal(signum, handler)
@@ -326,9 +332,9 @@ class Trainer:
         self.ledger.restore(checkpoint)
         self.kl_control.beta = self.state.kl_beta
         if (self.metrics.rows[-1]["step"] if self.metrics.rows else 0) < self.state.step:
-            print(f"warning: {self.metrics.path} has rows up to step "
-                  f"{self.metrics.rows[-1]['step'] if self.metrics.rows else 0} only, the checkpoint is of step "
-                  f"{self.state.step}: the missing rows are not redone", file=sys.stderr)  # fmt: skip
+            log.warning(f"{self.metrics.path} has rows up to step "
+                        f"{self.metrics.rows[-1]['step'] if self.metrics.rows else 0} only, the checkpoint is of step "
+                        f"{self.state.step}: the missing rows are not redone")  # fmt: skip
         self.metrics.truncate(self.state.step)
         self.store.remove_after(self.state.step)
 
@@ -435,6 +441,8 @@ def stop_exit(command: str, during: str, error: BaseException, again: str = "") 
     continue it (the same command, or ``again``); the SystemExit to raise, with the signal's exit status."""
     stopped = error if isinstance(error, Stopped) else Stopped(os_signal.SIGINT)
     detail = f" ({stopped.detail})" if stopped.detail else ""
-    print(f"{command}: stopped by {os_signal.Signals(stopped.signum).name} during {during}{detail}; continue with "
-          f"the same command{f', or: {again}' if again else ''}", file=sys.stderr, flush=True)  # fmt: skip
+    said = (f"{command}: stopped by {os_signal.Signals(stopped.signum).name} during {during}{detail}; continue "
+            f"with the same command{f', or: {again}' if again else ''}")  # fmt: skip
+    print(said, file=sys.stderr, flush=True)  # the command's last line (as its errors are), not a library message
+    log.info(said, extra=logs.FILE_ONLY)  # the run's log keeps a copy
     return SystemExit(stopped.exit_status)

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import atexit
 import functools
+import logging
 import os
 import shutil
 import subprocess
@@ -32,6 +33,8 @@ import time
 from dataclasses import dataclass
 
 from veriloop.errors import InputError
+
+log = logging.getLogger(__name__)
 
 SECCOMP_EPERM = (
     # other processes' memory and namespaces; the file system's shape
@@ -120,9 +123,8 @@ def _probe_isolation(mode: str) -> Isolation:
         raise InputError(f"VERILOOP_SANDBOX must be auto, process or namespaces, got {mode!r}")
     if mode == "process":  # the explicit opt-in: loud, and every verdict's layers say it
         iso = _process_layers("VERILOOP_SANDBOX=process")
-        print("veriloop: VERILOOP_SANDBOX=process: untrusted code runs without the kernel layer (namespaces), "
-              f"which a hostile program can defeat; verdicts say 'sandbox: {iso.layers}'", file=sys.stderr,
-              flush=True)  # fmt: skip
+        log.warning("VERILOOP_SANDBOX=process: untrusted code runs without the kernel layer (namespaces), "
+                    f"which a hostile program can defeat; verdicts say 'sandbox: {iso.layers}'")  # fmt: skip
         return iso
     cgroup = _pids_cgroup_root()
     library, why_no_seccomp = _seccomp_library()
