@@ -1,7 +1,7 @@
 """Every method of `veriloop algos`, trained on the built-in task from the same base with the same sample budget.
 
     python benchmarks/algorithms.py [--seeds 0,1,2] [--steps 60] [--prompts 16] [--group 8] [--only NAME ...]
-                                    [--dpo_lrs 1e-4,5e-5,2e-5] [--json FILE]
+                                    [--dpo_lrs 1e-4,5e-5,2e-5] [--json FILE] [--quick]
 
 Each recipe trains from the shipped base on a budget of ``steps x prompts x group`` sampled
 completions: ``steps`` steps of ``prompts x group`` (PPO, which samples one completion per
@@ -20,6 +20,8 @@ minutes per method and seed on two cores.
 DPO's learning rate is the one recipe setting chosen by measurement: ``--dpo_lrs`` trains DPO
 (first seed) at each rate, evaluates on the task's **validation** split, and the best rate is
 used for the DPO row; the held-out set is read only for the reported rows.
+
+``--quick``: ``grpo`` alone, one seed, one step of 2 prompts x 2, 8 held-out problems.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import fmt, parse_seeds, silence_hub_progress  # noqa: E402
+from common import fmt, parse_seeds, result_args, save, silence_hub_progress  # noqa: E402
 
 from veriloop.evaluation.evaluate import EvalConfig, evaluate  # noqa: E402
 from veriloop.models.loading import load_policy  # noqa: E402
@@ -112,8 +114,12 @@ def main() -> None:
     p.add_argument("--dpo_lrs", default="1e-4,5e-5,2e-5",
                    help="DPO learning rates tried on the validation split ('' = the recipe's)")  # fmt: skip
     p.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="extra config for every run")
-    p.add_argument("--json", default="")
+    result_args(p, "algorithms")
     args = p.parse_args()
+    if args.quick:
+        args.steps, args.prompts, args.group, args.seeds, args.dpo_lrs = 1, 2, 2, "0", ""
+        args.only = args.only or ["grpo"]
+        args.set = ["task.arithmetic.heldout_size=8", "task.arithmetic.validation_size=8", *args.set]
     args.seeds = parse_seeds(args.seeds)
     extra = dict(kv.split("=", 1) for kv in args.set)
     algos = args.only or ORDER
@@ -146,8 +152,7 @@ def main() -> None:
         print(f"| `{algo}` | {fmt([r['greedy_accuracy'] for r in rs])} | {fmt([r['wrong_steps_rate'] for r in rs])} "
               f"| {mean['steps']:.0f} | {mean['completions']:,.0f} | {mean['tokens']:,.0f} "
               f"| {mean['train_seconds']:.0f} |")  # fmt: skip
-    if args.json:
-        Path(args.json).write_text(json.dumps({"base": base, "runs": per_algo, "dpo_lr_tuning": tuning}, indent=2))
+    save(args, "algorithms", {"args": vars(args), "base": base, "runs": per_algo, "dpo_lr_tuning": tuning})
 
 
 if __name__ == "__main__":

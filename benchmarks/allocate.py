@@ -4,6 +4,7 @@ strategy, both applied to held-out problems, over several seeds.
     python benchmarks/allocate.py                          # makes a PRM first (about 70 s), seeds 0,1,2
     python benchmarks/allocate.py --prm runs/bench-prm/prm --seeds 0
     python benchmarks/allocate.py --strategies single,majority,revision --budgets 1,2,4,8 --revision_sweep 1,2,4,8
+    python benchmarks/allocate.py --quick    # a toy PRM (make_prm(quick=True)), 4 problems, budgets 1,2, one seed
 
 The PRM, unless ``--prm`` names one: the recipe of ``tests/test_prm_drives_steps_on_cpu.py`` (a
 completer SFT'd for 40 steps on the task's faithful teacher, Math-Shepherd labels of the shipped
@@ -30,7 +31,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import fmt, parse_seeds, silence_hub_progress  # noqa: E402
+from common import fmt, parse_seeds, result_args, save, silence_hub_progress  # noqa: E402
 from revision import revision_model  # noqa: E402
 
 from veriloop.config import build_config  # noqa: E402
@@ -45,19 +46,24 @@ from veriloop.training.trainer import Trainer  # noqa: E402
 FAITHFUL_TEACHER = {"multiplication_slip": 0.0, "subtraction_slip": 0.3, "compensate_slips": False}
 
 
-def make_prm(root: Path) -> str:
-    sft = {"algo": "sft", "run_dir": str(root / "completer"), "steps": 40, "save_rollouts": False,
+def make_prm(root: Path, quick: bool = False) -> str:
+    """The PRM of the docstring in ``root/prm`` (``quick``: one SFT step, 2 solutions of 4, 2 and 2 problems with 2
+    completions each, one epoch: a PRM that only proves the path runs)."""
+    sft = {"algo": "sft", "run_dir": str(root / "completer"), "steps": 1 if quick else 40, "save_rollouts": False,
            "checkpoint_every": 10**6, "task": {"teacher": FAITHFUL_TEACHER}}  # fmt: skip
     trainer = Trainer(build_config(TrainConfig, sft, {}), progress=False)
     trainer.train()
     base = load_policy("builtin:base")
     files = {}
-    for split, problems, solutions in (("train", 96, 4), ("validation", 24, 2), ("heldout", 24, 2)):
+    sizes = (("train", 4, 2), ("validation", 2, 2), ("heldout", 2, 2)) if quick else \
+        (("train", 96, 4), ("validation", 24, 2), ("heldout", 24, 2))  # fmt: skip
+    for split, problems, solutions in sizes:
         files[split] = str(root / f"{split}.jsonl")
-        label = LabelConfig(problems=problems, solutions=solutions, completions=4, split=split, output=files[split])
+        label = LabelConfig(problems=problems, solutions=solutions, completions=2 if quick else 4, split=split,
+                            output=files[split])  # fmt: skip
         label_steps(label, progress=False, policy=base, completer=trainer.policy)
     cfg = PRMTrainConfig(data=files["train"], val_data=files["validation"], eval_data=files["heldout"],
-                         out=str(root / "prm"), epochs=3)  # fmt: skip
+                         out=str(root / "prm"), epochs=1 if quick else 3)  # fmt: skip
     ev = train_prm(cfg, progress=False)["eval"]
     print(f"PRM: held-out AUC against the exact checker {ev['auc_vs_exact_checker']:.3f}", flush=True)
     return cfg.out
@@ -78,12 +84,17 @@ def main() -> None:
     ap.add_argument("--revision_train_problems", type=int, default=2000)
     ap.add_argument("--revision_steps", type=int, default=100)
     ap.add_argument("--threads", type=int, default=2)
+    result_args(ap, "allocate")
     args = ap.parse_args()
+    if args.quick:
+        args.seeds, args.strategies, args.budgets, args.token_budgets = "0", "single,best_of_n", "1,2", "1,2"
+        args.threads = 1
+        args.problems, args.heldout_problems, args.probe_samples, args.levels = 4, 2, 2, 2
     torch.set_num_threads(args.threads)
     silence_hub_progress()
     t0 = time.time()
     with tempfile.TemporaryDirectory() as tmp:
-        prm_dir = args.prm or make_prm(Path(tmp))
+        prm_dir = args.prm or make_prm(Path(tmp), args.quick)
         prm, policy = load_prm(prm_dir), load_policy("builtin:base")
         revision = {}
         if "revision" in args.strategies.split(","):
@@ -115,6 +126,7 @@ def main() -> None:
               f"{fmt([x.get('mean_tokens') for x in alloc], 1)} | {picks} |")  # fmt: skip
     print(f"\n{time.time() - t0:.0f} s")
     print(json.dumps({"bins": [r["bins"] for r in runs], "edges": [r["edges"] for r in runs]}))
+    save(args, "allocate", {"args": vars(args), "runs": runs, "seconds": time.time() - t0})
 
 
 if __name__ == "__main__":

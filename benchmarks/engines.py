@@ -1,7 +1,7 @@
 """Rollout engines side by side: the local sampler, transformers' generate() and vLLM, in one run.
 
     .venv-vllm/bin/python benchmarks/engines.py [--models base,qwen2-random] [--prompts 32,8] [--group 8]
-        [--max-new-tokens 64] [--temperature 0.7] [--repeats 3] [--device cpu] [--dtype float32] [--json F]
+        [--max-new-tokens 64] [--temperature 0.7] [--repeats 3] [--device cpu] [--dtype float32] [--json F] [--quick]
 
 Same model files, same prompts (B prompts x G samples), same sampling settings for all three.  The local
 sampler and vLLM serve the same rollout requests through their engines (records included: per-row seeds,
@@ -13,12 +13,16 @@ Models: ``base`` (the shipped base), ``qwen2-random`` (a Qwen2-shaped random mod
 24M parameters: big enough that the forward, not Python, is most of a step on a CPU) and, for a GPU,
 ``qwen2-0.5b`` (Qwen2.5-0.5B's shape, random weights: use with --device cuda --dtype bfloat16).  Random
 models rarely end a row with EOS, so their rows run to --max-new-tokens for every engine alike.
-Needs vLLM (.venv-vllm from `make vllm-env`, or the vllm extra on a GPU machine).
+Needs vLLM (.venv-vllm from `make vllm-env`, or the vllm extra on a GPU machine).  ``--quick``: the shipped base,
+2 prompts x 2 samples of up to 8 tokens, one round, on each engine this Python has, in this process (vLLM's in a
+process of its own): without vLLM, the local sampler and generate() alone, and the result says vLLM was skipped.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
+import importlib.util
 import json
 import random
 import statistics
@@ -27,6 +31,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+from common import result_args, save
 
 # fmt: off
 SHAPES = {  # build_random_model's keyword arguments
@@ -135,14 +141,17 @@ def hf_generate(policy, problems, sampling, group: int, seed: int) -> int:
     return tokens
 
 
-def spawn(argv: list[str]) -> dict:
+def spawn(argv: list[str], here: bool = False) -> dict:
+    """A (model, engine) pair's rounds in a process of its own (``here``: in this one, as --quick runs them)."""
+    if here:
+        return worker(parse_args(argv))
     out = subprocess.run([sys.executable, __file__, *argv], capture_output=True, text=True)
     if out.returncode != 0:
         raise SystemExit(f"benchmark worker {' '.join(argv)} failed:\n{out.stderr[-3000:]}")
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def parse_args():
+def parse_args(argv: list[str] | None = None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--models", default="base,qwen2-random", help="comma-separated: base, qwen2-random, qwen2-0.5b")
     p.add_argument("--engines", default="local,generate,vllm")
@@ -155,12 +164,12 @@ def parse_args():
     p.add_argument("--dtype", default="float32")
     p.add_argument("--kv-cache-gib", type=float, default=1.0)
     p.add_argument("--cuda-graphs", action="store_true", help="vLLM with CUDA graphs (GPU; enforce_eager off)")
-    p.add_argument("--json", default="")
+    result_args(p, "engines")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--engine", help=argparse.SUPPRESS)
     p.add_argument("--model", help=argparse.SUPPRESS)
     p.add_argument("--model-dir", help=argparse.SUPPRESS)
-    return p.parse_args()
+    return p.parse_args(argv)
 
 
 def main() -> None:
@@ -169,8 +178,15 @@ def main() -> None:
         print(json.dumps(worker(args)))
         return
     import torch
-    import vllm
 
+    skipped = {}
+    if args.quick:
+        args.models, args.prompts, args.group, args.max_new_tokens, args.repeats = "base", "2", 2, 8, 1
+        if importlib.util.find_spec("vllm") is None:
+            skipped["vllm"] = f"vLLM is not installed in {sys.prefix} (`make vllm-env` makes .venv-vllm)"
+            args.engines = ",".join(e for e in args.engines.split(",") if e != "vllm")
+            print(f"engines --quick: {skipped['vllm']}: skipped", file=sys.stderr)
+    vllm_version = importlib.metadata.version("vllm") if "vllm" in args.engines.split(",") else "not run"
     results = []
     with tempfile.TemporaryDirectory() as tmp:
         models, prompts = args.models.split(","), [int(x) for x in args.prompts.split(",")]
@@ -182,11 +198,12 @@ def main() -> None:
                         str(n_prompts), "--group", str(args.group), "--temperature", str(args.temperature),
                         "--max-new-tokens", str(args.max_new_tokens), "--repeats", str(args.repeats), "--device",
                         args.device, "--dtype", args.dtype, "--kv-cache-gib", str(args.kv_cache_gib)]  # fmt: skip
-                results.append(spawn(argv + (["--cuda-graphs"] if args.cuda_graphs else [])))
+                here = args.quick and engine != "vllm"  # vLLM's engine starts processes and keeps state of its own
+                results.append(spawn(argv + (["--cuda-graphs"] if args.cuda_graphs else []), here))
                 print(f"  {model} {engine}: {results[-1]['tokens_per_s']:.0f} tokens/s", file=sys.stderr)
     print(f"# prompts per round {args.prompts} (by model) x {args.group} samples, temperature {args.temperature}, "
           f"max_new_tokens {args.max_new_tokens}, {args.device} {args.dtype}; torch {torch.__version__}, "
-          f"vllm {vllm.__version__}, {torch.get_num_threads()} threads; median (min-max) of {args.repeats} rounds "
+          f"vllm {vllm_version}, {torch.get_num_threads()} threads; median (min-max) of {args.repeats} rounds "
           "after a warm-up")  # fmt: skip
     print("\n| model | prompts x samples | engine | tokens/s | vs generate() | tokens per round | engine start (s) |")
     print("|---|---|---|---:|---:|---:|---:|")
@@ -196,8 +213,7 @@ def main() -> None:
         spread = f"{r['tokens_per_s']:.0f} ({r['tokens_per_s_min']:.0f}-{r['tokens_per_s_max']:.0f})"
         print(f"| {r['model']} | {r['prompts']} x {args.group} | {r['engine']} | {spread} | {ratio} | "
               f"{r['tokens_per_round']:.0f} | {r['start_s']:.1f} |")  # fmt: skip
-    if args.json:
-        Path(args.json).write_text(json.dumps({"results": results, "args": vars(args)}, indent=2))
+    save(args, "engines", {"args": vars(args), "vllm": vllm_version, "skipped": skipped, "results": results})
 
 
 if __name__ == "__main__":

@@ -2,6 +2,7 @@
 
     python benchmarks/gpu_check.py              # on one GPU (an H200): parts start within 7 minutes, exit by 9
     python benchmarks/gpu_check.py --smoke      # on a CPU: a tiny qwen2 with the same vocabulary, under 2 minutes
+    python benchmarks/gpu_check.py --quick      # the smoke's model at toy sizes, on the GPU if there is one (CI: CPU)
 
 Each part is timed and recorded on its own: an exception is recorded with its traceback and the next part still
 runs; a part that would start after ``--budget-s`` is skipped, and at ``--hard-limit-s`` the process writes what
@@ -24,8 +25,10 @@ it has and exits (status 124).
 4. ``tis``: one step with ``loss.tis_cap`` 0 and one with 2.0 (same seed, so the same completions): the bf16
    logprob_mismatch and the truncated-IS weight.
 
-Writes ``$OUT/gpu_check.json`` (``./gpu_check.json`` when OUT is unset, or ``--json FILE``) after every part and
-every GRPO step, and prints tables at the end.
+Writes the stamped result (``--json FILE``; default ``$OUT/gpu_check.json``, ``runs/bench/gpu_check.json`` when OUT
+is unset) after every part and every GRPO step, and prints tables at the end.  ``--quick`` is ``--smoke`` at the
+sizes of ``QUICK_SIZES`` and a tokenizer of 1,024 tokens trained on 300 texts: every part runs, on the GPU where
+there is one and else on the CPU (``env.device`` in the result says which).
 """
 
 from __future__ import annotations
@@ -43,6 +46,8 @@ import threading
 import time
 import traceback
 from pathlib import Path
+
+from common import result_args, result_path, stamp
 
 START = time.time()  # the limits count from the process's start, imports included
 ROOT = Path(__file__).resolve().parent.parent
@@ -64,6 +69,7 @@ GPU_SIZES = dict(steps=4, prompts=16, group=8, max_new_tokens=512, tis_prompts=8
                  budget_s=420, hard_limit_s=540)  # fmt: skip
 SMOKE_SIZES = dict(steps=2, prompts=2, group=4, max_new_tokens=32, tis_prompts=2, tis_max_new_tokens=32,
                    budget_s=100, hard_limit_s=150)  # fmt: skip
+QUICK_SIZES = dict(SMOKE_SIZES, steps=1, prompts=1, group=2, max_new_tokens=8, tis_prompts=1, tis_max_new_tokens=8)
 STEP_KEYS = ("step", "time_step_s", "time_generate_s", "time_verify_s", "time_update_s", "logprob_mismatch",
              "sampled_tokens", "update_records", "completion_len_mean", "truncation_rate", "gen_tokens_per_s",
              "grad_norm", "reward_mean")  # fmt: skip
@@ -99,11 +105,11 @@ def cuda_memory(device: str, prefix: str = "cuda_peak") -> dict:
             f"{prefix}_reserved_mb": torch.cuda.max_memory_reserved() / MIB}  # fmt: skip
 
 
-def gsm8k_texts() -> list[str]:
+def gsm8k_texts(limit: int | None = None) -> list[str]:
     from veriloop.tasks.gsm8k import DATA_DIR
 
     rows = [json.loads(line) for line in (DATA_DIR / "train.jsonl").read_text().splitlines() if line.strip()]
-    return [f"{r['question']}\n{r['answer']}" for r in rows]
+    return [f"{r['question']}\n{r['answer']}" for r in rows][:limit]
 
 
 def environment(args) -> dict:
@@ -126,7 +132,8 @@ class Check:
         self.args, self.out, self.tmp = args, out, tmp
         self.model_dir = str(tmp / "model")
         self.started, self.current = START, ""
-        self.results = {"command": " ".join(sys.argv), "args": vars(args), "env": environment(args), "parts": {}}
+        env = environment(args)
+        self.results = {"stamp": stamp(sys.argv), "args": vars(args), "env": env, "parts": {}}
         self.lock = threading.Lock()
 
     def elapsed(self) -> float:
@@ -190,7 +197,8 @@ class Check:
 
         shape = SMOKE_MODEL if self.args.smoke else QWEN25_05B
         t0 = time.time()
-        tokenizer = train_bpe_tokenizer(gsm8k_texts(), self.args.tokenizer_vocab, "chatml", shape["max_positions"])
+        texts = gsm8k_texts(300 if self.args.quick else None)
+        tokenizer = train_bpe_tokenizer(texts, self.args.tokenizer_vocab, "chatml", shape["max_positions"])
         live["tokenizer_s"] = round(time.time() - t0, 2)
         model = build_random_model("qwen2", tokenizer, seed=0, dtype=DTYPES[self.args.dtype], **shape)
         live["params"] = sum(p.numel() for p in model.parameters())
@@ -215,6 +223,8 @@ class Check:
                 "checkpoint_every": 10**6, "update.skip_zero_advantage": False, **extra}  # fmt: skip
         if a.smoke:  # a budget the tiny batch crosses, so the token-budget cut runs here too
             over["update.max_tokens_per_micro_batch"] = 256
+        if a.quick:  # 8 tokens end no row of a random model: learn from the cut rows, so that the learner runs
+            over["update.mask_truncated"] = False
         if a.chunk_tokens is not None:  # the auto chunk (2**24 logits, ~110 tokens at 152k) is sized for a CPU
             over["update.logprob_chunk_tokens"] = a.chunk_tokens
         return build_config(TrainConfig, load_yaml(RECIPE), over, source=str(RECIPE))
@@ -397,9 +407,13 @@ def parse_args():
     p.add_argument("--chunk-tokens", type=int, default=None, help="update.logprob_chunk_tokens (default: the recipe's)")
     for key in GPU_SIZES:  # defaults: the GPU's sizes, or the smoke's with --smoke
         p.add_argument(f"--{key.replace('_', '-')}", type=int, default=None)
-    p.add_argument("--json", default="", help="default: $OUT/gpu_check.json, else ./gpu_check.json")
+    result_args(p, "gpu_check")
     args = p.parse_args()
-    for key, value in (SMOKE_SIZES if args.smoke else GPU_SIZES).items():
+    if args.quick:
+        args.smoke = True
+        if args.tokenizer_vocab == p.get_default("tokenizer_vocab"):
+            args.tokenizer_vocab = 1024
+    for key, value in (QUICK_SIZES if args.quick else SMOKE_SIZES if args.smoke else GPU_SIZES).items():
         if getattr(args, key) is None:
             setattr(args, key, value)
     unknown = set(args.parts.split(",")) - set(PARTS)
@@ -407,7 +421,7 @@ def parse_args():
         raise SystemExit(f"--parts: unknown {sorted(unknown)}; known: {', '.join(PARTS)}")
     if "build" not in args.parts.split(","):
         raise SystemExit("--parts must include build: every other part runs on the model it makes")
-    if args.smoke and args.device == "auto":
+    if args.smoke and not args.quick and args.device == "auto":
         args.device = "cpu"
     return args
 
@@ -421,7 +435,7 @@ def main() -> None:
     from veriloop.models.device import resolve_device
 
     args.device = str(resolve_device(args.device))  # auto -> cuda or cpu, recorded as such
-    out = Path(args.json) if args.json else Path(os.environ.get("OUT", ".")) / "gpu_check.json"
+    out = result_path(args, "gpu_check")
     with tempfile.TemporaryDirectory(prefix="gpu-check-") as tmp:
         check = Check(args, out, Path(tmp))
         timer = threading.Timer(max(1.0, args.hard_limit_s - check.elapsed()), check.abort)

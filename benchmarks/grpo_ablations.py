@@ -1,26 +1,26 @@
 """What matters in GRPO on the built-in task: one setting changed at a time, same base and budget.
 
-    python benchmarks/grpo_ablations.py [--steps 200] [--seeds 0] [--only NAME ...] [--json FILE]
+    python benchmarks/grpo_ablations.py [--steps 200] [--seeds 0] [--only NAME ...] [--json FILE] [--quick]
 
 Each variant trains from the shipped base with the demo's defaults except the named change,
 then reports held-out greedy accuracy, the right-answer-wrong-steps rate and wall time
 (``mean ± sd`` over ``--seeds`` when several are given).  Takes 4-12 minutes per variant and seed
 on two cores at one torch thread.  Skipping flat groups (``update.skip_zero_advantage``) only leaves out rows whose
 gradient is exactly 0, so it changes nothing while the KL sits in the loss; at ``kl.beta 0`` it
-is a pure saving, which the two ``kl_beta 0`` rows show.
+is a pure saving, which the two ``kl_beta 0`` rows show.  ``--quick``: the process-reward variant alone, one step
+of 2 prompts x 2, 8 held-out problems.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import tempfile
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import fmt, parse_seeds, silence_hub_progress  # noqa: E402
+from common import fmt, parse_seeds, result_args, save, silence_hub_progress  # noqa: E402
 
 from veriloop.evaluation.evaluate import EvalConfig, evaluate  # noqa: E402
 from veriloop.models.loading import load_policy  # noqa: E402
@@ -47,10 +47,13 @@ VARIANTS = {
 }
 
 
-def run(name: str, overrides: dict, steps: int, seed: int, threads: int) -> dict:
+QUICK = {"rollout.prompts_per_step": 2, "rollout.group_size": 2, "task.arithmetic.heldout_size": 8}
+
+
+def run(name: str, overrides: dict, steps: int, seed: int, threads: int, extra: dict | None = None) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         cfg = build_config(TrainConfig, {}, {"run_dir": tmp, "steps": steps, "save_rollouts": False, "seed": seed,
-                                             "threads": threads, **overrides})  # fmt: skip
+                                             "threads": threads, **(extra or {}), **overrides})  # fmt: skip
         t0 = time.time()
         Trainer(cfg, progress=False).train()
         seconds = time.time() - t0
@@ -69,8 +72,10 @@ def main() -> None:
     p.add_argument("--seeds", default="0", help="comma-separated run seeds; several give mean ± sd")
     p.add_argument("--threads", type=int, default=0, help="torch CPU threads; 0 = torch's default")
     p.add_argument("--only", nargs="*", default=None, help="variant names to run (default: all)")
-    p.add_argument("--json", default="")
+    result_args(p, "grpo_ablations")
     args = p.parse_args()
+    if args.quick:
+        args.steps, args.seeds, args.only = 1, "0", args.only or ["process reward"]
     seeds = parse_seeds(args.seeds)
     names = args.only or list(VARIANTS)
     unknown = [n for n in names if n not in VARIANTS]
@@ -81,14 +86,13 @@ def main() -> None:
           "| `clean` | train s |")  # fmt: skip
     print("|---|---:|---:|---:|---:|---:|")
     for name in names:
-        rs = [run(name, VARIANTS[name], args.steps, seed, args.threads) for seed in seeds]
+        extra = QUICK if args.quick else None
+        rs = [run(name, VARIANTS[name], args.steps, seed, args.threads, extra) for seed in seeds]
         rows += rs
         cells = [fmt([r[k] for r in rs]) for k in ("greedy_accuracy", "wrong_steps_rate", "mul_accuracy",
                                                    "clean_accuracy")]  # fmt: skip
         print(f"| {name} | " + " | ".join(cells) + f" | {fmt([r['train_seconds'] for r in rs], 0)} |", flush=True)
-    if args.json:
-        with open(args.json, "w") as fh:
-            json.dump(rows, fh, indent=2)
+    save(args, "grpo_ablations", {"args": vars(args), "rows": rows})
 
 
 if __name__ == "__main__":

@@ -1,11 +1,12 @@
 """LoRA GRPO on the built-in task: the learning rate chosen on the validation split, and what it costs.
 
-    python benchmarks/lora_lr.py [--lrs 2e-4,5e-4,1e-3,2e-3] [--seeds 0] [--threads 2]
+    python benchmarks/lora_lr.py [--lrs 2e-4,5e-4,1e-3,2e-3] [--seeds 0] [--threads 2] [--json FILE] [--quick]
 
 Each run is the setting of ``tests/test_lora_on_cpu.py::test_lora_grpo_improves_the_built_in_task`` (40 GRPO
 steps of 16 prompts x 8 from the shipped base, rank 16, alpha 32) at one learning rate, scored by greedy
 accuracy on the validation split (never the held-out set), next to full fine-tuning at the recipe's own rate.
 Prints validation accuracy (mean ± sd over seeds), trainable parameters and the run's peak RSS per setting.
+``--quick``: one LoRA rate (no full fine-tuning: the same worker), one step of 2 prompts x 2, 8 validation problems.
 """
 
 from __future__ import annotations
@@ -17,11 +18,12 @@ import subprocess
 import sys
 import tempfile
 
-from common import fmt, parse_seeds
+from common import fmt, parse_seeds, result_args, save
 
 SETTINGS = {"steps": 40, "checkpoint_every": 100, "rollout.prompts_per_step": 16, "rollout.group_size": 8,
             "task.arithmetic.heldout_size": 200, "device": "cpu", "save_rollouts": False}  # fmt: skip
 LORA = {"lora.r": 16, "lora.alpha": 32}
+QUICK = {"steps": 1, "rollout.prompts_per_step": 2, "rollout.group_size": 2, "task.arithmetic.validation_size": 8}
 
 
 def worker(spec: dict) -> dict:
@@ -56,14 +58,17 @@ def main() -> None:
     ap.add_argument("--lrs", default="2e-4,5e-4,1e-3,2e-3")
     ap.add_argument("--seeds", default="0")
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--json", default="")
+    result_args(ap, "lora_lr")
     ap.add_argument("--worker", default="")
     args = ap.parse_args()
     if args.worker:
         print(json.dumps(worker(json.loads(args.worker))))
         return
-    seeds = parse_seeds(args.seeds)
-    settings = {"full (recipe lr)": {}} | {f"lora lr {lr}": {**LORA, "optim.lr": float(lr)} for lr in args.lrs.split(",")}
+    if args.quick:
+        args.lrs, args.seeds, args.threads = args.lrs.split(",")[-1], "0", 1
+    seeds, quick = parse_seeds(args.seeds), QUICK if args.quick else {}
+    settings = {} if args.quick else {"full (recipe lr)": {}}
+    settings |= {f"lora lr {lr}": {**quick, **LORA, "optim.lr": float(lr)} for lr in args.lrs.split(",")}
     results = {}
     for name, over in settings.items():
         results[name] = [run(over, s, args.threads) for s in seeds]
@@ -73,9 +78,7 @@ def main() -> None:
     for name, rs in results.items():
         print(f"| {name} | {fmt([r['before'] for r in rs])} | {fmt([r['after'] for r in rs])} | "
               f"{rs[0]['trainable']:,} | {fmt([r['peak_rss_mb'] for r in rs], 0)} |")  # fmt: skip
-    if args.json:
-        with open(args.json, "w") as fh:
-            json.dump({"seeds": seeds, "results": results}, fh, indent=1)
+    save(args, "lora_lr", {"args": vars(args), "seeds": seeds, "results": results})
 
 
 if __name__ == "__main__":

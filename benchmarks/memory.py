@@ -1,7 +1,7 @@
 """Memory at real vocabulary sizes: peak memory and step time of GRPO steps with a 150k-row LM head.
 
     python benchmarks/memory.py [--vocab 150000] [--steps 2] [--threads 2] [--configs plain,chunked,budget,...]
-                                [--device cpu] [--dtype float32] [--json FILE]
+                                [--device cpu] [--dtype float32] [--json FILE] [--quick]
 
 About 13 minutes on 2 otherwise idle CPU cores (a 150k-vocabulary configuration ~2 minutes: three steps of
 ~35 s; a ~26M-parameter one ~1 minute); the plain configuration peaks near 19 GiB and is skipped when the machine
@@ -28,7 +28,9 @@ worker also counts the LM-head calls of each path (plain / chunked), so the tabl
 generate and update seconds are medians over ``--steps`` steps after one warm-up step.  The reward is a hash of
 the completion text (``bench-memory-hash``): a random model's completions differ, so group advantages are
 non-zero and the learner really runs.  On a GPU (``--device cuda``) torch's peak allocated and reserved CUDA
-memory are reported too.  Prints a markdown table; ``--json FILE`` also writes the numbers.
+memory are reported too.  Prints a markdown table and writes the numbers (``--json``).  ``--quick``: the chunked
+configuration alone on a 20k-row vocabulary (a 1k-token tokenizer) with LM-head chunks of 2 tokens (so that the
+chunked path runs at this size), one step after the warm-up of 1 prompt x 4, 8 new tokens, one thread.
 """
 
 from __future__ import annotations
@@ -45,7 +47,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import silence_hub_progress  # noqa: E402
+from common import result_args, save, silence_hub_progress  # noqa: E402
 
 VERIFIER = "bench-memory-hash"
 PLAIN_CHUNK = 1 << 40  # LM-head chunk larger than any micro-batch: completion_logprobs takes the plain path
@@ -162,8 +164,9 @@ def worker(args) -> dict:
     }  # fmt: skip
 
 
-def build_models(root: Path, kinds: set[str], vocab: int) -> dict[str, str]:
-    """The random models the chosen configurations need, deterministically (seed 0), under ``root``."""
+def build_models(root: Path, kinds: set[str], vocab: int, quick: bool = False) -> dict[str, str]:
+    """The random models the chosen configurations need, deterministically (seed 0), under ``root`` (``quick``: a
+    1k-token tokenizer trained on 300 texts)."""
     import torch
 
     from veriloop.models.random_init import save_random_model
@@ -172,6 +175,8 @@ def build_models(root: Path, kinds: set[str], vocab: int) -> dict[str, str]:
     rows = [json.loads(line) for line in (DATA_DIR / "train.jsonl").read_text().splitlines() if line.strip()]
     texts = [f"{r['question']}\n{r['answer']}" for r in rows]
     shapes = {"vocab": dict(VOCAB_MODEL, vocab_size=vocab), "weights": WEIGHTS_MODEL}
+    if quick:
+        texts, shapes = texts[:300], {k: dict(v, tokenizer_vocab_size=1024) for k, v in shapes.items()}
     out = {}
     for kind in sorted(kinds):
         # tie_word_embeddings as Qwen2.5-0.5B: one [V, H] matrix is both embedding and LM head
@@ -295,7 +300,7 @@ def parse_args():
     p.add_argument("--micro-batch", type=int, default=64)
     p.add_argument("--token-budget", type=int, default=1024)
     p.add_argument("--force", action="store_true", help="run plain even if its estimated peak exceeds free memory")
-    p.add_argument("--json", default="")
+    result_args(p, "memory")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--model-dir", default="", help=argparse.SUPPRESS)
     p.add_argument("--overrides", default="{}", help=argparse.SUPPRESS)
@@ -307,15 +312,21 @@ def main() -> None:
     if args.worker:
         print(json.dumps(worker(args)))
         return
+    if args.quick:
+        args.vocab, args.steps, args.threads, args.configs = 20_000, 1, 1, "chunked"
+        args.prompts, args.group, args.max_new_tokens, args.micro_batch = 1, 4, 8, 4
     silence_hub_progress()
     known = configurations(args)
+    if args.quick:
+        label, model, over = known["chunked"]
+        known["chunked"] = (label + ", chunks of 2 tokens", model, {**over, "update.logprob_chunk_tokens": 2})
     names = [n.strip() for n in args.configs.split(",") if n.strip()]
     unknown = [n for n in names if n not in known]
     if unknown or not names:
         raise SystemExit(f"--configs: unknown {unknown}; known: {', '.join(known)}")
     started = time.time()
     with tempfile.TemporaryDirectory() as tmp:
-        models = build_models(Path(tmp), {known[n][1] for n in names}, args.vocab)
+        models = build_models(Path(tmp), {known[n][1] for n in names}, args.vocab, args.quick)
         facts = {kind: model_facts(path, args) for kind, path in models.items()}
         results = {}
         for n in names:
@@ -341,10 +352,9 @@ def report(args, known, names, facts, results, wall: float) -> None:
     for w in warnings:
         print(f"WARNING: {w}")
     print(f"\n# total wall time {wall:.0f} s")
-    if args.json:
-        out = {"args": vars(args), "models": facts, "results": results, "warnings": warnings, "wall_s": wall,
-               "context": logits_context(facts["vocab"], args) if "vocab" in facts else []}  # fmt: skip
-        Path(args.json).write_text(json.dumps(out, indent=2))
+    out = {"args": vars(args), "models": facts, "results": results, "warnings": warnings, "wall_s": wall,
+           "context": logits_context(facts["vocab"], args) if "vocab" in facts else []}  # fmt: skip
+    save(args, "memory", out)
 
 
 if __name__ == "__main__":

@@ -2,11 +2,13 @@
 against transformers' generate().
 
     .venv-bench/bin/python benchmarks/peers.py [--sizes 4.5M,20M,100M] [--rounds 3] [--steps 4]
-        [--eos natural|suppressed] [--threads 2] [--json F]
+        [--eos natural|suppressed] [--threads 2] [--json F] [--quick]
 
 Runs in .venv-bench (TRL, accelerate and datasets beside veriloop, never in .venv): run from any Python, it builds
 that environment when it is missing (``scripts/setup_bench_env.sh``, what ``make bench-env`` runs) and re-runs itself
-there.
+there.  ``--quick`` (CI's smoke test) builds nothing: one round of 2 steps of 2 prompts x 2 completions of up to 8
+tokens, one thread, with ``trl-ckpt-on``, ``veriloop`` and ``sampler`` (one worker of each kind); where TRL is not
+installed it runs the veriloop side alone, and the result names the variants it skipped and why.
 
 The contract workload (PERF.md): a random-init ``LlamaForCausalLM`` in float32, untied head, built here from seed 0
 (no weights are downloaded), with a byte-level BPE tokenizer of 512 tokens trained on synthetic traces such as
@@ -62,17 +64,28 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import result_args, save  # noqa: E402
+
 # name -> (hidden, layers, heads, intermediate); head_dim 64 everywhere, KV heads = heads
 SIZES = {"4.5M": (256, 4, 4, 1024), "20M": (512, 5, 8, 2048), "100M": (1024, 6, 16, 4096)}
 VARIANTS = ("trl-ckpt-on", "trl-ckpt-off", "veriloop", "veriloop-ckpt", "veriloop-mb16", "generate", "sampler")
 STEPPERS = VARIANTS[:5]  # the variants that run GRPO steps
 SMALL_MICRO_BATCH = 16  # rows per forward/backward of veriloop-mb16
 PROMPTS_PER_STEP, GROUP, NEW_TOKENS = 8, 8, 64
+QUICK_WORKLOAD = (2, 2, 8)  # --quick: prompts per step, completions per prompt, new tokens
+QUICK_VARIANTS = ("trl-ckpt-on", "veriloop", "sampler")  # a worker of each kind
 PAD, BOS, EOS = 0, 1, 2
 MARK = "@@peers-result "
 
 
 # ---------------------------------------------------------------------------------------------- the workload
+
+
+def use_quick_workload() -> None:
+    """--quick's workload instead of the contract's (this process, and the workers it starts with --quick)."""
+    global PROMPTS_PER_STEP, GROUP, NEW_TOKENS
+    PROMPTS_PER_STEP, GROUP, NEW_TOKENS = QUICK_WORKLOAD
 
 
 def reward(completion: str, reference: str) -> float:
@@ -344,7 +357,7 @@ def sampler_worker(a) -> dict:
 def spawn(a, variant: str, model: dict, data: str) -> dict:
     argv = [sys.executable, __file__, "--worker", variant, "--model-dir", model["dir"], "--data", data,
             "--steps", str(a.steps), "--eos", a.eos, "--threads", str(a.threads), "--seed", str(a.seed),
-            "--sampler-repeats", str(a.sampler_repeats)]  # fmt: skip
+            "--sampler-repeats", str(a.sampler_repeats)] + (["--quick"] if a.quick else [])  # fmt: skip
     env = {**os.environ, "OMP_NUM_THREADS": str(a.threads), "MKL_NUM_THREADS": str(a.threads),
            "TOKENIZERS_PARALLELISM": "false", "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
            "TRANSFORMERS_OFFLINE": "1", "WANDB_DISABLED": "true"}  # fmt: skip
@@ -365,7 +378,13 @@ def machine() -> dict:
 
     cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
                 if line.startswith("model name")), "unknown")  # fmt: skip
-    versions = {p: md.version(p) for p in ("torch", "transformers", "trl", "accelerate", "datasets", "veriloop")}
+    def version(package: str) -> str:
+        try:
+            return md.version(package)
+        except md.PackageNotFoundError:
+            return "not installed"
+
+    versions = {p: version(p) for p in ("torch", "transformers", "trl", "accelerate", "datasets", "veriloop")}
     return {"date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"), "nproc": os.cpu_count(), "cpu": cpu, **versions}
 
 
@@ -379,12 +398,14 @@ def f(x, fmt: str = ".2f") -> str:
 
 
 def summarise(runs: list[dict], size: str, variant: str) -> dict:
+    """Medians over the rounds (every value None for a variant that did not run)."""
     mine = [r["result"] for r in runs if r["size"] == size and r["variant"] == variant]
     pool = lambda key: [v for r in mine for v in r.get(key, [])]  # noqa: E731
     return {"step_s": med(pool("step_s")), "generate_s": med(pool("generate_s")), "update_s": med(pool("update_s")),
             "tokens": med(pool("tokens")), "tokens_per_s": med(pool("tokens_per_s")),
             "round_step_s": [med(r.get("step_s", [])) for r in mine],
-            "peak_rss_mib": max(r["peak_rss_mib"] for r in mine), "eos": sorted({r["eos"] for r in mine}),
+            "peak_rss_mib": max((r["peak_rss_mib"] for r in mine), default=None),
+            "eos": sorted({r["eos"] for r in mine}),
             "threads": sorted({r["threads"] for r in mine})}  # fmt: skip
 
 
@@ -401,7 +422,8 @@ def print_tables(a, info: dict, models: dict, summary: dict) -> None:
         on, off, ours, ck, mb = (summary[size][v] for v in STEPPERS)
         ratio = lambda x, y=ours: f(x["step_s"] / y["step_s"]) + "x" if x["step_s"] and y["step_s"] else ""  # noqa: E731
         rss = " | ".join(f(x["peak_rss_mib"], ".0f") for x in (on, off, ours, ck, mb))
-        share = f(mb["peak_rss_mib"] / on["peak_rss_mib"] * 100, ".0f") + "%" if on["peak_rss_mib"] else ""
+        both = on["peak_rss_mib"] and mb["peak_rss_mib"]
+        share = f(mb["peak_rss_mib"] / on["peak_rss_mib"] * 100, ".0f") + "%" if both else ""
         print(f"| {size} ({m['params']:,}) | {f(on['step_s'])} | {f(off['step_s'])} | {f(ours['step_s'])} "
               f"| {f(ck['step_s'])} | {f(mb['step_s'])} | {ratio(on)} | {ratio(off)} | {ratio(on, ck)} "
               f"| {ratio(on, mb)} | {rss} | {share} |")  # fmt: skip
@@ -417,7 +439,8 @@ def print_tables(a, info: dict, models: dict, summary: dict) -> None:
           "(generate / sampler) | RSS MiB generate() | RSS MiB sampler |\n|---|" + "---:|" * 6)
     for size in models:
         hf, ours = summary[size]["generate"], summary[size]["sampler"]
-        ratio = f(ours["tokens_per_s"] / hf["tokens_per_s"]) + "x" if hf["tokens_per_s"] else ""
+        both = hf["tokens_per_s"] and ours["tokens_per_s"]
+        ratio = f(ours["tokens_per_s"] / hf["tokens_per_s"]) + "x" if both else ""
         print(f"| {size} | {f(hf['tokens_per_s'], ',.0f')} | {f(ours['tokens_per_s'], ',.0f')} | {ratio} "
               f"| {f(hf['tokens'], '.0f')} / {f(ours['tokens'], '.0f')} | {f(hf['peak_rss_mib'], '.0f')} "
               f"| {f(ours['peak_rss_mib'], '.0f')} |")  # fmt: skip
@@ -458,11 +481,15 @@ def parse_args():
     p.add_argument("--sampler-repeats", type=int, default=3, help="timed sampler calls per worker (after a warm-up)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--timeout", type=int, default=1800, help="seconds one worker may run")
-    p.add_argument("--json", default="", help="also write every measurement here")
+    result_args(p, "peers")
     p.add_argument("--worker", choices=VARIANTS, help=argparse.SUPPRESS)
     p.add_argument("--model-dir", help=argparse.SUPPRESS)
     p.add_argument("--data", help=argparse.SUPPRESS)
     a = p.parse_args()
+    if a.quick:
+        use_quick_workload()
+        if not a.worker:
+            a.sizes, a.rounds, a.steps, a.threads, a.sampler_repeats = "4.5M", 1, 2, 1, 1
     if a.steps < 2 or a.rounds < 1 or a.sampler_repeats < 1:
         p.error("--steps must be >= 2 (step 1 is a warm-up), --rounds and --sampler-repeats >= 1")
     return a
@@ -481,7 +508,18 @@ def main() -> None:
     sizes = [s.strip() for s in a.sizes.split(",") if s.strip()]
     if not sizes or any(s not in SIZES for s in sizes):
         raise SystemExit(f"--sizes: comma-separated names among {', '.join(SIZES)}, got {a.sizes!r}")
-    use_bench_env()
+    import importlib.util
+
+    variants, skipped = VARIANTS, {}
+    if a.quick:  # builds no environment: without TRL, its sides are skipped and said so
+        variants, skipped = QUICK_VARIANTS, {v: "not in --quick" for v in VARIANTS if v not in QUICK_VARIANTS}
+        if importlib.util.find_spec("trl") is None:
+            trl = {v: f"TRL is not installed in {sys.prefix} (`make bench-env` makes .venv-bench)"
+                   for v in variants if v.startswith("trl")}  # fmt: skip
+            variants, skipped = tuple(v for v in variants if v not in trl), {**trl, **skipped}
+            print(f"peers --quick: skipped {', '.join(trl)}: TRL is not installed here", file=sys.stderr)
+    else:
+        use_bench_env()
     started, info = time.time(), machine()
     with tempfile.TemporaryDirectory(prefix="peers-") as tmp:
         data = Path(tmp) / "problems.jsonl"
@@ -492,7 +530,7 @@ def main() -> None:
                   "average", file=sys.stderr)  # fmt: skip
         runs = []
         for rnd in range(a.rounds):
-            order = VARIANTS if rnd % 2 == 0 else VARIANTS[::-1]
+            order = variants if rnd % 2 == 0 else variants[::-1]
             for size in sizes:
                 for variant in order:
                     t0 = time.time()
@@ -506,13 +544,13 @@ def main() -> None:
     print_tables(a, info, models, summary)
     wall = time.time() - started
     print(f"\nwall time {wall / 60:.1f} min")
-    if a.json:
-        for m in models.values():
-            m.pop("dir")
-        Path(a.json).write_text(json.dumps({"machine": info, "args": {k: v for k, v in vars(a).items()
-                                            if k not in ("worker", "model_dir", "data", "variant")},
-                                            "models": models, "summary": summary, "runs": runs, "wall_s": wall},
-                                           indent=2))  # fmt: skip
+    for m in models.values():
+        m.pop("dir")
+    workload = {"prompts_per_step": PROMPTS_PER_STEP, "group": GROUP, "new_tokens": NEW_TOKENS}
+    save(a, "peers", {"machine": info, "args": {k: v for k, v in vars(a).items()
+                                                if k not in ("worker", "model_dir", "data", "variant")},
+                      "workload": workload, "variants": list(variants), "skipped": skipped, "models": models,
+                      "summary": summary, "runs": runs, "wall_s": wall})  # fmt: skip
 
 
 if __name__ == "__main__":

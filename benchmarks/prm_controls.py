@@ -1,13 +1,14 @@
 """A PRM against its control: the same training on labels that carry no step-level signal.
 
-    python benchmarks/prm_controls.py [--seeds 0,1,2] [--json F]
+    python benchmarks/prm_controls.py [--seeds 0,1,2] [--json F] [--quick]
 
 Labels the shipped base's own solutions as ``tests/test_prm_on_cpu.py``'s fixture does (Math-Shepherd,
 the base as completer: 96 training problems x 4 solutions, 24 validation and 24 held-out problems x 2,
 4 completions per step), then for each seed trains a PRM on those labels and one on
 ``shuffled_step_labels`` of them (each row given another row's step labels), 3 epochs each, and prints
 both held-out AUCs against the exact step checker and against the hard labels.  The suite's floor
-(``AUC_FLOOR`` in that test file) must sit between the two columns.
+(``AUC_FLOOR`` in that test file) must sit between the two columns.  ``--quick``: one seed, 4 training problems x 2
+solutions, 2 validation and 2 held-out problems, 2 completions per step, one epoch.
 """
 
 from __future__ import annotations
@@ -20,14 +21,16 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import fmt, parse_seeds, silence_hub_progress  # noqa: E402
+from common import fmt, parse_seeds, result_args, save, silence_hub_progress  # noqa: E402
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--seeds", default="0,1,2", help="PRM training seeds (the labels are the fixture's, seed 0)")
-    p.add_argument("--json", default="")
+    result_args(p, "prm_controls")
     a = p.parse_args()
+    if a.quick:
+        a.seeds = "0"
     seeds = parse_seeds(a.seeds)
     silence_hub_progress()
     from veriloop.models.loading import load_policy
@@ -37,11 +40,13 @@ def main() -> None:
     started, results = time.time(), []
     with tempfile.TemporaryDirectory(prefix="prm-controls-") as tmp:
         root, policy = Path(tmp), load_policy("builtin:base")
-        sets = {"train": {"problems": 96, "solutions": 4}, "held": {"problems": 24, "solutions": 2, "split": "heldout"},
-                "val": {"problems": 24, "solutions": 2, "split": "validation"}}  # fmt: skip
+        n, m = (4, 2) if a.quick else (96, 24)
+        sets = {"train": {"problems": n, "solutions": 2 if a.quick else 4},
+                "held": {"problems": m, "solutions": 2, "split": "heldout"},
+                "val": {"problems": m, "solutions": 2, "split": "validation"}}  # fmt: skip
         for name, c in sets.items():
-            label_steps(LabelConfig(completions=4, output=str(root / f"{name}.jsonl"), **c), progress=False,
-                        policy=policy)  # fmt: skip
+            label_steps(LabelConfig(completions=2 if a.quick else 4, output=str(root / f"{name}.jsonl"), **c),
+                        progress=False, policy=policy)  # fmt: skip
         rows = load_labels(str(root / "train.jsonl"))
         for seed in seeds:
             shuffled = root / f"shuffled-{seed}.jsonl"
@@ -50,7 +55,7 @@ def main() -> None:
             for kind, data in (("labels", root / "train.jsonl"), ("shuffled", shuffled)):
                 cfg = PRMTrainConfig(data=str(data), eval_data=str(root / "held.jsonl"),
                                      val_data=str(root / "val.jsonl"), out=str(root / f"prm-{kind}-{seed}"),
-                                     epochs=3, seed=seed)  # fmt: skip
+                                     epochs=1 if a.quick else 3, seed=seed)  # fmt: skip
                 ev = train_prm(cfg, progress=False)["eval"]
                 row[kind] = {k: ev[k] for k in ("auc_vs_exact_checker", "auc_vs_hard_labels")}
                 print(f"seed {seed} {kind}: AUC vs exact checker {ev['auc_vs_exact_checker']:.3f}", file=sys.stderr)
@@ -65,8 +70,7 @@ def main() -> None:
     col = lambda kind, key: fmt([r[kind][key] for r in results])  # noqa: E731
     print(f"| mean ± sd | {col('labels', 'auc_vs_exact_checker')} | {col('shuffled', 'auc_vs_exact_checker')} "
           f"| {col('labels', 'auc_vs_hard_labels')} | {col('shuffled', 'auc_vs_hard_labels')} |")  # fmt: skip
-    if a.json:
-        Path(a.json).write_text(json.dumps({"seeds": seeds, "results": results}, indent=2))
+    save(a, "prm_controls", {"seeds": seeds, "training_solutions": len(rows), "results": results})
 
 
 if __name__ == "__main__":

@@ -2,9 +2,12 @@
 
     python benchmarks/prm_search.py                 # every stage (about 90 minutes on two cores at --threads 1)
     python benchmarks/prm_search.py --stages search  # one stage, reusing the earlier ones' files
-    python benchmarks/prm_search.py --quick --out /tmp/q  # every stage at toy sizes (a smoke test, kept apart)
+    python benchmarks/prm_search.py --quick          # every stage at toy sizes (a smoke test, in a scratch --out)
 
-Stages (files under --out, default runs/bench-prm):
+``--quick``: the faithful completer alone (one SFT step), 4/2/2 problems x 2 solutions x 2 completions, one PRM and
+the ORM for one epoch, 2 search problems at budgets 1 and 2, one step of process-reward GRPO (2 prompts x 2, 4
+held-out problems), revision pairs on 8 problems x 4 samples and one SFT step.  Stages (files under --out, default
+runs/bench-prm):
 
 0. ``completer``: the faithful completer, the base SFT'd on a teacher whose subtraction slips are
    carried forward, never repaired (see ``stage_completer``).
@@ -30,20 +33,26 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
+import sys
+import tempfile
 import time
 from pathlib import Path
 
-from veriloop.evaluation.evaluate import EvalConfig, evaluate
-from veriloop.models.loading import load_policy
-from veriloop.prm.label import LabelConfig, label_steps
-from veriloop.prm.train import PRMTrainConfig, train_prm
-from veriloop.search.run import SearchConfig, run_search
-from veriloop.config import build_config
-from veriloop.tasks.config import TaskConfig
-from veriloop.training.config import TrainConfig
-from veriloop.training.trainer import Trainer
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import result_args, save  # noqa: E402
+
+from veriloop.evaluation.evaluate import EvalConfig, evaluate  # noqa: E402
+from veriloop.models.loading import load_policy  # noqa: E402
+from veriloop.prm.label import LabelConfig, label_steps  # noqa: E402
+from veriloop.prm.train import PRMTrainConfig, train_prm  # noqa: E402
+from veriloop.search.run import SearchConfig, run_search  # noqa: E402
+from veriloop.config import build_config  # noqa: E402
+from veriloop.tasks.config import TaskConfig  # noqa: E402
+from veriloop.training.config import TrainConfig  # noqa: E402
+from veriloop.training.trainer import Trainer  # noqa: E402
 
 STAGES = ("completer", "label", "train", "search", "grpo", "revision")
+QUICK_TASK = {"arithmetic": {"heldout_size": 4, "validation_size": 4}}  # the grpo stage's held-out reads
 
 
 def stage_completer(out: Path, quick: bool) -> None:
@@ -70,13 +79,13 @@ def stage_label(out: Path, completers: list[str], quick: bool) -> None:
     """Math-Shepherd labels of the base's solutions, completed by each completer, on train, validation and
     held-out problems (the same solutions for every completer: one sampling seed per split)."""
     policy = load_policy("builtin:base")
-    sizes = {"train": 40, "validation": 20, "heldout": 20} if quick else {"train": 400, "validation": 100,
-                                                                           "heldout": 100}  # fmt: skip
+    sizes = {"train": 4, "validation": 2, "heldout": 2} if quick else {"train": 400, "validation": 100,
+                                                                        "heldout": 100}  # fmt: skip
     for completer in completers:
         path = completer_path(out, completer)
         comp = load_policy(path) if path else None
         for split, n in sizes.items():
-            cfg = LabelConfig(problems=n, solutions=4, completions=8, split=split,
+            cfg = LabelConfig(problems=n, solutions=2 if quick else 4, completions=2 if quick else 8, split=split,
                               output=str(labels_file(out, completer, split)))  # fmt: skip
             cfg.completer = path
             s = label_steps(cfg, progress=True, policy=policy, completer=comp)
@@ -163,8 +172,9 @@ GRPO_RUNS = {
 }
 
 
-def stage_grpo(out: Path, steps: int, runs: list[str]) -> None:
+def stage_grpo(out: Path, steps: int, runs: list[str], quick: bool = False) -> None:
     rows = {}
+    task = build_config(TaskConfig, QUICK_TASK if quick else {}, {})
     for name in runs:
         extra = json.loads(json.dumps(GRPO_RUNS[name]))
         if extra["algo"] == "grpo_process":
@@ -172,15 +182,15 @@ def stage_grpo(out: Path, steps: int, runs: list[str]) -> None:
             extra["process"]["replay_data"] = json.loads((out / "prm" / "prm.json").read_text())["data"]
         run_dir = out / f"grpo-{name.replace('+', '-')}"
         shutil.rmtree(run_dir, ignore_errors=True)  # this benchmark's own earlier run of the stage
+        if quick:
+            extra.update(task=QUICK_TASK, rollout={"prompts_per_step": 2, "group_size": 2})
         cfg = build_config(TrainConfig, {"run_dir": str(run_dir), "steps": steps, **extra}, {})
         t0 = time.time()
         trainer = Trainer(cfg, progress=True)
         trainer.train()
-        r = evaluate(
-            trainer.policy, TaskConfig().build().heldout(), TaskConfig().eval_verifiers(), EvalConfig(n_samples=0)
-        )
+        r = evaluate(trainer.policy, task.build().heldout(), task.eval_verifiers(), EvalConfig(n_samples=0))
         rows[name] = (r, time.time() - t0)
-    base = evaluate(load_policy("builtin:base"), TaskConfig().build().heldout(), TaskConfig().eval_verifiers(),
+    base = evaluate(load_policy("builtin:base"), task.build().heldout(), task.eval_verifiers(),
                     EvalConfig(n_samples=0))  # fmt: skip
     print("\n| run | held-out greedy accuracy | process rate | right answer, wrong steps | train+eval s |")
     print("|---|---|---|---|---|")
@@ -197,10 +207,10 @@ def stage_grpo(out: Path, steps: int, runs: list[str]) -> None:
 def stage_revision(out: Path, problems: int, quick: bool) -> None:
     from veriloop.search.revision import RevisionPairsConfig, make_revision_pairs
 
-    for name, split, n in (("", "train", 200 if quick else 2000), ("-heldout", "heldout", 100)):
+    for name, split, n in (("", "train", 8 if quick else 2000), ("-heldout", "heldout", 8 if quick else 100)):
         s = make_revision_pairs(
             RevisionPairsConfig(problems=n, split=split, history=1,  # single pairs: benchmarks/revision.py has chains
-                                output=str(out / f"revision-pairs{name}.jsonl"))
+                                samples=4 if quick else 8, output=str(out / f"revision-pairs{name}.jsonl"))
         )
         print(f"revision pairs ({split}): {s['pairs']} pairs from {s['problems_with_pairs']} of {s['problems']} "
               "problems, "
@@ -209,11 +219,11 @@ def stage_revision(out: Path, problems: int, quick: bool) -> None:
             "heldout_data": str(out / "revision-pairs-heldout.jsonl")}  # fmt: skip
     shutil.rmtree(out / "revision-sft", ignore_errors=True)  # this benchmark's own earlier run of the stage
     cfg = build_config(TrainConfig, {"algo": "sft", "run_dir": str(out / "revision-sft"), "task": task,
-                                     "steps": 3 if quick else 100}, {})  # fmt: skip
+                                     "steps": 1 if quick else 100}, {})  # fmt: skip
     Trainer(cfg, progress=True).train()
     budgets = "1,2" if quick else "1,2,4,8,16"
     print("\n| strategy | select | budget (attempts) | accuracy | mean tokens |\n|---|---|---|---|---|")
-    for select in ("prm", "majority", "last"):
+    for select in ("prm",) if quick else ("prm", "majority", "last"):
         sc = SearchConfig(prm=str(out / "prm"), problems=problems, budgets=budgets, strategy="revision",
                           revision_policy=str(out / "revision-sft" / "final"), revision_select=select,
                           revision_history=1,
@@ -225,7 +235,8 @@ def stage_revision(out: Path, problems: int, quick: bool) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--out", default="runs/bench-prm")
+    ap.add_argument("--out", default="", help="directory of every stage's files (default: runs/bench-prm; --quick: "
+                                              "a scratch directory, removed after)")
     ap.add_argument("--stages", default=",".join(STAGES), help="comma-separated: " + ", ".join(STAGES))
     ap.add_argument("--completers", default="faithful,base",
                     help="label stage: faithful (stage completer's model) | base (the policy) | a model directory")
@@ -233,17 +244,23 @@ def main() -> None:
     ap.add_argument("--problems", type=int, default=200, help="held-out problems in the search stage")
     ap.add_argument("--grpo_steps", type=int, default=200, help="steps of each GRPO run")
     ap.add_argument("--grpo_runs", default=",".join(GRPO_RUNS), help="grpo stage runs: " + ", ".join(GRPO_RUNS))
-    ap.add_argument("--quick", action="store_true", help="tiny sizes: checks that every stage runs")
     ap.add_argument("--threads", type=int, default=0, help="torch CPU threads; 0 = torch's default")
+    result_args(ap, "prm_search")
     args = ap.parse_args()
+    if args.quick:
+        args.problems, args.grpo_steps, args.threads, args.grpo_runs = 2, 1, 1, "process"
+        if args.completers == ap.get_default("completers"):
+            args.completers = "faithful"
+        if args.variants == ap.get_default("variants"):
+            args.variants = "prm-faithful-step,orm-faithful"
     if args.threads:
         import torch
 
         torch.set_num_threads(args.threads)
-    if args.quick:
-        args.problems, args.grpo_steps = min(args.problems, 8), min(args.grpo_steps, 2)
-    out = Path(args.out)
+    scratch = tempfile.mkdtemp(prefix="prm-search-quick-") if args.quick and not args.out else ""
+    out = Path(args.out or scratch or "runs/bench-prm")
     out.mkdir(parents=True, exist_ok=True)
+    seconds = {}
     for stage in args.stages.split(","):
         t0 = time.time()
         if stage == "completer":
@@ -255,12 +272,17 @@ def main() -> None:
         elif stage == "search":
             stage_search(out, args.problems, args.quick)
         elif stage == "grpo":
-            stage_grpo(out, args.grpo_steps, args.grpo_runs.split(","))
+            stage_grpo(out, args.grpo_steps, args.grpo_runs.split(","), args.quick)
         elif stage == "revision":
             stage_revision(out, args.problems, args.quick)
         else:
             raise SystemExit(f"unknown stage {stage!r}; known: {', '.join(STAGES)}")
-        print(f"[{stage}: {time.time() - t0:.0f} s]\n")
+        seconds[stage] = time.time() - t0
+        print(f"[{stage}: {seconds[stage]:.0f} s]\n")
+    files = {f.name: json.loads(f.read_text()) for f in sorted(out.glob("*.json"))}  # the stages' own summaries
+    save(args, "prm_search", {"args": vars(args), "out": str(out), "stage_seconds": seconds, "files": files})
+    if scratch:
+        shutil.rmtree(scratch, ignore_errors=True)
 
 
 if __name__ == "__main__":

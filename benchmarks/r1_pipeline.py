@@ -2,6 +2,7 @@
 
     python benchmarks/r1_pipeline.py                       # configs/r1.yaml, seeds 0,1
     python benchmarks/r1_pipeline.py --seeds 0 --option rl_steps=30
+    python benchmarks/r1_pipeline.py --quick     # one seed, one step a stage, 4 problems, rl-long for 1 s
 
 For each seed: ``veriloop pipeline --config configs/r1.yaml`` (variant r1), then ``--variant
 r1-zero`` (its RL stage only: GRPO from the base for ``rl_steps``), then ``--variant rl-long``: GRPO
@@ -20,12 +21,14 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import fmt, parse_seeds, silence_hub_progress  # noqa: E402
+from common import fmt, parse_seeds, result_args, save, silence_hub_progress  # noqa: E402
 
 from veriloop.config import build_config, load_yaml  # noqa: E402
 from veriloop.pipeline import PipelineConfig, options_for, run_pipeline  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
+QUICK = {"cold_start_steps": "1", "rl_steps": "1", "rs_problems": "4", "rs_samples": "2", "sft_steps": "1",
+         "rl_again_steps": "1", "eval_problems": "4", "rl.rollout.prompts_per_step": "2", "rl.rollout.group_size": "2"}
 
 
 def main() -> None:
@@ -34,10 +37,13 @@ def main() -> None:
     ap.add_argument("--seeds", default="0,1")
     ap.add_argument("--option", action="append", default=[], metavar="KEY=VALUE", help="pipeline option (repeatable)")
     ap.add_argument("--threads", type=int, default=2)
+    result_args(ap, "r1_pipeline")
     args = ap.parse_args()
+    if args.quick:
+        args.seeds, args.threads = "0", 1
     torch.set_num_threads(args.threads)
     silence_hub_progress()
-    overrides = dict(o.split("=", 1) for o in args.option)
+    overrides = {**(QUICK if args.quick else {}), **dict(o.split("=", 1) for o in args.option)}
     rows: dict[tuple[str, str], list[dict]] = {}
     seconds: dict[str, list[float]] = {}
     t0 = time.time()
@@ -47,7 +53,7 @@ def main() -> None:
             for variant in ("r1", "r1-zero", "rl-long"):
                 extra = {"variant": variant, "seed": str(seed), "run_dir": f"{tmp}/{variant}-{seed}"}
                 if variant == "rl-long":
-                    extra["max_minutes"] = str(r1_minutes)
+                    extra["max_minutes"] = str(min(r1_minutes, 1 / 60) if args.quick else r1_minutes)
                 cfg = build_config(PipelineConfig, options_for(variant, load_yaml(args.config)),
                                    {**options_for(variant, overrides), **extra})
                 start = time.time()
@@ -68,6 +74,8 @@ def main() -> None:
               f"{fmt([h['wrong_steps_rate'] for h in hs])} |")  # fmt: skip
     print("\nwall seconds per run: " + ", ".join(f"{v} {fmt(s, 0)}" for v, s in seconds.items()))
     print(f"{time.time() - t0:.0f} s in all")
+    save(args, "r1_pipeline", {"args": vars(args), "seconds": seconds,
+                               "heldout": [{"variant": v, "stage": st, "seeds": hs} for (v, st), hs in rows.items()]})
 
 
 if __name__ == "__main__":

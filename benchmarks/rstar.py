@@ -3,6 +3,7 @@
     python benchmarks/rstar.py                          # makes a PRM first (about 70 s), seeds 0,1
     python benchmarks/rstar.py --prm runs/bench-prm/prm --seeds 0 --problems 40
     python benchmarks/rstar.py --discriminator completer --strategies rstar   # a peer model confirms instead
+    python benchmarks/rstar.py --quick     # a toy PRM, 2 problems, rStar at 1 rollout against best-of-N at 2
 
 Every strategy runs through ``veriloop search`` on the same held-out problems with the shipped base as
 the policy.  rStar (``--rstar_budgets`` rollouts) uses no PRM and no reference: its reward is the outcome's
@@ -31,7 +32,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from allocate import make_prm  # noqa: E402
-from common import fmt, parse_seeds, silence_hub_progress  # noqa: E402
+from common import fmt, parse_seeds, result_args, save, silence_hub_progress  # noqa: E402
 
 from veriloop.models.loading import load_policy  # noqa: E402
 from veriloop.prm.model import load_prm  # noqa: E402
@@ -51,7 +52,12 @@ def main() -> None:
     ap.add_argument("--discriminator", default="policy", help="rstar's discriminator: policy | completer | DIR")
     ap.add_argument("--strategies", default="rstar," + ",".join(BASELINES), help="which to run")
     ap.add_argument("--threads", type=int, default=2)
+    result_args(ap, "rstar")
     args = ap.parse_args()
+    baselines = dict(BASELINES)
+    if args.quick:
+        args.seeds, args.problems, args.rstar_budgets, args.expand, args.threads = "0", 2, "1", 2, 1
+        args.strategies, baselines = "rstar,best_of_n", {"best_of_n": "2"}
     unknown = set(args.strategies.split(",")) - {"rstar", *BASELINES}
     if "rstar" not in args.strategies.split(",") or unknown:
         raise SystemExit(f"--strategies: rstar and any of {', '.join(BASELINES)}; got {args.strategies!r}")
@@ -60,19 +66,21 @@ def main() -> None:
     t0 = time.time()
     cells: dict[tuple[str, str], list[dict]] = {}
     with tempfile.TemporaryDirectory() as tmp:
-        made = make_prm(Path(tmp)) if not args.prm or args.discriminator == "completer" else ""
+        made = make_prm(Path(tmp), args.quick) if not args.prm or args.discriminator == "completer" else ""
         prm_dir = args.prm or made
         prm, policy = load_prm(prm_dir), load_policy("builtin:base")
         disc = {"policy": "", "completer": str(Path(tmp) / "completer" / "final")}.get(args.discriminator,
                                                                                      args.discriminator)  # fmt: skip
         wanted = args.strategies.split(",")
         for seed in parse_seeds(args.seeds):
-            for strategy, budgets in {"rstar": args.rstar_budgets, **BASELINES}.items():
+            for strategy, budgets in {"rstar": args.rstar_budgets, **baselines}.items():
                 if strategy not in wanted:
                     continue
+                # expand where the strategy reads it (best-of-N and majority refuse an option they do not read)
+                expand = {"expand": args.expand} if strategy in ("rstar", "mcts", "beam") else {}
                 cfg = SearchConfig(strategy=strategy, budgets=budgets, problems=args.problems, split="heldout",
-                                   bin_samples=1, expand=args.expand, seed=seed, out=f"{tmp}/{strategy}-{seed}",
-                                   discriminator=disc)  # fmt: skip
+                                   bin_samples=1, seed=seed, out=f"{tmp}/{strategy}-{seed}", discriminator=disc,
+                                   **expand)  # fmt: skip
                 scorer = None if strategy in ("rstar", "majority", "single") else prm
                 summary = run_search(cfg, progress=False, policy=policy, prm=scorer)
                 for b, c in summary["strategies"][strategy].items():
@@ -80,12 +88,16 @@ def main() -> None:
                 done = " ".join(f"{b}:{c['accuracy']:.3f}/{c['mean_tokens']:.0f}t"
                                 for b, c in summary["strategies"][strategy].items())  # fmt: skip
                 print(f"seed {seed} {strategy}: {done} ({time.time() - t0:.0f} s)", flush=True)
-    print(table(cells, args.rstar_budgets, wanted))
+    print(table(cells, args.rstar_budgets, wanted, baselines))
     print(f"\n{args.problems} held-out problems, seeds {args.seeds}, expand {args.expand}; {time.time() - t0:.0f} s")
+    save(args, "rstar", {"args": vars(args), "budgets": {"rstar": args.rstar_budgets, **baselines},
+                         "cells": [{"strategy": s, "budget": b, "seeds": cs} for (s, b), cs in cells.items()],
+                         "seconds": time.time() - t0})  # fmt: skip
 
 
-def table(cells: dict[tuple[str, str], list[dict]], rstar_budgets: str, wanted: list[str]) -> str:
-    baselines = {s: b for s, b in BASELINES.items() if s in wanted}
+def table(cells: dict[tuple[str, str], list[dict]], rstar_budgets: str, wanted: list[str],
+          budgets: dict[str, str] = BASELINES) -> str:  # fmt: skip
+    baselines = {s: b for s, b in budgets.items() if s in wanted}
     lines = ["| rStar rollouts | rStar accuracy | rStar tokens | " + " | ".join(baselines) + " |",
              "|---|---:|---:|" + "---|" * len(baselines)]  # fmt: skip
     mean = lambda xs: sum(xs) / len(xs)  # noqa: E731

@@ -1,9 +1,10 @@
 """Benchmarks: sampler vs transformers' generate(), and a GRPO step split by stage.
 
-    python benchmarks/run.py [--policy builtin:base] [--prompts 32] [--group 8] [--steps 6]
+    python benchmarks/run.py [--policy builtin:base] [--prompts 32] [--group 8] [--steps 6] [--json FILE] [--quick]
 
 Each measurement runs in its own subprocess so that its peak resident memory is its own.
-Prints a table; ``--json FILE`` also writes the numbers.
+Prints a table and writes the numbers (``--json``).  ``--quick``: 2 prompts x 2 samples, 8 new tokens, one repeat,
+one step, the measurements in this process (their peak RSS is then not their own).
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ import subprocess
 import sys
 import tempfile
 import time
+
+from common import result_args, save
 
 
 def _peak_rss_mb() -> float:
@@ -103,6 +106,9 @@ def grpo_worker(args) -> dict:
                 "rollout.prompts_per_step": args.prompts,
                 "rollout.group_size": args.group,
                 "update.skip_zero_advantage": args.skip_flat,
+                "sampling.max_new_tokens": args.max_new_tokens,
+                # --quick's 8 tokens end few rows: learn from the cut ones too, so that the learner runs
+                "update.mask_truncated": "false" if args.quick else "true",
             },
         )
         trainer = Trainer(cfg, progress=False)
@@ -119,15 +125,16 @@ def grpo_worker(args) -> dict:
     }
 
 
-def _spawn(argv: list[str]) -> dict:
+def _spawn(argv: list[str], here: bool = False) -> dict:
+    """A measurement in a process of its own (``here``: in this one, as --quick runs them)."""
+    if here:
+        args = _parser().parse_args(argv)
+        return sampler_worker(args) if args.worker == "sampler" else grpo_worker(args)
     out = subprocess.run([sys.executable, __file__, *argv], check=True, capture_output=True, text=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def main() -> None:
-    from transformers.utils import logging as hf_logging
-
-    hf_logging.disable_progress_bar()
+def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--policy", default="builtin:base")
     p.add_argument("--prompts", type=int, default=32)
@@ -137,10 +144,20 @@ def main() -> None:
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--steps", type=int, default=5)
     p.add_argument("--skip-flat", default="true")
-    p.add_argument("--json", default="")
+    result_args(p, "run")
     p.add_argument("--worker", choices=["sampler", "grpo"], help=argparse.SUPPRESS)
     p.add_argument("--engine", choices=["ours", "hf"], default="ours", help=argparse.SUPPRESS)
-    args = p.parse_args()
+    return p
+
+
+def main() -> None:
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
+    args = _parser().parse_args()
+    if args.quick and not args.worker:
+        args.prompts, args.group, args.max_new_tokens, args.repeats, args.steps = 2, 2, 8, 1, 1
+        args.skip_flat = "false"  # the learner runs whatever the rewards
     if args.worker == "sampler":
         print(json.dumps(sampler_worker(args)))
         return
@@ -164,9 +181,10 @@ def main() -> None:
         "--repeats",
         str(args.repeats),
     ]
-    ours = _spawn(common + ["--worker", "sampler", "--engine", "ours"])
-    hf = _spawn(common + ["--worker", "sampler", "--engine", "hf"])
-    grpo = _spawn(common + ["--worker", "grpo", "--steps", str(args.steps), "--skip-flat", args.skip_flat])
+    ours = _spawn(common + ["--worker", "sampler", "--engine", "ours"], args.quick)
+    hf = _spawn(common + ["--worker", "sampler", "--engine", "hf"], args.quick)
+    grpo = _spawn(common + ["--worker", "grpo", "--steps", str(args.steps), "--skip-flat", args.skip_flat]
+                  + ["--quick"] * args.quick, args.quick)  # fmt: skip
     print(
         f"# policy {args.policy}; {args.prompts} prompts x {args.group} samples, temperature {args.temperature}, "
         f"max_new_tokens {args.max_new_tokens}; torch {torch.__version__}, {torch.get_num_threads()} threads"
@@ -180,9 +198,7 @@ def main() -> None:
         print(f"| {k[:-2]} | {grpo[k]:.3f} |")
     print(f"| sequences in the update | {grpo['update_sequences']:.0f} |")
     print(f"| peak RSS (MB) | {grpo['peak_rss_mb']:.0f} |")
-    if args.json:
-        with open(args.json, "w") as fh:
-            json.dump({"sampler": ours, "generate": hf, "grpo_step": grpo, "args": vars(args)}, fh, indent=2)
+    save(args, "run", {"sampler": ours, "generate": hf, "grpo_step": grpo, "args": vars(args)})
 
 
 if __name__ == "__main__":

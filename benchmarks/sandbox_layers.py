@@ -1,11 +1,11 @@
 """Milliseconds per sandboxed run of `print(1)`, for each combination of the sandbox's layers on this machine.
 
-    python benchmarks/sandbox_layers.py [--runs 30] [--repeats 2]
+    python benchmarks/sandbox_layers.py [--runs 30] [--repeats 2] [--json FILE] [--quick]
 
 Runs one after another in this process (no worker pool), after one warm-up run per row; each row is timed
 ``--repeats`` times and the table gives every repeat.  Rows the machine cannot run (no namespaces, no libseccomp,
 no pids cgroup) are left out.  The `Popen.wait` rows wait for the run's end as the supervisor did before it used
-a pidfd (polling with sleeps of up to 50 ms).
+a pidfd (polling with sleeps of up to 50 ms).  ``--quick``: 2 runs, one repeat.
 """
 
 from __future__ import annotations
@@ -13,6 +13,8 @@ from __future__ import annotations
 import argparse
 import os
 import time
+
+from common import result_args, save
 
 from veriloop.verifiers import sandbox_isolation as si
 from veriloop.verifiers.sandbox import run_program
@@ -47,8 +49,12 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--runs", type=int, default=30)
     p.add_argument("--repeats", type=int, default=2)
+    result_args(p, "sandbox_layers")
     args = p.parse_args()
+    if args.quick:
+        args.runs, args.repeats = 2, 1
     best = si.isolation()
+    result = {"best": best.layers, "runs": args.runs, "repeats": args.repeats, "rows": []}
     print(f"| layers | waiting | ms per run ({args.repeats} repeats of {args.runs} runs) |")
     print("|---|---|---|")
     for name, iso, pidfd in rows(best):
@@ -60,8 +66,10 @@ def main() -> None:
         finally:
             if saved is not None:
                 os.pidfd_open = saved
-        print(f"| {name.removesuffix(', Popen.wait')} | {'pidfd' if pidfd else 'Popen.wait'} | "
-              f"{', '.join(f'{m:.1f}' for m in ms)} |", flush=True)  # fmt: skip
+        layers, waiting = name.removesuffix(", Popen.wait"), "pidfd" if pidfd else "Popen.wait"
+        result["rows"].append({"layers": layers, "waiting": waiting, "ms_per_run": ms})
+        print(f"| {layers} | {waiting} | {', '.join(f'{m:.1f}' for m in ms)} |", flush=True)
+    save(args, "sandbox_layers", result)
 
 
 if __name__ == "__main__":

@@ -1,8 +1,7 @@
 """Honest throughput of the code grader: runs per second serially and with 2 workers, alone and beside hostile
 runs; one stamped JSON result, rendered into the results page.
 
-    python benchmarks/sandbox_throughput.py [--runs 60] [--repeats 3] [--json FILE] [--docs FILE]
-    python benchmarks/sandbox_throughput.py --render A.json B.json ... --docs docs/results/sandbox-throughput.md
+    python benchmarks/sandbox_throughput.py [--runs 60] [--repeats 3] [--json FILE] [--quick]
 
 Honest runs: assert-style submissions (four programs, right and wrong, against three asserts), each a sandboxed
 process that the grader evaluates tests against.  "Beside hostile": the same honest batch with 2 workers while a
@@ -12,21 +11,21 @@ is timed ``--repeats`` times (mean and spread).  The isolation is this machine's
 
 The API it uses (``get("code", workers=...)``, ``verify_batch``) is the same at earlier commits, so the same
 script measures a commit before a change: ``PYTHONPATH=<old checkout>/src python benchmarks/sandbox_throughput.py``
-(the stamp then names the commit of that checkout).
+(the stamp then names the commit of that checkout).  The results page (``docs/results/sandbox-throughput.md``) is
+rendered by ``make results-pages`` from the results in ``docs/results/sandbox_throughput/``, in file-name order
+(``render``).  ``--quick``: 4 runs, one repeat.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import statistics
 import sys
 import threading
 import time
 from pathlib import Path
 
-from verifier_cards import stamp
+from common import result_args, save, stamp
 
 import veriloop
 from veriloop.verifiers import get
@@ -79,6 +78,9 @@ def timed(workers: int, runs: int, hostile: bool) -> tuple[float, int, int]:
     return runs / seconds, wrong, hostile_runs[0]
 
 
+PAGE = "sandbox-throughput"
+
+
 def render(results: list[dict]) -> str:
     """The results page: one line per result (a commit measured once), in the order given (interleaved A/B)."""
     first = results[0]
@@ -106,15 +108,10 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--runs", type=int, default=60)
     p.add_argument("--repeats", type=int, default=3)
-    p.add_argument("--json", default="", help="default: $OUT/sandbox_throughput.json, else ./sandbox_throughput.json")
-    p.add_argument("--docs", default="", help="render the result into this Markdown page")
-    p.add_argument("--render", nargs="+", default=[], metavar="JSON",
-                   help="measure nothing: render these results (in order) into --docs")
+    result_args(p, "sandbox_throughput")
     args = p.parse_args()
-    if args.render:
-        page = render([json.loads(Path(f).read_text(encoding="utf-8")) for f in args.render])
-        Path(args.docs or "sandbox-throughput.md").write_text(page, encoding="utf-8")
-        return
+    if args.quick:
+        args.runs, args.repeats = 4, 1
     from veriloop.verifiers.sandbox import isolation
 
     checkout = Path(veriloop.__file__).resolve().parents[2]  # the veriloop measured (PYTHONPATH may name another)
@@ -133,12 +130,7 @@ def main() -> None:
                "mean": statistics.fmean(rates), "sd": statistics.stdev(rates) if len(rates) > 1 else 0.0}  # fmt: skip
         result["rows"].append(row)
         print(f"| {name} | {row['mean']:.1f} +- {row['sd']:.1f} | {wrong} | {attacks} |", flush=True)
-    out = Path(args.json) if args.json else Path(os.environ.get("OUT", ".")) / "sandbox_throughput.json"
-    out.write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
-    print(f"result: {out}")
-    if args.docs:
-        Path(args.docs).write_text(render([result]), encoding="utf-8")
-        print(f"page: {args.docs}")
+    save(args, "sandbox_throughput", result, checkout)
 
 
 if __name__ == "__main__":

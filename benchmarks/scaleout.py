@@ -1,14 +1,16 @@
 """Wall time per GRPO step: one process, the lag-1 pipeline, Ray rollout workers, DDP learners.
 
     python benchmarks/scaleout.py [--steps 8] [--configs local,local-lag1,ray1-lag1,ray2,ray2-lag1,ddp2]
-                                  [--extra "--device cuda --dtype bfloat16"]
+                                  [--extra "--device cuda --dtype bfloat16"] [--json FILE] [--quick]
     .venv-vllm/bin/python benchmarks/scaleout.py --configs local,vllm,ray1-vllm-lag1   # vLLM's rows
 
 The demo's workload (the shipped base, 32 prompts x 8 completions, 64 new tokens, GRPO with KL), each
 configuration a ``veriloop train`` in its own process (a Ray configuration starts its own one-machine
 cluster on 127.0.0.1).  Wall time per step is read from ``metrics.jsonl`` (``time_step_s``: the step's
 wall clock, overlap included) over the steps that update (after the lag's warm-up), skipping the first
-of them (allocator and thread-pool warm-up); printed as mean +- std over those steps.
+of them (allocator and thread-pool warm-up); printed as mean +- std over those steps.  ``--quick``: ``local``
+alone, 2 steps of 2 prompts x 2, 8 new tokens, one thread (the Ray and DDP rows at toy size are
+``tests/test_benchmarks_on_cpu.py``'s).
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+from common import result_args, save
 
 CONFIGS = {
     "local": [],
@@ -58,9 +62,14 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--steps", type=int, default=8)
     p.add_argument("--configs", default=",".join(k for k in CONFIGS if "vllm" not in k))
-    p.add_argument("--json", default="", help="also write the rows here")
     p.add_argument("--extra", default="", help="flags added to every configuration (e.g. --device cuda)")
+    result_args(p, "scaleout")
     args = p.parse_args()
+    if args.quick:
+        args.steps, args.configs = 2, "local"
+        args.extra = ("--rollout.prompts_per_step 2 --rollout.group_size 2 --sampling.max_new_tokens 8 "
+                      "--task.arithmetic.heldout_size 8 --update.mask_truncated false "
+                      "--update.skip_zero_advantage false --threads 1 " + args.extra)
     names = [n.strip() for n in args.configs.split(",") if n.strip()]
     unknown = sorted(set(names) - set(CONFIGS))
     if unknown:
@@ -76,8 +85,7 @@ def main() -> None:
     for r in results:
         print(f"| {r['config']} | {r['wall_s_mean']:.2f} +- {r['wall_s_std']:.2f} | {r['generate_s']:.2f} | "
               f"{r['update_s']:.2f} | {r['steps_measured']} | {r['process_s']:.0f} |")  # fmt: skip
-    if args.json:
-        Path(args.json).write_text(json.dumps(results, indent=2))
+    save(args, "scaleout", {"args": vars(args), "results": results})
 
 
 if __name__ == "__main__":

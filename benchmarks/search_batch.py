@@ -2,6 +2,7 @@
 
     python benchmarks/search_batch.py                      # 48 held-out problems, budgets 1,4,16, batches 1 and 16
     python benchmarks/search_batch.py --prm runs/bench-prm/prm --rounds 3
+    python benchmarks/search_batch.py --quick        # 2 problems, budgets 1,2, batches 1 and 2, one round
 
 Runs ``run_search`` at each ``--batches`` size, alternating them for ``--rounds`` rounds (this
 machine's speed drifts), on the shipped base; the scorer is ``--prm`` or, by default, a PRM with a
@@ -24,7 +25,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import silence_hub_progress  # noqa: E402
+from common import result_args, save, silence_hub_progress  # noqa: E402
 
 from veriloop.config import build_config  # noqa: E402
 from veriloop.models.loading import load_policy  # noqa: E402
@@ -48,7 +49,11 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--prm", default="", help="PRM directory; '' = the shipped base with a random head")
     ap.add_argument("--threads", type=int, default=2)
+    result_args(ap, "search_batch")
     args = ap.parse_args()
+    if args.quick:
+        args.problems, args.budgets, args.batches, args.rounds, args.threads = 2, "1,2", "1,2", 1, 1
+        args.strategies = "single,best_of_n,beam"
     torch.set_num_threads(args.threads)
     silence_hub_progress()
     policy = load_policy("builtin:base")
@@ -85,6 +90,9 @@ def main() -> None:
     print(f"\n{args.problems} problems, budgets {args.budgets}, {args.rounds} rounds, {args.threads} threads; "
           f"results equal to batch {batches[0]}'s (all but seconds): "
           + ", ".join(f"batch {b}: {'yes' if same[b] else 'NO'}" for b in batches))  # fmt: skip
+    save(args, "search_batch", {"args": vars(args), "wall_s": walls, "same_results": same,
+                                "seconds_per_problem": {f"{b}": {f"{k[0]} {k[1]}": v for k, v in per.items()}
+                                                        for b, per in seconds.items()}})  # fmt: skip
     if not all(same.values()):
         raise SystemExit("batched search chose other solutions than one problem at a time")
 

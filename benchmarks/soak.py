@@ -1,7 +1,7 @@
 """Soak: many GRPO steps in one process, watching for what grows (memory, file descriptors, processes, threads).
 
     python benchmarks/soak.py [--steps 1000] [--every 50] [--prompts 8] [--group 4] [--max_new_tokens 64]
-                              [--threads 1] [--work DIR] [--json FILE] [--set key=value ...]
+                              [--threads 1] [--work DIR] [--json FILE] [--set key=value ...] [--quick]
 
 Trains the shipped base (``builtin:base``) on the built-in task with ``Trainer.train`` in this process, as
 ``veriloop train`` does (checkpoints every ``--checkpoint_every`` steps, every record saved, metrics.jsonl), with
@@ -12,16 +12,16 @@ its descendant processes (verifier sandboxes, workers: how many and their reside
 row per sample as it goes (the progress), then the growth after warm-up: the sample at ``--warmup`` of the run
 (10%) against the last, in MB and MB per 100 steps, and the difference in descriptors, processes and threads.
 A leak shows as steady growth after warm-up; allocator noise as a few MB that do not keep climbing.
-``--json FILE`` writes the settings, every sample and the summary.  The run directory is a temporary one,
+The result (``--json``) holds the settings, every sample and the summary.  The run directory is a temporary one,
 removed at the end; with ``--work DIR`` it is ``DIR/soak-<date>-<time>``, kept.
-Linux only (it reads ``/proc``).
+Linux only (it reads ``/proc``).  ``--quick``: 3 steps of 2 prompts x 2, 8 new tokens, a sample and a checkpoint
+every step.
 """
 
 from __future__ import annotations
 
 import argparse
 import gc
-import json
 import os
 import sys
 import tempfile
@@ -30,7 +30,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import silence_hub_progress  # noqa: E402
+from common import result_args, save, silence_hub_progress  # noqa: E402
 
 PAGE_KB = os.sysconf("SC_PAGE_SIZE") // 1024
 
@@ -173,8 +173,10 @@ def main() -> None:
     p.add_argument("--warmup", type=float, default=0.1, help="share of the run after which growth is measured")
     p.add_argument("--work", default="", help="keep the run directory, in this directory (default: a temporary one)")
     p.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="more veriloop options")
-    p.add_argument("--json", default="")
+    result_args(p, "soak")
     a = p.parse_args()
+    if a.quick:
+        a.steps, a.every, a.prompts, a.group, a.max_new_tokens, a.checkpoint_every, a.threads = 3, 1, 2, 2, 8, 1, 1
     if a.steps < 2 or a.every < 1 or not 0 <= a.warmup < 1:
         p.error("--steps must be >= 2, --every >= 1 and --warmup in [0, 1)")
     silence_hub_progress()
@@ -184,9 +186,7 @@ def main() -> None:
     else:
         with tempfile.TemporaryDirectory(prefix="soak-") as tmp:
             result = run(a, f"{tmp}/run")
-    if a.json:
-        Path(a.json).write_text(json.dumps(result, indent=2) + "\n")
-        print(f"wrote {a.json}")
+    save(a, "soak", result)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """Where a GRPO step's time goes, against the FLOP floor of each phase (the peers' contract workload).
 
     python benchmarks/step_profile.py [--size 4.5M] [--steps 6] [--eos suppressed|natural] [--threads 2]
-        [--option key=value ...] [--json F]
+        [--option key=value ...] [--json F] [--quick]
 
 Builds the contract model of ``benchmarks/peers.py`` (random-init Llama, 8 prompts x 8 completions, up to 64 new
 tokens, token-mean loss, no KL, one pass, AdamW; ``--eos suppressed``, the default, pins every completion at 64
@@ -15,7 +15,8 @@ own shapes, the same threads; 4096 rows for the update, 64 rows, a decode step's
 ``2 x P x tokens`` plus attention ``4 x layers x hidden x sum(L_q x L_k)``, backward twice the forward, generation
 ``2 x P`` per generated token plus its attention, where ``P`` counts the parameters every token multiplies (all but
 the embedding table).  A phase far above its floor is overhead.  The header also gives the shares of one sampler
-call's time in ``aten::mm`` and ``aten::bmm`` (torch profiler).
+call's time in ``aten::mm`` and ``aten::bmm`` (torch profiler).  ``--quick``: ``peers.py``'s quick workload (2 prompts
+x 2 completions of up to 8 tokens), 2 steps, one thread.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import peers  # noqa: E402  (the contract: model, tokenizer, problems, options)
+from common import result_args, save  # noqa: E402
 
 
 class Timers:
@@ -194,14 +196,16 @@ def main() -> None:
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--option", action="append", default=[], help="a veriloop option over the contract's, key=value")
-    p.add_argument("--json", default="")
+    result_args(p, "step_profile")
     a = p.parse_args()
+    if a.quick:
+        peers.use_quick_workload()
+        a.steps, a.threads = 2, 1
     if a.steps < 2:
         p.error("--steps must be >= 2")
     result = run(a)
     print_table(result)
-    if a.json:
-        Path(a.json).write_text(json.dumps(result, indent=2))
+    save(a, "step_profile", {"args": vars(a), **result})
 
 
 if __name__ == "__main__":

@@ -6,6 +6,7 @@ import json
 import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -201,7 +202,9 @@ def test_audit_command_reports_each_part_and_exits_1_on_any_false_verdict(tmp_pa
 
 
 def _renderer():
-    spec = importlib.util.spec_from_file_location("render_cards", ROOT / "scripts" / "render_verifier_cards.py")
+    if str(ROOT / "benchmarks") not in sys.path:  # the benchmark scripts import their `common` module
+        sys.path.insert(0, str(ROOT / "benchmarks"))
+    spec = importlib.util.spec_from_file_location("verifier_cards", ROOT / "benchmarks" / "verifier_cards.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -222,7 +225,7 @@ def test_the_cards_render_every_number_from_the_result_file():
                                               "cases": 4, "false": 0},
                                              {"part": "heldout", "category": "label line A:", "expect": "accept",
                                               "cases": 5, "false": 2}]}}}  # fmt: skip
-    page = _renderer().render(result)
+    page = _renderer().render([result])
     assert "`python benchmarks/verifier_cards.py` at commit `abc123` on M, 2026-01-01 00:00 UTC" in page
     assert "**Note:** Not final." in page
     # summary: development 0 of 4 rejects, 0 of 6 accepts; heldout 2 of 5 (40.0%), 1 of 3 (33.3%)
