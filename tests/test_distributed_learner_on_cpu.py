@@ -143,7 +143,7 @@ def test_ddp_two_ranks_is_one_process_up_to_float_rounding(tmp_path, groups, agg
     two64, *_ = distributed(groups, policy, dcfg, lb, dtype=torch.float64)
     assert max_diff(two64.model, one64.model) < 1e-12 and max_diff(split64.model, one64.model) < 1e-12
     noise = noise_of(one32.model, split32.model)
-    # the README's figures: `pytest -s tests/test_distributed_learner_on_cpu.py` prints them
+    # the figures of docs/guides/scale-out.md: `pytest -s tests/test_distributed_learner_on_cpu.py` prints them
     print(f"\n{aggregation}: float64 2 ranks vs 1 {max_diff(two64.model, one64.model):.1e}, float32 "
           f"{max_diff(two32.model, one32.model):.1e}, noise bound {noise:.2e}")  # fmt: skip
     assert noise < 1e-5

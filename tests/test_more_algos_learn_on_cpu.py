@@ -5,7 +5,7 @@ to train or score with (PPO's critic, grpo_process's PRM), DAPO's dynamic sampli
 
 ``grpo_process`` scores steps with a PRM trained here on Math-Shepherd labels of the base's own samples,
 and adds the outcome advantage (``process.outcome_weight 1``): PRM rewards alone are exploited by the
-policy (README, process supervision).
+policy (docs/concepts/process-rewards.md).
 """
 
 import pytest
