@@ -43,21 +43,6 @@ def test_the_memory_benchmark_runs_each_path_it_names(tmp_path):
     assert results["chunked"]["update_records"] > 0  # the learner ran: the rewards varied
 
 
-def test_the_prepared_gpu_check_runs_every_part_at_smoke_size(tmp_path):
-    """benchmarks/gpu_check.py --smoke on the CPU: every part of the one script a lent GPU runs completes.
-
-    The smoke's own time limits (100 s budget, 150 s hard) are the device's; on a slow, shared CI machine the same
-    work took 150 s and was cut, so here they are raised and the subprocess timeout (600 s) bounds the test."""
-    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gpu_check.py"), "--smoke", "--device", "cpu",
-                           "--budget-s", "450", "--hard-limit-s", "540", "--json", str(tmp_path / "gpu.json")],
-                          capture_output=True, text=True, timeout=600, cwd=tmp_path)  # fmt: skip
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    result = json.loads((tmp_path / "gpu.json").read_text())
-    assert json.dumps(result).count("Traceback") == 0, json.dumps(result)[:3000]
-    statuses = {name: part["status"] for name, part in result["parts"].items()}
-    assert statuses and set(statuses.values()) == {"ok"}, statuses  # every part ran: none skipped for time
-
-
 def test_the_gpu_recipe_parses_and_names_its_choices():
     from veriloop.config import build_config, load_yaml
     from veriloop.training.config import TrainConfig
@@ -117,7 +102,8 @@ def test_the_peers_variants_differ_from_the_contract_only_in_their_memory_settin
     probe = ("import sys, json, types; sys.path.insert(0, sys.argv[1]); import peers; "
              "a = lambda v: types.SimpleNamespace(model_dir='m', data='d.jsonl', seed=0, steps=3, threads=1, "
              "eos='suppressed', variant=v); "
-             "print(json.dumps({v: peers.veriloop_options(a(v), 'run')[0] for v in peers.STEPPERS if 'veriloop' in v}))")  # fmt: skip
+             "print(json.dumps({v: peers.veriloop_options(a(v), 'run')[0] "
+             "for v in peers.STEPPERS if 'veriloop' in v}))")  # fmt: skip
     proc = subprocess.run([sys.executable, "-c", probe, str(ROOT / "benchmarks")], capture_output=True, text=True,
                           timeout=120)  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-2000:]

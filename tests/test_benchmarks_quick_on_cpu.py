@@ -29,6 +29,17 @@ PENDING: dict[str, str] = {}
 STAMP = ("commit", "command", "machine", "cores", "cpu", "torch", "gpu", "date", "quick")
 
 
+def _every_part_ran(result: dict) -> None:
+    """gpu_check.py: the one script a lent GPU runs completes every part on the CPU (none skipped for time)."""
+    assert json.dumps(result).count("Traceback") == 0, json.dumps(result)[:3000]
+    statuses = {name: part["status"] for name, part in result["parts"].items()}
+    assert statuses and set(statuses.values()) == {"ok"}, statuses
+
+
+# what a script's quick result must show beyond its stamp, where a quick run is that script's only test
+CHECKS = {"gpu_check.py": _every_part_ran}
+
+
 def _params():
     for name in SCRIPTS:
         marks = [pytest.mark.xfail(strict=True, reason=PENDING[name])] if name in PENDING else []
@@ -60,6 +71,8 @@ def test_the_quick_mode_runs_end_to_end_and_writes_a_stamped_result(script, tmp_
     assert set(STAMP) <= set(stamp), f"{script}: stamp {stamp} lacks {set(STAMP) - set(stamp)}"
     assert stamp["quick"] is True and f"benchmarks/{script} --quick" in stamp["command"], stamp
     assert stamp["cores"] == os.cpu_count() and stamp["torch"] and stamp["gpu"] and stamp["commit"], stamp
+    if script in CHECKS:
+        CHECKS[script](result)
     if "\ndef render(" in (BENCH / script).read_text(encoding="utf-8"):  # its page renders what it writes today
         page = _module(script).render([result])
         assert page.startswith("# "), page[:200]
