@@ -18,7 +18,7 @@ LAYERS = [
     ("search",),
     ("report",),
     ("demo", "pipeline"),
-    ("cli",),
+    ("cli", "cli_help"),
 ]
 LAYER = {name: i for i, names in enumerate(LAYERS) for name in names}
 

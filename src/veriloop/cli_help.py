@@ -1,0 +1,73 @@
+"""What ``veriloop --help`` says: the introduction, the commands by group with a line each, the epilogue.
+
+Kept apart from ``veriloop.cli`` (which parses and runs) so that the text a newcomer reads is in one place.
+"""
+
+from __future__ import annotations
+
+INTRO = """\
+veriloop trains language models to reason with rewards a program can check: a verifier grades
+each answer (a process reward, each step), and GRPO and its family learn from the grades.  Its
+evaluation says what training changed: held-out accuracy, pass@k, right answers by wrong steps.
+
+start with:
+  veriloop demo                     the shipped base trained with GRPO (outcome and process rewards)
+                                    beside an SFT control, evaluated before and after, in one table
+  veriloop train                    train a policy (GRPO unless --algo; `veriloop algos` lists them)
+  veriloop eval --policy RUN/final  evaluate a policy on held-out problems
+"""
+
+# The commands, by group, with what each does: the top-level help lists them from here, and each command's
+# parser takes its line as its help (a command missing here has no parser: see _build).
+GROUPS = {
+    "train": "train",
+    "evaluate": "evaluate",
+    "search": "search (test-time compute)",
+    "verifiers": "verifiers and reward models",
+    "tools": "tools",
+}
+COMMANDS = {
+    "demo": ("train", "evaluate the shipped base, train it with GRPO, evaluate again, print the table"),
+    "train": ("train", "train a policy with any recipe (--algo, default grpo); resumable run directory"),
+    "sft": ("train", "supervised fine-tuning on the task's teacher traces: the sft recipe from a new built-in "
+                     "model (makes the base)"),
+    "pipeline": ("train", "the R1 recipe: cold start, RL, rejection sampling, SFT from the base, RL again (or "
+                          "R1-Zero); one run directory per stage, resumable"),
+    "algos": ("train", "list the training recipes (--algo NAME) and what each sets"),
+    "eval": ("evaluate", "held-out evaluation: greedy/sampled accuracy, pass@k, format, process, wrong steps"),
+    "report": ("evaluate", "write plots/ and report.html for a run directory"),
+    "search": ("search", "test-time strategies at several budgets: summary.json, table, plot"),
+    "allocate": ("search", "compute-optimal allocation: difficulty bins and a strategy per bin chosen on "
+                           "validation, applied to held-out"),
+    "revision-pairs": ("search", "wrong -> right demonstrations (nearest by edit distance) for a revision model"),
+    "verifiers": ("verifiers", "list the registered verifiers"),
+    "verify": ("verifiers", "grade a JSONL file of {completion, reference} rows with a verifier"),
+    "audit": ("verifiers", "false accepts and false rejects of a verifier, by part and family"),
+    "prm": ("verifiers", "process reward models: label steps, train, score (veriloop prm label|train|score)"),
+    "completion": ("tools", "print a shell completion script: source <(veriloop completion bash)"),
+}  # fmt: skip
+
+USAGE = "veriloop [-h] [--version] [-q] [-v] [--log_level LEVEL] [--log_every N] [--plugin MODULE] COMMAND ..."
+EPILOG = """\
+Every command takes --config FILE.yaml and one --section.field flag per option; `veriloop COMMAND
+--help` lists them with their defaults.  On a terminal each stage shows a progress bar; off one,
+plain lines.  A run's full log is in its directory (train.log, demo.log, ...).
+Exit status: 0 done; 2 wrong input, said in one line; 1 a bug in veriloop, with its traceback;
+130 interrupted.
+"""
+
+
+def _listing(width: int = 96) -> str:
+    """The commands, by group, as the top-level help shows them (each line within ``width`` columns)."""
+    import textwrap
+
+    column = max(map(len, COMMANDS)) + 4
+    lines = []
+    for group, title in GROUPS.items():
+        lines.append(f"\n{title}:")
+        for name, (in_group, summary) in COMMANDS.items():
+            if in_group == group:
+                text = textwrap.wrap(summary, width - column)
+                lines.append(f"  {name:<{column - 2}}{text[0]}")
+                lines += [" " * column + more for more in text[1:]]
+    return "\n".join(lines)
