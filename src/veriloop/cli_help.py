@@ -18,7 +18,7 @@ start with:
 """
 
 # The commands, by group, with what each does: the top-level help lists them from here, and each command's
-# parser takes its line as its help (a command missing here has no parser: see _build).
+# parser takes its line as its help (a command missing here has no parser: see veriloop.cli._build).
 GROUPS = {
     "train": "train",
     "evaluate": "evaluate",
