@@ -61,7 +61,7 @@ def test_every_train_option_reaches_the_sft_control_or_is_named():
         assert control_reach(key) in ("passes", "grpo-only", "refused"), key  # a new option must be placed
     over = {"train.dtype": "bfloat16", "train.lora.r": "4", "train.lora.alpha": "8", "train.update.inner_updates": "3",
             "train.update.micro_batch_size": "8", "train.optim.grad_clip": "0.5", "train.optim.lr": "1e-5",
-            "train.rollout.prompts_per_step": "4", "train.kl.beta": "0", "sft_lr": "3e-4"}  # fmt: skip
+            "train.rollout.prompts_per_step": "4", "train.kl.beta": "0.05", "sft_lr": "3e-4"}  # fmt: skip
     cfg = build_config(DemoConfig, {}, over)
     control = control_config(cfg, Path("runs/x/sft-control"), 90.0)
     assert (control.algo, control.dtype, control.lora.r, control.lora.alpha) == ("sft", "bfloat16", 4, 8.0)

@@ -76,6 +76,20 @@ def control_reach(key: str) -> str:
     return max(found)[1]
 
 
+# The demo's GRPO recipe, where it differs from `veriloop train`'s defaults: what fits the three trainings and four
+# evaluations in five minutes on 2 CPU cores (docs/getting-started/demo.md; chosen on the validation split, see
+# docs/results/demo.md).  kl.beta 0 (as DAPO and Dr. GRPO): no reference pass, and the groups whose completions all
+# scored the same (advantage 0 for every one) carry no gradient, so the update skips them - it costs a quarter of
+# the KL-anchored one's; one pass per batch at a higher, warmed-up and decaying learning rate instead of two.
+DEMO_TRAIN = {"steps": 100, "kl.beta": 0.0, "update.inner_updates": 1, "optim.lr": 3e-4, "optim.warmup_steps": 10,
+              "optim.schedule": "cosine"}  # fmt: skip
+
+
+def demo_train() -> TrainConfig:
+    """``veriloop train``'s defaults with ``DEMO_TRAIN``: the demo's GRPO runs unless an option says otherwise."""
+    return build_config(TrainConfig, {}, DEMO_TRAIN)
+
+
 @dataclass
 class DemoConfig:
     """``veriloop demo``: base -> GRPO -> evaluation, with optional process-reward run."""
@@ -92,7 +106,7 @@ class DemoConfig:
     )
     sft_lr: float = field(default=2e-4, metadata={"help": "learning rate of the continued-SFT control"})
     threads: int = field(default=0, metadata={"help": "torch CPU threads; 0 = torch's default"})
-    train: TrainConfig = field(default_factory=TrainConfig)
+    train: TrainConfig = field(default_factory=demo_train)
     eval: EvalConfig = field(default_factory=EvalConfig)
 
     def __post_init__(self):
@@ -115,10 +129,18 @@ def demo_defaults() -> DemoConfig:
     return DemoConfig()
 
 
-def set_options(train: TrainConfig) -> dict:
-    """The train.* options (dotted) whose values differ from the defaults of the recipe ``train.algo``."""
-    defaults = {**TrainConfig.recipe_defaults(train.algo), "verifier": train.task.reward_verifier()}  # '' resolved
+def set_options(train: TrainConfig, defaults: dict | None = None) -> dict:
+    """The train.* options (dotted) whose values differ from ``defaults`` (dotted; by default those of the recipe
+    ``train.algo``)."""
+    defaults = {**(TrainConfig.recipe_defaults(train.algo) if defaults is None else defaults),
+                "verifier": train.task.reward_verifier()}  # '' resolved  # fmt: skip
     return {k: v for k, v in flatten(to_dict(train)).items() if v != defaults.get(k) and k != "run_dir"}
+
+
+def demo_set_options(train: TrainConfig) -> dict:
+    """The train.* options a user set: those whose values differ from the demo's defaults (``DEMO_TRAIN`` over the
+    recipe ``train.algo``'s)."""
+    return set_options(train, flatten(to_dict(build_config(TrainConfig, {}, {**DEMO_TRAIN, "algo": train.algo}))))
 
 
 def control_config(cfg: DemoConfig, run_dir: Path, seconds: float) -> TrainConfig:
@@ -127,12 +149,12 @@ def control_config(cfg: DemoConfig, run_dir: Path, seconds: float) -> TrainConfi
     own = {"algo": "sft", "policy": cfg.train.policy, "run_dir": str(run_dir), "seed": cfg.train.seed,
            "steps": 10**7, "max_minutes": seconds / 60, "save_rollouts": False, "checkpoint_every": 10**7,
            "optim.lr": cfg.sft_lr, "optim.weight_decay": 0.01}  # fmt: skip
-    passed = {k: v for k, v in set_options(cfg.train).items() if control_reach(k) == "passes"}
+    passed = {k: v for k, v in demo_set_options(cfg.train).items() if control_reach(k) == "passes"}
     return build_config(TrainConfig, {"task": to_dict(cfg.train.task)}, {**own, **passed})
 
 
 def _control_note(cfg: DemoConfig) -> str:
-    unused = [k for k in set_options(cfg.train) if control_reach(k) == "grpo-only"]
+    unused = [k for k in demo_set_options(cfg.train) if control_reach(k) == "grpo-only"]
     if not cfg.sft_control or not unused:
         return ""
     return (f"the SFT control does not use {', '.join('train.' + k for k in unused)}: settings of the GRPO runs "
