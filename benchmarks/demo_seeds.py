@@ -94,7 +94,7 @@ def render(results: list[dict]) -> str:
     for result in reversed(results):
         st = result["stamp"]
         lines += [f"## Commit `{st['commit']}`, {st['date']}", "",
-                  f"`{st['command']}` on {st['machine']}, GPU: {st['gpu']}; "
+                  f"`{st['command']}` on {st['machine']}; "
                   f"options set: {', '.join(f'`{k}={v}`' for k, v in result['options'].items()) or 'none (defaults)'}.",
                   "", *table(result), "",
                   "| seed | wall time (s) | " + " | ".join(lesson(result["eval"][0])) + " |",
@@ -102,7 +102,10 @@ def render(results: list[dict]) -> str:
         for seed, summary, evaluation in zip(result["seeds"], result["summaries"], result["eval"]):
             marks = " | ".join("yes" if ok else "**no**" for ok in lesson(evaluation).values())
             lines.append(f"| {seed} | {summary['total_seconds']:.0f} | {marks} |")
-        lines += ["", f"Wall time per demo: {_seconds(result)} s.", ""]
+        lines += ["", f"Wall time per demo: {_seconds(result)} s (in the process that ran it, after its start).", ""]
+        lines += [f"- seed {seed}: " + "; ".join(f"{name} {s:.0f} s" for name, s in summary["phase_seconds"].items())
+                  for seed, summary in zip(result["seeds"], result["summaries"]) if summary.get("phase_seconds")]
+        lines += [""]
     return "\n".join(lines).rstrip("\n") + "\n"
 
 
