@@ -36,12 +36,22 @@ def test_demo_small_budget(tmp_path, capsys):
         assert isinstance(summary[key], float), key
         assert 0.0 <= summary[key] <= 1.0
     phases = summary["phase_seconds"]  # every phase's wall time, in the order it ran, within the whole
-    assert list(phases) == ["evaluate base and teacher", "train grpo", "evaluate grpo", "train sft-control",
-                            "evaluate sft-control", "train grpo-process", "evaluate grpo-process"]  # fmt: skip
+    assert list(phases) == ["evaluate base and teacher", "train grpo, sft-control, grpo-process", "evaluate grpo",
+                            "evaluate sft-control", "evaluate grpo-process"]  # fmt: skip
     assert all(s >= 0 for s in phases.values()) and sum(phases.values()) <= summary["total_seconds"] + 0.5
-    assert "wall time" in out and "train grpo " in out
+    assert "wall time" in out and "train grpo, sft-control, grpo-process " in out
+    # side by side: each run in its own process, its CPU time recorded; the control ends when the GRPO run has
+    assert summary["side_by_side"] is True
+    assert all(summary[f"{n}_cpu_seconds"] > 0 for n in ("grpo", "sft_control", "grpo_process"))
+    runs = json.loads((run_dir / "demo.json").read_text())["phases"]["train grpo, sft-control, grpo-process"]["runs"]
+    assert {n: (r["done"], r["steps"]) for n, r in runs.items() if n != "sft-control"} == \
+        {"grpo": (True, 2), "grpo-process": (True, 2)}  # fmt: skip
+    assert runs["sft-control"]["done"] and runs["sft-control"]["steps"] >= 1
+    assert "stopping after step" in (run_dir / "sft-control" / "train.log").read_text()
+    assert "the GRPO run beside it has finished" in (run_dir / "sft-control" / "train.log").read_text()
     for sub in ("grpo", "grpo-process"):
         assert (run_dir / sub / "report.html").is_file() and (run_dir / sub / "metrics.jsonl").is_file()
+        assert (run_dir / sub / "train.log").is_file()
     assert (run_dir / "sft-control" / "final" / "model.safetensors").is_file()
     # A second demo never overwrites the first.
     again = ["demo", "--quiet", "--run_dir", str(run_dir), "--train.steps", "1", "--process_run", "false",
@@ -158,3 +168,34 @@ def test_a_demo_stopped_by_sigterm_continues_with_the_same_command_to_the_same_t
     assert drop(read_jsonl(metrics)) == drop(read_jsonl(straight / "grpo" / "metrics.jsonl"))
     assert json.loads((demo / "demo.json").read_text())["finished"]
     assert cli.main(args) == 0 and (tmp_path / "demo-2" / "summary.json").is_file()  # a finished one: a new one
+
+
+@pytest.mark.timeout(600)
+def test_a_demo_stopped_while_its_runs_train_side_by_side_continues_each_from_its_checkpoint(tmp_path):
+    """SIGTERM while the GRPO run, the control and the process run train side by side: each run writes its
+    checkpoint and ends, the demo says where with exit 143; the same command continues each run from its
+    checkpoint (no step done twice or missed) and finishes the demo."""
+    demo = tmp_path / "demo"
+    args = ["demo", "--quiet", "--run_dir", str(demo), "--train.steps", "6", "--train.rollout.prompts_per_step", "4",
+            "--train.rollout.group_size", "4", "--train.task.arithmetic.heldout_size", "16",
+            "--eval.n_samples", "0"]  # fmt: skip
+    proc, _ = _start(args)
+    metrics = demo / "grpo" / "metrics.jsonl"
+    code, err = _stop(proc, lambda: metrics.is_file() and len(metrics.read_text().splitlines()) >= 2)
+    assert code == 143, err[-3000:]
+    line = next(x for x in err.splitlines() if x.startswith("veriloop demo: stopped"))
+    assert line.startswith("veriloop demo: stopped by SIGTERM during train grpo, sft-control, grpo-process "
+                           "(checkpoints written: grpo step "), line  # fmt: skip
+    state = json.loads((demo / "demo.json").read_text())
+    assert not state["finished"] and not state["phases"]["train grpo, sft-control, grpo-process"]["done"]
+    assert not (demo / "grpo" / "final").exists() and (demo / "grpo" / "checkpoints").is_dir()
+    assert not list(demo.rglob(".*.tmp"))
+
+    assert cli.main(args) == 0  # the same command: continues each run, then evaluates
+    assert not (tmp_path / "demo-2").exists()
+    for name in ("grpo", "grpo-process"):
+        steps = [r["step"] for r in read_jsonl(demo / name / "metrics.jsonl")]
+        assert steps == list(range(1, 7)), (name, steps)
+    runs = json.loads((demo / "demo.json").read_text())["phases"]["train grpo, sft-control, grpo-process"]["runs"]
+    assert all(r["done"] for r in runs.values()) and set(runs) == {"grpo", "sft-control", "grpo-process"}
+    assert json.loads((demo / "summary.json").read_text())["side_by_side"] is True

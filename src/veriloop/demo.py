@@ -22,6 +22,10 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import multiprocessing
+import os
+import signal
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -76,12 +80,12 @@ def control_reach(key: str) -> str:
     return max(found)[1]
 
 
-# The demo's GRPO recipe, where it differs from `veriloop train`'s defaults: what fits the three trainings and four
-# evaluations in five minutes on 2 CPU cores (docs/getting-started/demo.md; chosen on the validation split, see
-# docs/results/demo.md).  kl.beta 0 (as DAPO and Dr. GRPO): no reference pass, and the groups whose completions all
-# scored the same (advantage 0 for every one) carry no gradient, so the update skips them - it costs a quarter of
-# the KL-anchored one's; one pass per batch at a higher, warmed-up and decaying learning rate instead of two.
-DEMO_TRAIN = {"steps": 100, "kl.beta": 0.0, "update.inner_updates": 1, "optim.lr": 3e-4, "optim.warmup_steps": 10,
+# The demo's GRPO recipe, where it differs from `veriloop train`'s defaults: what fits the three trainings (side by
+# side) and four evaluations in five minutes on 2 CPU cores; chosen on the validation split
+# (docs/getting-started/demo.md).  kl.beta 0 (as DAPO and Dr. GRPO): no reference pass, and the groups whose
+# completions all scored the same (advantage 0 for every one) carry no gradient, so the update skips them - it
+# costs a quarter of the KL-anchored one's; one pass per batch at a higher, warmed-up and decaying learning rate.
+DEMO_TRAIN = {"steps": 140, "kl.beta": 0.0, "update.inner_updates": 1, "optim.lr": 3e-4, "optim.warmup_steps": 10,
               "optim.schedule": "cosine"}  # fmt: skip
 
 
@@ -106,6 +110,12 @@ class DemoConfig:
     )
     sft_lr: float = field(default=2e-4, metadata={"help": "learning rate of the continued-SFT control"})
     threads: int = field(default=0, metadata={"help": "torch CPU threads; 0 = torch's default"})
+    side_by_side: bool = field(
+        default=True,
+        metadata={"help": "train the GRPO run, the SFT control and the process run at once, one process each with "
+                  "an equal share of the threads (the control stops when the GRPO run has finished); false = one "
+                  "after the other, the control for the GRPO run's wall time"},
+    )  # fmt: skip
     train: TrainConfig = field(default_factory=demo_train)
     eval: EvalConfig = field(default_factory=EvalConfig)
 
@@ -122,7 +132,7 @@ declare(DemoConfig, [
             "process_run true", "process_run false", {"process_run": True}, {"process_run": False}),
     toggled("SFT control", "sft_control", ("sft_lr",), lambda cfg: cfg.sft_control, "sft_control true",
             "sft_control false", {"sft_control": True}, {"sft_control": False}),
-], ("run_dir", "process_run", "sft_control", "threads", "train", "eval"))  # fmt: skip
+], ("run_dir", "process_run", "sft_control", "threads", "side_by_side", "train", "eval"))  # fmt: skip
 
 
 def demo_defaults() -> DemoConfig:
@@ -144,8 +154,8 @@ def demo_set_options(train: TrainConfig) -> dict:
 
 
 def control_config(cfg: DemoConfig, run_dir: Path, seconds: float) -> TrainConfig:
-    """The SFT control: the sft recipe from the same base for ``seconds`` of wall time, with every train.* option
-    set that means the same in SFT (``control_reach``)."""
+    """The SFT control: the sft recipe from the same base for ``seconds`` of wall time (0: until the demo stops it),
+    with every train.* option set that means the same in SFT (``control_reach``)."""
     own = {"algo": "sft", "policy": cfg.train.policy, "run_dir": str(run_dir), "seed": cfg.train.seed,
            "steps": 10**7, "max_minutes": seconds / 60, "save_rollouts": False, "checkpoint_every": 10**7,
            "optim.lr": cfg.sft_lr, "optim.weight_decay": 0.01}  # fmt: skip
@@ -241,6 +251,47 @@ def _print_table(columns: dict[str, dict], teacher: dict) -> str:
     return table
 
 
+# ---------------------------------------------------------------------------------------------------- side by side
+
+STOPPED_EXIT = 3  # a side-by-side run's exit status when a stop signal ended it (its checkpoint written, no final/)
+
+
+def _train_in_child(name: str, cfg_dict: dict, resume: bool, threads: int, stop, reports) -> None:
+    """One of the demo's trainings in a process of its own (spawned): ``threads`` torch threads, no progress
+    display (the demo shows one for all), its full log in its run directory's train.log.  ``stop`` (an Event, the
+    SFT control's): set by the demo when the GRPO run has finished, it ends this run after its step in progress,
+    with final/.  Puts what it did on ``reports``; exits 0 once final/ is written, STOPPED_EXIT when a stop signal
+    ended it first."""
+    # the demo forwards a stop (SIGTERM, Ctrl-C) to its runs as SIGTERM; a terminal's Ctrl-C would reach each
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(STOPPED_EXIT))  # until the run starts: nothing to save yet
+    torch.set_num_threads(threads)
+    logs.setup_cli_logging(logging.WARNING)  # warnings and errors on stderr, beside the demo's own
+    cfg = build_config(TrainConfig, cfg_dict)
+    started, cpu = time.time(), time.process_time()
+    with logs.attach_run_log(cfg.run_dir, "train", marker="config.yaml"):
+        trainer = Trainer(cfg, resume=resume, progress=False)
+        trainer.continue_with = None
+        if stop is not None:
+            trainer.stop_when = lambda: "the GRPO run beside it has finished" if stop.is_set() else ""
+        trainer.train()
+        # said as soon as the training ends (the GRPO run's report stops the control), the run's report after
+        reports.put({"name": name, "done": not trainer.stop_signal, "steps": trainer.state.step,
+                     "seconds": time.time() - started, "cpu_seconds": time.process_time() - cpu,
+                     "model": str(Path(cfg.run_dir) / "final")})  # fmt: skip
+        if not trainer.stop_signal:
+            write_report(cfg.run_dir)
+    sys.exit(STOPPED_EXIT if trainer.stop_signal else 0)
+
+
+def _steps_done(run_dir: str) -> int:
+    """Steps a run has recorded (lines of its metrics.jsonl): what the demo's progress display shows."""
+    try:
+        return sum(1 for line in (Path(run_dir) / "metrics.jsonl").read_text().splitlines() if line.strip())
+    except OSError:
+        return 0
+
+
 class _Demo:
     """The phases of one demo directory: each runs once, its result and wall seconds recorded in demo.json."""
 
@@ -287,6 +338,89 @@ class _Demo:
         run_cfg = dataclasses.replace(self.cfg.train, run_dir=str(self.out / name), verifier=verifier)
         return self.phase(f"train {name}", lambda _: self.train(run_cfg))
 
+    def run_config(self, name: str, threads: int) -> TrainConfig:
+        """The training ``name`` (grpo, grpo-process, sft-control) of the side-by-side phase."""
+        if name == "sft-control":
+            return dataclasses.replace(control_config(self.cfg, self.out / name, 0.0), threads=threads)
+        verifier = self.cfg.process_verifier if name == "grpo-process" else self.cfg.train.verifier
+        return dataclasses.replace(self.cfg.train, run_dir=str(self.out / name), verifier=verifier, threads=threads)
+
+    def side_by_side(self, names: list[str]) -> dict:
+        """Train ``names`` at once, one spawned process each with an equal share of the threads; the SFT control
+        trains until the GRPO run has finished (the same wall time on the same share of the machine: the control
+        of equal compute).  Each run's model, steps, wall and CPU seconds, by name."""
+        phase = "train " + ", ".join(names)
+        threads = max(1, (self.cfg.threads or torch.get_num_threads()) // len(names))
+        self.say(phase, f"training {', '.join(names)} side by side (a process each, {threads} thread"
+                        f"{'s' if threads > 1 else ''}); the SFT control stops when the GRPO run has finished ...")
+        return self.phase(phase, lambda _: {"runs": self._side_by_side(phase, names, threads)})["runs"]
+
+    def _side_by_side(self, phase: str, names: list[str], threads: int) -> dict:
+        runs = self.state["phases"][phase].setdefault("runs", {})  # saved with the demo's state if it stops
+        configs = {name: self.run_config(name, threads) for name in names}
+        ctx = multiprocessing.get_context("spawn")  # a fresh interpreter each: torch's threads are per process
+        stop, reports = ctx.Event(), ctx.Queue()
+        procs = {}
+        for name in names:
+            if runs.get(name, {}).get("done"):
+                continue
+            run_dir = Path(configs[name].run_dir)
+            procs[name] = ctx.Process(target=_train_in_child, name=f"veriloop-demo-{name}", args=(
+                name, to_dict(configs[name]), (run_dir / "config.yaml").is_file(), threads,
+                stop if name == "sft-control" else None, reports))  # fmt: skip
+            procs[name].start()
+        bar = logs.progress(desc="grpo", unit="step", total=self.cfg.train.steps,
+                            initial=_steps_done(configs["grpo"].run_dir), enabled=self.progress, logger=log)  # fmt: skip
+        try:
+            while True:
+                self._collect(reports, runs)
+                others = {n: _steps_done(configs[n].run_dir) for n in names if n != "grpo"}
+                if others != bar.postfix:
+                    bar.set_postfix(others)
+                if _steps_done(configs["grpo"].run_dir) > bar.n:
+                    bar.update(_steps_done(configs["grpo"].run_dir) - bar.n)
+                if runs.get("grpo", {}).get("done") or ("grpo" in procs and procs["grpo"].exitcode is not None):
+                    stop.set()  # the GRPO run's training has ended: so does the control's, after its step
+                failed = [n for n, p in procs.items() if p.exitcode not in (None, 0, STOPPED_EXIT)]
+                if failed:
+                    raise RuntimeError(f"the demo's {failed[0]} run failed (exit status {procs[failed[0]].exitcode}); "
+                                       f"its log: {Path(configs[failed[0]].run_dir) / 'train.log'}")  # fmt: skip
+                if not any(p.is_alive() for p in procs.values()):
+                    break
+                time.sleep(0.25)
+        except BaseException as e:  # a stop signal, Ctrl-C or a run that failed: the others checkpoint and end
+            for p in procs.values():
+                if p.is_alive():
+                    os.kill(p.pid, signal.SIGTERM)
+            for p in procs.values():
+                p.join(timeout=600)
+            self._collect(reports, runs)
+            bar.close()
+            if isinstance(e, (Stopped, KeyboardInterrupt)):
+                where = ", ".join(f"{n} step {_steps_done(configs[n].run_dir)}" for n in names
+                                  if not runs.get(n, {}).get("done"))  # fmt: skip
+                raise Stopped(getattr(e, "signum", signal.SIGINT), f"checkpoints written: {where}") from None
+            raise
+        bar.close()
+        self._collect(reports, runs)
+        stopped = [n for n in names if not runs.get(n, {}).get("done")]
+        if stopped:  # a run ended by a signal sent to it alone: the demo stops as if it had received it
+            raise Stopped(signal.SIGTERM, f"{', '.join(stopped)} stopped by a signal; checkpoints written")
+        return runs
+
+    @staticmethod
+    def _collect(reports, runs: dict) -> None:
+        """What the side-by-side runs reported, added up over the attempts of a continued demo."""
+        while True:
+            try:
+                got = reports.get_nowait()
+            except Exception:  # noqa: BLE001 - queue.Empty (multiprocessing's queue raises the queue module's)
+                return
+            entry = runs.setdefault(got["name"], {"seconds": 0.0, "cpu_seconds": 0.0})
+            entry.update(done=got["done"], steps=got["steps"], model=got["model"],
+                         seconds=round(entry["seconds"] + got["seconds"], 1),
+                         cpu_seconds=round(entry["cpu_seconds"] + got["cpu_seconds"], 1))  # fmt: skip
+
     def evaluated(self, name: str, model: str) -> EvalResult:
         return EvalResult(**self.phase(f"evaluate {name}", lambda _: {"result": self.evaluate(model)})["result"])
 
@@ -310,6 +444,15 @@ class _Demo:
             "result": self.evaluate(cfg.train.policy),
             "teacher": evaluate_teacher(self.task, self.problems, self.verifiers)})  # fmt: skip
         results, teacher = {"base": EvalResult(**first["result"])}, first["teacher"]
+        names = ["grpo"] + ["sft-control"] * cfg.sft_control + ["grpo-process"] * cfg.process_run
+        if cfg.side_by_side and len(names) > 1:
+            self.say("train " + ", ".join(names), f"base greedy accuracy {results['base'].greedy_accuracy:.3f}")
+            runs = self.side_by_side(names)
+            for name in names:
+                results[name] = self.evaluated(name, runs[name]["model"])
+            summary_extra = {"side_by_side": True, **{f"{n.replace('-', '_')}_cpu_seconds": runs[n]["cpu_seconds"]
+                                                      for n in names}}  # fmt: skip
+            return self.finish(results, teacher, runs["grpo"]["seconds"], summary_extra)
         self.say("train grpo", f"base greedy accuracy {results['base'].greedy_accuracy:.3f}; training with GRPO "
                                f"({cfg.train.verifier} reward) ...")  # fmt: skip
         grpo = self.grpo("grpo", cfg.train.verifier)
@@ -325,11 +468,17 @@ class _Demo:
             self.say("train grpo-process", f"training from the same base with the {cfg.process_verifier} reward ...")
             process = self.grpo("grpo-process", cfg.process_verifier)
             results["grpo-process"] = self.evaluated("grpo-process", process["model"])
+        return self.finish(results, teacher, grpo["seconds"], {"side_by_side": False})
+
+    def finish(self, results: dict, teacher: dict, train_seconds: float, extra: dict) -> dict:
+        """The table, summary.json, eval.json, the report; the demo marked finished."""
+        cfg, phases = self.cfg, self.state["phases"]
         self.current = "the summary"
         print()
         table = _print_table({name: _row(r) for name, r in results.items()}, teacher)
         total = self.state["seconds"] + time.time() - self.started
-        summary = _summary(cfg, results, teacher, grpo["seconds"], total, len(self.problems), self.out)
+        summary = _summary(cfg, results, teacher, train_seconds, total, len(self.problems), self.out)
+        summary.update(extra)
         summary["phase_seconds"] = {name: e["seconds"] for name, e in phases.items()}
         atomic_write_json(self.out / "summary.json", summary)
         atomic_write_json(self.out / "eval.json", {"teacher": teacher, **{k: r.as_dict() for k, r in results.items()}})

@@ -30,6 +30,7 @@ import sys
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
@@ -113,6 +114,9 @@ class Trainer:
         self.sampling_thread = ThreadPoolExecutor(1, "veriloop-sampling") if self.pipelined else None
         # a stop signal's name and number; continue_with: the command printed to continue (None: the caller says)
         self.stop_signal, self.stop_signum, self.continue_with = "", 0, f"veriloop train --resume {self.run_dir}"
+        # a caller's reason to end the run after the step in progress ('' = none yet), with final/ written as at
+        # the end of a budget: the demo ends its SFT control when the GRPO run beside it has finished
+        self.stop_when: Callable[[], str] | None = None
         self.process = (ProcessSupervisor(cfg.process, seed=cfg.seed, run_dir=self.run_dir, task=self.task,
                                           policy=self.policy, sampling=cfg.sampling, store=self.store,
                                           step=self.state.step) if estimator.needs_prm else None)  # fmt: skip
@@ -138,7 +142,7 @@ class Trainer:
         cfg, first = self.cfg, self.state.step + 1
         # With a time or sample budget the step count is only a cap: show rate and elapsed time, not a fake
         # ETA (inf is "unknown": a tqdm bar, or plain lines off a terminal, without a total).
-        budget = cfg.max_minutes or cfg.max_samples or cfg.max_sampled_tokens
+        budget = cfg.max_minutes or cfg.max_samples or cfg.max_sampled_tokens or self.stop_when is not None
         bar = logs.progress(desc=cfg.algo, unit="step", initial=first - 1, total=float("inf") if budget else cfg.steps,
                             enabled=self.progress, logger=log)  # fmt: skip
         self.started = time.time()
@@ -352,6 +356,8 @@ class Trainer:
             return ""
         if cfg.max_minutes and (time.time() - self.started) > cfg.max_minutes * 60:
             return f"max_minutes={cfg.max_minutes} reached"
+        if self.stop_when is not None and (why := self.stop_when()):
+            return why
         if cfg.max_samples and sampled >= cfg.max_samples:
             return f"max_samples={cfg.max_samples} reached ({sampled} completions sampled)"
         if cfg.max_sampled_tokens and self.sampled_tokens >= cfg.max_sampled_tokens:
