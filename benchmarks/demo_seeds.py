@@ -104,9 +104,18 @@ def render(results: list[dict]) -> str:
             lines.append(f"| {seed} | {summary['total_seconds']:.0f} | {marks} |")
         lines += ["", f"Wall time per demo: {_seconds(result)} s (in the process that ran it, after its start).", ""]
         lines += [f"- seed {seed}: " + "; ".join(f"{name} {s:.0f} s" for name, s in summary["phase_seconds"].items())
-                  for seed, summary in zip(result["seeds"], result["summaries"]) if summary.get("phase_seconds")]
+                  + _cpu(summary) for seed, summary in zip(result["seeds"], result["summaries"])
+                  if summary.get("phase_seconds")]  # fmt: skip
         lines += [""]
     return "\n".join(lines).rstrip("\n") + "\n"
+
+
+def _cpu(summary: dict) -> str:
+    """The CPU seconds of each training of a side-by-side demo (the control's compute against the GRPO run's)."""
+    cpu = [(name, summary[f"{key}_cpu_seconds"]) for key, name in (("grpo", "GRPO"), ("sft_control", "SFT control"),
+                                                                   ("grpo_process", "process run"))
+           if f"{key}_cpu_seconds" in summary]  # fmt: skip
+    return f" (side by side; CPU seconds: {', '.join(f'{n} {s:.0f}' for n, s in cpu)})" if cpu else ""
 
 
 def _figure(results: list[dict]) -> str:
