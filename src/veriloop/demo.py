@@ -351,8 +351,9 @@ class _Demo:
         of equal compute).  Each run's model, steps, wall and CPU seconds, by name."""
         phase = "train " + ", ".join(names)
         threads = max(1, (self.cfg.threads or torch.get_num_threads()) // len(names))
+        control = "; the SFT control stops when the GRPO run has finished" if "sft-control" in names else ""
         self.say(phase, f"training {', '.join(names)} side by side (a process each, {threads} thread"
-                        f"{'s' if threads > 1 else ''}); the SFT control stops when the GRPO run has finished ...")
+                        f"{'s' if threads > 1 else ''}){control} ...")
         return self.phase(phase, lambda _: {"runs": self._side_by_side(phase, names, threads)})["runs"]
 
     def _side_by_side(self, phase: str, names: list[str], threads: int) -> dict:
