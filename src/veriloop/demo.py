@@ -2,12 +2,17 @@
 
 1. evaluate the shipped base (greedy, sampled, pass@k, process, wrong steps) and the
    teacher it was fine-tuned on;
-2. train it with GRPO (outcome reward by default);
-3. continue SFT on the teacher's traces from the same base for the same wall time as
+2. train it with GRPO (outcome reward by default, the recipe ``DEMO_TRAIN``);
+3. continue SFT on the teacher's traces from the same base with the same compute as
    the GRPO run (the control: is it the extra compute or the reward that helps?);
 4. train a third run from the same base with GRPO on the process reward (the seeds'
    lesson: does the reward see the steps?);
 5. evaluate each, print a before/after table, write ``summary.json``.
+
+Steps 2-4 run side by side by default, one spawned process each with an equal share of the
+threads, the control until the GRPO run's training has ended (each run's CPU seconds go in
+``summary.json``); ``side_by_side: false`` runs them one after the other, the control for the
+GRPO run's wall time.
 
 A demo stopped part way (SIGTERM, Ctrl-C) continues where it stopped when the same command runs
 again: ``demo.json`` records each phase done with its results (``demo.yaml`` the config), both
@@ -370,8 +375,9 @@ class _Demo:
                 name, to_dict(configs[name]), (run_dir / "config.yaml").is_file(), threads,
                 stop if name == "sft-control" else None, reports))  # fmt: skip
             procs[name].start()
-        bar = logs.progress(desc="grpo", unit="step", total=self.cfg.train.steps,
-                            initial=_steps_done(configs["grpo"].run_dir), enabled=self.progress, logger=log)  # fmt: skip
+        done = _steps_done(configs["grpo"].run_dir)  # a continued demo: the steps its GRPO run had done
+        bar = logs.progress(desc="grpo", unit="step", total=self.cfg.train.steps, initial=done,
+                            enabled=self.progress, logger=log)  # fmt: skip
         try:
             while True:
                 self._collect(reports, runs)
