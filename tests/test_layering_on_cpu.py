@@ -17,7 +17,7 @@ LAYERS = [
     ("training",),
     ("search",),
     ("report",),
-    ("demo", "pipeline"),
+    ("demo", "pipeline", "doctor"),
     ("cli", "cli_help"),
 ]
 LAYER = {name: i for i, names in enumerate(LAYERS) for name in names}

@@ -118,7 +118,7 @@ def _build(sub, name: str) -> None:
                 "completion": _add_completion}  # fmt: skip
     if name in builders:
         builders[name](sub, COMMANDS[name][1])
-    elif name in ("algos", "verifiers"):
+    elif name in ("algos", "verifiers", "doctor"):
         _add_output_options(sub.add_parser(name, help=COMMANDS[name][1], description=COMMANDS[name][1]))
     else:
         raise AssertionError(f"command {name!r} has no parser: add it to _build")
@@ -214,6 +214,10 @@ def _run(args: argparse.Namespace, progress: bool = True) -> int:
         print(shtab.complete(parser, args.shell))
     elif args.command in ("audit", "verifiers", "verify"):
         return _verifiers(args)
+    elif args.command == "doctor":
+        from veriloop.doctor import run_doctor
+
+        return run_doctor()
     elif args.command == "prm":
         return _prm(args, progress)
     elif args.command in ("search", "revision-pairs", "allocate"):

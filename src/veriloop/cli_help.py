@@ -44,6 +44,8 @@ COMMANDS = {
     "verify": ("verifiers", "grade a JSONL file of {completion, reference} rows with a verifier"),
     "audit": ("verifiers", "false accepts and false rejects of a verifier, by part and family"),
     "prm": ("verifiers", "process reward models: label steps, train, score (veriloop prm label|train|score)"),
+    "doctor": ("tools", "what this machine offers veriloop (Python, torch, GPU, the base, disk, Ray, vLLM, peft, the "
+                        "code sandbox) and what a command would miss; exit 3 if a required one is missing"),
     "completion": ("tools", "print a shell completion script: source <(veriloop completion bash)"),
 }  # fmt: skip
 
@@ -53,7 +55,7 @@ Every command takes --config FILE.yaml and one --section.field flag per option; 
 --help` lists them with their defaults.  On a terminal each stage shows a progress bar; off one,
 plain lines.  A run's full log is in its directory (train.log, demo.log, ...).
 Exit status: 0 done; 2 wrong input, said in one line; 1 a bug in veriloop, with its traceback;
-130 interrupted.
+3 `veriloop doctor` found a required part missing; 130 interrupted.
 """
 
 
