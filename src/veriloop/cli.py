@@ -113,6 +113,11 @@ def _build(sub, name: str) -> None:
             p.add_argument("--resume", metavar="RUN_DIR", help="continue the run in RUN_DIR from its latest "
                            "checkpoint that matches its manifest; with none (killed before its first), start it "
                            "over from step 0")  # fmt: skip
+        if name in ("train", "sft"):
+            p.add_argument("--dry-run", action="store_true", help="print what the run would do (samples and "
+                           "tokens per step, optimizer steps and micro-batches per batch, staleness, estimated "
+                           "memory) from its config, the model's shapes and the data; train nothing, make no run "
+                           "directory")  # fmt: skip
         return
     builders = {"report": _add_report, "verify": _add_verify, "audit": _add_audit, "prm": _add_prm,
                 "completion": _add_completion}  # fmt: skip
@@ -261,6 +266,11 @@ def _run_training(args: argparse.Namespace, progress: bool) -> int:
             cfg, resume = _resume_config(args), True
         else:
             cfg, resume = config_from_args(TrainConfig, args), False
+        if args.dry_run:
+            from veriloop.training.dry_run import dry_run
+
+            print(dry_run(cfg))
+            return 0
         # train.log for sft too: `veriloop train --resume` continues an sft run, and appends to the same file
         with _run_log(args, cfg.run_dir, "train", marker="config.yaml"):
             trainer = Trainer(cfg, resume=resume, progress=progress)
