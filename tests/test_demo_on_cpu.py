@@ -199,3 +199,17 @@ def test_a_demo_stopped_while_its_runs_train_side_by_side_continues_each_from_it
     runs = json.loads((demo / "demo.json").read_text())["phases"]["train grpo, sft-control, grpo-process"]["runs"]
     assert all(r["done"] for r in runs.values()) and set(runs) == {"grpo", "sft-control", "grpo-process"}
     assert json.loads((demo / "summary.json").read_text())["side_by_side"] is True
+
+
+def test_a_side_by_side_run_refusing_its_input_stops_the_demo_with_one_line(tmp_path, capsys):
+    """An input error that only a run's own checks meet (here its context: 12 prompt tokens + 250 new > 256) is
+    said as one line naming the run, exit 2, like the same error in `veriloop train`; the other runs are ended."""
+    args = ["demo", "--quiet", "--run_dir", str(tmp_path / "demo"), "--train.steps", "2",
+            "--train.rollout.prompts_per_step", "4", "--train.rollout.group_size", "4",
+            "--train.task.arithmetic.heldout_size", "8", "--eval.n_samples", "0",
+            "--train.sampling.max_new_tokens", "250"]  # fmt: skip
+    assert cli.main(args) == 2
+    err = capsys.readouterr().err
+    assert "veriloop demo: error: the demo's grpo" in err and "has a context of 256 tokens" in err
+    assert "Traceback" not in err
+    assert not json.loads((tmp_path / "demo" / "demo.json").read_text())["finished"]

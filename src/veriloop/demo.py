@@ -40,6 +40,7 @@ import yaml
 
 from veriloop import logs
 from veriloop.config import build_config, to_dict
+from veriloop.errors import InputError
 from veriloop.evaluation.evaluate import EvalConfig, EvalResult, evaluate
 from veriloop.evaluation.teacher import evaluate_teacher
 from veriloop.io import atomic_write_json, atomic_write_text, read_checked, write_checked
@@ -275,7 +276,11 @@ def _train_in_child(name: str, cfg_dict: dict, resume: bool, threads: int, stop,
     cfg = build_config(TrainConfig, cfg_dict)
     started, cpu = time.time(), time.process_time()
     with logs.attach_run_log(cfg.run_dir, "train", marker="config.yaml"):
-        trainer = Trainer(cfg, resume=resume, progress=False)
+        try:
+            trainer = Trainer(cfg, resume=resume, progress=False)
+        except InputError as e:  # the input's fault (a verifier, a context too short): said by the demo, exit 2
+            reports.put({"name": name, "error": str(e)})
+            sys.exit(2)
         trainer.continue_with = None
         if stop is not None:
             trainer.stop_when = lambda: "the GRPO run beside it has finished" if stop.is_set() else ""
@@ -388,7 +393,10 @@ class _Demo:
                     bar.update(_steps_done(configs["grpo"].run_dir) - bar.n)
                 if runs.get("grpo", {}).get("done") or ("grpo" in procs and procs["grpo"].exitcode is not None):
                     stop.set()  # the GRPO run's training has ended: so does the control's, after its step
-                failed = [n for n, p in procs.items() if p.exitcode not in (None, 0, STOPPED_EXIT)]
+                wrong = [n for n in names if runs.get(n, {}).get("error")]
+                if wrong:
+                    raise InputError(f"the demo's {wrong[0]} run: {runs[wrong[0]]['error']}")
+                failed = [n for n, p in procs.items() if p.exitcode not in (None, 0, 2, STOPPED_EXIT)]
                 if failed:
                     raise RuntimeError(f"the demo's {failed[0]} run failed (exit status {procs[failed[0]].exitcode}); "
                                        f"its log: {Path(configs[failed[0]].run_dir) / 'train.log'}")  # fmt: skip
@@ -424,6 +432,9 @@ class _Demo:
             except Exception:  # noqa: BLE001 - queue.Empty (multiprocessing's queue raises the queue module's)
                 return
             entry = runs.setdefault(got["name"], {"seconds": 0.0, "cpu_seconds": 0.0})
+            if "error" in got:
+                entry["error"] = got["error"]
+                continue
             entry.update(done=got["done"], steps=got["steps"], model=got["model"],
                          seconds=round(entry["seconds"] + got["seconds"], 1),
                          cpu_seconds=round(entry["cpu_seconds"] + got["cpu_seconds"], 1))  # fmt: skip
