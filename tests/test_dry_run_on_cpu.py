@@ -55,3 +55,17 @@ def test_sft_takes_dry_run_too(tmp_path, capsys):
     assert cli.main(["sft", "--dry-run", "--run_dir", str(tmp_path / "sft"), "--steps", "5"]) == 0
     rows = _rows(capsys.readouterr().out)
     assert rows["completions per step (B x G)"].endswith("(group size 1)") and not (tmp_path / "sft").exists()
+    assert rows["sampler KV cache, estimated"] == "none: nothing is sampled (rollout.source task-teacher)"
+
+
+def test_pipeline_dry_run_plans_each_stage_of_its_variant(tmp_path, capsys):
+    assert cli.main(["pipeline", "--dry-run", "--run_dir", str(tmp_path / "r1"), "--rl_steps", "7",
+                     "--rs_problems", "10", "--rs_samples", "3"]) == 0  # fmt: skip
+    out = capsys.readouterr().out
+    assert not (tmp_path / "r1").exists()
+    stages = [line.split(":")[0] for line in out.splitlines() if line and not line.startswith((" ", "veriloop"))]
+    assert stages == ["cold_start", "rl", "rejection_sample", "sft_from_base", "rl_again"]
+    assert "rl: grpo, 7 steps" in out and "10 training problems x 3 samples = 30 completions" in out
+    assert cli.main(["pipeline", "--dry-run", "--variant", "rl-long", "--max_minutes", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "rl: grpo, 2.0 minutes" in out and "cold_start" not in out

@@ -113,7 +113,7 @@ def _build(sub, name: str) -> None:
             p.add_argument("--resume", metavar="RUN_DIR", help="continue the run in RUN_DIR from its latest "
                            "checkpoint that matches its manifest; with none (killed before its first), start it "
                            "over from step 0")  # fmt: skip
-        if name in ("train", "sft"):
+        if name in ("train", "sft", "pipeline"):
             p.add_argument("--dry-run", action="store_true", help="print what the run would do (samples and "
                            "tokens per step, optimizer steps and micro-batches per batch, staleness, estimated "
                            "memory) from its config, the model's shapes and the data; train nothing, make no run "
@@ -203,6 +203,11 @@ def _run(args: argparse.Namespace, progress: bool = True) -> int:
         from veriloop.pipeline import STATE, PipelineConfig, run_pipeline
 
         cfg = config_from_args(PipelineConfig, args)
+        if args.dry_run:
+            from veriloop.pipeline import dry_run
+
+            print(dry_run(cfg))
+            return 0
         with _run_log(args, cfg.run_dir, "pipeline", marker=STATE):
             run_pipeline(cfg, progress=progress)
         print(open(f"{cfg.run_dir}/table.md").read())

@@ -309,6 +309,33 @@ def _rl_again(cfg: PipelineConfig, root: Path, state: dict, progress: bool) -> P
     return _train(root, "rl_again", _rl(cfg, state["stages"]["sft_from_base"]["model"], cfg.rl_again_steps), progress)
 
 
+def dry_run(cfg: PipelineConfig) -> str:
+    """``veriloop pipeline --dry-run``: each stage of the variant with what it would do (``training.dry_run``), the
+    base standing in for the models earlier stages would make (the same shapes) and the task's own data for the
+    rejection-sampled set that does not exist yet; nothing runs and no directory is made."""
+    from veriloop.training.dry_run import plan
+
+    task = to_dict(cfg.rl.task)
+    rl_steps, minutes = (10**9, cfg.max_minutes) if cfg.variant == "rl-long" else (cfg.rl_steps, 0.0)
+    trainings = {"cold_start": _sft(cfg, cfg.cold_start_steps, task), "rl": _rl(cfg, cfg.base, rl_steps, minutes),
+                 "sft_from_base": _sft(cfg, cfg.sft_steps, task),
+                 "rl_again": _rl(cfg, cfg.base, cfg.rl_again_steps)}  # fmt: skip
+    lines = [f"veriloop pipeline --dry-run, variant {cfg.variant}: nothing is sampled or trained, no directory is made"]
+    for stage in VARIANTS[cfg.variant]:
+        if stage == "rejection_sample":
+            n, new = cfg.rs_problems * cfg.rs_samples, cfg.rl.sampling.max_new_tokens
+            lines += ["", f"{stage}: {cfg.rs_problems} training problems x {cfg.rs_samples} samples = {n} "
+                          f"completions of up to {new} new tokens from the rl stage's model, verified; kept once per "
+                          "problem"]  # fmt: skip
+            continue
+        train = trainings[stage]
+        budget = f"{minutes} minutes" if stage == "rl" and minutes else f"{train.steps} steps"
+        rows = plan(train)
+        width = max(len(k) for k, _ in rows)
+        lines += ["", f"{stage}: {train.algo}, {budget}"] + [f"  {k:<{width}}  {v}" for k, v in rows]
+    return "\n".join(lines)
+
+
 STAGES = {"cold_start": _cold_start, "rl": _first_rl, "rejection_sample": _rejection_sample,
           "sft_from_base": _sft_from_base, "rl_again": _rl_again}  # fmt: skip
 

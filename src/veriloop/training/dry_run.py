@@ -82,7 +82,9 @@ def plan(cfg: TrainConfig, policy=None, task=None) -> list[tuple[str, str]]:
         ("learner memory, estimated", f"{_gib(state + reference + activations)}: weights, gradients and AdamW "
                                       f"{_gib(state)}" + (f", KL reference {_gib(reference)}" if reference else "")
                                       + f", activations of one micro-batch {_gib(activations)}"),
-        ("sampler KV cache, estimated", f"{_gib(kv_cache)} for {rows_per_step} rows of {length} tokens"),
+        ("sampler KV cache, estimated", f"{_gib(kv_cache)} for {rows_per_step} rows of {length} tokens"
+                                        if cfg.rollout.source == "policy" else
+                                        f"none: nothing is sampled (rollout.source {cfg.rollout.source})"),
         ("device", f"{cfg.device} ({'cuda' if torch.cuda.is_available() else 'cpu'} here)"),
     ]  # fmt: skip
 
