@@ -17,6 +17,7 @@ LAYERS = [
     ("training",),
     ("search",),
     ("report",),
+    ("demo_runs",),
     ("demo", "pipeline", "doctor"),
     ("cli", "cli_help"),
 ]
