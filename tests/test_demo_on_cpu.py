@@ -20,6 +20,7 @@ from veriloop.training.config import TrainConfig
 from veriloop.training.metrics import TIMING_KEYS
 
 
+@pytest.mark.timeout(300)  # its trainings run in spawned processes
 def test_demo_small_budget(tmp_path, capsys):
     run_dir = tmp_path / "demo"
     code = cli.main([
@@ -201,6 +202,7 @@ def test_a_demo_stopped_while_its_runs_train_side_by_side_continues_each_from_it
     assert json.loads((demo / "summary.json").read_text())["side_by_side"] is True
 
 
+@pytest.mark.timeout(300)  # its trainings run in spawned processes
 def test_a_side_by_side_run_refusing_its_input_stops_the_demo_with_one_line(tmp_path, capsys):
     """An input error that only a run's own checks meet (here its context: 12 prompt tokens + 250 new > 256) is
     said as one line naming the run, exit 2, like the same error in `veriloop train`; the other runs are ended."""
