@@ -118,6 +118,11 @@ def _build(sub, name: str) -> None:
                            "tokens per step, optimizer steps and micro-batches per batch, staleness, estimated "
                            "memory) from its config, the model's shapes and the data; train nothing, make no run "
                            "directory")  # fmt: skip
+        if name == "search":
+            p.add_argument("--dry-run", action="store_true", help="print what the search would cost (per strategy "
+                           "and budget: generations, tokens, PRM and verifier calls per problem and in all; estimated "
+                           "memory) from its config, the models' shapes and the problems; draw nothing, make no run "
+                           "directory")  # fmt: skip
         return
     builders = {"report": _add_report, "verify": _add_verify, "audit": _add_audit, "prm": _add_prm,
                 "completion": _add_completion}  # fmt: skip
@@ -301,6 +306,11 @@ def _search(args: argparse.Namespace, progress: bool) -> int:
         from veriloop.search.run import SearchConfig, run_search
 
         cfg = config_from_args(SearchConfig, args)
+        if args.dry_run:
+            from veriloop.search.dry_run import dry_run
+
+            print(dry_run(cfg))
+            return 0
         with _run_log(args, cfg.out, "search"):
             summary = run_search(cfg, progress=progress)
         print(open(f"{cfg.out}/table.md").read())

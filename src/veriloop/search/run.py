@@ -25,6 +25,7 @@ from __future__ import annotations
 import time
 from dataclasses import replace
 from pathlib import Path
+from typing import NamedTuple
 
 import torch
 
@@ -62,13 +63,16 @@ def bin_of(pass_rate: float, edges: list[float]) -> int:
     return sum(pass_rate >= e for e in edges)
 
 
+BIN_BATCH = 64  # problems per sampler call of the difficulty bins' samples
+
+
 def difficulty(policy, problems, verifier, cfg: SearchConfig) -> list[float]:
     """Each problem's pass rate over ``bin_samples`` samples of the policy."""
     gen = torch.Generator().manual_seed(derive_seed(cfg.seed, "bins"))
     rates = []
     # the bins are the policy's unbudgeted pass rate (a thinking budget is what the strategies are measured under)
     unbudgeted = replace(cfg.sampling, max_thinking_tokens=0, thinking_end="")
-    for chunk, texts, finish in sample_solutions(policy, problems, unbudgeted, gen, cfg.bin_samples, batch=64):
+    for chunk, texts, finish in sample_solutions(policy, problems, unbudgeted, gen, cfg.bin_samples, batch=BIN_BATCH):
         refs = [chunk[j // cfg.bin_samples].reference for j in range(len(texts))]
         ok = [is_correct(v) and f != "length" for v, f in zip(verifier.verify_batch(texts, refs), finish)]
         rates += [sum(ok[j : j + cfg.bin_samples]) / cfg.bin_samples for j in range(0, len(ok), cfg.bin_samples)]
@@ -103,17 +107,7 @@ def run_search(cfg: SearchConfig, progress: bool = True, *, policy=None, prm=Non
     t0 = time.time()
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
-    task = task or cfg.task.build()
-    verifier = get_verifier(task.default_verifier)
-    policy = policy or load_policy(cfg.policy)
-    if prm is None and cfg.prm:
-        from veriloop.prm.model import load_prm
-
-        prm = load_prm(cfg.prm)
-    settings = _settings(cfg, prm)
-    problems = split_problems(task, cfg.split)[: cfg.problems]
-    if not problems:
-        raise InputError(f"task {task.name!r} has no {cfg.split} problems to search on")
+    task, verifier, policy, prm, settings, problems = search_inputs(cfg, policy=policy, prm=prm, task=task)
     strategies = _strategies(cfg, task, policy, prm, verifier, settings)
     edges, names = cfg.edge_list(), bin_names(cfg.edge_list())
     rates = difficulty(policy, problems, verifier, cfg)
@@ -136,6 +130,32 @@ def run_search(cfg: SearchConfig, progress: bool = True, *, policy=None, prm=Non
     return summary
 
 
+class SearchInputs(NamedTuple):
+    task: object
+    verifier: object  # the task's outcome verifier
+    policy: object
+    prm: object | None
+    settings: SearchSettings
+    problems: list  # the first ``cfg.problems`` of the split
+
+
+def search_inputs(cfg: SearchConfig, *, policy=None, prm=None, task=None) -> SearchInputs:
+    """What a search reads before its first draw; loading it says the input errors a search says (``veriloop search
+    --dry-run`` loads the same, so it refuses what the search would)."""
+    task = task or cfg.task.build()
+    verifier = get_verifier(task.default_verifier)
+    policy = policy or load_policy(cfg.policy)
+    if prm is None and cfg.prm:
+        from veriloop.prm.model import load_prm
+
+        prm = load_prm(cfg.prm)
+    settings = _settings(cfg, prm)
+    problems = split_problems(task, cfg.split)[: cfg.problems]
+    if not problems:
+        raise InputError(f"task {task.name!r} has no {cfg.split} problems to search on")
+    return SearchInputs(task, verifier, policy, prm, settings, problems)
+
+
 def _settings(cfg: SearchConfig, prm) -> SearchSettings:
     """The strategies' settings; an InputError if a chosen strategy needs a PRM and none is given."""
     aggregation = cfg.aggregation or (prm.meta.get("aggregation", "min") if prm is not None else "min")
@@ -149,17 +169,26 @@ def _settings(cfg: SearchConfig, prm) -> SearchSettings:
 def _strategies(cfg: SearchConfig, task, policy, prm, verifier, settings: SearchSettings) -> Strategies:
     splitter = getattr(task, "step_splitter", "lines")
     proposer = LMProposer(policy, with_thinking_end(cfg.sampling, task), splitter)
-    reviser = LMProposer(load_policy(cfg.revision_policy), cfg.sampling, splitter) if cfg.revision_policy else None
+    reviser = LMProposer(revision_model(cfg), cfg.sampling, splitter) if cfg.revision_policy else None
     scorer = VerifierScorer(verifier) if cfg.scorer == "verifier" else PRMScorer(prm) if prm is not None else None
     discriminator = None
-    if "rstar" in cfg.strategy_list():  # its own draws, from the policy itself unless another is named
-        try:
-            judge = load_policy(cfg.discriminator) if cfg.discriminator else policy
-        except InputError as e:
-            raise InputError(f"--discriminator: {e}") from None
-        discriminator = LMProposer(judge, cfg.sampling, splitter)
+    if "rstar" in cfg.strategy_list():
+        discriminator = LMProposer(discriminator_model(cfg, policy), cfg.sampling, splitter)
     return Strategies(proposer, scorer, settings, reviser=reviser, discriminator=discriminator,
                       sub_questions=getattr(task, "sub_questions", None), splitter=splitter)  # fmt: skip
+
+
+def revision_model(cfg: SearchConfig):
+    """The revision strategy's model (``--revision_policy``); None without one."""
+    return load_policy(cfg.revision_policy) if cfg.revision_policy else None
+
+
+def discriminator_model(cfg: SearchConfig, policy):
+    """rstar's discriminator: ``--discriminator``'s policy, else the policy itself (drawing from a seed of its own)."""
+    try:
+        return load_policy(cfg.discriminator) if cfg.discriminator else policy
+    except InputError as e:
+        raise InputError(f"--discriminator: {e}") from None
 
 
 def search_plan(cfg: SearchConfig) -> list[tuple[str, int]]:
@@ -178,7 +207,7 @@ def _run_cells(cfg: SearchConfig, strategies: Strategies, verifier, problems, ra
     results, cells = [], {}
     for s, b in plan:
         rows, oracle = [], strategies.uses_reference(s)
-        size = cfg.batch_problems if _batches(strategies, s) else 1
+        size = problems_per_call(cfg, s, isinstance(strategies.scorer, VerifierScorer))
         for start in range(0, len(problems), size):
             chunk = problems[start : start + size]
             solved = _solve_many(cfg, strategies, verifier, s, b, chunk) if size > 1 else \
@@ -231,10 +260,10 @@ def revision_drift(chains: list[list[str]], verifier, reference: str) -> dict:
     return counts
 
 
-def _batches(strategies: Strategies, strategy: str) -> bool:
-    """Whether ``strategy`` serves several problems per call here: it batches, and its scorer needs no
-    per-problem reference (the verifier scorer judges against one problem's reference at a time)."""
-    return STRATEGIES.get(strategy).run_many is not None and not isinstance(strategies.scorer, VerifierScorer)
+def problems_per_call(cfg: SearchConfig, strategy: str, verifier_scores: bool) -> int:
+    """``batch_problems`` where ``strategy`` serves several problems per call: it batches, and the scorer needs no
+    per-problem reference (the verifier scorer, ``verifier_scores``, judges against one problem's at a time); else 1."""
+    return cfg.batch_problems if STRATEGIES.get(strategy).run_many is not None and not verifier_scores else 1
 
 
 def _solve_many(cfg: SearchConfig, strategies: Strategies, verifier, strategy: str, budget: int, problems) -> list:
