@@ -59,7 +59,7 @@ log = logging.getLogger(__name__)
 # walks every option of TrainConfig, so a new one must be placed here.
 CONTROL_PASSES = ("policy", "seed", "task", "device", "dtype", "threads", "report_to", "checkpoint_every",
                   "keep_checkpoints", "eval_every", "eval_problems", "eval_split", "update", "optim", "lora",
-                  "learner", "model")  # fmt: skip
+                  "learner", "model", "alarms")  # fmt: skip
 GRPO_ONLY = ("algo", "reference", "verifier", "steps", "max_minutes", "max_samples", "max_sampled_tokens",
              "save_rollouts", "optim.lr", "optim.schedule", "sampling", "rollout", "advantage", "loss", "kl", "critic",
              "process", "ray", "vllm")  # fmt: skip

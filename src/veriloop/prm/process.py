@@ -38,6 +38,8 @@ class ProcessSupervisor:
             if (step_of(f.name, "labels-step-", ".jsonl") or 0) <= step:
                 self.label_pool += list(read_jsonl(f))
         self.recent = []
+        # the last step_rewards call's scores: id(record) -> [[token position, step score], ...] (the run browser's)
+        self.step_scores: dict[int, list[list[float]]] = {}
         if step and pc.refresh_every:  # the samples since the last refresh wait for the next one
             last = step - step % pc.refresh_every
             self.recent = [store.read(s) for s in store.steps() if last < s <= step]
@@ -48,11 +50,14 @@ class ProcessSupervisor:
         scores = self.prm.score([r.prompt for r in records], [r.completion for r in records])
         rewards = torch.zeros((N, T), dtype=torch.float64)
         ends = torch.zeros((N, T), dtype=torch.bool)
+        self.step_scores = {}
         for i, (r, sc) in enumerate(zip(records, scores)):
             steps = split_steps(r.completion, self.prm.splitter)
+            placed = self.step_scores.setdefault(id(r), [])
             for pos, value in zip(positions_in_ids(self.policy.tokenizer, r.completion_ids, r.completion, steps), sc):
                 if pos < T:
                     rewards[i, pos], ends[i, pos] = value, True
+                    placed.append([pos, round(float(value), 5)])
             r.reward_components["prm_min"] = min(sc, default=0.0)
             r.reward_components["prm_steps"] = float(len(sc))
         return rewards, ends

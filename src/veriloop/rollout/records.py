@@ -3,7 +3,8 @@
 Nothing trains on a completion whose provenance is unknown: a record holds the token
 ids, the behaviour log-probs of the distribution that actually sampled them, the
 sampling settings and seed, the policy version, why it stopped, and the verdict (score,
-components, outcome, reason) with the verifier's version.  ``RecordStore`` writes one gzipped JSONL file per step.
+components, outcome, reason) with the verifier's version.  ``RecordStore`` writes one gzipped JSONL file per
+step (and, for a run's own store, a row per record in ``rollouts/index.sqlite``: rollout/index.py).
 Traces no model sampled (a task's own teacher traces for SFT) have
 ``behavior_logprobs = None``; those and samples of a frozen policy (initial or teacher)
 have ``policy_version = -1``, and ``sampling["source"]`` says where they came from.
@@ -18,6 +19,7 @@ from pathlib import Path
 
 from veriloop.errors import InputError
 from veriloop.io import atomic_write_jsonl, read_jsonl, step_name, steps_in
+from veriloop.rollout.index import RolloutIndex
 
 FINISH_REASONS = ("eos", "length", "stop", "error")  # stop: a token of the sampler's stop_ids, kept
 
@@ -136,8 +138,10 @@ def check_reward(record: Record) -> None:
 class RecordStore:
     """``rollouts/step-000001.jsonl.gz``: the records of one step, written atomically."""
 
-    def __init__(self, root: str | Path):
+    def __init__(self, root: str | Path, index: bool = False):
         self.root = Path(root)
+        # index: keep rollouts/index.sqlite (rollout/index.py) up to date with every step written or removed
+        self.index = RolloutIndex(self.root) if index else None
 
     def path(self, step: int) -> Path:
         return self.root / step_name(step, suffix=".jsonl.gz")
@@ -145,6 +149,8 @@ class RecordStore:
     def write(self, step: int, records: list[Record]) -> Path:
         p = self.path(step)
         atomic_write_jsonl(p, (r.to_json() for r in records), compress=True)
+        if self.index is not None:
+            self.index.add(step, records)
         return p
 
     def read(self, step: int) -> list[Record]:
@@ -166,3 +172,5 @@ class RecordStore:
         for s in self.steps():
             if s > step:
                 self.path(s).unlink()
+        if self.index is not None:
+            self.index.remove_after(step)

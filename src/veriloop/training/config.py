@@ -29,6 +29,7 @@ from veriloop.tasks.config import TaskConfig
 from veriloop.training import estimators as _estimators  # noqa: F401  (registers the built-in estimators)
 from veriloop.training import objectives as _objectives  # noqa: F401  (registers the built-in objectives)
 from veriloop.training import option_scopes
+from veriloop.training.alarms import AlarmsConfig
 from veriloop.training.export import refuse_shipped_base
 from veriloop.training.optim import OptimConfig
 from veriloop.training.recipes import recipe_overrides
@@ -296,6 +297,7 @@ class TrainConfig:
     ray: RayConfig = field(default_factory=RayConfig)
     vllm: VLLMConfig = field(default_factory=VLLMConfig)
     model: TinyModelConfig = field(default_factory=TinyModelConfig)
+    alarms: AlarmsConfig = field(default_factory=AlarmsConfig)
 
     def prompt_format(self) -> PromptFormat:
         """How every policy of the run (start, reference, teacher) turns a prompt into ids."""

@@ -19,6 +19,7 @@ distance is what shows how far the reused samples are from the current policy).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from pathlib import Path
 
@@ -37,6 +38,7 @@ from veriloop.models.batch import select, to_device, token_budget_split
 from veriloop.models.loading import load_policy
 from veriloop.models.lora import is_adapted, load_adapter_weights
 from veriloop.registry import OBJECTIVES
+from veriloop.training.alarms import NonFiniteError
 from veriloop.training.logprobs import TokenLogprobs, completion_logprobs
 from veriloop.training.optim import backward_scaled, build_optimizer, clip_grad_norm, set_lr
 from veriloop.training.ranks import ONE_RANK
@@ -78,6 +80,17 @@ class UpdateStats:
         self.counts: dict[str, float] = {}
         self.ratio_min, self.ratio_max = float("inf"), float("-inf")
         self.grad_norms: list[float] = []
+        # per-token values the run browser colours tokens by: name -> {learning-batch row: [value per token]}
+        self.tokens: dict[str, dict[int, list[float]]] = {}
+
+    def token_values(self, name: str, rows: torch.Tensor, values: torch.Tensor, mask: torch.Tensor) -> None:
+        """Keep each row's values up to its last loss token (a later pass overwrites: ``ratio`` is the last
+        pass's); tool-output tokens inside keep a value no loss reads."""
+        positions = torch.arange(1, mask.shape[1] + 1, device=mask.device)
+        lengths = (mask.bool() * positions).amax(dim=1).tolist() if mask.numel() else []
+        kept = self.tokens.setdefault(name, {})
+        for row, v, n in zip(rows.tolist(), values.detach().float().cpu().tolist(), lengths):
+            kept[row] = [round(x, 5) for x in v[:n]]
 
     def acc(self, key: str, total: float, count: float) -> None:
         self.sums[key] = self.sums.get(key, 0.0) + total
@@ -97,6 +110,8 @@ class UpdateStats:
             out.update(ratio_min=self.ratio_min, ratio_max=self.ratio_max)
         if self.grad_norms:
             out["grad_norm"] = sum(self.grad_norms) / len(self.grad_norms)
+        if self.tokens:  # not a metric: the trainer moves it to the step's annotations file
+            out["token_values"] = self.tokens
         return out
 
 
@@ -175,7 +190,12 @@ class Learner:
 
     def optimizer_step(self, stats: UpdateStats) -> None:
         self.ranks.sync_grads(self.policy.model)  # ranks: the sum of every rank's gradients, before clipping
-        stats.grad_norms.append(clip_grad_norm(self.policy.model, self.cfg.optim.grad_clip, self.optimizer))
+        norm = clip_grad_norm(self.policy.model, self.cfg.optim.grad_clip, self.optimizer)
+        if math.isfinite(norm):
+            stats.grad_norms.append(norm)
+        elif getattr(self.optimizer, "loss_scale", 1.0) == 1.0:  # float16's loss scale overflows by design: skipped
+            # before the step: the weights stay those of the last good update
+            raise NonFiniteError(None, "grad_norm", norm, f"is {norm} (the gradient of the policy)")
         self.optimizer.step()
         self.on_step()
 
@@ -193,6 +213,8 @@ class Learner:
                     backward_scaled(self.optimizer, loss * weight)
                     mb_loss += float(loss.detach() * weight)  # the weights make this the mini-batch's loss
                 self.ranks.pad(self, lb, mb)
+                if not math.isfinite(mb_loss):
+                    raise NonFiniteError(None, "loss", mb_loss, f"is {mb_loss} (the policy loss of a mini-batch)")
                 if update_pass == 0:
                     stats.acc("loss", mb_loss, 1.0)
                 self.optimizer_step(stats)
@@ -223,6 +245,7 @@ class Learner:
         if first:
             behavior = lb.behavior[rows, :T].to(dev) if lb.behavior is not None else None
             self._first_pass_stats(stats, lp, behavior, tl.entropy, mask)
+            stats.token_values("learner_logprob", rows, lp, mask)
         return loss, aggregation_weight(mask, mb_mask.to(dev), c.aggregation) * lb.kept_share
 
     def _objective(self, objective, lp, lb, old, rows, T, adv, mask, stats, first):
@@ -234,6 +257,7 @@ class Learner:
         out = objective.per_token(lp, den, adv, mask, c)
         ratio = torch.exp(lp.detach() - den)
         stats.ratios(ratio, adv.expand_as(ratio), mask, c)
+        stats.token_values("ratio", rows, ratio, mask)
         if old is not None:  # truncated IS: pi_old(learner) / pi_behavior(rollout engine), capped
             w = torch.exp(den - lb.behavior[rows, :T].to(dev, lp.dtype)).clamp(max=c.tis_cap)
             out = out * w

@@ -131,4 +131,4 @@ COMMON = ("algo", "policy", "run_dir", "seed", "steps", "max_minutes", "max_samp
           "device", "dtype", "report_to", "task", "optim", "sampling", "update", "advantage.estimator",
           "loss.policy_loss", "kl.beta", "learner.strategy", "lora.r", "rollout.prompts_per_step",
           "rollout.group_size", "rollout.source", "rollout.dynamic_sampling", "rollout.lag", "rollout.max_staleness",
-          "rollout.overlong_buffer", "rollout.length_cost", "rollout.request_groups", "rollout.engine")  # fmt: skip
+          "rollout.overlong_buffer", "rollout.length_cost", "rollout.request_groups", "rollout.engine", "alarms")  # fmt: skip

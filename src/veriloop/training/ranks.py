@@ -111,6 +111,10 @@ class RankShare(OneRank):
                 p.grad.copy_(g.view_as(p.grad))
 
     def summary(self, stats) -> dict:
+        shares = [None] * self.world  # each rank's per-token values of its own rows
+        dist.all_gather_object(shares, stats.tokens)
+        stats.tokens = {name: {row: v for share in shares for row, v in share.get(name, {}).items()}
+                        for name in sorted(set().union(*shares))}  # fmt: skip
         keys = [None] * self.world
         dist.all_gather_object(keys, sorted(stats.sums))  # a rank without rows has no "kl", "entropy", ...
         keys = sorted(set().union(*keys))

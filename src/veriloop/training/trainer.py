@@ -50,6 +50,7 @@ from veriloop.rollout.engine import FROZEN, LocalEngine, TaskTeacherEngine
 from veriloop.rollout.ledger import Ledger
 from veriloop.rollout.records import RecordStore
 from veriloop.seeding import derive_seed
+from veriloop.training.alarms import NonFiniteError, RunAlarms, alarms_not_for, check_finite
 from veriloop.training.checkpoint import RunState, load_checkpoint, save_checkpoint
 from veriloop.training.collect import AsyncCollector, Collector
 from veriloop.training.config import TrainConfig
@@ -62,6 +63,7 @@ from veriloop.training.recipes import RECIPES
 from veriloop.training.reference import ReferencePolicy
 from veriloop.training.run_dir import open_run_dir
 from veriloop.training.signals import Signal, SignalMaker
+from veriloop.training.token_values import TokenValueStore, token_value_rows
 from veriloop.training.tracking import build_tracker, check_installed
 from veriloop.verifiers import get as get_verifier
 
@@ -70,6 +72,10 @@ log = logging.getLogger(__name__)
 
 class Trainer:
     """``policy``, ``task`` and ``verifier`` may be given as objects (exact mode, notebooks)."""
+
+    # a caller's reason to end the run after the step in progress ('' = none yet), with final/ written as at the
+    # end of a budget: the demo ends its SFT control when the GRPO run beside it has finished
+    stop_when: Callable[[], str] | None = None
 
     def __init__(self, cfg: TrainConfig, resume: bool = False, progress: bool = True, *, policy=None, task=None,
                  verifier=None, engine_options: dict | None = None):  # fmt: skip
@@ -91,12 +97,15 @@ class Trainer:
 
             require_vllm()  # the install message now, not after the run directory was made
         checkpoint = open_run_dir(self.run_dir, to_dict(cfg), resume)
-        self.store, self.metrics = RecordStore(self.run_dir / "rollouts"), MetricsLog(self.run_dir / "metrics.jsonl")
-        self.ledger = Ledger(self.run_dir)
+        rollouts = self.run_dir / "rollouts"  # the records (indexed for the run browser) and what updates made of them
+        self.store, self.token_values = RecordStore(rollouts, index=True), TokenValueStore(rollouts)
+        self.metrics, self.ledger = MetricsLog(self.run_dir / "metrics.jsonl"), Ledger(self.run_dir)
         # resuming: a copy of the start whose weights and optimizer the learner reads from the checkpoint (once)
         self.policy = copy.deepcopy(start) if checkpoint else start
         self.state, self.pending = RunState(kl_beta=cfg.kl.beta), deque()
         estimator = ESTIMATORS.get(cfg.advantage.estimator)
+        # seed 003's debugging list, watched every step (less the alarms whose pattern the run has by design)
+        self.alarms = RunAlarms(self.run_dir, cfg.alarms, alarms_not_for(cfg, estimator), log)
         self.critic = Critic(self.policy, cfg) if estimator.needs_critic else None
         # learner.strategy ddp/fsdp2: W rank processes that also train the critic; local: this process
         self.learner = build_learner(self.policy, cfg, self._count_version, self.critic)
@@ -114,9 +123,6 @@ class Trainer:
         self.sampling_thread = ThreadPoolExecutor(1, "veriloop-sampling") if self.pipelined else None
         # a stop signal's name and number; continue_with: the command printed to continue (None: the caller says)
         self.stop_signal, self.stop_signum, self.continue_with = "", 0, f"veriloop train --resume {self.run_dir}"
-        # a caller's reason to end the run after the step in progress ('' = none yet), with final/ written as at
-        # the end of a budget: the demo ends its SFT control when the GRPO run beside it has finished
-        self.stop_when: Callable[[], str] | None = None
         self.process = (ProcessSupervisor(cfg.process, seed=cfg.seed, run_dir=self.run_dir, task=self.task,
                                           policy=self.policy, sampling=cfg.sampling, store=self.store,
                                           step=self.state.step) if estimator.needs_prm else None)  # fmt: skip
@@ -243,6 +249,7 @@ class Trainer:
                    sampled_records=len(sampled), sampled_tokens=sum(r.model_tokens for r in sampled),
                    update_records=signal.batch.size if signal is not None and signal.batch is not None else 0,
                    **self.validate(step))  # fmt: skip
+        self.alarms.check(row)  # a NaN or an infinity stops the run here, before the row is kept
         self.state.step = step
         self.metrics.append(row)
         self.tracker.log(step, row)
@@ -254,7 +261,20 @@ class Trainer:
         # 4. Learning signal: the gradient coefficient of every token (advantages, 0/1, pairs).
         signal = self.signal(records, self.kl_control.beta) if records else None
         # 5. Learner (and critic): passes of the objective; the engine gets the new weights in after_update.
-        update = self.update(step, signal)
+        try:
+            if signal is not None:
+                check_finite("advantages", signal.advantages, step)
+            update = self.update(step, signal)
+        except NonFiniteError as e:  # the learner's loss or gradient norm: stopped before any optimizer step
+            e = NonFiniteError(step, e.name, e.value, e.detail)
+            self.alarms.stopped(e)
+            raise e from None
+        token_values = update.pop("token_values", {})
+        if signal is not None and self.cfg.save_rollouts:  # what the browser colours each token by
+            learned = signal.batch.records if signal.batch is not None else []
+            prm = self.process.step_scores if self.process is not None else None
+            self.token_values.write(step, token_value_rows(records, signal.advantages, signal.mask, learned,
+                                                           token_values, prm))  # fmt: skip
         update.update(signal.stats if signal is not None else {})
         update.update(update_started_at=started, update_ended_at=time.time())
         return signal, update
@@ -340,7 +360,9 @@ class Trainer:
                         f"{self.metrics.rows[-1]['step'] if self.metrics.rows else 0} only, the checkpoint is of step "
                         f"{self.state.step}: the missing rows are not redone")  # fmt: skip
         self.metrics.truncate(self.state.step)
+        self.alarms.resume(self.metrics.rows, self.state.step)
         self.store.remove_after(self.state.step)
+        self.token_values.remove_after(self.state.step)
 
     def _critic_state(self):
         """What checkpoints save and load of the critic: its optimizer lives on the learner ranks, if any."""
