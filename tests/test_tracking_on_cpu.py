@@ -359,7 +359,10 @@ def test_a_training_run_reports_every_metrics_row_and_its_evaluation_curve(tmp_p
     evals = [(e.step, e.value) for e in events.Scalars("validation_greedy_accuracy")]
     assert [s for s, _ in evals] == [2, 4]
     assert (run_dir / "plots" / "evaluation.png").is_file()
-    assert "plots/evaluation.png" in (run_dir / "report.html").read_text()
+    from veriloop.report.data import page_data
+
+    curves = page_data(run_dir)["curves"]  # the run browser's evaluation chart: the same two points
+    assert curves["eval_steps"] == [2, 4] and any(p["id"] == "evaluation" for p in curves["panels"])
 
 
 def test_a_missing_tracker_package_stops_the_run_before_its_directory_exists(tmp_path, monkeypatch, local_env):

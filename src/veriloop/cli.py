@@ -6,7 +6,8 @@ Every command takes ``--config FILE.yaml`` and one ``--section.field VALUE`` fla
 
 Exit status 2: the input is wrong (``InputError``, a config error, a missing file), said in one
 line; 1: anything else escaping a command, a bug in veriloop, shown with its traceback (``audit``
-also exits 1 when it finds false accepts or rejects); 130: interrupted.
+also exits 1 when it finds false accepts or rejects); 3: ``doctor`` found a missing part; 4: a training run
+stopped on a NaN or an infinity (its step and tensor named: ``training/alarms.py``); 130: interrupted.
 """
 
 from __future__ import annotations
@@ -24,9 +25,11 @@ from veriloop import __version__, logs
 from veriloop.cli_help import COMMANDS, EPILOG, INTRO, USAGE, _listing
 from veriloop.config import ConfigError, add_arguments, config_from_args, to_dict
 from veriloop.errors import InputError
+from veriloop.training.alarms import NonFiniteError
 
 EXIT_BUG = 1
 EXIT_USAGE = 2
+EXIT_NON_FINITE = 4
 log = logging.getLogger("veriloop.cli")  # not __name__: `python -m veriloop.cli` runs it as __main__
 
 
@@ -124,8 +127,8 @@ def _build(sub, name: str) -> None:
                            "memory) from its config, the models' shapes and the problems; draw nothing, make no run "
                            "directory")  # fmt: skip
         return
-    builders = {"report": _add_report, "verify": _add_verify, "audit": _add_audit, "prm": _add_prm,
-                "completion": _add_completion}  # fmt: skip
+    builders = {"report": _add_report, "compare": _add_compare, "verify": _add_verify, "audit": _add_audit,
+                "prm": _add_prm, "completion": _add_completion}  # fmt: skip
     if name in builders:
         builders[name](sub, COMMANDS[name][1])
     elif name in ("algos", "verifiers", "doctor"):
@@ -136,7 +139,19 @@ def _build(sub, name: str) -> None:
 
 def _add_report(sub, help_text: str) -> None:
     p = sub.add_parser("report", help=help_text, description=help_text)
-    p.add_argument("run_dir")
+    p.add_argument("run_dir", help="a training run, a search run, or a directory of runs (a demo's, a pipeline's)")
+    p.add_argument("--serve", action="store_true", help="serve the page on 127.0.0.1 with every record read on "
+                   "demand (a long run), and spot-check marks saved to the run directory; Ctrl-C stops it")
+    p.add_argument("--port", type=int, default=0, help="--serve's port (0: a free one)")
+    p.add_argument("--marks", metavar="FILE", help="spot-check marks exported from a report page (its 'Export "
+                   "marks' button): merged into the run's spot_check.json before the page is written")
+    _add_output_options(p)
+
+
+def _add_compare(sub, help_text: str) -> None:
+    p = sub.add_parser("compare", help=help_text, description=help_text)
+    p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="two or more training run directories")
+    p.add_argument("--out", default="compare.html", help="the page to write (default compare.html)")
     _add_output_options(p)
 
 
@@ -218,9 +233,11 @@ def _run(args: argparse.Namespace, progress: bool = True) -> int:
         print(open(f"{cfg.run_dir}/table.md").read())
         print(f"pipeline directory: {cfg.run_dir} (pipeline.json, table.md, one run directory per stage)")
     elif args.command == "report":
-        from veriloop.report.report import write_report
+        _report(args)
+    elif args.command == "compare":
+        from veriloop.report.compare import write_compare
 
-        print(write_report(args.run_dir))
+        print(write_compare(args.run_dirs, args.out))
     elif args.command == "completion":
         import shtab
 
@@ -263,6 +280,30 @@ def _verifiers(args: argparse.Namespace) -> int:
     return 0
 
 
+def _report(args: argparse.Namespace) -> None:
+    from veriloop.report.report import import_marks, marks_summary, write_report
+
+    if args.marks:
+        import_marks(args.run_dir, args.marks)
+        print(marks_summary(args.run_dir))
+    if not args.serve:
+        print(write_report(args.run_dir))
+        return
+    import time
+
+    from veriloop.report.serve import start_server
+
+    httpd, _ = start_server(args.run_dir, args.port)
+    print(f"serving {args.run_dir} at http://127.0.0.1:{httpd.server_address[1]}/ (Ctrl-C stops)", flush=True)
+    try:
+        while True:
+            time.sleep(3600)
+    except KeyboardInterrupt:  # how a server is stopped: not an interruption of work
+        print("stopped")
+    finally:
+        httpd.shutdown()
+
+
 def _run_training(args: argparse.Namespace, progress: bool) -> int:
     if args.command in ("sft", "train"):
         from veriloop.report.report import write_report
@@ -284,7 +325,11 @@ def _run_training(args: argparse.Namespace, progress: bool) -> int:
         # train.log for sft too: `veriloop train --resume` continues an sft run, and appends to the same file
         with _run_log(args, cfg.run_dir, "train", marker="config.yaml"):
             trainer = Trainer(cfg, resume=resume, progress=progress)
-            trainer.train()
+            try:
+                trainer.train()
+            except NonFiniteError as e:  # the report shows the stop beside the alarms and the curves before it
+                write_report(cfg.run_dir)
+                raise NonFiniteError(e.step, e.name, e.value, e.detail, where=cfg.run_dir) from None
             write_report(cfg.run_dir)
         made = "checkpoints/: resume it" if trainer.stop_signal else "final/"  # preempted runs have no final/
         print(f"run directory: {cfg.run_dir} (report.html, metrics.jsonl, train.log, {made})")
@@ -303,6 +348,7 @@ def _run_training(args: argparse.Namespace, progress: bool) -> int:
 
 def _search(args: argparse.Namespace, progress: bool) -> int:
     if args.command == "search":
+        from veriloop.report.report import write_report
         from veriloop.search.run import SearchConfig, run_search
 
         cfg = config_from_args(SearchConfig, args)
@@ -313,8 +359,9 @@ def _search(args: argparse.Namespace, progress: bool) -> int:
             return 0
         with _run_log(args, cfg.out, "search"):
             summary = run_search(cfg, progress=progress)
+            write_report(cfg.out)
         print(open(f"{cfg.out}/table.md").read())
-        print(f"wrote {cfg.out}/summary.json, table.md, accuracy_vs_tokens.png, results.jsonl "
+        print(f"wrote {cfg.out}/summary.json, table.md, accuracy_vs_tokens.png, results.jsonl, report.html "
               f"({summary['seconds']} s)")  # fmt: skip
     elif args.command == "allocate":
         from veriloop.search.allocate import AllocateConfig, run_allocate
@@ -458,6 +505,9 @@ def _main(argv: list[str]) -> int:
         except (InputError, ConfigError, FileNotFoundError) as e:  # the user's input: say what, no traceback
             print(f"veriloop {args.command}: error: {e}", file=sys.stderr)
             return EXIT_USAGE
+        except NonFiniteError as e:
+            print(f"veriloop {args.command}: {e}", file=sys.stderr)
+            return EXIT_NON_FINITE
         except KeyboardInterrupt:
             print(f"veriloop {args.command}: interrupted; checkpoints written so far are kept", file=sys.stderr)
             return 130

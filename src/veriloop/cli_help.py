@@ -35,7 +35,9 @@ COMMANDS = {
                           "R1-Zero); one run directory per stage, resumable"),
     "algos": ("train", "list the training recipes (--algo NAME) and what each sets"),
     "eval": ("evaluate", "held-out evaluation: greedy/sampled accuracy, pass@k, format, process, wrong steps"),
-    "report": ("evaluate", "write plots/ and report.html for a run directory"),
+    "report": ("evaluate", "the run browser: report.html (curves, rollouts, spot-check, search) for a run "
+                           "directory, or --serve it on 127.0.0.1 for a long run"),
+    "compare": ("evaluate", "several runs' curves overlaid and their config differences: compare.html"),
     "search": ("search", "test-time strategies at several budgets: summary.json, table, plot"),
     "allocate": ("search", "compute-optimal allocation: difficulty bins and a strategy per bin chosen on "
                            "validation, applied to held-out"),
@@ -55,7 +57,8 @@ Every command takes --config FILE.yaml and one --section.field flag per option; 
 --help` lists them with their defaults.  On a terminal each stage shows a progress bar; off one,
 plain lines.  A run's full log is in its directory (train.log, demo.log, ...).
 Exit status: 0 done; 2 wrong input, said in one line; 1 a bug in veriloop, with its traceback;
-3 `veriloop doctor` found a required part missing; 130 interrupted.
+3 `veriloop doctor` found a required part missing; 4 a training run stopped on a NaN or an
+infinity (its step and tensor named); 130 interrupted.
 """
 
 

@@ -50,6 +50,7 @@ from veriloop.io import atomic_write_jsonl, atomic_write_text, read_checked, wri
 from veriloop.models.loading import load_policy
 from veriloop.models.solutions import sample_solutions
 from veriloop.options import OptionScope, check_declared, declare
+from veriloop.report.report import write_report
 from veriloop.rollout.sampler import SamplingParams
 from veriloop.seeding import derive_seed
 from veriloop.tasks.base import draw_problems
@@ -140,6 +141,7 @@ def run_pipeline(cfg: PipelineConfig, progress: bool = True) -> dict:
             task = cfg.rl.task.build()
             for stage in VARIANTS[cfg.variant]:
                 _run_stage(cfg, root, state, stage, task, progress)
+            write_report(root)  # the pipeline's page: its table and a link to each stage's run browser
     except (Stopped, KeyboardInterrupt) as e:
         again = f"veriloop pipeline --config {root / CONFIG}" if (root / CONFIG).is_file() else ""
         raise stop_exit("veriloop pipeline", stage, e, again) from None
@@ -207,6 +209,7 @@ def _train(root: Path, stage: str, cfg: TrainConfig, progress: bool) -> Path:
     resume = run_dir.exists()
     # preempted: the stage's checkpoint is written, and Stopped raised: it has no final model to go on from
     train_or_stop(Trainer(dataclasses.replace(cfg, run_dir=str(run_dir)), resume=resume, progress=progress))
+    write_report(run_dir)
     return run_dir / "final"
 
 

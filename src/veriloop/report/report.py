@@ -1,8 +1,8 @@
-"""Plots and an HTML page for a run directory: what a person reads after a run."""
+"""``veriloop report``: the run browser's page for a run directory (page.py, data.py), and PNG plots beside it
+for a person without a browser."""
 
 from __future__ import annotations
 
-import html
 import json
 from pathlib import Path
 
@@ -11,8 +11,10 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from veriloop.io import atomic_write_text, read_jsonl  # noqa: E402
-from veriloop.rollout.records import RecordStore  # noqa: E402
+from veriloop.errors import InputError  # noqa: E402
+from veriloop.io import atomic_write_json, atomic_write_text  # noqa: E402
+from veriloop.report.data import MARKS_FILE, check_marks, metrics_rows, page_data, read_marks  # noqa: E402
+from veriloop.report.page import render  # noqa: E402
 
 PANELS = [
     ("reward", ["reward_mean", "accuracy"], "reward / accuracy"),
@@ -24,13 +26,6 @@ PANELS = [
 # measured every eval_every steps only: drawn as points at those steps, and only when a run has them
 EVAL_PANEL = ("evaluation", ["validation_greedy_accuracy", "validation_wrong_steps_rate", "heldout_greedy_accuracy",
                              "heldout_wrong_steps_rate"], "greedy accuracy / rate")  # fmt: skip
-
-
-def _rows(run_dir: Path) -> list[dict]:
-    path = run_dir / "metrics.jsonl"
-    if not path.is_file():
-        return []
-    return read_jsonl(path)
 
 
 def write_plots(run_dir: Path, rows: list[dict]) -> list[Path]:
@@ -51,7 +46,8 @@ def write_plots(run_dir: Path, rows: list[dict]) -> list[Path]:
                 ax.plot(steps, [float("nan") if y is None else y for y in ys], label=key)
         ax.set_xlabel("step")
         ax.set_ylabel(ylabel)
-        ax.legend(fontsize=7)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=7)
         ax.grid(alpha=0.3)
         fig.tight_layout()
         path = run_dir / "plots" / f"{name}.png"
@@ -61,57 +57,40 @@ def write_plots(run_dir: Path, rows: list[dict]) -> list[Path]:
     return out
 
 
-def _table(d: dict) -> str:
-    cells = "".join(f"<tr><td>{html.escape(str(k))}</td><td>{html.escape(_fmt(v))}</td></tr>" for k, v in d.items())
-    return f"<table>{cells}</table>"
-
-
-def _fmt(v) -> str:
-    return f"{v:.4g}" if isinstance(v, float) else json.dumps(v) if isinstance(v, (dict, list)) else str(v)
-
-
 def write_report(run_dir: str | Path) -> Path:
-    """Write ``plots/*.png`` and ``report.html``; returns the report's path."""
+    """Write ``report.html`` (the run browser, self-contained) and ``plots/*.png`` (for a training run); returns
+    the page's path.  Safe on a run that is still going: it reads what is written so far."""
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
-        raise FileNotFoundError(f"run directory {str(run_dir)!r} does not exist")
-    rows = _rows(run_dir)
-    parts = [f"<h1>veriloop run: {html.escape(str(run_dir))}</h1>"]
-    summary = run_dir / "summary.json"
-    if summary.is_file():
-        parts.append("<h2>Summary</h2>" + _table(json.loads(summary.read_text())))
-    if rows:
-        parts.append(f"<h2>Last step ({rows[-1]['step']})</h2>" + _table(rows[-1]))
-        for path in write_plots(run_dir, rows):
-            parts.append(f'<img src="plots/{path.name}" alt="{path.stem}">')
-        store = RecordStore(run_dir / "rollouts")
-        steps = store.steps()
-        if steps:
-            records = store.read(steps[-1])[:16]
-            body = "".join(
-                f"<tr><td>{html.escape(r.prompt)}</td><td><code>{html.escape(r.completion)}</code></td>"
-                f"<td>{r.reward:.2f}</td><td>{html.escape(r.verdict_details)}</td></tr>"
-                for r in records
-            )
-            parts.append(
-                f"<h2>Records of step {steps[-1]} (first 16)</h2>"
-                f"<table><tr><th>prompt</th><th>completion</th><th>reward</th><th>why</th></tr>{body}</table>"
-            )
-    runs = sorted(p.parent.name for p in run_dir.glob("*/report.html"))
-    if runs:
-        links = "".join(f'<li><a href="{n}/report.html">{n}</a></li>' for n in runs)
-        parts.append(f"<h2>Runs</h2><ul>{links}</ul>")
-    table = run_dir / "table.txt"
-    if table.is_file():
-        parts.append(f"<h2>Held-out table</h2><pre>{html.escape(table.read_text())}</pre>")
-    config = run_dir / "config.yaml"
-    if config.is_file():
-        parts.append(f"<h2>Config</h2><pre>{html.escape(config.read_text())}</pre>")
-    style = (
-        "body{font-family:sans-serif;max-width:1000px;margin:auto}td,th{padding:2px 8px;border-bottom:1px solid #ddd}"
-    )
-    head = f"<head><meta charset='utf-8'><style>{style}</style></head>"
-    page = f"<!doctype html><html>{head}<body>{''.join(parts)}</body></html>"
+        raise InputError(f"run directory {str(run_dir)!r} does not exist")
+    data = page_data(run_dir)
+    if data["kind"] == "train":
+        rows = metrics_rows(run_dir)
+        if rows:
+            write_plots(run_dir, rows)
     path = run_dir / "report.html"
-    atomic_write_text(path, page)
+    atomic_write_text(path, render(data, data["title"]))
     return path
+
+
+def import_marks(run_dir: str | Path, exported: str | Path) -> dict:
+    """Spot-check marks exported from a static page, merged into the run's ``spot_check.json`` (a mark in the
+    file replaces the run's mark of the same record); returns the merged marks."""
+    run_dir, exported = Path(run_dir), Path(exported)
+    try:
+        data = json.loads(exported.read_text())
+    except FileNotFoundError:
+        raise InputError(f"marks file {str(exported)!r} does not exist") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise InputError(f"{exported}: not JSON ({e})") from None
+    new = check_marks(data, str(exported))["marks"]
+    merged = {**read_marks(run_dir)["marks"], **new}
+    atomic_write_json(run_dir / MARKS_FILE, {"marks": merged})
+    return merged
+
+
+def marks_summary(run_dir: str | Path) -> str:
+    marks = read_marks(Path(run_dir))["marks"]
+    suspicious = sorted(k for k, m in marks.items() if m["mark"] == "suspicious")
+    line = f"spot-check: {len(marks)} marked, {len(marks) - len(suspicious)} fine, {len(suspicious)} suspicious"
+    return line + (f" ({', '.join(suspicious[:10])}{' ...' if len(suspicious) > 10 else ''})" if suspicious else "")

@@ -286,7 +286,8 @@ def judged(text: str, verdict) -> dict:
 def _result_row(out, verdict) -> dict:
     """One problem's result: the chosen solution, whether the verifier accepts it, and its cost."""
     return {"answer": out.answer, "completion": out.text, **judged(out.text, verdict), "tokens": out.cost.tokens,
-            "prm_calls": out.cost.prm_calls, "seconds": round(out.cost.seconds, 4), "candidates": out.candidates}
+            "prm_calls": out.cost.prm_calls, "seconds": round(out.cost.seconds, 4), "candidates": out.candidates,
+            **({"considered": out.considered} if out.considered else {}), **({"tree": out.tree} if out.tree else {})}
 
 
 def _mean(xs) -> float | None:

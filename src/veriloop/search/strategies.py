@@ -100,6 +100,10 @@ class Outcome:
     cost: Cost
     candidates: int = 0  # finished solutions the strategy chose among
     chains: list[list[str]] | None = None  # revision: every chain's attempts, in order
+    # what the run browser shows of the choice: each candidate {text, answer, score, chosen} (whole solutions),
+    # and the search tree {id, parent (-1: the root), step, value, visits, kept, finished, chosen} (step-level)
+    considered: list[dict] | None = None
+    tree: list[dict] | None = None
 
     @property
     def truncated(self) -> bool:
@@ -207,7 +211,10 @@ class Strategies:
         """The highest aggregate among the solutions that ended (a truncated one only if none did)."""
         scores = [aggregate(sc, self.settings.aggregation) for sc in step_scores]
         best = max(range(len(texts)), key=lambda i: (not is_truncated(texts[i]), scores[i]))  # first of the ties
-        return Outcome(texts[best], answer_of(texts[best]), cost, len(texts))
+        # every copy of the chosen text is marked: which of identical samples won a tie is float noise
+        considered = [{"text": t, "answer": answer_of(t), "score": round(sc, 5), "chosen": t == texts[best]}
+                      for t, sc in zip(texts, scores)]  # fmt: skip
+        return Outcome(texts[best], answer_of(texts[best]), cost, len(texts), considered=considered)
 
     # -------------------------------------------------------------- whole-solution strategies
 
@@ -251,10 +258,15 @@ class Strategies:
                 continue
             totals[key] = totals.get(key, 0.0) + w
             first.setdefault(key, t)
+        considered = [{"text": t, "answer": answer_of(t), "score": round(w, 5)} for t, w in zip(texts, weights)]
         if not totals:
-            return Outcome(next((t for t in texts if not is_truncated(t)), texts[0]), None, cost, len(texts))
+            return Outcome(next((t for t in texts if not is_truncated(t)), texts[0]), None, cost, len(texts),
+                           considered=considered)  # fmt: skip
         best = max(totals, key=lambda k: totals[k])  # dicts keep insertion order: ties go to the first seen
-        return Outcome(first[best], best, cost, len(texts))
+        for c in considered:  # every sample of the winning answer is chosen (its first one is the text shown)
+            total = totals.get(c["answer"])
+            c["chosen"], c["answer_total"] = c["answer"] == best, None if total is None else round(total, 5)
+        return Outcome(first[best], best, cost, len(texts), considered=considered)
 
     def _majority(self, prompt, budget, cost):
         texts = self.proposer.complete(prompt, [""], budget, cost)
@@ -274,9 +286,10 @@ class Strategies:
         st = self.settings
         expand = min(st.expand, budget)  # budget = candidates per step = beams x expansions
         width = max(1, budget // expand)
-        beams, finished = [""], []
+        beams, finished, tree = [""], [], SearchTree()
         for _ in range(st.max_steps):
             cands = self.proposer.step(prompt, beams, expand, cost)
+            tree.extend(beams, expand, cands)
             done = [t for t, f in cands if f]
             open_ = list(dict.fromkeys(t for t, f in cands if not f))  # identical prefixes once
             finished += done
@@ -289,11 +302,14 @@ class Strategies:
                 values = self._newest(prompt, open_, cost)
             order = sorted(range(len(open_)), key=lambda i: -values[i])
             beams = [open_[i] for i in order[:width]]
+            tree.valued(open_, values, beams)
         else:
-            finished += self.proposer.complete(prompt, beams, 1, cost, greedy=True)
+            finished += tree.finish(beams, self.proposer.complete(prompt, beams, 1, cost, greedy=True))
         if not finished:
-            finished = self.proposer.complete(prompt, beams, 1, cost, greedy=True)
-        return self._best(finished, self.scorer.step_scores(prompt, finished, cost), cost)
+            finished = tree.finish(beams, self.proposer.complete(prompt, beams, 1, cost, greedy=True))
+        out = self._best(finished, self.scorer.step_scores(prompt, finished, cost), cost)
+        out.tree = tree.nodes(out.text)
+        return out
 
     def _beam_many(self, prompts, budget, costs, lookahead: int = 0):
         """``_beam`` on every problem in lockstep: each round one sampler call extends every live
@@ -303,6 +319,7 @@ class Strategies:
         width = max(1, budget // expand)
         beams = [[""] for _ in prompts]
         finished: list[list[str]] = [[] for _ in prompts]
+        trees = [SearchTree() for _ in prompts]
         live = list(range(len(prompts)))  # problems whose search goes on
         for _ in range(st.max_steps):
             if not live:
@@ -310,6 +327,7 @@ class Strategies:
             cands = self.proposer.step_many([(k, prompts[k], beams[k]) for k in live], expand, [costs[k] for k in live])
             opens = {}
             for k, cand in zip(live, cands):
+                trees[k].extend(beams[k], expand, cand)
                 finished[k] += [t for t, f in cand if f]
                 open_ = list(dict.fromkeys(t for t, f in cand if not f))  # identical prefixes once
                 if open_:
@@ -327,15 +345,19 @@ class Strategies:
                 newest = [x[-1] if x else 0.0 for x in vals]
                 order = sorted(range(len(opens[k])), key=lambda i: -newest[i])
                 beams[k] = [opens[k][i] for i in order[:width]]
+                trees[k].valued(opens[k], newest, beams[k])
         # problems still searching after max_steps finish their beams greedily, as does one that finished nothing
         rest = sorted(set(live) | {k for k in range(len(prompts)) if not finished[k]})
         if rest:
             done = self.proposer.complete_many([(k, prompts[k], beams[k]) for k in rest], 1, [costs[k] for k in rest],
                                                greedy=True)  # fmt: skip
             for k, texts in zip(rest, done):
-                finished[k] += texts
+                finished[k] += trees[k].finish(beams[k], texts)
         scores = self._scores_many([(prompts[k], finished[k]) for k in range(len(prompts))], costs)
-        return [self._best(finished[k], scores[k], costs[k]) for k in range(len(prompts))]
+        outs = [self._best(finished[k], scores[k], costs[k]) for k in range(len(prompts))]
+        for out, tree in zip(outs, trees):
+            out.tree = tree.nodes(out.text)
+        return outs
 
     def _lookahead_many(self, prompts, budget, costs):
         return self._beam_many(prompts, budget, costs, lookahead=max(1, self.settings.lookahead))
@@ -397,7 +419,7 @@ class Strategies:
         while node.children and not node.finished:
             node = max(node.children, key=lambda ch: (ch.visits, ch.q))
         text = node.text if node.finished else self.proposer.complete(prompt, [node.text], 1, cost, greedy=True)[0]
-        return Outcome(text, answer_of(text), cost, 1)
+        return Outcome(text, answer_of(text), cost, 1, tree=mcts_nodes(root, node))
 
     def _revision(self, prompt, budget, cost):
         from veriloop.search.revision import revision_prompt
@@ -463,6 +485,57 @@ class _Node(Visited):
     value: float | None = None
 
     visit_offset = 1  # the mcts strategy's UCT: ln N_parent / (1 + N_child)
+
+
+class SearchTree:
+    """The nodes a beam search made, for the run browser: each candidate step under the beam it extends, its
+    value, and whether it stayed in the beam.  A node is a prefix text (identical prefixes are one node)."""
+
+    def __init__(self):
+        self.by_text: dict[str, dict] = {"": {"id": -1}}
+        self.order: list[dict] = []
+
+    def _node(self, text: str, parent: str, finished: bool) -> dict:
+        if text not in self.by_text:
+            node = {"id": len(self.order), "parent": self.by_text.get(parent, {"id": -1})["id"],
+                    "step": text[len(parent):], "finished": finished}  # fmt: skip
+            self.by_text[text] = node
+            self.order.append(node)
+        return self.by_text[text]
+
+    def extend(self, beams: list[str], n: int, candidates: list[tuple[str, bool]]) -> None:
+        for j, (text, finished) in enumerate(candidates):  # prefix-major: n candidates per beam
+            self._node(text, beams[j // n], finished)
+
+    def valued(self, texts: list[str], values: list[float], kept: list[str]) -> None:
+        keep = set(kept)
+        for text, value in zip(texts, values):
+            node = self.by_text.get(text)
+            if node is not None:
+                node.update(value=round(float(value), 5), kept=text in keep)
+
+    def finish(self, beams: list[str], texts: list[str]) -> list[str]:
+        """Each beam's greedy completion (one per beam), as a finished child of that beam."""
+        for beam, text in zip(beams, texts):
+            self._node(text, beam, True)
+        return texts
+
+    def nodes(self, chosen: str) -> list[dict]:
+        on_path = {t for t in self.by_text if t and chosen.startswith(t)}
+        return [{**n, "chosen": t in on_path} for t, n in self.by_text.items() if t]
+
+
+def mcts_nodes(root, chosen) -> list[dict]:
+    """An MCTS tree, breadth first: each node's step text, visits, mean value Q and PRM value."""
+    out, queue = [], [(root, -1)]
+    while queue:
+        node, parent = queue.pop(0)
+        for child in node.children:
+            out.append({"id": len(out), "parent": parent, "step": child.text[len(node.text):], "visits": child.visits,
+                        "value": round(child.q, 5), "finished": child.finished,
+                        "chosen": chosen.text.startswith(child.text)})  # fmt: skip
+            queue.append((child, out[-1]["id"]))
+    return out
 
 
 def _always(settings: SearchSettings) -> bool:

@@ -1,0 +1,199 @@
+"""The run browser on a long run: how fast `veriloop report --serve` opens and filters a million records.
+
+    python benchmarks/report_large_run.py [--steps 10000] [--per-step 100] [--rounds 3] [--out DIR] [--json FILE]
+                                          [--quick]
+
+Makes a run directory of ``steps`` steps with ``per_step`` records each (1,000,000 by default) the way a training
+run writes one (``RecordStore(index=True)``: the step files, ``rollouts/index.sqlite``, the token values, a
+``metrics.jsonl`` row per step), unless ``DIR`` already holds one of that size; then serves it with
+``veriloop report --serve``'s server and drives the page in headless Chromium (Debian's ``chromium``, through
+Playwright), ``rounds`` times from a fresh page:
+
+* open: from navigation to every curve drawn (10,000 points per series) and the rollout list's first page shown;
+* filter: from the click to the list and its count updated, for a step range with a reward and verdict
+  condition, for a problem id, and for truncated records.
+
+The goal (issue 39): open under 5 s, each filter under 1 s.  The records are synthetic (random tokens of the
+built-in tokenizer's alphabet, rewards and verdicts drawn with a seed): what is measured is the browser and its
+server, not a model.  ``--quick``: 200 steps x 20 records, one round (a smoke test: its numbers mean nothing).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import shutil
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import fmt, result_args, save, scratch  # noqa: E402
+
+PAGE = "report-browser"
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync"]  # fmt: skip
+FILTERS = {  # name: the page's filter fields
+    "step range + reward + verdict": {"#f-step": "STEPS", "#f-reward_max": "0.5", "#f-outcome": "wrong"},
+    "problem id": {"#f-problem": "p-0042"},
+    "truncated": {"#f-truncated": "yes"},
+}
+OUTCOMES = ["correct", "wrong", "no_answer"]
+ALPHABET = "0123456789+-*/=;answer "
+
+
+def make_run(run_dir: Path, steps: int, per_step: int, seed: int = 0) -> float:
+    """A training run's directory of synthetic records; returns the seconds it took (0 when reused)."""
+    from veriloop.io import atomic_write_yaml
+    from veriloop.logs import progress
+    from veriloop.rollout.records import Record, RecordStore
+    from veriloop.training.token_values import TokenValueStore, record_key
+
+    marker = run_dir / "synthetic.json"
+    if marker.is_file() and json.loads(marker.read_text()) == {"steps": steps, "per_step": per_step, "seed": seed}:
+        return 0.0
+    shutil.rmtree(run_dir, ignore_errors=True)
+    run_dir.mkdir(parents=True)
+    t0, rng, group = time.time(), random.Random(seed), 8
+    atomic_write_yaml(run_dir / "config.yaml", {"algo": "grpo", "policy": "builtin:init", "steps": steps, "seed": seed})
+    store, values = RecordStore(run_dir / "rollouts", index=True), TokenValueStore(run_dir / "rollouts")
+    bar = progress(total=steps, desc="making the run", unit="step")
+    with open(run_dir / "metrics.jsonl", "w") as metrics:
+        for step in range(1, steps + 1):
+            records, rows = [], []
+            for i in range(per_step):
+                n = rng.randint(12, 60)
+                ids = [rng.randint(3, 30) for _ in range(n)]
+                outcome = rng.choices(OUTCOMES, [0.5 + 0.4 * step / steps, 0.45 - 0.4 * step / steps, 0.05])[0]
+                truncated = rng.random() < 0.03
+                r = Record(problem_id=f"p-{rng.randint(0, 7472):04d}", group_id=f"{step}-0-{i // group}",
+                           prompt=f"{rng.randint(1, 99)}+{rng.randint(1, 99)}?", reference="0", prompt_ids=[5, 6, 7],
+                           completion_ids=ids, completion="".join(rng.choice(ALPHABET) for _ in range(n)),
+                           behavior_logprobs=[round(-rng.random(), 4) for _ in range(n)],
+                           sampling={"temperature": 1.0, "seed": rng.getrandbits(48)}, policy_version=step - 1,
+                           finish_reason="length" if truncated else "eos", reward=float(outcome == "correct"),
+                           reward_components={"outcome": float(outcome == "correct")}, verifier="arithmetic@1",
+                           verdict_outcome=outcome)  # fmt: skip
+                records.append(r)
+                advantage = round(rng.gauss(0, 1), 4)
+                rows.append({"key": record_key(r, i), "problem_id": r.problem_id, "advantage": advantage})
+            store.write(step, records)
+            values.write(step, rows)
+            acc = sum(r.reward for r in records) / per_step
+            metrics.write(json.dumps({"step": step, "reward_mean": acc, "accuracy": acc, "kl": rng.random() * 0.01,
+                                      "entropy": 1 - 0.5 * step / steps, "completion_len_mean": 36 + rng.random(),
+                                      "truncation_rate": 0.03, "zero_variance_fraction": rng.random() * 0.3,
+                                      "ratio_min": 0.9, "ratio_max": 1.1, "clip_frac_low": 0.0, "clip_frac_high": 0.0,
+                                      "logprob_mismatch": 1e-6, "tokens_per_s": 5000.0, "time_generate_s": 0.3,
+                                      "time_verify_s": 0.05, "time_update_s": 0.2, "time_step_s": 0.6,
+                                      **({"validation_greedy_accuracy": acc} if step % 500 == 0 else {})})
+                          + "\n")  # fmt: skip
+            bar.update(1)
+    bar.close()
+    marker.write_text(json.dumps({"steps": steps, "per_step": per_step, "seed": seed}))
+    return time.time() - t0
+
+
+def _size(path: Path) -> int:
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+
+
+def measure(run_dir: Path, rounds: int, steps: int) -> dict:
+    from playwright.sync_api import sync_playwright
+
+    from veriloop.report.serve import start_server
+
+    t0 = time.time()
+    httpd, run = start_server(run_dir)
+    run.catching_up.join()
+    url = f"http://127.0.0.1:{httpd.server_address[1]}/"
+    out = {"server_start_s": round(time.time() - t0, 3), "open_s": [], "filters_s": {k: [] for k in FILTERS},
+           "matches": {}}  # fmt: skip
+    with sync_playwright() as p:
+        # Chromium's singleton socket lives under TMPDIR, whose path may be too long for a socket (a test's)
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, env={**os.environ, "TMPDIR": "/tmp"})
+        for _ in range(rounds):
+            page = browser.new_page(viewport={"width": 1400, "height": 1000})
+            errors = []
+            page.on("pageerror", lambda e, errors=errors: errors.append(str(e)))
+            start = time.perf_counter()
+            page.goto(url + "#curves")  # the curves drawn first, then the records' list
+            page.wait_for_function("() => window.veriloop && Object.keys(window.veriloop.drawn).length >= "
+                                   "window.veriloop.data.curves.panels.length", timeout=60_000)  # fmt: skip
+            page.click("#tab-rollouts")
+            page.wait_for_selector("#rec-list tr[data-k]", timeout=60_000)
+            out["open_s"].append(time.perf_counter() - start)
+            for name, fields in FILTERS.items():
+                page.goto("about:blank")  # a new document each time (a change of the hash alone is not a load)
+                page.goto(url + "#rollouts")
+                page.wait_for_selector("#rec-list tr[data-k]", timeout=60_000)
+                before = page.inner_text("#count")
+                for selector, value in fields.items():
+                    value = value.replace("STEPS", f"{int(steps * 0.4)}-{int(steps * 0.6)}")  # the middle fifth
+                    if selector == "#f-outcome" or selector == "#f-truncated":
+                        page.eval_on_selector(selector, "(e, v) => { e.value = v; }", value)  # no change event yet
+                    else:
+                        page.fill(selector, value)
+                start = time.perf_counter()
+                page.click("#f-apply")
+                page.wait_for_function("b => document.querySelector('#count').innerText !== b", arg=before,
+                                       timeout=60_000)  # fmt: skip
+                out["filters_s"][name].append(time.perf_counter() - start)
+                out["matches"][name] = int(page.get_attribute("#count", "data-matches"))
+            if errors:
+                raise SystemExit(f"the page reported errors: {errors}")
+            page.close()
+        browser.close()
+    httpd.shutdown()
+    return out
+
+
+def main(argv: list[str] | None = None) -> dict:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--steps", type=int, default=10_000)
+    ap.add_argument("--per-step", type=int, default=100)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--out", default="", help="the synthetic run directory (default runs/bench/report-large-run)")
+    result_args(ap, "report_large_run")
+    args = ap.parse_args(argv)
+    if args.quick:
+        args.steps, args.per_step, args.rounds = 200, 20, 1
+    out = Path(args.out or (scratch() / "report-large-run" if args.quick else Path("runs/bench/report-large-run")))
+    made = make_run(out, args.steps, args.per_step)
+    m = measure(out, args.rounds, args.steps)
+    result = {"steps": args.steps, "records": args.steps * args.per_step, "run_dir_mb": round(_size(out) / 2**20, 1),
+              "make_s": round(made, 1), **m}  # fmt: skip
+    print(table([result]))
+    save(args, "report_large_run", result)
+    return result
+
+
+def table(results: list[dict]) -> str:
+    lines = ["| steps | records | run directory | open (s) | " + " | ".join(f"filter: {k} (s)" for k in FILTERS) + " |",
+             "|---:|---:|---:|---:|" + "---:|" * len(FILTERS)]  # fmt: skip
+    for r in results:
+        filters = " | ".join(f"{fmt(r['filters_s'][k], 2)} ({r['matches'][k]:,} match)" for k in FILTERS)
+        size = f"{r['run_dir_mb']:,} MB"
+        lines.append(f"| {r['steps']:,} | {r['records']:,} | {size} | {fmt(r['open_s'], 2)} | {filters} |")
+    return "\n".join(lines)
+
+
+def render(results: list[dict]) -> str:
+    results = [r for r in results if not r["stamp"].get("quick")]
+    parts = ["# Run browser on a long run", "",
+             "`veriloop report --serve` on a synthetic run directory made the way a training run writes one, opened "
+             "and filtered in headless Chromium (`benchmarks/report_large_run.py`). Goals: open under 5 s, each "
+             "filter under 1 s. Times are mean ± sd over the rounds; each round opens a fresh page.", "",
+             table(results), ""]  # fmt: skip
+    for r in results:
+        s = r["stamp"]
+        parts += [f"- `{s['command']}` at {s['commit']}, {s['date']}, {s['machine']}; the server's start "
+                  f"{r['server_start_s']} s, the directory made in {r['make_s']} s (0: reused)."]  # fmt: skip
+    return "\n".join(parts) + "\n"
+
+
+if __name__ == "__main__":
+    main()
