@@ -4,8 +4,8 @@
                                          [--out docs/assets/report]
 
 Each page is (re)written with ``veriloop report`` / ``veriloop compare`` first, then opened from ``file://`` in
-Debian's headless Chromium (Playwright) at 1300 x 850.  The rollout view shows the first record of the run's last
-step that an update learned from with a non-zero advantage, its tokens coloured by advantage.
+Debian's headless Chromium (Playwright) at 1300 x 850.  The rollout view shows the latest record that an update learned
+from with a non-zero advantage, its tokens coloured by advantage.
 """
 
 from __future__ import annotations
@@ -45,12 +45,14 @@ def main() -> None:
         page.wait_for_function("Object.keys(window.veriloop.drawn).length >= window.veriloop.data.curves.panels.length")
         page.screenshot(path=out / "curves.png")
         page.click("#tab-rollouts")
-        last = page.evaluate("Math.max(...window.veriloop.data.records.map(r => r.step))")
-        page.fill("#f-step", str(last))
+        # the last step's first record that an update learned from with a non-zero advantage (PRM-scored if any)
+        found = page.evaluate("""() => { const rs = window.veriloop.data.records, nz = r => r.learner && r.advantage &&
+            (Array.isArray(r.advantage) ? r.advantage.some(Boolean) : true);
+            const r = [...rs].reverse().find(r => nz(r) && r.prm_steps) || [...rs].reverse().find(nz) || rs[0];
+            return [r.step, rs.filter(x => x.step === r.step).indexOf(r)]; }""")
+        page.fill("#f-step", str(found[0]))
         page.click("#f-apply")
-        k = page.evaluate(f"window.veriloop.data.records.filter(r => r.step === {last}).findIndex(r => r.learner && "
-                          "r.advantage && r.prm_steps)")  # fmt: skip
-        page.click(f"#rec-list tr[data-k='{max(k, 0)}']")
+        page.click(f"#rec-list tr[data-k='{found[1]}']")
         page.screenshot(path=out / "rollouts.png")
         page.click("#tab-spot")
         page.click("#cards .card button[data-m='fine']")

@@ -49,8 +49,8 @@ def test_the_index_follows_the_store_and_is_rebuilt_when_lost(tmp_path):
     index = RolloutIndex(tmp_path / "rollouts")
     db = index.connect()
     assert db.execute("SELECT COUNT(*), COUNT(DISTINCT step) FROM records").fetchone() == (32, 8)
-    assert db.execute("SELECT reward, outcome, finish_reason, words FROM records WHERE step = 2 AND i = 3").fetchone() \
-        == (1.0, "correct", "eos", 1)  # fmt: skip
+    assert db.execute("SELECT reward, outcome, finish_reason, reasoning_chars FROM records WHERE step = 2 AND i = 3").fetchone() \
+        == (1.0, "correct", "eos", 0)  # fmt: skip
     db.close()
     store.remove_after(5)  # a resume from step 5 forgets later steps, in the index too
     db = index.connect()
@@ -159,3 +159,11 @@ def test_the_server_answers_on_loopback_and_refuses_bad_input(tmp_path):
         assert json.loads((tmp_path / "spot_check.json").read_text())["marks"]["2:1"]["mark"] == "fine"
     finally:
         httpd.shutdown()
+
+
+@pytest.mark.parametrize("text, chars", [("answer=2", 0), ("1+1=2;answer=2", 6), ("So \\boxed{54}.", 2),
+                                         ("#### 54", 0), ("no answer here", 12), ("The answer is 7", 0)])
+def test_reasoning_is_what_a_completion_says_besides_its_final_answer(text, chars):
+    from veriloop.rollout.index import reasoning_chars
+
+    assert reasoning_chars(text) == chars

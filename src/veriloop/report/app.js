@@ -268,7 +268,7 @@ function spotView(root) {
   if (!sc || !sc.items.length) { root.innerHTML = "<p>No rewarded completion to check.</p>"; return; }
   const marks = loadMarks();
   root.innerHTML = `<p class="legend">Seed 002: check high-reward samples by hand for odd patterns. ${sc.per_range} rewarded completions per step range, drawn with seed ${sc.seed};
-    the range's shortest and longest are always shown; <span class="badge flag">answer-only</span> means at most ${sc.answer_only_words} words.
+    the range's shortest and longest are always shown; <span class="badge flag">answer-only</span> means at most ${sc.answer_only_chars} characters besides the final answer.
     ${D.served ? "Marks are saved in the run directory (spot_check.json)." : "Marks stay in this browser until exported; <code>veriloop report RUN --marks FILE</code> reads an exported file back into the run directory."}</p>
     <div class="count" id="mark-count"></div>${D.served ? "" : '<button id="export">Export marks (JSON)</button>'}<div id="cards"></div>`;
   const count = () => {

@@ -17,7 +17,7 @@ import yaml
 
 from veriloop.errors import InputError
 from veriloop.io import read_jsonl
-from veriloop.rollout.index import RolloutIndex
+from veriloop.rollout.index import RolloutIndex, reasoning_chars
 from veriloop.rollout.records import Record, RecordStore
 from veriloop.training.alarms import ALARMS
 from veriloop.training.token_values import TokenValueStore, record_key
@@ -42,7 +42,7 @@ SECONDARY = {"truncation_rate"}  # drawn against a right-hand axis (a rate besid
 NOT_CURVES = {"step", "update_started_at", "update_ended_at"}
 STATIC_RECORDS = 1500  # records a self-contained page holds (with their tokens): ~1-3 MB of JSON
 SPOT_CHECK_RANGES, SPOT_CHECK_PER_RANGE, SPOT_CHECK_SEED = 4, 8, 0
-ANSWER_ONLY_WORDS = 3  # a rewarded completion of at most this many words has no visible reasoning
+ANSWER_ONLY_CHARS = 3  # at most this many non-space characters besides the final answer: no visible reasoning
 MARKS_FILE = "spot_check.json"
 MARKS = ("fine", "suspicious")
 
@@ -159,7 +159,7 @@ def record_view(r: Record, step: int, i: int, values: dict | None, text: TokenTe
         "outcome": r.verdict_outcome, "details": r.verdict_details, "verifier": r.verifier,
         "finish_reason": r.finish_reason, "truncated": r.truncated, "tool_calls": r.tool_calls or [],
         "failed_tool_calls": r.failed_tool_calls, "policy_version": r.policy_version, "sampling": r.sampling,
-        "tokens": len(r.completion_ids), "words": len(r.completion.split()),
+        "tokens": len(r.completion_ids), "reasoning_chars": reasoning_chars(r.completion),
     }  # fmt: skip
 
 
@@ -229,12 +229,13 @@ def spot_check(db, seed: int = SPOT_CHECK_SEED) -> list[dict]:
     ``SPOT_CHECK_RANGES``), ``SPOT_CHECK_PER_RANGE`` rewarded records drawn with a fixed seed (a step of the
     range drawn, then one of its rewarded records: a handful of small reads however long the run), and the
     range's shortest and longest rewarded completions; each is flagged when it is one of those two or has at
-    most ``ANSWER_ONLY_WORDS`` words (an answer with no reasoning)."""
+    most ``ANSWER_ONLY_CHARS`` characters besides its final answer (an answer with no reasoning:
+    rollout/index.py's ``reasoning_chars``)."""
     first, last = db.execute("SELECT MIN(step), MAX(step) FROM records").fetchone()
     if first is None:
         return []
     width = max(1, -(-(last - first + 1) // SPOT_CHECK_RANGES))
-    items, columns = [], "step, i, tokens, words"
+    items, columns = [], "step, i, tokens, reasoning_chars"
     for k in range(SPOT_CHECK_RANGES):
         lo, hi = first + k * width, min(last, first + (k + 1) * width - 1)
         if lo > last:
@@ -254,9 +255,9 @@ def spot_check(db, seed: int = SPOT_CHECK_SEED) -> list[dict]:
             rewarded = db.execute(f"SELECT {columns} FROM records WHERE step = ? AND reward > 0", (step,)).fetchall()
             if rewarded:
                 rows.add(rng.choice(rewarded))
-        for step, i, tokens, words in sorted(rows):
+        for step, i, tokens, reasoning in sorted(rows):
             flags = [f for f, on in (("shortest", tokens == shortest), ("longest", tokens == longest),
-                                     ("answer-only", words <= ANSWER_ONLY_WORDS)) if on]  # fmt: skip
+                                     ("answer-only", reasoning <= ANSWER_ONLY_CHARS)) if on]  # fmt: skip
             items.append({"id": f"{step}:{i}", "step": step, "i": i, "range": f"{lo}-{hi}", "flags": flags})
     return items
 
@@ -330,7 +331,7 @@ def page_data(run_dir: Path, served: bool = False) -> dict:
     finally:
         db.close()
     data["spot_check"] = {"items": items, "per_range": SPOT_CHECK_PER_RANGE, "seed": SPOT_CHECK_SEED,
-                          "answer_only_words": ANSWER_ONLY_WORDS, **read_marks(run_dir)}  # fmt: skip
+                          "answer_only_chars": ANSWER_ONLY_CHARS, **read_marks(run_dir)}  # fmt: skip
     if not served:
         sample = records.sample()
         have = {r["id"] for r in sample}

@@ -10,22 +10,39 @@ rebuilt from the step files, which stay the record.  SQLite in WAL mode: a page 
 
 from __future__ import annotations
 
+import re
 import sqlite3
 from collections.abc import Callable
 from pathlib import Path
 
 INDEX_FILE = "index.sqlite"
+SCHEMA = 1  # PRAGMA user_version: an index of another version is rebuilt
 COLUMNS = (  # (name, SQL type): what a filter or a list needs of a record without opening its step file
     ("step", "INTEGER"), ("i", "INTEGER"), ("problem_id", "TEXT"), ("group_id", "TEXT"), ("reward", "REAL"),
-    ("outcome", "TEXT"), ("finish_reason", "TEXT"), ("tokens", "INTEGER"), ("words", "INTEGER"),
+    ("outcome", "TEXT"), ("finish_reason", "TEXT"), ("tokens", "INTEGER"), ("reasoning_chars", "INTEGER"),
     ("tool_calls", "INTEGER"), ("failed_tool_calls", "INTEGER"), ("verifier", "TEXT"), ("policy_version", "INTEGER"),
 )  # fmt: skip
 NAMES = tuple(n for n, _ in COLUMNS)
 
 
+# A completion's final answer, as the built-in formats state it (answer=..., \boxed{...}, #### ..., "the answer
+# is ..."): what is left without it is the reasoning, and a rewarded completion with almost none is answer-only.
+FINAL_ANSWER = re.compile(r"(answer\s*[=:]\s*\S+|\\boxed\{[^{}]*\}|####\s*\S+|the answer is\s*\S+)\W*$", re.I)
+
+
+def reasoning_chars(completion: str) -> int:
+    """Non-space characters of ``completion`` outside its final answer (all of them when none is found)."""
+    text = completion.strip()
+    match = None
+    for match in FINAL_ANSWER.finditer(text):
+        pass
+    kept = text[: match.start()] if match is not None else text
+    return len("".join(kept.split()))
+
+
 def index_row(step: int, i: int, r) -> tuple:
     return (step, i, r.problem_id, r.group_id, r.reward, r.verdict_outcome, r.finish_reason, len(r.completion_ids),
-            len(r.completion.split()), len(r.tool_calls or ()), r.failed_tool_calls, r.verifier, r.policy_version)
+            reasoning_chars(r.completion), len(r.tool_calls or ()), r.failed_tool_calls, r.verifier, r.policy_version)
 
 
 class RolloutIndex:
@@ -35,6 +52,13 @@ class RolloutIndex:
     def connect(self) -> sqlite3.Connection:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         db = sqlite3.connect(self.path, timeout=30, check_same_thread=False)
+        version = db.execute("PRAGMA user_version").fetchone()[0]
+        made = db.execute("SELECT COUNT(*) FROM sqlite_master WHERE name = 'records'").fetchone()[0]
+        if made and version != SCHEMA:  # another layout of columns: derived data, so made again
+            db.close()
+            self.remove()
+            db = sqlite3.connect(self.path, timeout=30, check_same_thread=False)
+        db.execute(f"PRAGMA user_version = {SCHEMA}")
         db.execute("PRAGMA journal_mode=WAL")
         db.execute("PRAGMA synchronous=NORMAL")  # WAL + NORMAL: a crash loses at most the last steps' rows
         db.execute(f"CREATE TABLE IF NOT EXISTS records ({', '.join(f'{n} {t}' for n, t in COLUMNS)}, "
@@ -56,6 +80,10 @@ class RolloutIndex:
             if own:
                 db.close()
 
+    def remove(self) -> None:
+        for suffix in ("", "-wal", "-shm"):
+            Path(f"{self.path}{suffix}").unlink(missing_ok=True)
+
     def remove_after(self, step: int) -> None:
         if self.path.exists():
             db = self.connect()
@@ -73,8 +101,7 @@ class RolloutIndex:
             db = self.connect()
             have = self.indexed_steps(db)
         except sqlite3.DatabaseError:
-            for suffix in ("", "-wal", "-shm"):
-                Path(f"{self.path}{suffix}").unlink(missing_ok=True)
+            self.remove()
             db, have = self.connect(), set()
         missing = [s for s in store.steps() if s not in have]
         try:
