@@ -19,7 +19,7 @@ from veriloop.report.report import import_marks
 from veriloop.report.serve import record_query, start_server
 from veriloop.rollout.index import RolloutIndex
 from veriloop.rollout.records import Record, RecordStore
-from veriloop.training.token_values import TokenValueStore, record_key, token_value_rows
+from veriloop.training.token_values import record_key, token_value_rows
 
 
 def record(step: int, i: int, reward: float, words: str = "1+1=2;answer=2", finish="eos", tools=None) -> Record:
@@ -49,8 +49,8 @@ def test_the_index_follows_the_store_and_is_rebuilt_when_lost(tmp_path):
     index = RolloutIndex(tmp_path / "rollouts")
     db = index.connect()
     assert db.execute("SELECT COUNT(*), COUNT(DISTINCT step) FROM records").fetchone() == (32, 8)
-    assert db.execute("SELECT reward, outcome, finish_reason, reasoning_chars FROM records WHERE step = 2 AND i = 3").fetchone() \
-        == (1.0, "correct", "eos", 0)  # fmt: skip
+    row = db.execute("SELECT reward, outcome, finish_reason, reasoning_chars FROM records WHERE step = 2 AND i = 3")
+    assert row.fetchone() == (1.0, "correct", "eos", 0)
     db.close()
     store.remove_after(5)  # a resume from step 5 forgets later steps, in the index too
     db = index.connect()
@@ -167,3 +167,11 @@ def test_reasoning_is_what_a_completion_says_besides_its_final_answer(text, char
     from veriloop.rollout.index import reasoning_chars
 
     assert reasoning_chars(text) == chars
+
+
+def test_the_shipped_base_is_where_the_report_looks_for_its_tokenizer():
+    from veriloop.models.loading import BUILTIN_BASE
+    from veriloop.report.data import load_tokenizer
+
+    tok = load_tokenizer(BUILTIN_BASE.parent / "no-run", {"policy": "builtin:base"})  # no final/: the policy's
+    assert tok is not None and tok.decode(tok.encode("12+3").ids) == "12+3"

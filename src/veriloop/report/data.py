@@ -79,14 +79,18 @@ def metrics_rows(run_dir: Path) -> list[dict]:
     return [r for r in rows if isinstance(r, dict) and "step" in r]
 
 
-def _number(v):
-    return v if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) else None
-
-
 def curves(rows: list[dict]) -> dict:
     """Columns of the metrics (None where a step lacks one) and the panels that have data."""
-    keys = sorted({k for r in rows for k, v in r.items() if _number(v) is not None} - NOT_CURVES)
-    series = {k: [_number(r.get(k)) for r in rows] for k in keys}
+    series: dict[str, list] = {}
+    for j, r in enumerate(rows):  # one pass (a long run has 10,000 rows of ~40 values)
+        for k, v in r.items():
+            if type(v) in (int, float) and math.isfinite(v):  # type(): a bool is not a value to draw
+                column = series.get(k)
+                if column is None:
+                    column = series[k] = [None] * len(rows)
+                column[j] = v
+    keys = sorted(set(series) - NOT_CURVES)
+    series = {k: series[k] for k in keys}
     panels, placed = [], set()
     for pid, title, wanted, ytitle in PANELS:
         found = []
@@ -112,20 +116,32 @@ def alarm_table() -> list[dict]:
 
 
 def load_tokenizer(run_dir: Path, config: dict):
-    """The run's tokenizer (its final model's, else its policy's), to show each token; None when neither loads."""
-    from transformers import AutoTokenizer
-
-    from veriloop.models.loading import resolve_path
-    from veriloop.models.tiny import build_char_tokenizer
-
+    """The run's tokenizer (its final model's, else its policy's), to show each token; None when neither loads.
+    Read with the ``tokenizers`` library from ``tokenizer.json`` where there is one (milliseconds, where importing
+    transformers takes seconds: a served page answers while it loads)."""
     policy = str(config.get("policy") or "")
-    for place in (run_dir / "final", Path(resolve_path(policy)) if policy and policy != "builtin:init" else None):
-        if place is not None and (place / "tokenizer_config.json").is_file():
+    # builtin:base is the shipped base (models/loading.py's BUILTIN_BASE; not imported: it imports torch)
+    shipped = Path(__file__).resolve().parent.parent / "assets" / "base"
+    places = [run_dir / "final", shipped if policy == "builtin:base" else Path(policy) if policy and
+              policy != "builtin:init" else None]  # fmt: skip
+    for place in filter(None, places):
+        if (place / "tokenizer.json").is_file():
+            from tokenizers import Tokenizer
+
+            try:
+                return Tokenizer.from_file(str(place / "tokenizer.json"))
+            except Exception:  # noqa: BLE001  (a file the library cannot read: transformers may)
+                pass
+        if (place / "tokenizer_config.json").is_file():
+            from transformers import AutoTokenizer
+
             try:
                 return AutoTokenizer.from_pretrained(str(place), local_files_only=True)
             except (OSError, ValueError):
                 continue
     if policy == "builtin:init":
+        from veriloop.models.tiny import build_char_tokenizer
+
         return build_char_tokenizer((config.get("model") or {}).get("max_positions", 256))
     return None
 

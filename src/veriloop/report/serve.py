@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import parse_qs, urlparse
@@ -26,6 +27,7 @@ from veriloop.report.page import render
 from veriloop.rollout.index import NAMES
 
 LIST_LIMIT = 500
+PAGE_FRESH_S = 10.0  # a page made this recently is served again as it is
 
 
 def _int(q: dict, name: str, default: int) -> int:
@@ -81,19 +83,33 @@ class RunServer:
             raise InputError(f"run directory {str(self.run_dir)!r} does not exist")
         self.records = RunRecords(self.run_dir, config_of(self.run_dir)[1])
         self.lock = threading.Lock()
+        self._page: tuple[float, str] = (0.0, "")
+        self.page_lock = threading.Lock()
         # a run without an index (or one that lacks steps) is caught up now, in the background
+        self.db = self.records.index.connect()
         self.catching_up = threading.Thread(target=self._prepare, daemon=True)
         self.catching_up.start()
-        self.db = self.records.index.connect()
 
     def _prepare(self) -> None:
         self.records.index.catch_up(self.records.store)
+        self.page()  # made while the browser starts: the first request finds it ready
         self.records.text  # noqa: B018  (the tokenizer loads now, not at the first record asked for)
 
     def page(self) -> str:
-        data = page_data(self.run_dir, served=True)
-        data["outcomes"] = [o for (o,) in self.db.execute("SELECT DISTINCT outcome FROM records ORDER BY outcome")]
-        return render(data, data["title"])
+        """The page, made again when the one at hand is older than ``PAGE_FRESH_S`` (a run still going)."""
+        with self.page_lock:  # one maker at a time: a request during the first one waits for it
+            return self._fresh_page()
+
+    def _fresh_page(self) -> str:
+        made, page = self._page
+        if time.time() - made > PAGE_FRESH_S:
+            data = page_data(self.run_dir, served=True)
+            with self.lock:
+                outcomes = self.db.execute("SELECT DISTINCT outcome FROM records ORDER BY outcome").fetchall()
+            data["outcomes"] = [o for (o,) in outcomes]
+            made, page = time.time(), render(data, data["title"])
+            self._page = made, page
+        return page
 
     def find(self, q: dict) -> dict:
         where, args = record_query(q)
