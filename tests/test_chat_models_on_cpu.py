@@ -102,6 +102,14 @@ def test_veriloop_train_runs_a_saved_tiny_qwen2_with_its_chat_template_on_gsm8k(
             assert r.finish_token is None and len(r.completion_ids) == 16
     final = load_policy(str(run_dir / "final"))
     assert final.tokenizer.chat_template == policy.tokenizer.chat_template
+    # the run browser written at the end shows each completion in the model's own byte-level BPE tokens
+    from veriloop.report.data import page_data
+
+    data = page_data(run_dir)
+    assert data["record_count"] == 8 and (run_dir / "report.html").is_file()
+    for view in data["records"]:
+        assert "".join(view["pieces"]).startswith(view["completion"]) and view["verifier"].startswith("gsm8k@")
+        assert len(view["pieces"]) == view["tokens"] and view["learner"] is None or len(view["learner"]) <= 16
 
 
 def test_the_tokenizer_is_deterministic():

@@ -175,3 +175,17 @@ def test_the_shipped_base_is_where_the_report_looks_for_its_tokenizer():
 
     tok = load_tokenizer(BUILTIN_BASE.parent / "no-run", {"policy": "builtin:base"})  # no final/: the policy's
     assert tok is not None and tok.decode(tok.encode("12+3").ids) == "12+3"
+
+
+def test_token_pieces_join_to_the_text_even_across_a_characters_bytes(tmp_path):
+    """Byte-level BPE: a character of several UTF-8 bytes may take several tokens; each piece is what its token
+    adds, so the pieces join to the decoded text and no piece shows half a character."""
+    from veriloop.models.random_init import train_bpe_tokenizer
+    from veriloop.report.data import TokenText
+
+    tok = train_bpe_tokenizer(["plain ascii text 1+1=2"] * 20, 300, None)
+    text = "1+1=2, 中文 ok ✓"
+    ids = tok.encode(text, add_special_tokens=False)
+    pieces = TokenText(tok)(ids)
+    assert "".join(pieces) == tok.decode(ids) == text
+    assert all("\ufffd" not in p for p in pieces) and "" in pieces  # the bytes of 中 before its last: no text yet

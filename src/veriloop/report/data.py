@@ -147,19 +147,44 @@ def load_tokenizer(run_dir: Path, config: dict):
 
 
 class TokenText:
-    """Each id's text as the browser shows it (a cache: a vocabulary's ids repeat)."""
+    """Each token's text as the browser shows it: what the token adds to the decoded text.
+
+    Decoding one id alone splits a character whose UTF-8 bytes span several byte-level tokens into replacement
+    characters; instead each token's piece is ``decode(window + token)`` minus ``decode(window)`` over the
+    ``WINDOW`` tokens before it (as incremental detokenizers do), so a character belongs to the token that
+    completes it, the tokens before it show nothing, and the pieces join to the decoded text."""
+
+    WINDOW = 6  # tokens of context: more than the 4 bytes of the longest UTF-8 character
 
     def __init__(self, tokenizer):
         self.tokenizer, self.cache = tokenizer, {}
 
+    def decode(self, ids: list[int]) -> str:
+        key = tuple(ids)
+        if key not in self.cache:
+            if len(self.cache) > 200_000:  # bounded: a served page of a long run decodes on demand
+                self.cache.clear()
+            self.cache[key] = self.tokenizer.decode(list(ids), skip_special_tokens=False)
+        return self.cache[key]
+
     def __call__(self, ids: list[int]) -> list[str] | None:
         if self.tokenizer is None:
             return None
-        out = []
-        for t in ids:
-            if t not in self.cache:
-                self.cache[t] = self.tokenizer.decode([t], skip_special_tokens=False)
-            out.append(self.cache[t])
+        out, pending = [], False
+        for i in range(len(ids)):
+            lo = max(0, i - self.WINDOW)
+            before, now = self.decode(ids[lo:i]), self.decode(ids[lo : i + 1])
+            stem = before.rstrip("\ufffd")  # an unfinished character before: the token that finishes it shows it
+            pending = now.endswith("\ufffd") and now.rstrip("\ufffd").startswith(stem)
+            if pending:
+                out.append("")
+            elif now.startswith(stem):
+                out.append(now[len(stem):])
+            else:  # a tokenizer whose window decodes differently: the token alone
+                out.append(self.decode(ids[i : i + 1]))
+        if pending and out:  # bytes no later token finished: the last token shows what the whole text ends with
+            whole, head = self.tokenizer.decode(list(ids), skip_special_tokens=False), "".join(out[:-1])
+            out[-1] = whole[len(head):] if whole.startswith(head) else "\ufffd"
         return out
 
 
