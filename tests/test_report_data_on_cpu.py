@@ -113,6 +113,16 @@ def test_token_value_rows_key_records_by_group_and_seed():
     assert rows[1]["prm_steps"] == [[2, 0.75]] and record_key(records[1]) == "1-0-0#1001"
 
 
+def test_update_stats_keep_token_values_only_when_asked():
+    from veriloop.training.learner import UpdateStats
+
+    rows, values, mask = torch.tensor([0, 1]), torch.tensor([[1.0, 2.0], [3.0, 4.0]]), torch.tensor([[1, 1], [1, 0]])
+    kept, dropped = UpdateStats(keep_tokens=True), UpdateStats(keep_tokens=False)
+    for stats in (kept, dropped):
+        stats.token_values("ratio", rows, values, mask)
+    assert kept.tokens["ratio"] == {0: [1.0, 2.0], 1: [3.0]} and dropped.tokens == {}  # save_rollouts off: none kept
+
+
 def test_marks_are_merged_and_bad_files_named(tmp_path):
     write_run(tmp_path)
     good = tmp_path / "marks.json"

@@ -75,7 +75,8 @@ def load_weights(policy, directory: Path) -> None:
 class UpdateStats:
     """Per-token statistics of the learner passes (no gradients)."""
 
-    def __init__(self):
+    def __init__(self, keep_tokens: bool = True):
+        self.keep_tokens = keep_tokens  # save_rollouts off: no per-token values are kept (nothing would read them)
         self.sums: dict[str, float] = {}
         self.counts: dict[str, float] = {}
         self.ratio_min, self.ratio_max = float("inf"), float("-inf")
@@ -86,6 +87,8 @@ class UpdateStats:
     def token_values(self, name: str, rows: torch.Tensor, values: torch.Tensor, mask: torch.Tensor) -> None:
         """Keep each row's values up to its last loss token (a later pass overwrites: ``ratio`` is the last
         pass's); tool-output tokens inside keep a value no loss reads."""
+        if not self.keep_tokens:
+            return
         positions = torch.arange(1, mask.shape[1] + 1, device=mask.device)
         lengths = (mask.bool() * positions).amax(dim=1).tolist() if mask.numel() else []
         kept = self.tokens.setdefault(name, {})
@@ -200,7 +203,7 @@ class Learner:
         self.on_step()
 
     def token_passes(self, objective, lb: LearningBatch, kl_beta: float, gen) -> dict:
-        cfg, stats = self.cfg, UpdateStats()
+        cfg, stats = self.cfg, UpdateStats(keep_tokens=self.cfg.save_rollouts)
         old = self.old_logprobs(lb) if cfg.loss.tis_cap > 0 and objective.needs_behavior else None
         use_kl = kl_beta > 0 and cfg.kl.placement == "loss" and lb.ref_logprobs is not None
         for update_pass in range(cfg.update.inner_updates):
