@@ -26,7 +26,10 @@ demo: setup
 # exercised (VERILOOP_EXPECT_SANDBOX_LAYERS, set by .ci/run) is for the main session only (docs/testing.md).
 TEST_WORKERS ?= 2
 
+# the formatter and the linter first (seconds): a tree that is not `ruff format`-ed or not `ruff check`-clean fails
 test: setup
+	$(BIN)/ruff format --check --quiet .
+	$(BIN)/ruff check --quiet .
 	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=15
 	@if [ -f $(VLLM_VENV)/.installed ]; then \
 		echo "vLLM engine tests in $(VLLM_VENV):"; \

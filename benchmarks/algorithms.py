@@ -36,16 +36,29 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import fmt, parse_seeds, result_args, save, silence_hub_progress  # noqa: E402
 
+from veriloop.config import build_config  # noqa: E402
 from veriloop.evaluation.evaluate import EvalConfig, evaluate  # noqa: E402
 from veriloop.models.loading import load_policy  # noqa: E402
 from veriloop.tasks.base import split_problems  # noqa: E402
-from veriloop.config import build_config  # noqa: E402
-from veriloop.training.recipes import RECIPES  # noqa: E402
 from veriloop.training.config import TrainConfig  # noqa: E402
+from veriloop.training.recipes import RECIPES  # noqa: E402
 from veriloop.training.trainer import Trainer  # noqa: E402
 
-ORDER = ["grpo", "dr_grpo", "gspo", "dapo", "rloo", "reinforce", "ppo", "online_rft", "rft", "distill", "dpo", "sft",
-         "sft-correct"]  # fmt: skip
+ORDER = [
+    "grpo",
+    "dr_grpo",
+    "gspo",
+    "dapo",
+    "rloo",
+    "reinforce",
+    "ppo",
+    "online_rft",
+    "rft",
+    "distill",
+    "dpo",
+    "sft",
+    "sft-correct",
+]
 # rows that are a recipe with settings of their own
 VARIANTS = {"sft-correct": ("sft", {"task.teacher.multiplication_slip": 0.0, "task.teacher.subtraction_slip": 0.0})}
 
@@ -59,12 +72,21 @@ def budget(algo: str, steps: int, prompts: int, group: int) -> dict:
     return {"steps": steps * 10, "rollout.prompts_per_step": prompts, "rollout.group_size": group, **samples}
 
 
-def run(name: str, root: Path, steps: int, prompts: int, group: int, seed: int, extra: dict,
-        split: str = "heldout") -> dict:  # fmt: skip
+def run(
+    name: str, root: Path, steps: int, prompts: int, group: int, seed: int, extra: dict, split: str = "heldout"
+) -> dict:
     algo, own = VARIANTS.get(name, (name, {}))
     run_dir = root / name
-    settings = {"algo": algo, "run_dir": str(run_dir), "seed": seed, "save_rollouts": False,
-                "checkpoint_every": 10**6, **budget(algo, steps, prompts, group), **own, **extra}  # fmt: skip
+    settings = {
+        "algo": algo,
+        "run_dir": str(run_dir),
+        "seed": seed,
+        "save_rollouts": False,
+        "checkpoint_every": 10**6,
+        **budget(algo, steps, prompts, group),
+        **own,
+        **extra,
+    }
     if algo == "distill":
         teacher = root / "grpo" / "final"
         if not teacher.is_dir():
@@ -75,28 +97,56 @@ def run(name: str, root: Path, steps: int, prompts: int, group: int, seed: int, 
     Trainer(cfg, progress=False).train()
     seconds = time.time() - t0
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    result = evaluate(load_policy(str(run_dir / "final")), split_problems(cfg.task.build(), split),
-                      cfg.task.eval_verifiers(), EvalConfig(n_samples=0))  # fmt: skip
-    return {"algo": name, "seed": seed, "split": split, "greedy_accuracy": result.greedy_accuracy, "wrong_steps_rate": result.wrong_steps_rate,
-            "steps": len(rows), "completions": sum(r.get("sampled_records", 0) for r in rows),
-            "tokens": int(sum(r.get("sampled_tokens", 0) for r in rows)), "train_seconds": seconds}  # fmt: skip
+    result = evaluate(
+        load_policy(str(run_dir / "final")),
+        split_problems(cfg.task.build(), split),
+        cfg.task.eval_verifiers(),
+        EvalConfig(n_samples=0),
+    )
+    return {
+        "algo": name,
+        "seed": seed,
+        "split": split,
+        "greedy_accuracy": result.greedy_accuracy,
+        "wrong_steps_rate": result.wrong_steps_rate,
+        "steps": len(rows),
+        "completions": sum(r.get("sampled_records", 0) for r in rows),
+        "tokens": int(sum(r.get("sampled_tokens", 0) for r in rows)),
+        "train_seconds": seconds,
+    }
 
 
 def base_row(extra: dict) -> dict:
     cfg = build_config(TrainConfig, {}, {k: v for k, v in extra.items() if k.startswith("task.")})
-    result = evaluate(load_policy(cfg.policy), cfg.task.build().heldout(), cfg.task.eval_verifiers(),
-                      EvalConfig(n_samples=0))  # fmt: skip
-    return {"algo": "base (no training)", "seed": None, "greedy_accuracy": result.greedy_accuracy,
-            "wrong_steps_rate": result.wrong_steps_rate, "steps": 0, "completions": 0, "tokens": 0,
-            "train_seconds": 0.0}  # fmt: skip
+    result = evaluate(
+        load_policy(cfg.policy), cfg.task.build().heldout(), cfg.task.eval_verifiers(), EvalConfig(n_samples=0)
+    )
+    return {
+        "algo": "base (no training)",
+        "seed": None,
+        "greedy_accuracy": result.greedy_accuracy,
+        "wrong_steps_rate": result.wrong_steps_rate,
+        "steps": 0,
+        "completions": 0,
+        "tokens": 0,
+        "train_seconds": 0.0,
+    }
 
 
 def tune_dpo_lr(lrs: list[float], root: Path, args, extra: dict) -> tuple[float, list[dict]]:
     """Train DPO at each learning rate (first seed), score each on the validation split; the best rate wins."""
     tried = []
     for lr in lrs:
-        r = run("dpo", root / f"dpo-lr-{lr:g}", args.steps, args.prompts, args.group, args.seeds[0],
-                {**extra, "optim.lr": lr}, split="validation")  # fmt: skip
+        r = run(
+            "dpo",
+            root / f"dpo-lr-{lr:g}",
+            args.steps,
+            args.prompts,
+            args.group,
+            args.seeds[0],
+            {**extra, "optim.lr": lr},
+            split="validation",
+        )
         tried.append({"lr": lr, "validation_greedy_accuracy": r["greedy_accuracy"]})
         print(f"  dpo lr {lr:g}: validation greedy {r['greedy_accuracy']:.3f}", flush=True)
     best = max(tried, key=lambda t: t["validation_greedy_accuracy"])
@@ -111,8 +161,11 @@ def main() -> None:
     p.add_argument("--group", type=int, default=8, help="completions per prompt (G)")
     p.add_argument("--seeds", default="0,1,2", help="comma-separated run seeds; the table gives mean ± sd")
     p.add_argument("--only", nargs="*", default=None, help=f"methods to run, in order (default: {' '.join(ORDER)})")
-    p.add_argument("--dpo_lrs", default="1e-4,5e-5,2e-5",
-                   help="DPO learning rates tried on the validation split ('' = the recipe's)")  # fmt: skip
+    p.add_argument(
+        "--dpo_lrs",
+        default="1e-4,5e-5,2e-5",
+        help="DPO learning rates tried on the validation split ('' = the recipe's)",
+    )
     p.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="extra config for every run")
     result_args(p, "algorithms")
     args = p.parse_args()
@@ -139,19 +192,26 @@ def main() -> None:
             for algo in algos:  # grpo before distill in every seed: distill's teacher is that seed's grpo policy
                 r = run(algo, Path(tmp) / f"seed-{seed}", args.steps, args.prompts, args.group, seed, extra_for[algo])
                 per_algo.setdefault(algo, []).append(r)
-                print(f"  seed {seed} {algo}: held-out greedy {r['greedy_accuracy']:.3f}, wrong steps "
-                      f"{r['wrong_steps_rate']:.3f}, {r['train_seconds']:.0f} s", flush=True)  # fmt: skip
+                print(
+                    f"  seed {seed} {algo}: held-out greedy {r['greedy_accuracy']:.3f}, wrong steps "
+                    f"{r['wrong_steps_rate']:.3f}, {r['train_seconds']:.0f} s",
+                    flush=True,
+                )
     base = base_row(extra)
     seeds = ",".join(map(str, args.seeds))
-    print(f"\n| method ({args.steps} steps x {args.prompts} x {args.group}; seeds {seeds}) | held-out greedy | "
-          "right answer, wrong steps | steps | completions | tokens | train s |")  # fmt: skip
+    print(
+        f"\n| method ({args.steps} steps x {args.prompts} x {args.group}; seeds {seeds}) | held-out greedy | "
+        "right answer, wrong steps | steps | completions | tokens | train s |"
+    )
     print("|---|---:|---:|---:|---:|---:|---:|")
     print(f"| {base['algo']} | {base['greedy_accuracy']:.3f} | {base['wrong_steps_rate']:.3f} | | | | |")
     for algo, rs in per_algo.items():
         mean = {k: sum(r[k] for r in rs) / len(rs) for k in ("steps", "completions", "tokens", "train_seconds")}
-        print(f"| `{algo}` | {fmt([r['greedy_accuracy'] for r in rs])} | {fmt([r['wrong_steps_rate'] for r in rs])} "
-              f"| {mean['steps']:.0f} | {mean['completions']:,.0f} | {mean['tokens']:,.0f} "
-              f"| {mean['train_seconds']:.0f} |")  # fmt: skip
+        print(
+            f"| `{algo}` | {fmt([r['greedy_accuracy'] for r in rs])} | {fmt([r['wrong_steps_rate'] for r in rs])} "
+            f"| {mean['steps']:.0f} | {mean['completions']:,.0f} | {mean['tokens']:,.0f} "
+            f"| {mean['train_seconds']:.0f} |"
+        )
     save(args, "algorithms", {"args": vars(args), "base": base, "runs": per_algo, "dpo_lr_tuning": tuning})
 
 

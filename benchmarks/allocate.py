@@ -49,21 +49,36 @@ FAITHFUL_TEACHER = {"multiplication_slip": 0.0, "subtraction_slip": 0.3, "compen
 def make_prm(root: Path, quick: bool = False) -> str:
     """The PRM of the docstring in ``root/prm`` (``quick``: one SFT step, 2 solutions of 4, 2 and 2 problems with 2
     completions each, one epoch: a PRM that only proves the path runs)."""
-    sft = {"algo": "sft", "run_dir": str(root / "completer"), "steps": 1 if quick else 40, "save_rollouts": False,
-           "checkpoint_every": 10**6, "task": {"teacher": FAITHFUL_TEACHER}}  # fmt: skip
+    sft = {
+        "algo": "sft",
+        "run_dir": str(root / "completer"),
+        "steps": 1 if quick else 40,
+        "save_rollouts": False,
+        "checkpoint_every": 10**6,
+        "task": {"teacher": FAITHFUL_TEACHER},
+    }
     trainer = Trainer(build_config(TrainConfig, sft, {}), progress=False)
     trainer.train()
     base = load_policy("builtin:base")
     files = {}
-    sizes = (("train", 4, 2), ("validation", 2, 2), ("heldout", 2, 2)) if quick else \
-        (("train", 96, 4), ("validation", 24, 2), ("heldout", 24, 2))  # fmt: skip
+    sizes = (
+        (("train", 4, 2), ("validation", 2, 2), ("heldout", 2, 2))
+        if quick
+        else (("train", 96, 4), ("validation", 24, 2), ("heldout", 24, 2))
+    )
     for split, problems, solutions in sizes:
         files[split] = str(root / f"{split}.jsonl")
-        label = LabelConfig(problems=problems, solutions=solutions, completions=2 if quick else 4, split=split,
-                            output=files[split])  # fmt: skip
+        label = LabelConfig(
+            problems=problems, solutions=solutions, completions=2 if quick else 4, split=split, output=files[split]
+        )
         label_steps(label, progress=False, policy=base, completer=trainer.policy)
-    cfg = PRMTrainConfig(data=files["train"], val_data=files["validation"], eval_data=files["heldout"],
-                         out=str(root / "prm"), epochs=1 if quick else 3)  # fmt: skip
+    cfg = PRMTrainConfig(
+        data=files["train"],
+        val_data=files["validation"],
+        eval_data=files["heldout"],
+        out=str(root / "prm"),
+        epochs=1 if quick else 3,
+    )
     ev = train_prm(cfg, progress=False)["eval"]
     print(f"PRM: held-out AUC against the exact checker {ev['auc_vs_exact_checker']:.3f}", flush=True)
     return cfg.out
@@ -100,30 +115,49 @@ def main() -> None:
         if "revision" in args.strategies.split(","):
             model, pairs = revision_model(Path(tmp), 1, args.revision_train_problems, args.revision_steps)
             print(f"revision model: {pairs['pairs']} demonstrations ({time.time() - t0:.0f} s)", flush=True)
-            revision = {"revision_policy": model, "revision_select": "majority", "revision_history": 1,
-                        "revision_chains_sweep": args.revision_sweep}  # fmt: skip
+            revision = {
+                "revision_policy": model,
+                "revision_select": "majority",
+                "revision_history": 1,
+                "revision_chains_sweep": args.revision_sweep,
+            }
         runs = []
         for seed in parse_seeds(args.seeds):
-            cfg = AllocateConfig(strategy=args.strategies, budgets=args.budgets, token_budgets=args.token_budgets,
-                                 problems=args.problems, heldout_problems=args.heldout_problems,
-                                 probe_samples=args.probe_samples, levels=args.levels, seed=seed,
-                                 out=f"{tmp}/allocate-{seed}", prm=prm_dir, **revision)  # fmt: skip
+            cfg = AllocateConfig(
+                strategy=args.strategies,
+                budgets=args.budgets,
+                token_budgets=args.token_budgets,
+                problems=args.problems,
+                heldout_problems=args.heldout_problems,
+                probe_samples=args.probe_samples,
+                levels=args.levels,
+                seed=seed,
+                out=f"{tmp}/allocate-{seed}",
+                prm=prm_dir,
+                **revision,
+            )
             s = run_allocate(cfg, progress=False, policy=policy, prm=prm)
             runs.append(s)
             print(f"\nseed {seed} ({s['seconds']} s):\n" + Path(cfg.out, "table.md").read_text(), flush=True)
-    print(f"\nHeld-out, mean ± sd over seeds {args.seeds} ({args.heldout_problems} problems; choices made on "
-          f"{args.problems} validation problems):\n")  # fmt: skip
-    print("| token budget (samples) | best single: accuracy | tokens | allocation: accuracy | tokens (probe included) "
-          "| choices (per seed) |")  # fmt: skip
+    print(
+        f"\nHeld-out, mean ± sd over seeds {args.seeds} ({args.heldout_problems} problems; choices made on "
+        f"{args.problems} validation problems):\n"
+    )
+    print(
+        "| token budget (samples) | best single: accuracy | tokens | allocation: accuracy | tokens (probe included) "
+        "| choices (per seed) |"
+    )
     print("|---:|---:|---:|---:|---:|---|")
     for i, units in enumerate(runs[0]["choices"]):
         chs = [r["choices"][i] for r in runs]
         single = [c["heldout"].get("single") or {} for c in chs]
         alloc = [c["heldout"].get("allocation") or {} for c in chs]
         picks = "; ".join(f"{c['single']} vs {'/'.join(c['allocation'] or ['-'])}" for c in chs)
-        print(f"| {units['budget_units']:g} | {fmt([x.get('accuracy') for x in single])} | "
-              f"{fmt([x.get('mean_tokens') for x in single], 1)} | {fmt([x.get('accuracy') for x in alloc])} | "
-              f"{fmt([x.get('mean_tokens') for x in alloc], 1)} | {picks} |")  # fmt: skip
+        print(
+            f"| {units['budget_units']:g} | {fmt([x.get('accuracy') for x in single])} | "
+            f"{fmt([x.get('mean_tokens') for x in single], 1)} | {fmt([x.get('accuracy') for x in alloc])} | "
+            f"{fmt([x.get('mean_tokens') for x in alloc], 1)} | {picks} |"
+        )
     print(f"\n{time.time() - t0:.0f} s")
     print(json.dumps({"bins": [r["bins"] for r in runs], "edges": [r["edges"] for r in runs]}))
     save(args, "allocate", {"args": vars(args), "runs": runs, "seconds": time.time() - t0})

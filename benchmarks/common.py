@@ -72,8 +72,9 @@ def silence_hub_progress() -> None:
 
 def _git(root: Path, *args: str) -> str:
     try:
-        return subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True, timeout=30,
-                              check=True).stdout.strip()  # fmt: skip
+        return subprocess.run(
+            ["git", "-C", str(root), *args], capture_output=True, text=True, timeout=30, check=True
+        ).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         return ""
 
@@ -113,8 +114,9 @@ def _gpus() -> str:
     smi = shutil.which("nvidia-smi")
     if smi:
         try:
-            names = subprocess.run([smi, "--query-gpu=name", "--format=csv,noheader"], capture_output=True,
-                                   text=True, timeout=20).stdout.split("\n")  # fmt: skip
+            names = subprocess.run(
+                [smi, "--query-gpu=name", "--format=csv,noheader"], capture_output=True, text=True, timeout=20
+            ).stdout.split("\n")
             return ", ".join(n.strip() for n in names if n.strip()) or "none"
         except (OSError, subprocess.SubprocessError):
             pass
@@ -128,15 +130,25 @@ def stamp(argv: list[str], root: Path = ROOT, paths: tuple[str, ...] = ("src", "
     commit = _git(root, "rev-parse", "--short=12", "HEAD") or "unknown (no git)"
     dirty = _git(root, "status", "--porcelain", "--", *paths)
     cores, cpu, torch, gpu = os.cpu_count(), _cpu_model(), _torch_build(), _gpus()
-    machine = (f"{platform.system()} {platform.machine()}, {cores} CPUs ({cpu}), Python {platform.python_version()}, "
-               f"torch {torch}, GPU: {gpu}")  # fmt: skip
+    machine = (
+        f"{platform.system()} {platform.machine()}, {cores} CPUs ({cpu}), Python {platform.python_version()}, "
+        f"torch {torch}, GPU: {gpu}"
+    )
     date = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
     script = Path(argv[0]).resolve() if argv and argv[0].endswith(".py") else None
     if script is not None and script.is_relative_to(ROOT):  # as run from the repository's root
         argv = [script.relative_to(ROOT).as_posix(), *argv[1:]]
-    return {"commit": commit + ("+dirty" if dirty else ""), "command": shlex.join(["python", *argv]),
-            "machine": machine, "cores": cores, "cpu": cpu, "torch": torch, "gpu": gpu, "date": date,
-            "quick": "--quick" in argv}  # fmt: skip
+    return {
+        "commit": commit + ("+dirty" if dirty else ""),
+        "command": shlex.join(["python", *argv]),
+        "machine": machine,
+        "cores": cores,
+        "cpu": cpu,
+        "torch": torch,
+        "gpu": gpu,
+        "date": date,
+        "quick": "--quick" in argv,
+    }
 
 
 # ---------------------------------------------------------------------------------------------- the result
@@ -144,12 +156,18 @@ def stamp(argv: list[str], root: Path = ROOT, paths: tuple[str, ...] = ("src", "
 
 def result_args(parser: argparse.ArgumentParser, name: str) -> None:
     """``--quick`` and ``--json`` for the benchmark whose result is ``name.json``."""
-    parser.add_argument("--quick", action="store_true",
-                        help="the smallest run through this script's real code path, as CI runs it (a smoke test: "
-                             "its numbers mean nothing); its result goes to a scratch directory unless --json")
-    parser.add_argument("--json", default="",
-                        help=f"the stamped JSON result; default $OUT/{name}.json when OUT is set, else "
-                             f"runs/bench/{name}.json (with --quick: {scratch() / (name + '.json')})")  # fmt: skip
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="the smallest run through this script's real code path, as CI runs it (a smoke test: "
+        "its numbers mean nothing); its result goes to a scratch directory unless --json",
+    )
+    parser.add_argument(
+        "--json",
+        default="",
+        help=f"the stamped JSON result; default $OUT/{name}.json when OUT is set, else "
+        f"runs/bench/{name}.json (with --quick: {scratch() / (name + '.json')})",
+    )
 
 
 def scratch() -> Path:

@@ -58,8 +58,9 @@ def build_model(name: str, directory: Path, dtype: str) -> str:
 
     rows = [json.loads(line) for line in (DATA_DIR / "train.jsonl").read_text().splitlines() if line.strip()]
     shape = SHAPES[name]
-    tokenizer = train_bpe_tokenizer([f"{r['question']}\n{r['answer']}" for r in rows], 512, "chatml",
-                                    shape["max_positions"])  # fmt: skip
+    tokenizer = train_bpe_tokenizer(
+        [f"{r['question']}\n{r['answer']}" for r in rows], 512, "chatml", shape["max_positions"]
+    )
     model = build_random_model("qwen2", tokenizer, seed=0, dtype=getattr(torch, dtype), **shape)
     save_policy(model, tokenizer, directory / name)
     return str(directory / name)
@@ -112,9 +113,16 @@ def worker(args) -> dict:
             torch.cuda.synchronize()
         rates.append(n / (time.perf_counter() - t0))
         tokens.append(n)
-    return {"model": args.model, "engine": args.engine, "prompts": int(args.prompts),
-            "tokens_per_s": statistics.median(rates), "tokens_per_s_min": min(rates), "tokens_per_s_max": max(rates),
-            "tokens_per_round": statistics.mean(tokens), "start_s": start_s}  # fmt: skip
+    return {
+        "model": args.model,
+        "engine": args.engine,
+        "prompts": int(args.prompts),
+        "tokens_per_s": statistics.median(rates),
+        "tokens_per_s_min": min(rates),
+        "tokens_per_s_max": max(rates),
+        "tokens_per_round": statistics.mean(tokens),
+        "start_s": start_s,
+    }
 
 
 def hf_generate(policy, problems, sampling, group: int, seed: int) -> int:
@@ -130,10 +138,17 @@ def hf_generate(policy, problems, sampling, group: int, seed: int) -> int:
         lengths = torch.tensor([len(p) for p in prompts]).repeat_interleave(group)
         mask = (torch.arange(width)[None, :] >= (width - lengths)[:, None]).long()
     with torch.no_grad():
-        out = policy.model.generate(ids.to(policy.device), attention_mask=mask.to(policy.device), do_sample=True,
-                                    temperature=sampling.temperature, top_k=0, top_p=1.0,
-                                    max_new_tokens=sampling.max_new_tokens, eos_token_id=ends,
-                                    pad_token_id=pad)  # fmt: skip
+        out = policy.model.generate(
+            ids.to(policy.device),
+            attention_mask=mask.to(policy.device),
+            do_sample=True,
+            temperature=sampling.temperature,
+            top_k=0,
+            top_p=1.0,
+            max_new_tokens=sampling.max_new_tokens,
+            eos_token_id=ends,
+            pad_token_id=pad,
+        )
     tokens = 0
     for row in out[:, width:].tolist():  # up to and including the first end token, as the engines count
         end = next((i for i, t in enumerate(row) if t in ends), None)
@@ -195,25 +210,50 @@ def main() -> None:
             model_dir = build_model(model, Path(tmp), args.dtype)
             n_prompts = prompts[min(m, len(prompts) - 1)]
             for engine in args.engines.split(","):
-                argv = ["--worker", "--engine", engine, "--model", model, "--model-dir", model_dir, "--prompts",
-                        str(n_prompts), "--group", str(args.group), "--temperature", str(args.temperature),
-                        "--max-new-tokens", str(args.max_new_tokens), "--repeats", str(args.repeats), "--device",
-                        args.device, "--dtype", args.dtype, "--kv-cache-gib", str(args.kv_cache_gib)]  # fmt: skip
+                argv = [
+                    "--worker",
+                    "--engine",
+                    engine,
+                    "--model",
+                    model,
+                    "--model-dir",
+                    model_dir,
+                    "--prompts",
+                    str(n_prompts),
+                    "--group",
+                    str(args.group),
+                    "--temperature",
+                    str(args.temperature),
+                    "--max-new-tokens",
+                    str(args.max_new_tokens),
+                    "--repeats",
+                    str(args.repeats),
+                    "--device",
+                    args.device,
+                    "--dtype",
+                    args.dtype,
+                    "--kv-cache-gib",
+                    str(args.kv_cache_gib),
+                ]
                 here = args.quick and engine != "vllm"  # vLLM's engine starts processes and keeps state of its own
                 results.append(spawn(argv + (["--cuda-graphs"] if args.cuda_graphs else []), here))
                 print(f"  {model} {engine}: {results[-1]['tokens_per_s']:.0f} tokens/s", file=sys.stderr)
-    print(f"# prompts per round {args.prompts} (by model) x {args.group} samples, temperature {args.temperature}, "
-          f"max_new_tokens {args.max_new_tokens}, {args.device} {args.dtype}; torch {torch.__version__}, "
-          f"vllm {vllm_version}, {torch.get_num_threads()} threads; median (min-max) of {args.repeats} rounds "
-          "after a warm-up")  # fmt: skip
+    print(
+        f"# prompts per round {args.prompts} (by model) x {args.group} samples, temperature {args.temperature}, "
+        f"max_new_tokens {args.max_new_tokens}, {args.device} {args.dtype}; torch {torch.__version__}, "
+        f"vllm {vllm_version}, {torch.get_num_threads()} threads; median (min-max) of {args.repeats} rounds "
+        "after a warm-up"
+    )
     print("\n| model | prompts x samples | engine | tokens/s | vs generate() | tokens per round | engine start (s) |")
     print("|---|---|---|---:|---:|---:|---:|")
     for r in results:
         hf = next((x for x in results if x["model"] == r["model"] and x["engine"] == "generate"), None)
         ratio = f"{r['tokens_per_s'] / hf['tokens_per_s']:.2f}x" if hf else "-"
         spread = f"{r['tokens_per_s']:.0f} ({r['tokens_per_s_min']:.0f}-{r['tokens_per_s_max']:.0f})"
-        print(f"| {r['model']} | {r['prompts']} x {args.group} | {r['engine']} | {spread} | {ratio} | "
-              f"{r['tokens_per_round']:.0f} | {r['start_s']:.1f} |")  # fmt: skip
+        print(
+            f"| {r['model']} | {r['prompts']} x {args.group} | {r['engine']} | {spread} | {ratio} | "
+            f"{r['tokens_per_round']:.0f} | {r['start_s']:.1f} |"
+        )
     save(args, "engines", {"args": vars(args), "vllm": vllm_version, "skipped": skipped, "results": results})
 
 

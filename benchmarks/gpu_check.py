@@ -57,22 +57,53 @@ MIB = 2**20
 
 # Qwen2.5-0.5B-Instruct's config.json (use_sliding_window false: transformers then drops the window itself).
 QWEN25_05B = dict(
-    hidden_size=896, num_layers=24, num_heads=14, num_kv_heads=2, intermediate_size=4864, max_positions=32768,
-    vocab_size=151936, tie_word_embeddings=True, rope_parameters={"rope_type": "default", "rope_theta": 1e6},
-    rms_norm_eps=1e-6, use_sliding_window=False, sliding_window=32768, max_window_layers=21,
-)  # fmt: skip
+    hidden_size=896,
+    num_layers=24,
+    num_heads=14,
+    num_kv_heads=2,
+    intermediate_size=4864,
+    max_positions=32768,
+    vocab_size=151936,
+    tie_word_embeddings=True,
+    rope_parameters={"rope_type": "default", "rope_theta": 1e6},
+    rms_norm_eps=1e-6,
+    use_sliding_window=False,
+    sliding_window=32768,
+    max_window_layers=21,
+)
 SMOKE_MODEL = dict(QWEN25_05B, hidden_size=64, num_layers=2, num_heads=4, num_kv_heads=2, intermediate_size=128)
 
 # Sizes on the GPU: the recipe's batch (16 x 8, 512 tokens) for GRPO and the sampler; a smaller batch for the
 # two TIS steps, which measure a ratio, not a speed.  The smoke sizes only prove that every part runs.
-GPU_SIZES = dict(steps=4, prompts=16, group=8, max_new_tokens=512, tis_prompts=8, tis_max_new_tokens=256,
-                 budget_s=420, hard_limit_s=540)  # fmt: skip
-SMOKE_SIZES = dict(steps=2, prompts=2, group=4, max_new_tokens=32, tis_prompts=2, tis_max_new_tokens=32,
-                   budget_s=100, hard_limit_s=150)  # fmt: skip
+GPU_SIZES = dict(
+    steps=4,
+    prompts=16,
+    group=8,
+    max_new_tokens=512,
+    tis_prompts=8,
+    tis_max_new_tokens=256,
+    budget_s=420,
+    hard_limit_s=540,
+)
+SMOKE_SIZES = dict(
+    steps=2, prompts=2, group=4, max_new_tokens=32, tis_prompts=2, tis_max_new_tokens=32, budget_s=100, hard_limit_s=150
+)
 QUICK_SIZES = dict(SMOKE_SIZES, steps=1, prompts=1, group=2, max_new_tokens=8, tis_prompts=1, tis_max_new_tokens=8)
-STEP_KEYS = ("step", "time_step_s", "time_generate_s", "time_verify_s", "time_update_s", "logprob_mismatch",
-             "sampled_tokens", "update_records", "completion_len_mean", "truncation_rate", "gen_tokens_per_s",
-             "grad_norm", "reward_mean")  # fmt: skip
+STEP_KEYS = (
+    "step",
+    "time_step_s",
+    "time_generate_s",
+    "time_verify_s",
+    "time_update_s",
+    "logprob_mismatch",
+    "sampled_tokens",
+    "update_records",
+    "completion_len_mean",
+    "truncation_rate",
+    "gen_tokens_per_s",
+    "grad_norm",
+    "reward_mean",
+)
 
 
 def cuda_on(device: str) -> bool:
@@ -101,8 +132,10 @@ def cuda_memory(device: str, prefix: str = "cuda_peak") -> dict:
 
     if not cuda_on(device):
         return {}
-    return {f"{prefix}_allocated_mb": torch.cuda.max_memory_allocated() / MIB,
-            f"{prefix}_reserved_mb": torch.cuda.max_memory_reserved() / MIB}  # fmt: skip
+    return {
+        f"{prefix}_allocated_mb": torch.cuda.max_memory_allocated() / MIB,
+        f"{prefix}_reserved_mb": torch.cuda.max_memory_reserved() / MIB,
+    }
 
 
 def gsm8k_texts(limit: int | None = None) -> list[str]:
@@ -116,12 +149,22 @@ def environment(args) -> dict:
     import torch
     import transformers
 
-    env = {"python": platform.python_version(), "torch": torch.__version__, "transformers": transformers.__version__,
-           "device": args.device, "dtype": args.dtype, "cpu_threads": torch.get_num_threads()}  # fmt: skip
+    env = {
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "device": args.device,
+        "dtype": args.dtype,
+        "cpu_threads": torch.get_num_threads(),
+    }
     if cuda_on(args.device):
         props = torch.cuda.get_device_properties(0)
-        env.update(gpu=props.name, gpu_memory_mb=props.total_memory / MIB, cuda=torch.version.cuda,
-                   bf16=torch.cuda.is_bf16_supported())  # fmt: skip
+        env.update(
+            gpu=props.name,
+            gpu_memory_mb=props.total_memory / MIB,
+            cuda=torch.version.cuda,
+            bf16=torch.cuda.is_bf16_supported(),
+        )
     return env
 
 
@@ -205,11 +248,26 @@ class Check:
         save_policy(model, tokenizer, self.model_dir)  # weights, config, generation_config, tokenizer
         del model
         config = json.loads((Path(self.model_dir) / "config.json").read_text())
-        keys = ("hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "intermediate_size",
-                "vocab_size", "tie_word_embeddings", "rope_parameters", "rms_norm_eps", "max_position_embeddings",
-                "use_sliding_window", "sliding_window", "dtype")  # fmt: skip
-        live.update(tokenizer_tokens=len(tokenizer), config={k: config.get(k) for k in keys},
-                    size_mb=sum(p.stat().st_size for p in Path(self.model_dir).iterdir()) / MIB)  # fmt: skip
+        keys = (
+            "hidden_size",
+            "num_hidden_layers",
+            "num_attention_heads",
+            "num_key_value_heads",
+            "intermediate_size",
+            "vocab_size",
+            "tie_word_embeddings",
+            "rope_parameters",
+            "rms_norm_eps",
+            "max_position_embeddings",
+            "use_sliding_window",
+            "sliding_window",
+            "dtype",
+        )
+        live.update(
+            tokenizer_tokens=len(tokenizer),
+            config={k: config.get(k) for k in keys},
+            size_mb=sum(p.stat().st_size for p in Path(self.model_dir).iterdir()) / MIB,
+        )
 
     def train_config(self, name: str, steps: int, prompts: int, max_new_tokens: int, **extra):
         """The recipe, with this check's model, device, sizes; no evaluation, checkpoints or rollout files."""
@@ -217,10 +275,21 @@ class Check:
         from veriloop.training.config import TrainConfig
 
         a = self.args
-        over = {"policy": self.model_dir, "run_dir": str(self.tmp / name), "steps": steps, "device": a.device,
-                "dtype": a.dtype, "rollout.prompts_per_step": prompts, "rollout.group_size": a.group,
-                "sampling.max_new_tokens": max_new_tokens, "eval_every": 0, "save_rollouts": False,
-                "checkpoint_every": 10**6, "update.skip_zero_advantage": False, **extra}  # fmt: skip
+        over = {
+            "policy": self.model_dir,
+            "run_dir": str(self.tmp / name),
+            "steps": steps,
+            "device": a.device,
+            "dtype": a.dtype,
+            "rollout.prompts_per_step": prompts,
+            "rollout.group_size": a.group,
+            "sampling.max_new_tokens": max_new_tokens,
+            "eval_every": 0,
+            "save_rollouts": False,
+            "checkpoint_every": 10**6,
+            "update.skip_zero_advantage": False,
+            **extra,
+        }
         if a.smoke:  # a budget the tiny batch crosses, so the token-budget cut runs here too
             over["update.max_tokens_per_micro_batch"] = 256
         if a.quick:  # 8 tokens end no row of a random model: learn from the cut rows, so that the learner runs
@@ -244,9 +313,11 @@ class Check:
             live["steps"].append({k: row[k] for k in STEP_KEYS if k in row})
             self.write()
         later = live["steps"][1:] or live["steps"]  # the first step also warms up kernels and caches
-        live["median_after_first"] = {k: statistics.median(r[k] for r in later) for k in
-                                      ("time_step_s", "time_generate_s", "time_update_s", "logprob_mismatch")
-                                      if all(k in r for r in later)}  # fmt: skip
+        live["median_after_first"] = {
+            k: statistics.median(r[k] for r in later)
+            for k in ("time_step_s", "time_generate_s", "time_update_s", "logprob_mismatch")
+            if all(k in r for r in later)
+        }
 
     def sampler(self, live: dict) -> None:
         from veriloop.models.device import Placement
@@ -257,10 +328,12 @@ class Check:
         policy = load_policy(self.model_dir, placement=Placement.of(a.device, a.dtype), prompts=PromptFormat("auto"))
         prompts = gsm8k_prompts(policy, a.prompts)
         width = max(len(p) for p in prompts)
-        live.update(rows=len(prompts) * a.group, max_new_tokens=a.max_new_tokens,
-                    prompt_tokens=[min(len(p) for p in prompts), width],
-                    veriloop_engine="static" if static_decode.supports(policy.model, width + a.max_new_tokens)
-                    else "hf")  # fmt: skip
+        live.update(
+            rows=len(prompts) * a.group,
+            max_new_tokens=a.max_new_tokens,
+            prompt_tokens=[min(len(p) for p in prompts), width],
+            veriloop_engine="static" if static_decode.supports(policy.model, width + a.max_new_tokens) else "hf",
+        )
         for name, run in (("veriloop", run_veriloop), ("generate", run_generate)):
             run(policy, prompts, a.group, 8, a.device)  # warm-up: kernels, allocator, cache set-up
             sync(a.device)
@@ -268,8 +341,12 @@ class Check:
             tokens, at_limit = run(policy, prompts, a.group, a.max_new_tokens, a.device)
             sync(a.device)
             seconds = time.perf_counter() - t0
-            live[name] = {"tokens": tokens, "rows_at_limit": at_limit, "seconds": round(seconds, 3),
-                          "tokens_per_s": tokens / seconds}  # fmt: skip
+            live[name] = {
+                "tokens": tokens,
+                "rows_at_limit": at_limit,
+                "seconds": round(seconds, 3),
+                "tokens_per_s": tokens / seconds,
+            }
             self.write()
         live["speedup"] = live["veriloop"]["tokens_per_s"] / live["generate"]["tokens_per_s"]
 
@@ -302,8 +379,15 @@ def run_veriloop(policy, prompts, group: int, max_new_tokens: int, device: str) 
     from veriloop.seeding import derive_seed
 
     seeds = [derive_seed(0, "gpu-check", i) for i in range(len(prompts) * group)]
-    out = generate(policy.model, prompts, SamplingParams(temperature=1.0, max_new_tokens=max_new_tokens),
-                   eos_id=policy.end_ids, pad_id=policy.pad_id, row_seeds=seeds, n=group)  # fmt: skip
+    out = generate(
+        policy.model,
+        prompts,
+        SamplingParams(temperature=1.0, max_new_tokens=max_new_tokens),
+        eos_id=policy.end_ids,
+        pad_id=policy.pad_id,
+        row_seeds=seeds,
+        n=group,
+    )
     return out.num_tokens, out.finish_reasons.count("length")
 
 
@@ -317,9 +401,18 @@ def run_generate(policy, prompts, group: int, max_new_tokens: int, device: str) 
     dev = policy.device
     torch.manual_seed(0)
     with torch.no_grad():
-        out = policy.model.generate(ids.to(dev), attention_mask=mask.to(dev), do_sample=True, temperature=1.0,
-                                    top_k=0, top_p=1.0, max_new_tokens=max_new_tokens, min_new_tokens=max_new_tokens,
-                                    eos_token_id=list(policy.end_ids), pad_token_id=pad)  # fmt: skip
+        out = policy.model.generate(
+            ids.to(dev),
+            attention_mask=mask.to(dev),
+            do_sample=True,
+            temperature=1.0,
+            top_k=0,
+            top_p=1.0,
+            max_new_tokens=max_new_tokens,
+            min_new_tokens=max_new_tokens,
+            eos_token_id=list(policy.end_ids),
+            pad_token_id=pad,
+        )
     new = out[:, width:].cpu()
     ended = torch.isin(new, torch.tensor(policy.end_ids)).any(dim=1)  # only possible if generate overran the pin
     return new.numel(), int((~ended).sum()) if new.shape[1] == max_new_tokens else 0
@@ -334,8 +427,10 @@ def _f(x, digits: int = 2) -> str:
 
 def print_report(results: dict) -> None:
     parts, env = results["parts"], results["env"]
-    print(f"# {env.get('gpu', 'cpu')} | torch {env['torch']} | transformers {env['transformers']} | "
-          f"{env['dtype']} | elapsed {results.get('elapsed_s')} s")  # fmt: skip
+    print(
+        f"# {env.get('gpu', 'cpu')} | torch {env['torch']} | transformers {env['transformers']} | "
+        f"{env['dtype']} | elapsed {results.get('elapsed_s')} s"
+    )
     if "aborted" in results:
         print(f"# ABORTED: {results['aborted']}")
     gpu = "gpu" in env
@@ -346,8 +441,10 @@ def print_report(results: dict) -> None:
         print(f"| {name} | {p['status'][:80]} | {_f(p.get('seconds'))} |{mem}")
     if "build" in parts and "params" in parts["build"]:
         b = parts["build"]
-        print(f"\n# model: {b['params']:,} parameters, tokenizer {b['tokenizer_tokens']:,} tokens, "
-              f"{b['size_mb']:,.0f} MiB on disk")  # fmt: skip
+        print(
+            f"\n# model: {b['params']:,} parameters, tokenizer {b['tokenizer_tokens']:,} tokens, "
+            f"{b['size_mb']:,.0f} MiB on disk"
+        )
     _grpo_table(parts.get("grpo", {}))
     _sampler_table(parts.get("sampler", {}))
     tis = {k: v for k, v in parts.get("tis", {}).items() if k.startswith("tis_cap=")}
@@ -366,9 +463,11 @@ def _grpo_table(g: dict) -> None:
     print("\n| GRPO step | step s | generate s | update s | sampled tokens | update rows | logprob_mismatch |")
     print("|---:|---:|---:|---:|---:|---:|---:|")
     for r in g["steps"]:
-        print(f"| {r['step']} | {_f(r.get('time_step_s'))} | {_f(r.get('time_generate_s'))} | "
-              f"{_f(r.get('time_update_s'))} | {_f(r.get('sampled_tokens'))} | {_f(r.get('update_records'))} | "
-              f"{_f(r.get('logprob_mismatch'), 5)} |")  # fmt: skip
+        print(
+            f"| {r['step']} | {_f(r.get('time_step_s'))} | {_f(r.get('time_generate_s'))} | "
+            f"{_f(r.get('time_update_s'))} | {_f(r.get('sampled_tokens'))} | {_f(r.get('update_records'))} | "
+            f"{_f(r.get('logprob_mismatch'), 5)} |"
+        )
     if "stopped_early" in g:
         print(f"# stopped early: {g['stopped_early']}")
     if "cuda_peak_allocated_mb" in g:
@@ -381,8 +480,10 @@ def _grpo_table(g: dict) -> None:
 def _sampler_table(s: dict) -> None:
     if "veriloop" not in s:
         return
-    print(f"\n| engine ({s['rows']} rows, {s['max_new_tokens']} new tokens) | tokens | rows at limit | seconds | "
-          "tokens/s |\n|---|---:|---:|---:|---:|")  # fmt: skip
+    print(
+        f"\n| engine ({s['rows']} rows, {s['max_new_tokens']} new tokens) | tokens | rows at limit | seconds | "
+        "tokens/s |\n|---|---:|---:|---:|---:|"
+    )
     for name in ("veriloop", "generate"):
         if name in s:
             r = s[name]

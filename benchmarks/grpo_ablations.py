@@ -22,9 +22,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import fmt, parse_seeds, result_args, save, silence_hub_progress  # noqa: E402
 
+from veriloop.config import build_config  # noqa: E402
 from veriloop.evaluation.evaluate import EvalConfig, evaluate  # noqa: E402
 from veriloop.models.loading import load_policy  # noqa: E402
-from veriloop.config import build_config  # noqa: E402
 from veriloop.training.config import TrainConfig  # noqa: E402
 from veriloop.training.trainer import Trainer  # noqa: E402
 
@@ -52,17 +52,34 @@ QUICK = {"rollout.prompts_per_step": 2, "rollout.group_size": 2, "task.arithmeti
 
 def run(name: str, overrides: dict, steps: int, seed: int, threads: int, extra: dict | None = None) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
-        cfg = build_config(TrainConfig, {}, {"run_dir": tmp, "steps": steps, "save_rollouts": False, "seed": seed,
-                                             "threads": threads, **(extra or {}), **overrides})  # fmt: skip
+        cfg = build_config(
+            TrainConfig,
+            {},
+            {
+                "run_dir": tmp,
+                "steps": steps,
+                "save_rollouts": False,
+                "seed": seed,
+                "threads": threads,
+                **(extra or {}),
+                **overrides,
+            },
+        )
         t0 = time.time()
         Trainer(cfg, progress=False).train()
         seconds = time.time() - t0
         task = cfg.task.build()
         policy = load_policy(f"{tmp}/final")
         result = evaluate(policy, task.heldout(), cfg.task.eval_verifiers(), EvalConfig(n_samples=0))
-    return {"variant": name, "seed": seed, "greedy_accuracy": result.greedy_accuracy,
-            "wrong_steps_rate": result.wrong_steps_rate, "mul_accuracy": result.by_tag["mul"]["greedy_accuracy"],
-            "clean_accuracy": result.by_tag["clean"]["greedy_accuracy"], "train_seconds": seconds}  # fmt: skip
+    return {
+        "variant": name,
+        "seed": seed,
+        "greedy_accuracy": result.greedy_accuracy,
+        "wrong_steps_rate": result.wrong_steps_rate,
+        "mul_accuracy": result.by_tag["mul"]["greedy_accuracy"],
+        "clean_accuracy": result.by_tag["clean"]["greedy_accuracy"],
+        "train_seconds": seconds,
+    }
 
 
 def main() -> None:
@@ -82,15 +99,18 @@ def main() -> None:
     if unknown:
         raise SystemExit(f"unknown variant(s) {unknown}; known: {list(VARIANTS)}")
     rows = []
-    print(f"| variant ({args.steps} steps; seeds {args.seeds}) | held-out greedy | right answer, wrong steps | `mul` "
-          "| `clean` | train s |")  # fmt: skip
+    print(
+        f"| variant ({args.steps} steps; seeds {args.seeds}) | held-out greedy | right answer, wrong steps | `mul` "
+        "| `clean` | train s |"
+    )
     print("|---|---:|---:|---:|---:|---:|")
     for name in names:
         extra = QUICK if args.quick else None
         rs = [run(name, VARIANTS[name], args.steps, seed, args.threads, extra) for seed in seeds]
         rows += rs
-        cells = [fmt([r[k] for r in rs]) for k in ("greedy_accuracy", "wrong_steps_rate", "mul_accuracy",
-                                                   "clean_accuracy")]  # fmt: skip
+        cells = [
+            fmt([r[k] for r in rs]) for k in ("greedy_accuracy", "wrong_steps_rate", "mul_accuracy", "clean_accuracy")
+        ]
         print(f"| {name} | " + " | ".join(cells) + f" | {fmt([r['train_seconds'] for r in rs], 0)} |", flush=True)
     save(args, "grpo_ablations", {"args": vars(args), "rows": rows})
 

@@ -20,8 +20,15 @@ import tempfile
 
 from common import fmt, parse_seeds, result_args, save
 
-SETTINGS = {"steps": 40, "checkpoint_every": 100, "rollout.prompts_per_step": 16, "rollout.group_size": 8,
-            "task.arithmetic.heldout_size": 200, "device": "cpu", "save_rollouts": False}  # fmt: skip
+SETTINGS = {
+    "steps": 40,
+    "checkpoint_every": 100,
+    "rollout.prompts_per_step": 16,
+    "rollout.group_size": 8,
+    "task.arithmetic.heldout_size": 200,
+    "device": "cpu",
+    "save_rollouts": False,
+}
 LORA = {"lora.r": 16, "lora.alpha": 32}
 QUICK = {"steps": 1, "rollout.prompts_per_step": 2, "rollout.group_size": 2, "task.arithmetic.validation_size": 8}
 
@@ -76,8 +83,10 @@ def main() -> None:
     print("| setting | validation before | validation after | trainable params | peak RSS MiB |")
     print("|---|---|---|---|---|")
     for name, rs in results.items():
-        print(f"| {name} | {fmt([r['before'] for r in rs])} | {fmt([r['after'] for r in rs])} | "
-              f"{rs[0]['trainable']:,} | {fmt([r['peak_rss_mb'] for r in rs], 0)} |")  # fmt: skip
+        print(
+            f"| {name} | {fmt([r['before'] for r in rs])} | {fmt([r['after'] for r in rs])} | "
+            f"{rs[0]['trainable']:,} | {fmt([r['peak_rss_mb'] for r in rs], 0)} |"
+        )
     save(args, "lora_lr", {"args": vars(args), "seeds": seeds, "results": results})
 
 

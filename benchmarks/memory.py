@@ -123,20 +123,33 @@ def _count_lm_head_paths() -> dict:
 
 def _workload(args, run_dir: str) -> dict:
     return {
-        "policy": args.model_dir, "run_dir": run_dir, "seed": 0, "steps": args.steps + 1, "verifier": VERIFIER,
-        "checkpoint_every": 10**6, "save_rollouts": False, "threads": args.threads, "device": args.device,
-        "dtype": args.dtype, "rollout.prompts_per_step": args.prompts, "rollout.group_size": args.group,
-        "sampling.max_new_tokens": args.max_new_tokens, "update.micro_batch_size": args.micro_batch,
-        "kl.beta": 0.04, "update.inner_updates": 1,  # a second pass repeats the first's memory and doubles the time
+        "policy": args.model_dir,
+        "run_dir": run_dir,
+        "seed": 0,
+        "steps": args.steps + 1,
+        "verifier": VERIFIER,
+        "checkpoint_every": 10**6,
+        "save_rollouts": False,
+        "threads": args.threads,
+        "device": args.device,
+        "dtype": args.dtype,
+        "rollout.prompts_per_step": args.prompts,
+        "rollout.group_size": args.group,
+        "sampling.max_new_tokens": args.max_new_tokens,
+        "update.micro_batch_size": args.micro_batch,
+        "kl.beta": 0.04,
+        "update.inner_updates": 1,  # a second pass repeats the first's memory and doubles the time
         "update.mask_truncated": False,  # a random model's rows are cut at max_new_tokens: the update must see them
-    }  # fmt: skip
+    }
 
 
 def _cuda_peaks(torch, device: str) -> dict:
     if not device.startswith("cuda"):
         return {}
-    return {"cuda_peak_allocated_mb": torch.cuda.max_memory_allocated() / MIB,
-            "cuda_peak_reserved_mb": torch.cuda.max_memory_reserved() / MIB}  # fmt: skip
+    return {
+        "cuda_peak_allocated_mb": torch.cuda.max_memory_allocated() / MIB,
+        "cuda_peak_reserved_mb": torch.cuda.max_memory_reserved() / MIB,
+    }
 
 
 def worker(args) -> dict:
@@ -157,11 +170,18 @@ def worker(args) -> dict:
         rows = [trainer.train_step(s) for s in range(1, args.steps + 2)][1:]  # the first step warms up
     median = lambda k: statistics.median(r.get(k, 0.0) for r in rows)  # noqa: E731
     return {
-        "peak_rss_mb": _peak_rss_mb(), "rss_after_load_mb": loaded_mb, **_cuda_peaks(torch, args.device),
-        "step_s": median("time_step_s"), "generate_s": median("time_generate_s"), "update_s": median("time_update_s"),
-        "lm_head_calls": calls, "trainable_params": trainable, "update_records": median("update_records"),
-        "advantage_std": median("advantage_std"), "torch_threads": torch.get_num_threads(),
-    }  # fmt: skip
+        "peak_rss_mb": _peak_rss_mb(),
+        "rss_after_load_mb": loaded_mb,
+        **_cuda_peaks(torch, args.device),
+        "step_s": median("time_step_s"),
+        "generate_s": median("time_generate_s"),
+        "update_s": median("time_update_s"),
+        "lm_head_calls": calls,
+        "trainable_params": trainable,
+        "update_records": median("update_records"),
+        "advantage_std": median("advantage_std"),
+        "torch_threads": torch.get_num_threads(),
+    }
 
 
 def build_models(root: Path, kinds: set[str], vocab: int, quick: bool = False) -> dict[str, str]:
@@ -180,8 +200,9 @@ def build_models(root: Path, kinds: set[str], vocab: int, quick: bool = False) -
     out = {}
     for kind in sorted(kinds):
         # tie_word_embeddings as Qwen2.5-0.5B: one [V, H] matrix is both embedding and LM head
-        path = save_random_model(root / kind, "qwen2", texts, seed=0, dtype=torch.float32, tie_word_embeddings=True,
-                                 **shapes[kind])  # fmt: skip
+        path = save_random_model(
+            root / kind, "qwen2", texts, seed=0, dtype=torch.float32, tie_word_embeddings=True, **shapes[kind]
+        )
         out[kind] = str(path)
     return out
 
@@ -278,8 +299,13 @@ def print_table(results: dict, labels: dict, cuda: bool) -> None:
             print(f"| {labels[name]} | {r['error']} |")
             continue
         calls = r["lm_head_calls"]
-        cells = [labels[name], f"{calls['plain']} / {calls['chunked']}", f"{r['trainable_params']:,}",
-                 f"{r['peak_rss_mb']:,.0f}", f"{r['rss_after_load_mb']:,.0f}"]  # fmt: skip
+        cells = [
+            labels[name],
+            f"{calls['plain']} / {calls['chunked']}",
+            f"{r['trainable_params']:,}",
+            f"{r['peak_rss_mb']:,.0f}",
+            f"{r['rss_after_load_mb']:,.0f}",
+        ]
         if cuda:
             cells.append(f"{r['cuda_peak_allocated_mb']:,.0f} / {r['cuda_peak_reserved_mb']:,.0f}")
         cells += [f"{r['step_s']:.2f}", f"{r['generate_s']:.2f}", f"{r['update_s']:.2f}"]
@@ -338,12 +364,16 @@ def main() -> None:
 def report(args, known, names, facts, results, wall: float) -> None:
     import torch
 
-    print(f"# {args.prompts} prompts x {args.group} samples, {args.max_new_tokens} new tokens, micro-batches of "
-          f"{args.micro_batch}, kl.beta 0.04; {args.device} {args.dtype}, {args.threads} threads; "
-          f"torch {torch.__version__}; medians of {args.steps} steps after a warm-up")  # fmt: skip
+    print(
+        f"# {args.prompts} prompts x {args.group} samples, {args.max_new_tokens} new tokens, micro-batches of "
+        f"{args.micro_batch}, kl.beta 0.04; {args.device} {args.dtype}, {args.threads} threads; "
+        f"torch {torch.__version__}; medians of {args.steps} steps after a warm-up"
+    )
     for kind, f in facts.items():
-        print(f"# {kind} model: qwen2, {f['params']:,} parameters, vocabulary {f['vocab']:,}, prompts <= "
-              f"{f['prompt_tokens_max']} tokens")  # fmt: skip
+        print(
+            f"# {kind} model: qwen2, {f['params']:,} parameters, vocabulary {f['vocab']:,}, prompts <= "
+            f"{f['prompt_tokens_max']} tokens"
+        )
     if "vocab" in facts:
         for line in logits_context(facts["vocab"], args):
             print(f"# {line}")
@@ -352,8 +382,14 @@ def report(args, known, names, facts, results, wall: float) -> None:
     for w in warnings:
         print(f"WARNING: {w}")
     print(f"\n# total wall time {wall:.0f} s")
-    out = {"args": vars(args), "models": facts, "results": results, "warnings": warnings, "wall_s": wall,
-           "context": logits_context(facts["vocab"], args) if "vocab" in facts else []}  # fmt: skip
+    out = {
+        "args": vars(args),
+        "models": facts,
+        "results": results,
+        "warnings": warnings,
+        "wall_s": wall,
+        "context": logits_context(facts["vocab"], args) if "vocab" in facts else [],
+    }
     save(args, "memory", out)
 
 

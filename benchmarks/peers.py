@@ -114,14 +114,26 @@ def build_tokenizer(seed: int = 0):
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=512, special_tokens=["<pad>", "<bos>", "<eos>"], show_progress=False,
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())  # fmt: skip
+    trainer = trainers.BpeTrainer(
+        vocab_size=512,
+        special_tokens=["<pad>", "<bos>", "<eos>"],
+        show_progress=False,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+    )
     tok.train_from_iterator(texts, trainer)
-    out = PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", bos_token="<bos>",
-                                  eos_token="<eos>", padding_side="left", model_max_length=512)  # fmt: skip
+    out = PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        pad_token="<pad>",
+        bos_token="<bos>",
+        eos_token="<eos>",
+        padding_side="left",
+        model_max_length=512,
+    )
     if len(out) != 512 or (out.pad_token_id, out.bos_token_id, out.eos_token_id) != (PAD, BOS, EOS):
-        raise SystemExit(f"tokenizer: {len(out)} tokens, pad/bos/eos {out.pad_token_id}/{out.bos_token_id}/"
-                         f"{out.eos_token_id}; the contract wants 512 and 0/1/2")  # fmt: skip
+        raise SystemExit(
+            f"tokenizer: {len(out)} tokens, pad/bos/eos {out.pad_token_id}/{out.bos_token_id}/"
+            f"{out.eos_token_id}; the contract wants 512 and 0/1/2"
+        )
     return out
 
 
@@ -137,18 +149,35 @@ def build_model(size: str, directory: Path, seed: int = 0) -> dict:
     hf_logging.disable_progress_bar()
     hidden, layers, heads, inter = SIZES[size]
     tokenizer = build_tokenizer(seed)
-    config = config_for("llama", hidden_size=hidden, num_layers=layers, num_heads=heads, num_kv_heads=heads,
-                        intermediate_size=inter, max_positions=512, vocab_size=len(tokenizer), bos_token_id=BOS,
-                        eos_token_id=EOS, tie_word_embeddings=False)  # fmt: skip
+    config = config_for(
+        "llama",
+        hidden_size=hidden,
+        num_layers=layers,
+        num_heads=heads,
+        num_kv_heads=heads,
+        intermediate_size=inter,
+        max_positions=512,
+        vocab_size=len(tokenizer),
+        bos_token_id=BOS,
+        eos_token_id=EOS,
+        tie_word_embeddings=False,
+    )
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         model = AutoModelForCausalLM.from_config(config, dtype=torch.float32).eval()
     model.generation_config = GenerationConfig(bos_token_id=BOS, eos_token_id=EOS, pad_token_id=PAD)
     save_policy(model, tokenizer, directory)
     lengths = [len(tokenizer(p["prompt"]).input_ids) for p in problems(256, seed)]
-    return {"size": size, "hidden": hidden, "layers": layers, "heads": heads, "intermediate": inter,
-            "params": sum(p.numel() for p in model.parameters()), "prompt_tokens_mean": statistics.mean(lengths),
-            "dir": str(directory)}  # fmt: skip
+    return {
+        "size": size,
+        "hidden": hidden,
+        "layers": layers,
+        "heads": heads,
+        "intermediate": inter,
+        "params": sum(p.numel() for p in model.parameters()),
+        "prompt_tokens_mean": statistics.mean(lengths),
+        "dir": str(directory),
+    }
 
 
 # ---------------------------------------------------------------------------------------------- workers
@@ -188,12 +217,33 @@ def trl_worker(a) -> dict:
             self.ends.append(now)
             self.threads = torch.get_num_threads()
 
-    options = dict(per_device_train_batch_size=PROMPTS_PER_STEP * GROUP, num_generations=GROUP,
-                   gradient_accumulation_steps=1, max_completion_length=NEW_TOKENS, temperature=1.0, top_k=0,
-                   top_p=1.0, loss_type="dapo", scale_rewards="group", beta=0.0, epsilon=0.2, num_iterations=1,
-                   learning_rate=1e-6, lr_scheduler_type="linear", max_grad_norm=1.0, use_cpu=True, bf16=False,
-                   fp16=False, use_vllm=False, max_steps=a.steps, seed=a.seed, report_to="none", save_strategy="no",
-                   disable_tqdm=True, dataloader_num_workers=0)  # fmt: skip
+    options = dict(
+        per_device_train_batch_size=PROMPTS_PER_STEP * GROUP,
+        num_generations=GROUP,
+        gradient_accumulation_steps=1,
+        max_completion_length=NEW_TOKENS,
+        temperature=1.0,
+        top_k=0,
+        top_p=1.0,
+        loss_type="dapo",
+        scale_rewards="group",
+        beta=0.0,
+        epsilon=0.2,
+        num_iterations=1,
+        learning_rate=1e-6,
+        lr_scheduler_type="linear",
+        max_grad_norm=1.0,
+        use_cpu=True,
+        bf16=False,
+        fp16=False,
+        use_vllm=False,
+        max_steps=a.steps,
+        seed=a.seed,
+        report_to="none",
+        save_strategy="no",
+        disable_tqdm=True,
+        dataloader_num_workers=0,
+    )
     if a.variant == "trl-ckpt-off":
         options["gradient_checkpointing"] = False  # on: TRL's default, left as it is
     if a.eos == "suppressed":
@@ -203,8 +253,14 @@ def trl_worker(a) -> dict:
         config = GRPOConfig(output_dir=tmp, **options)
         model = AutoModelForCausalLM.from_pretrained(a.model_dir, dtype=torch.float32)
         tokenizer = AutoTokenizer.from_pretrained(a.model_dir)
-        trainer = GRPOTrainer(model=model, reward_funcs=contains_answer, args=config, train_dataset=dataset,
-                              processing_class=tokenizer, callbacks=[timer])  # fmt: skip
+        trainer = GRPOTrainer(
+            model=model,
+            reward_funcs=contains_answer,
+            args=config,
+            train_dataset=dataset,
+            processing_class=tokenizer,
+            callbacks=[timer],
+        )
         generate = trainer.model.generate
 
         def timed_generate(*args, **kw):  # what generation costs inside a step, and how many tokens it wrote
@@ -219,10 +275,16 @@ def trl_worker(a) -> dict:
         trainer.train()
     if len(timer.steps) != a.steps:
         raise RuntimeError(f"the callback saw {len(timer.steps)} steps, expected {a.steps}")
-    return {"step_s": timer.steps[1:], "interval_s": [e - b for b, e in zip(timer.ends, timer.ends[1:])],
-            "generate_s": [g for g, _ in generated[1:]], "tokens": [t for _, t in generated[1:]],
-            "gradient_checkpointing": bool(config.gradient_checkpointing), "threads": timer.threads,
-            "peak_rss_mib": _peak_rss_mib(), "eos": a.eos}  # fmt: skip
+    return {
+        "step_s": timer.steps[1:],
+        "interval_s": [e - b for b, e in zip(timer.ends, timer.ends[1:])],
+        "generate_s": [g for g, _ in generated[1:]],
+        "tokens": [t for _, t in generated[1:]],
+        "gradient_checkpointing": bool(config.gradient_checkpointing),
+        "threads": timer.threads,
+        "peak_rss_mib": _peak_rss_mib(),
+        "eos": a.eos,
+    }
 
 
 def register_verifier() -> str:
@@ -247,19 +309,43 @@ def veriloop_options(a, run_dir: str) -> tuple[dict, bool]:
     from veriloop.training.config import TrainConfig
 
     verifier = register_verifier()
-    options = {"policy": a.model_dir, "run_dir": run_dir, "seed": a.seed, "steps": a.steps,
-               "threads": a.threads, "device": "cpu", "task.name": "jsonl", "task.data": a.data,
-               "task.verifier": verifier, "task.chat_template": "none", "verifier": verifier,
-               "rollout.prompts_per_step": PROMPTS_PER_STEP, "rollout.group_size": GROUP,
-               "sampling.temperature": 1.0, "sampling.top_k": 0, "sampling.top_p": 1.0,
-               "sampling.max_new_tokens": NEW_TOKENS, "advantage.std": "sample", "advantage.eps": 1e-4,
-               "loss.aggregation": "token-mean", "loss.clip_eps_low": 0.2, "loss.clip_eps_high": 0.2, "kl.beta": 0,
-               "update.inner_updates": 1, "update.mini_batches": 1, "update.micro_batch_size": 64,
-               "update.skip_zero_advantage": "false", "optim.lr": 1e-6, "optim.grad_clip": 1.0,
-               # as TRL's default (mask_truncated_completions=False): a row cut at 64 tokens is learned from, so
-               # both sides update on the same 64 x 64 tokens
-               "update.mask_truncated": "false",
-               "save_rollouts": "false", "checkpoint_every": 10**6, "eval_every": 0}  # fmt: skip
+    options = {
+        "policy": a.model_dir,
+        "run_dir": run_dir,
+        "seed": a.seed,
+        "steps": a.steps,
+        "threads": a.threads,
+        "device": "cpu",
+        "task.name": "jsonl",
+        "task.data": a.data,
+        "task.verifier": verifier,
+        "task.chat_template": "none",
+        "verifier": verifier,
+        "rollout.prompts_per_step": PROMPTS_PER_STEP,
+        "rollout.group_size": GROUP,
+        "sampling.temperature": 1.0,
+        "sampling.top_k": 0,
+        "sampling.top_p": 1.0,
+        "sampling.max_new_tokens": NEW_TOKENS,
+        "advantage.std": "sample",
+        "advantage.eps": 1e-4,
+        "loss.aggregation": "token-mean",
+        "loss.clip_eps_low": 0.2,
+        "loss.clip_eps_high": 0.2,
+        "kl.beta": 0,
+        "update.inner_updates": 1,
+        "update.mini_batches": 1,
+        "update.micro_batch_size": 64,
+        "update.skip_zero_advantage": "false",
+        "optim.lr": 1e-6,
+        "optim.grad_clip": 1.0,
+        # as TRL's default (mask_truncated_completions=False): a row cut at 64 tokens is learned from, so
+        # both sides update on the same 64 x 64 tokens
+        "update.mask_truncated": "false",
+        "save_rollouts": "false",
+        "checkpoint_every": 10**6,
+        "eval_every": 0,
+    }
     has_min = "sampling.min_new_tokens" in {key for key, *_ in iter_fields(TrainConfig)}
     if a.eos == "suppressed" and has_min:
         options["sampling.min_new_tokens"] = NEW_TOKENS
@@ -289,11 +375,17 @@ def veriloop_worker(a) -> dict:
     import torch
 
     rows = rows[1:]
-    return {"step_s": steps[1:], "generate_s": [r["time_generate_s"] for r in rows],
-            "verify_s": [r["time_verify_s"] for r in rows], "update_s": [r["time_update_s"] for r in rows],
-            "tokens": [r.get("tokens", 0) for r in rows], "update_records": [r["update_records"] for r in rows],
-            "threads": torch.get_num_threads(), "peak_rss_mib": _peak_rss_mib(),
-            "eos": a.eos if (has_min or a.eos == "natural") else "natural (no sampling.min_new_tokens)"}  # fmt: skip
+    return {
+        "step_s": steps[1:],
+        "generate_s": [r["time_generate_s"] for r in rows],
+        "verify_s": [r["time_verify_s"] for r in rows],
+        "update_s": [r["time_update_s"] for r in rows],
+        "tokens": [r.get("tokens", 0) for r in rows],
+        "update_records": [r["update_records"] for r in rows],
+        "threads": torch.get_num_threads(),
+        "peak_rss_mib": _peak_rss_mib(),
+        "eos": a.eos if (has_min or a.eos == "natural") else "natural (no sampling.min_new_tokens)",
+    }
 
 
 def _sampler_prompts(a, tokenizer) -> list[list[int]]:
@@ -335,8 +427,18 @@ def sampler_worker(a) -> dict:
         mask = (torch.arange(width)[None, :] >= (width - lengths)[:, None]).long()
         minimum = {"min_new_tokens": NEW_TOKENS} if a.eos == "suppressed" else {}
         with torch.no_grad():
-            out = policy.model.generate(ids, attention_mask=mask, do_sample=True, temperature=1.0, top_k=0, top_p=1.0,
-                                        max_new_tokens=NEW_TOKENS, eos_token_id=EOS, pad_token_id=PAD, **minimum)
+            out = policy.model.generate(
+                ids,
+                attention_mask=mask,
+                do_sample=True,
+                temperature=1.0,
+                top_k=0,
+                top_p=1.0,
+                max_new_tokens=NEW_TOKENS,
+                eos_token_id=EOS,
+                pad_token_id=PAD,
+                **minimum,
+            )
         return _tokens_to_eos(out[:, width:].tolist())
 
     fn = ours if a.variant == "sampler" else hf
@@ -347,20 +449,49 @@ def sampler_worker(a) -> dict:
         n = fn(rep + 1)
         rates.append(n / (time.perf_counter() - started))
         tokens.append(n)
-    return {"tokens_per_s": rates, "tokens": tokens, "threads": torch.get_num_threads(),
-            "peak_rss_mib": _peak_rss_mib(), "eos": eos}  # fmt: skip
+    return {
+        "tokens_per_s": rates,
+        "tokens": tokens,
+        "threads": torch.get_num_threads(),
+        "peak_rss_mib": _peak_rss_mib(),
+        "eos": eos,
+    }
 
 
 # ---------------------------------------------------------------------------------------------- the driver
 
 
 def spawn(a, variant: str, model: dict, data: str) -> dict:
-    argv = [sys.executable, __file__, "--worker", variant, "--model-dir", model["dir"], "--data", data,
-            "--steps", str(a.steps), "--eos", a.eos, "--threads", str(a.threads), "--seed", str(a.seed),
-            "--sampler-repeats", str(a.sampler_repeats)] + (["--quick"] if a.quick else [])  # fmt: skip
-    env = {**os.environ, "OMP_NUM_THREADS": str(a.threads), "MKL_NUM_THREADS": str(a.threads),
-           "TOKENIZERS_PARALLELISM": "false", "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
-           "TRANSFORMERS_OFFLINE": "1", "WANDB_DISABLED": "true"}  # fmt: skip
+    argv = [
+        sys.executable,
+        __file__,
+        "--worker",
+        variant,
+        "--model-dir",
+        model["dir"],
+        "--data",
+        data,
+        "--steps",
+        str(a.steps),
+        "--eos",
+        a.eos,
+        "--threads",
+        str(a.threads),
+        "--seed",
+        str(a.seed),
+        "--sampler-repeats",
+        str(a.sampler_repeats),
+    ] + (["--quick"] if a.quick else [])
+    env = {
+        **os.environ,
+        "OMP_NUM_THREADS": str(a.threads),
+        "MKL_NUM_THREADS": str(a.threads),
+        "TOKENIZERS_PARALLELISM": "false",
+        "HF_HUB_OFFLINE": "1",
+        "HF_DATASETS_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+        "WANDB_DISABLED": "true",
+    }
     what = f"{model['size']} {variant}"
     try:
         out = subprocess.run(argv, capture_output=True, text=True, timeout=a.timeout, env=env)
@@ -376,8 +507,15 @@ def spawn(a, variant: str, model: dict, data: str) -> dict:
 def machine() -> dict:
     import importlib.metadata as md
 
-    cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                if line.startswith("model name")), "unknown")  # fmt: skip
+    cpu = next(
+        (
+            line.split(":", 1)[1].strip()
+            for line in Path("/proc/cpuinfo").read_text().splitlines()
+            if line.startswith("model name")
+        ),
+        "unknown",
+    )
+
     def version(package: str) -> str:
         try:
             return md.version(package)
@@ -401,49 +539,66 @@ def summarise(runs: list[dict], size: str, variant: str) -> dict:
     """Medians over the rounds (every value None for a variant that did not run)."""
     mine = [r["result"] for r in runs if r["size"] == size and r["variant"] == variant]
     pool = lambda key: [v for r in mine for v in r.get(key, [])]  # noqa: E731
-    return {"step_s": med(pool("step_s")), "generate_s": med(pool("generate_s")), "update_s": med(pool("update_s")),
-            "tokens": med(pool("tokens")), "tokens_per_s": med(pool("tokens_per_s")),
-            "round_step_s": [med(r.get("step_s", [])) for r in mine],
-            "peak_rss_mib": max((r["peak_rss_mib"] for r in mine), default=None),
-            "eos": sorted({r["eos"] for r in mine}),
-            "threads": sorted({r["threads"] for r in mine})}  # fmt: skip
+    return {
+        "step_s": med(pool("step_s")),
+        "generate_s": med(pool("generate_s")),
+        "update_s": med(pool("update_s")),
+        "tokens": med(pool("tokens")),
+        "tokens_per_s": med(pool("tokens_per_s")),
+        "round_step_s": [med(r.get("step_s", [])) for r in mine],
+        "peak_rss_mib": max((r["peak_rss_mib"] for r in mine), default=None),
+        "eos": sorted({r["eos"] for r in mine}),
+        "threads": sorted({r["threads"] for r in mine}),
+    }
 
 
 def print_tables(a, info: dict, models: dict, summary: dict) -> None:
-    print(f"# {info['date']}; {info['nproc']} CPUs ({info['cpu']}); torch {info['torch']}, transformers "
-          f"{info['transformers']}, trl {info['trl']}, accelerate {info['accelerate']}, datasets {info['datasets']}; "
-          f"{a.threads} threads; EOS {a.eos}; {a.rounds} rounds x steps 2..{a.steps} (sampler: {a.sampler_repeats} "
-          f"calls) per variant")  # fmt: skip
-    print("\n| model | TRL ckpt on s/step | TRL ckpt off s/step | veriloop s/step | veriloop ckpt s/step "
-          "| veriloop mb16 s/step | TRL on / veriloop | TRL off / veriloop | TRL on / veriloop ckpt "
-          "| TRL on / veriloop mb16 | RSS MiB TRL on | RSS MiB TRL off | RSS MiB veriloop | RSS MiB veriloop ckpt "
-          "| RSS MiB veriloop mb16 | RSS veriloop mb16 / TRL on |\n|---|" + "---:|" * 15)
+    print(
+        f"# {info['date']}; {info['nproc']} CPUs ({info['cpu']}); torch {info['torch']}, transformers "
+        f"{info['transformers']}, trl {info['trl']}, accelerate {info['accelerate']}, datasets {info['datasets']}; "
+        f"{a.threads} threads; EOS {a.eos}; {a.rounds} rounds x steps 2..{a.steps} (sampler: {a.sampler_repeats} "
+        f"calls) per variant"
+    )
+    print(
+        "\n| model | TRL ckpt on s/step | TRL ckpt off s/step | veriloop s/step | veriloop ckpt s/step "
+        "| veriloop mb16 s/step | TRL on / veriloop | TRL off / veriloop | TRL on / veriloop ckpt "
+        "| TRL on / veriloop mb16 | RSS MiB TRL on | RSS MiB TRL off | RSS MiB veriloop | RSS MiB veriloop ckpt "
+        "| RSS MiB veriloop mb16 | RSS veriloop mb16 / TRL on |\n|---|" + "---:|" * 15
+    )
     for size, m in models.items():
         on, off, ours, ck, mb = (summary[size][v] for v in STEPPERS)
         ratio = lambda x, y=ours: f(x["step_s"] / y["step_s"]) + "x" if x["step_s"] and y["step_s"] else ""  # noqa: E731
         rss = " | ".join(f(x["peak_rss_mib"], ".0f") for x in (on, off, ours, ck, mb))
         both = on["peak_rss_mib"] and mb["peak_rss_mib"]
         share = f(mb["peak_rss_mib"] / on["peak_rss_mib"] * 100, ".0f") + "%" if both else ""
-        print(f"| {size} ({m['params']:,}) | {f(on['step_s'])} | {f(off['step_s'])} | {f(ours['step_s'])} "
-              f"| {f(ck['step_s'])} | {f(mb['step_s'])} | {ratio(on)} | {ratio(off)} | {ratio(on, ck)} "
-              f"| {ratio(on, mb)} | {rss} | {share} |")  # fmt: skip
-    print("\n| model | step part | TRL ckpt on | TRL ckpt off | veriloop | veriloop ckpt | veriloop mb16 |\n|---|---|"
-          + "---:|" * 5)
+        print(
+            f"| {size} ({m['params']:,}) | {f(on['step_s'])} | {f(off['step_s'])} | {f(ours['step_s'])} "
+            f"| {f(ck['step_s'])} | {f(mb['step_s'])} | {ratio(on)} | {ratio(off)} | {ratio(on, ck)} "
+            f"| {ratio(on, mb)} | {rss} | {share} |"
+        )
+    print(
+        "\n| model | step part | TRL ckpt on | TRL ckpt off | veriloop | veriloop ckpt | veriloop mb16 |\n|---|---|"
+        + "---:|" * 5
+    )
     for size in models:
         xs = [summary[size][v] for v in STEPPERS]
         print(f"| {size} | generate s | {' | '.join(f(x['generate_s']) for x in xs)} |")
         rest = [f(x["step_s"] - x["generate_s"]) if x["step_s"] and x["generate_s"] else "" for x in xs]
         print(f"| {size} | step - generate s (medians) | {' | '.join(rest)} |")
         print(f"| {size} | tokens generated | {' | '.join(f(x['tokens'], '.0f') for x in xs)} |")
-    print("\n| model | generate() tokens/s | veriloop sampler tokens/s | sampler / generate() | tokens per call "
-          "(generate / sampler) | RSS MiB generate() | RSS MiB sampler |\n|---|" + "---:|" * 6)
+    print(
+        "\n| model | generate() tokens/s | veriloop sampler tokens/s | sampler / generate() | tokens per call "
+        "(generate / sampler) | RSS MiB generate() | RSS MiB sampler |\n|---|" + "---:|" * 6
+    )
     for size in models:
         hf, ours = summary[size]["generate"], summary[size]["sampler"]
         both = hf["tokens_per_s"] and ours["tokens_per_s"]
         ratio = f(ours["tokens_per_s"] / hf["tokens_per_s"]) + "x" if both else ""
-        print(f"| {size} | {f(hf['tokens_per_s'], ',.0f')} | {f(ours['tokens_per_s'], ',.0f')} | {ratio} "
-              f"| {f(hf['tokens'], '.0f')} / {f(ours['tokens'], '.0f')} | {f(hf['peak_rss_mib'], '.0f')} "
-              f"| {f(ours['peak_rss_mib'], '.0f')} |")  # fmt: skip
+        print(
+            f"| {size} | {f(hf['tokens_per_s'], ',.0f')} | {f(ours['tokens_per_s'], ',.0f')} | {ratio} "
+            f"| {f(hf['tokens'], '.0f')} / {f(ours['tokens'], '.0f')} | {f(hf['peak_rss_mib'], '.0f')} "
+            f"| {f(ours['peak_rss_mib'], '.0f')} |"
+        )
     for size in models:
         for variant, s in summary[size].items():
             if any(e != a.eos for e in s["eos"]):
@@ -499,9 +654,13 @@ def main() -> None:
     a = parse_args()
     if a.worker:
         a.variant = a.worker
-        workers = {"veriloop": veriloop_worker, "veriloop-ckpt": veriloop_worker, "veriloop-mb16": veriloop_worker,
-                   "generate": sampler_worker,
-                   "sampler": sampler_worker}  # fmt: skip
+        workers = {
+            "veriloop": veriloop_worker,
+            "veriloop-ckpt": veriloop_worker,
+            "veriloop-mb16": veriloop_worker,
+            "generate": sampler_worker,
+            "sampler": sampler_worker,
+        }
         work = workers.get(a.worker, trl_worker)
         print(MARK + json.dumps(work(a)), flush=True)
         return
@@ -514,8 +673,11 @@ def main() -> None:
     if a.quick:  # builds no environment: without TRL, its sides are skipped and said so
         variants, skipped = QUICK_VARIANTS, {v: "not in --quick" for v in VARIANTS if v not in QUICK_VARIANTS}
         if importlib.util.find_spec("trl") is None:
-            trl = {v: f"TRL is not installed in {sys.prefix} (`make bench-env` makes .venv-bench)"
-                   for v in variants if v.startswith("trl")}  # fmt: skip
+            trl = {
+                v: f"TRL is not installed in {sys.prefix} (`make bench-env` makes .venv-bench)"
+                for v in variants
+                if v.startswith("trl")
+            }
             variants, skipped = tuple(v for v in variants if v not in trl), {**trl, **skipped}
             print(f"peers --quick: skipped {', '.join(trl)}: TRL is not installed here", file=sys.stderr)
     else:
@@ -526,8 +688,11 @@ def main() -> None:
         data.write_text("".join(json.dumps(r) + "\n" for r in problems(1024, a.seed)))
         models = {s: build_model(s, Path(tmp) / s, a.seed) for s in sizes}
         for m in models.values():
-            print(f"model {m['size']}: {m['params']:,} parameters, prompts {m['prompt_tokens_mean']:.2f} tokens on "
-                  "average", file=sys.stderr)  # fmt: skip
+            print(
+                f"model {m['size']}: {m['params']:,} parameters, prompts {m['prompt_tokens_mean']:.2f} tokens on "
+                "average",
+                file=sys.stderr,
+            )
         runs = []
         for rnd in range(a.rounds):
             order = variants if rnd % 2 == 0 else variants[::-1]
@@ -536,10 +701,16 @@ def main() -> None:
                     t0 = time.time()
                     result = spawn(a, variant, models[size], str(data))
                     runs.append({"round": rnd + 1, "size": size, "variant": variant, "result": result})
-                    shown = (f"{med(result['step_s']):.2f} s/step" if "step_s" in result
-                             else f"{med(result['tokens_per_s']):,.0f} tokens/s")  # fmt: skip
-                    print(f"[round {rnd + 1}/{a.rounds}] {size} {variant}: {shown}, "
-                          f"{result['peak_rss_mib']:.0f} MiB ({time.time() - t0:.0f} s)", file=sys.stderr)  # fmt: skip
+                    shown = (
+                        f"{med(result['step_s']):.2f} s/step"
+                        if "step_s" in result
+                        else f"{med(result['tokens_per_s']):,.0f} tokens/s"
+                    )
+                    print(
+                        f"[round {rnd + 1}/{a.rounds}] {size} {variant}: {shown}, "
+                        f"{result['peak_rss_mib']:.0f} MiB ({time.time() - t0:.0f} s)",
+                        file=sys.stderr,
+                    )
     summary = {s: {v: summarise(runs, s, v) for v in VARIANTS} for s in sizes}
     print_tables(a, info, models, summary)
     wall = time.time() - started
@@ -547,10 +718,21 @@ def main() -> None:
     for m in models.values():
         m.pop("dir")
     workload = {"prompts_per_step": PROMPTS_PER_STEP, "group": GROUP, "new_tokens": NEW_TOKENS}
-    save(a, "peers", {"machine": info, "args": {k: v for k, v in vars(a).items()
-                                                if k not in ("worker", "model_dir", "data", "variant")},
-                      "workload": workload, "variants": list(variants), "skipped": skipped, "models": models,
-                      "summary": summary, "runs": runs, "wall_s": wall})  # fmt: skip
+    save(
+        a,
+        "peers",
+        {
+            "machine": info,
+            "args": {k: v for k, v in vars(a).items() if k not in ("worker", "model_dir", "data", "variant")},
+            "workload": workload,
+            "variants": list(variants),
+            "skipped": skipped,
+            "models": models,
+            "summary": summary,
+            "runs": runs,
+            "wall_s": wall,
+        },
+    )
 
 
 if __name__ == "__main__":

@@ -41,21 +41,31 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="prm-controls-") as tmp:
         root, policy = Path(tmp), load_policy("builtin:base")
         n, m = (4, 2) if a.quick else (96, 24)
-        sets = {"train": {"problems": n, "solutions": 2 if a.quick else 4},
-                "held": {"problems": m, "solutions": 2, "split": "heldout"},
-                "val": {"problems": m, "solutions": 2, "split": "validation"}}  # fmt: skip
+        sets = {
+            "train": {"problems": n, "solutions": 2 if a.quick else 4},
+            "held": {"problems": m, "solutions": 2, "split": "heldout"},
+            "val": {"problems": m, "solutions": 2, "split": "validation"},
+        }
         for name, c in sets.items():
-            label_steps(LabelConfig(completions=2 if a.quick else 4, output=str(root / f"{name}.jsonl"), **c),
-                        progress=False, policy=policy)  # fmt: skip
+            label_steps(
+                LabelConfig(completions=2 if a.quick else 4, output=str(root / f"{name}.jsonl"), **c),
+                progress=False,
+                policy=policy,
+            )
         rows = load_labels(str(root / "train.jsonl"))
         for seed in seeds:
             shuffled = root / f"shuffled-{seed}.jsonl"
             shuffled.write_text("".join(json.dumps(r) + "\n" for r in shuffled_step_labels(rows, seed)))
             row = {"seed": seed}
             for kind, data in (("labels", root / "train.jsonl"), ("shuffled", shuffled)):
-                cfg = PRMTrainConfig(data=str(data), eval_data=str(root / "held.jsonl"),
-                                     val_data=str(root / "val.jsonl"), out=str(root / f"prm-{kind}-{seed}"),
-                                     epochs=1 if a.quick else 3, seed=seed)  # fmt: skip
+                cfg = PRMTrainConfig(
+                    data=str(data),
+                    eval_data=str(root / "held.jsonl"),
+                    val_data=str(root / "val.jsonl"),
+                    out=str(root / f"prm-{kind}-{seed}"),
+                    epochs=1 if a.quick else 3,
+                    seed=seed,
+                )
                 ev = train_prm(cfg, progress=False)["eval"]
                 row[kind] = {k: ev[k] for k in ("auc_vs_exact_checker", "auc_vs_hard_labels")}
                 print(f"seed {seed} {kind}: AUC vs exact checker {ev['auc_vs_exact_checker']:.3f}", file=sys.stderr)
@@ -65,11 +75,15 @@ def main() -> None:
     print("|---|---:|---:|---:|---:|")
     for r in results:
         x, y = r["labels"], r["shuffled"]
-        print(f"| {r['seed']} | {x['auc_vs_exact_checker']:.3f} | {y['auc_vs_exact_checker']:.3f} "
-              f"| {x['auc_vs_hard_labels']:.3f} | {y['auc_vs_hard_labels']:.3f} |")  # fmt: skip
+        print(
+            f"| {r['seed']} | {x['auc_vs_exact_checker']:.3f} | {y['auc_vs_exact_checker']:.3f} "
+            f"| {x['auc_vs_hard_labels']:.3f} | {y['auc_vs_hard_labels']:.3f} |"
+        )
     col = lambda kind, key: fmt([r[kind][key] for r in results])  # noqa: E731
-    print(f"| mean ± sd | {col('labels', 'auc_vs_exact_checker')} | {col('shuffled', 'auc_vs_exact_checker')} "
-          f"| {col('labels', 'auc_vs_hard_labels')} | {col('shuffled', 'auc_vs_hard_labels')} |")  # fmt: skip
+    print(
+        f"| mean ± sd | {col('labels', 'auc_vs_exact_checker')} | {col('shuffled', 'auc_vs_exact_checker')} "
+        f"| {col('labels', 'auc_vs_hard_labels')} | {col('shuffled', 'auc_vs_hard_labels')} |"
+    )
     save(a, "prm_controls", {"seeds": seeds, "training_solutions": len(rows), "results": results})
 
 

@@ -41,12 +41,12 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import result_args, save  # noqa: E402
 
+from veriloop.config import build_config  # noqa: E402
 from veriloop.evaluation.evaluate import EvalConfig, evaluate  # noqa: E402
 from veriloop.models.loading import load_policy  # noqa: E402
 from veriloop.prm.label import LabelConfig, label_steps  # noqa: E402
 from veriloop.prm.train import PRMTrainConfig, train_prm  # noqa: E402
 from veriloop.search.run import SearchConfig, run_search  # noqa: E402
-from veriloop.config import build_config  # noqa: E402
 from veriloop.tasks.config import TaskConfig  # noqa: E402
 from veriloop.training.config import TrainConfig  # noqa: E402
 from veriloop.training.trainer import Trainer  # noqa: E402
@@ -61,8 +61,11 @@ def stage_completer(out: Path, quick: bool) -> None:
     (``7-3=-4;-4*2=-8``), never repaired.  The shipped base repairs them, so its labels cannot see them."""
     shutil.rmtree(out / "completer", ignore_errors=True)
     teacher = {"multiplication_slip": 0.0, "subtraction_slip": 0.3, "compensate_slips": False}
-    cfg = build_config(TrainConfig, {"algo": "sft", "run_dir": str(out / "completer"), "steps": 3 if quick else 300,
-                                     "task": {"teacher": teacher}}, {})  # fmt: skip
+    cfg = build_config(
+        TrainConfig,
+        {"algo": "sft", "run_dir": str(out / "completer"), "steps": 3 if quick else 300, "task": {"teacher": teacher}},
+        {},
+    )
     Trainer(cfg, progress=True).train()
 
 
@@ -79,18 +82,24 @@ def stage_label(out: Path, completers: list[str], quick: bool) -> None:
     """Math-Shepherd labels of the base's solutions, completed by each completer, on train, validation and
     held-out problems (the same solutions for every completer: one sampling seed per split)."""
     policy = load_policy("builtin:base")
-    sizes = {"train": 4, "validation": 2, "heldout": 2} if quick else {"train": 400, "validation": 100,
-                                                                        "heldout": 100}  # fmt: skip
+    sizes = {"train": 4, "validation": 2, "heldout": 2} if quick else {"train": 400, "validation": 100, "heldout": 100}
     for completer in completers:
         path = completer_path(out, completer)
         comp = load_policy(path) if path else None
         for split, n in sizes.items():
-            cfg = LabelConfig(problems=n, solutions=2 if quick else 4, completions=2 if quick else 8, split=split,
-                              output=str(labels_file(out, completer, split)))  # fmt: skip
+            cfg = LabelConfig(
+                problems=n,
+                solutions=2 if quick else 4,
+                completions=2 if quick else 8,
+                split=split,
+                output=str(labels_file(out, completer, split)),
+            )
             cfg.completer = path
             s = label_steps(cfg, progress=True, policy=policy, completer=comp)
-            print(f"labels {completer}/{split}: {s['solutions']} solutions, {s['steps']} steps, "
-                  f"{s['completions']} completions, mean soft label {s['mean_soft_label']:.3f}, {s['seconds']} s")
+            print(
+                f"labels {completer}/{split}: {s['solutions']} solutions, {s['steps']} steps, "
+                f"{s['completions']} completions, mean soft label {s['mean_soft_label']:.3f}, {s['seconds']} s"
+            )
 
 
 # name -> (completer whose labels it trains on, targets, cumulative, loss)
@@ -109,11 +118,17 @@ def stage_train(out: Path, variants: list[str], quick: bool) -> None:
     results = {}
     for name in variants:
         completer, labels, cumulative, loss = PRM_VARIANTS[name]
-        cfg = PRMTrainConfig(data=str(labels_file(out, completer, "train")),
-                             val_data=str(labels_file(out, completer, "validation")),
-                             eval_data=str(labels_file(out, completer, "heldout")), out=str(out / name),
-                             labels=labels, loss=loss, cumulative=cumulative, epochs=1 if quick else 5,
-                             aggregation="last" if labels == "outcome" else "min")  # fmt: skip
+        cfg = PRMTrainConfig(
+            data=str(labels_file(out, completer, "train")),
+            val_data=str(labels_file(out, completer, "validation")),
+            eval_data=str(labels_file(out, completer, "heldout")),
+            out=str(out / name),
+            labels=labels,
+            loss=loss,
+            cumulative=cumulative,
+            epochs=1 if quick else 5,
+            aggregation="last" if labels == "outcome" else "min",
+        )
         s = train_prm(cfg, progress=True)
         # the chosen epoch scored against the exact checker on validation (a choice between variants, below)
         from veriloop.prm.model import load_prm
@@ -127,34 +142,44 @@ def stage_train(out: Path, variants: list[str], quick: bool) -> None:
         if target:
             shutil.rmtree(out / link, ignore_errors=True)
             shutil.copytree(out / target, out / link)
-    print("\n| model | completer | targets | epoch (chosen on validation) | validation AUC vs exact checker | "
-          "held-out AUC vs its labels | held-out AUC vs exact checker | `clean` | `mul` | `sub-inner` | train s |")
+    print(
+        "\n| model | completer | targets | epoch (chosen on validation) | validation AUC vs exact checker | "
+        "held-out AUC vs its labels | held-out AUC vs exact checker | `clean` | `mul` | `sub-inner` | train s |"
+    )
     print("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     for name in variants:
         s, val = results[name]
         completer, labels, cumulative, _ = PRM_VARIANTS[name]
         e, tags = s["eval"], s["eval"]["auc_vs_exact_checker_by_tag"]
         target = "outcome" if labels == "outcome" else ("hard, running min" if cumulative else "hard, per step")
-        by = " | ".join(f"{tags[t]['auc']:.3f}" if t in tags and tags[t]["auc"] is not None else "-"
-                        for t in ("clean", "mul", "sub-inner"))  # fmt: skip
-        print(f"| {name}{' (used below)' if name == chosen else ''} | {completer} | {target} | {s['selected_epoch']} "
-              f"| {val['auc_vs_exact_checker']:.3f} | {e['auc_vs_targets']:.3f} | {e['auc_vs_exact_checker']:.3f} "
-              f"| {by} | {s['seconds']} |")  # fmt: skip
+        by = " | ".join(
+            f"{tags[t]['auc']:.3f}" if t in tags and tags[t]["auc"] is not None else "-"
+            for t in ("clean", "mul", "sub-inner")
+        )
+        print(
+            f"| {name}{' (used below)' if name == chosen else ''} | {completer} | {target} | {s['selected_epoch']} "
+            f"| {val['auc_vs_exact_checker']:.3f} | {e['auc_vs_targets']:.3f} | {e['auc_vs_exact_checker']:.3f} "
+            f"| {by} | {s['seconds']} |"
+        )
     for completer in sorted({PRM_VARIANTS[n][0] for n in variants}):
         e = next(results[n][0]["eval"] for n in variants if PRM_VARIANTS[n][0] == completer)
-        print(f"labels of the {completer} completer (held-out): soft labels rank steps with AUC "
-              f"{e['soft_labels_auc_vs_exact_checker']:.3f} against the exact checker; "
-              f"{e['unsound_steps_labelled_good']:.1%} of unsound steps carry a good hard label")  # fmt: skip
-    (out / "prm-variants.json").write_text(json.dumps({n: {"train": s, "validation": v} for n, (s, v) in
-                                                        results.items()}, indent=1, default=str))  # fmt: skip
+        print(
+            f"labels of the {completer} completer (held-out): soft labels rank steps with AUC "
+            f"{e['soft_labels_auc_vs_exact_checker']:.3f} against the exact checker; "
+            f"{e['unsound_steps_labelled_good']:.1%} of unsound steps carry a good hard label"
+        )
+    (out / "prm-variants.json").write_text(
+        json.dumps({n: {"train": s, "validation": v} for n, (s, v) in results.items()}, indent=1, default=str)
+    )
 
 
 def stage_search(out: Path, problems: int, quick: bool) -> None:
     budgets = "1,2" if quick else "1,2,4,8,16"
     cfg = SearchConfig(prm=str(out / "prm"), problems=problems, budgets=budgets, out=str(out / "search"))
     s = run_search(cfg, progress=True)
-    orm = SearchConfig(prm=str(out / "orm"), problems=problems, budgets=budgets, strategy="best_of_n",
-                       out=str(out / "search-orm"))  # fmt: skip
+    orm = SearchConfig(
+        prm=str(out / "orm"), problems=problems, budgets=budgets, strategy="best_of_n", out=str(out / "search-orm")
+    )
     o = run_search(orm, progress=True)
     print((out / "search" / "table.md").read_text())
     print("best-of-N ranked by the ORM (last-step score):")
@@ -190,8 +215,7 @@ def stage_grpo(out: Path, steps: int, runs: list[str], quick: bool = False) -> N
         trainer.train()
         r = evaluate(trainer.policy, task.build().heldout(), task.eval_verifiers(), EvalConfig(n_samples=0))
         rows[name] = (r, time.time() - t0)
-    base = evaluate(load_policy("builtin:base"), task.build().heldout(), task.eval_verifiers(),
-                    EvalConfig(n_samples=0))  # fmt: skip
+    base = evaluate(load_policy("builtin:base"), task.build().heldout(), task.eval_verifiers(), EvalConfig(n_samples=0))
     print("\n| run | held-out greedy accuracy | process rate | right answer, wrong steps | train+eval s |")
     print("|---|---|---|---|---|")
     print(f"| base | {base.greedy_accuracy:.3f} | {base.process_rate:.3f} | {base.wrong_steps_rate:.3f} | - |")
@@ -209,25 +233,45 @@ def stage_revision(out: Path, problems: int, quick: bool) -> None:
 
     for name, split, n in (("", "train", 8 if quick else 2000), ("-heldout", "heldout", 8 if quick else 100)):
         s = make_revision_pairs(
-            RevisionPairsConfig(problems=n, split=split, history=1,  # single pairs: benchmarks/revision.py has chains
-                                samples=4 if quick else 8, output=str(out / f"revision-pairs{name}.jsonl"))
+            RevisionPairsConfig(
+                problems=n,
+                split=split,
+                history=1,  # single pairs: benchmarks/revision.py has chains
+                samples=4 if quick else 8,
+                output=str(out / f"revision-pairs{name}.jsonl"),
+            )
         )
-        print(f"revision pairs ({split}): {s['pairs']} pairs from {s['problems_with_pairs']} of {s['problems']} "
-              "problems, "
-              f"mean edit distance {s['mean_edit_distance']:.1f}, {s['seconds']} s")  # fmt: skip
-    task = {"name": "jsonl", "data": str(out / "revision-pairs.jsonl"), "verifier": "arithmetic-outcome",
-            "heldout_data": str(out / "revision-pairs-heldout.jsonl")}  # fmt: skip
+        print(
+            f"revision pairs ({split}): {s['pairs']} pairs from {s['problems_with_pairs']} of {s['problems']} "
+            "problems, "
+            f"mean edit distance {s['mean_edit_distance']:.1f}, {s['seconds']} s"
+        )
+    task = {
+        "name": "jsonl",
+        "data": str(out / "revision-pairs.jsonl"),
+        "verifier": "arithmetic-outcome",
+        "heldout_data": str(out / "revision-pairs-heldout.jsonl"),
+    }
     shutil.rmtree(out / "revision-sft", ignore_errors=True)  # this benchmark's own earlier run of the stage
-    cfg = build_config(TrainConfig, {"algo": "sft", "run_dir": str(out / "revision-sft"), "task": task,
-                                     "steps": 1 if quick else 100}, {})  # fmt: skip
+    cfg = build_config(
+        TrainConfig,
+        {"algo": "sft", "run_dir": str(out / "revision-sft"), "task": task, "steps": 1 if quick else 100},
+        {},
+    )
     Trainer(cfg, progress=True).train()
     budgets = "1,2" if quick else "1,2,4,8,16"
     print("\n| strategy | select | budget (attempts) | accuracy | mean tokens |\n|---|---|---|---|---|")
     for select in ("prm",) if quick else ("prm", "majority", "last"):
-        sc = SearchConfig(prm=str(out / "prm"), problems=problems, budgets=budgets, strategy="revision",
-                          revision_policy=str(out / "revision-sft" / "final"), revision_select=select,
-                          revision_history=1,
-                          out=str(out / f"search-revision-{select}"))  # fmt: skip
+        sc = SearchConfig(
+            prm=str(out / "prm"),
+            problems=problems,
+            budgets=budgets,
+            strategy="revision",
+            revision_policy=str(out / "revision-sft" / "final"),
+            revision_select=select,
+            revision_history=1,
+            out=str(out / f"search-revision-{select}"),
+        )
         r = run_search(sc, progress=True)
         for b, c in r["strategies"]["revision"].items():
             print(f"| revision | {select} | {b} | {c['accuracy']:.3f} | {c['mean_tokens']:.1f} |")
@@ -235,11 +279,17 @@ def stage_revision(out: Path, problems: int, quick: bool) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--out", default="", help="directory of every stage's files (default: runs/bench-prm; --quick: "
-                                              "a scratch directory, removed after)")
+    ap.add_argument(
+        "--out",
+        default="",
+        help="directory of every stage's files (default: runs/bench-prm; --quick: a scratch directory, removed after)",
+    )
     ap.add_argument("--stages", default=",".join(STAGES), help="comma-separated: " + ", ".join(STAGES))
-    ap.add_argument("--completers", default="faithful,base",
-                    help="label stage: faithful (stage completer's model) | base (the policy) | a model directory")
+    ap.add_argument(
+        "--completers",
+        default="faithful,base",
+        help="label stage: faithful (stage completer's model) | base (the policy) | a model directory",
+    )
     ap.add_argument("--variants", default=",".join(PRM_VARIANTS), help="train stage: " + ", ".join(PRM_VARIANTS))
     ap.add_argument("--problems", type=int, default=200, help="held-out problems in the search stage")
     ap.add_argument("--grpo_steps", type=int, default=200, help="steps of each GRPO run")

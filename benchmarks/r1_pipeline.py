@@ -27,8 +27,17 @@ from veriloop.config import build_config, load_yaml  # noqa: E402
 from veriloop.pipeline import PipelineConfig, options_for, run_pipeline  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
-QUICK = {"cold_start_steps": "1", "rl_steps": "1", "rs_problems": "4", "rs_samples": "2", "sft_steps": "1",
-         "rl_again_steps": "1", "eval_problems": "4", "rl.rollout.prompts_per_step": "2", "rl.rollout.group_size": "2"}
+QUICK = {
+    "cold_start_steps": "1",
+    "rl_steps": "1",
+    "rs_problems": "4",
+    "rs_samples": "2",
+    "sft_steps": "1",
+    "rl_again_steps": "1",
+    "eval_problems": "4",
+    "rl.rollout.prompts_per_step": "2",
+    "rl.rollout.group_size": "2",
+}
 
 
 def main() -> None:
@@ -54,8 +63,11 @@ def main() -> None:
                 extra = {"variant": variant, "seed": str(seed), "run_dir": f"{tmp}/{variant}-{seed}"}
                 if variant == "rl-long":
                     extra["max_minutes"] = str(min(r1_minutes, 1 / 60) if args.quick else r1_minutes)
-                cfg = build_config(PipelineConfig, options_for(variant, load_yaml(args.config)),
-                                   {**options_for(variant, overrides), **extra})
+                cfg = build_config(
+                    PipelineConfig,
+                    options_for(variant, load_yaml(args.config)),
+                    {**options_for(variant, overrides), **extra},
+                )
                 start = time.time()
                 state = run_pipeline(cfg, progress=False)
                 took = time.time() - start
@@ -64,18 +76,28 @@ def main() -> None:
                 for stage, e in state["stages"].items():
                     if e.get("heldout"):
                         rows.setdefault((variant, stage), []).append(e["heldout"])
-                done = [f"{s} {e['heldout']['greedy_accuracy']:.3f}" for s, e in state["stages"].items()
-                        if e.get("heldout")]  # fmt: skip
+                done = [
+                    f"{s} {e['heldout']['greedy_accuracy']:.3f}" for s, e in state["stages"].items() if e.get("heldout")
+                ]
                 print(f"[seed {seed} {variant}: {took:.0f} s] " + ", ".join(done), flush=True)
     print(f"\nHeld-out (greedy), mean ± sd over seeds {args.seeds}:\n")
     print("| run | after stage | accuracy | right answer, wrong steps |\n|---|---|---:|---:|")
     for (variant, stage), hs in rows.items():
-        print(f"| {variant} | {stage} | {fmt([h['greedy_accuracy'] for h in hs])} | "
-              f"{fmt([h['wrong_steps_rate'] for h in hs])} |")  # fmt: skip
+        print(
+            f"| {variant} | {stage} | {fmt([h['greedy_accuracy'] for h in hs])} | "
+            f"{fmt([h['wrong_steps_rate'] for h in hs])} |"
+        )
     print("\nwall seconds per run: " + ", ".join(f"{v} {fmt(s, 0)}" for v, s in seconds.items()))
     print(f"{time.time() - t0:.0f} s in all")
-    save(args, "r1_pipeline", {"args": vars(args), "seconds": seconds,
-                               "heldout": [{"variant": v, "stage": st, "seeds": hs} for (v, st), hs in rows.items()]})
+    save(
+        args,
+        "r1_pipeline",
+        {
+            "args": vars(args),
+            "seconds": seconds,
+            "heldout": [{"variant": v, "stage": st, "seeds": hs} for (v, st), hs in rows.items()],
+        },
+    )
 
 
 if __name__ == "__main__":

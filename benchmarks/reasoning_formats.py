@@ -42,12 +42,27 @@ from veriloop.training.trainer import Trainer  # noqa: E402
 from veriloop.verifiers.tools import tool_settings  # noqa: E402
 
 VERIFIER = {"cot": "arithmetic-outcome", "pot": "arithmetic-pot", "tool": "arithmetic-tool"}
-SFT = {"policy": "builtin:base", "rollout.prompts_per_step": 128, "optim.lr": 2e-3, "optim.weight_decay": 0.01,
-       "optim.warmup_steps": 50, "optim.schedule": "cosine"}  # fmt: skip
-GRPO = {"rollout.prompts_per_step": 16, "rollout.group_size": 8, "steps": 100_000, "checkpoint_every": 100_000,
-        "save_rollouts": False}  # fmt: skip
-QUICK = {"task.arithmetic.validation_size": 4, "task.arithmetic.heldout_size": 4, "rollout.prompts_per_step": 2,
-         "rollout.group_size": 2}  # fmt: skip
+SFT = {
+    "policy": "builtin:base",
+    "rollout.prompts_per_step": 128,
+    "optim.lr": 2e-3,
+    "optim.weight_decay": 0.01,
+    "optim.warmup_steps": 50,
+    "optim.schedule": "cosine",
+}
+GRPO = {
+    "rollout.prompts_per_step": 16,
+    "rollout.group_size": 8,
+    "steps": 100_000,
+    "checkpoint_every": 100_000,
+    "save_rollouts": False,
+}
+QUICK = {
+    "task.arithmetic.validation_size": 4,
+    "task.arithmetic.heldout_size": 4,
+    "rollout.prompts_per_step": 2,
+    "rollout.group_size": 2,
+}
 
 
 def base_of(fmt_name: str, args) -> tuple[str, dict]:
@@ -55,10 +70,23 @@ def base_of(fmt_name: str, args) -> tuple[str, dict]:
     if fmt_name == "cot":
         return "builtin:base", {"base": "builtin:base"}
     run_dir = Path(args.work) / f"sft-{fmt_name}"
-    cfg = build_config(TrainConfig, {}, {
-        **SFT, "algo": "sft", "run_dir": str(run_dir), "steps": args.sft_steps, "eval_every": args.sft_every,
-        "checkpoint_every": args.sft_every, "keep_checkpoints": args.sft_steps // args.sft_every + 1,
-        "task.reasoning": fmt_name, "verifier": VERIFIER[fmt_name], "threads": args.threads, **args.extra})  # fmt: skip
+    cfg = build_config(
+        TrainConfig,
+        {},
+        {
+            **SFT,
+            "algo": "sft",
+            "run_dir": str(run_dir),
+            "steps": args.sft_steps,
+            "eval_every": args.sft_every,
+            "checkpoint_every": args.sft_every,
+            "keep_checkpoints": args.sft_steps // args.sft_every + 1,
+            "task.reasoning": fmt_name,
+            "verifier": VERIFIER[fmt_name],
+            "threads": args.threads,
+            **args.extra,
+        },
+    )
     if not (run_dir / "final").is_dir():
         Trainer(cfg, progress=True).train()
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
@@ -66,32 +94,60 @@ def base_of(fmt_name: str, args) -> tuple[str, dict]:
     best = max(curve, key=lambda s: (curve[s], s))
     model = run_dir / "final" if best == args.sft_steps else run_dir / "checkpoints" / f"step-{best:06d}" / "model"
     if not model.is_dir():
-        raise SystemExit(f"{run_dir}: validation chose step {best}, and its checkpoint {model} is not there (an SFT "
-                         f"run made with checkpoint_every {args.sft_every} keeps it)")  # fmt: skip
+        raise SystemExit(
+            f"{run_dir}: validation chose step {best}, and its checkpoint {model} is not there (an SFT "
+            f"run made with checkpoint_every {args.sft_every} keeps it)"
+        )
     return str(model), {"base": str(model), "validation_curve": curve, "chosen_step": best}
 
 
 def heldout(model: str, fmt_name: str, extra: dict) -> dict:
     cfg = build_config(TrainConfig, {}, {"task.reasoning": fmt_name, "verifier": VERIFIER[fmt_name], **extra})
     task = cfg.task.build()
-    r = evaluate(load_policy(model), task.heldout(), cfg.task.eval_verifiers(), EvalConfig(n_samples=0),
-                 tools=tool_settings(task))  # fmt: skip
-    return {"accuracy": r.greedy_accuracy, "wrong_steps": r.wrong_steps_rate, "tokens": r.mean_completion_tokens,
-            "calls": r.tool_stats.get("calls_per_problem"), "failures": r.tool_stats.get("failure_rate")}
+    r = evaluate(
+        load_policy(model),
+        task.heldout(),
+        cfg.task.eval_verifiers(),
+        EvalConfig(n_samples=0),
+        tools=tool_settings(task),
+    )
+    return {
+        "accuracy": r.greedy_accuracy,
+        "wrong_steps": r.wrong_steps_rate,
+        "tokens": r.mean_completion_tokens,
+        "calls": r.tool_stats.get("calls_per_problem"),
+        "failures": r.tool_stats.get("failure_rate"),
+    }
 
 
 def grpo(base: str, fmt_name: str, seed: int, args) -> dict:
     run_dir = Path(args.work) / f"grpo-{fmt_name}-seed{seed}"
-    cfg = build_config(TrainConfig, {}, {**GRPO, "run_dir": str(run_dir), "policy": base, "seed": seed,
-                                         "task.reasoning": fmt_name, "verifier": VERIFIER[fmt_name],
-                                         "max_sampled_tokens": args.tokens, "threads": args.threads,
-                                         **args.extra})  # fmt: skip
+    cfg = build_config(
+        TrainConfig,
+        {},
+        {
+            **GRPO,
+            "run_dir": str(run_dir),
+            "policy": base,
+            "seed": seed,
+            "task.reasoning": fmt_name,
+            "verifier": VERIFIER[fmt_name],
+            "max_sampled_tokens": args.tokens,
+            "threads": args.threads,
+            **args.extra,
+        },
+    )
     t0 = time.time()
     trainer = Trainer(cfg, progress=True)
     trainer.train()
     rows = trainer.metrics.rows
-    return {"seed": seed, "steps": len(rows), "sampled_tokens": sum(r["sampled_tokens"] for r in rows),
-            "train_seconds": time.time() - t0, **heldout(str(run_dir / "final"), fmt_name, args.extra)}
+    return {
+        "seed": seed,
+        "steps": len(rows),
+        "sampled_tokens": sum(r["sampled_tokens"] for r in rows),
+        "train_seconds": time.time() - t0,
+        **heldout(str(run_dir / "final"), fmt_name, args.extra),
+    }
 
 
 def main() -> None:
@@ -114,19 +170,32 @@ def main() -> None:
     if any(f not in VERIFIER for f in formats):
         raise SystemExit(f"--formats: each of {tuple(VERIFIER)}, got {args.formats!r}")
     out = {}
-    print(f"| format | policy | held-out greedy | right answer, wrong steps | tokens | tool calls / problem | tool "
-          f"failures | GRPO steps ({args.tokens:,} sampled tokens) | train s |")  # fmt: skip
+    print(
+        f"| format | policy | held-out greedy | right answer, wrong steps | tokens | tool calls / problem | tool "
+        f"failures | GRPO steps ({args.tokens:,} sampled tokens) | train s |"
+    )
     print("|---|---|---:|---:|---:|---:|---:|---:|---:|")
     for f in formats:
         base, chosen = base_of(f, args)
         b = heldout(base, f, args.extra)
         runs = [grpo(base, f, s, args) for s in seeds]
         out[f] = {"base": {**chosen, **b}, "grpo": runs}
-        print(f"| {f} | base | {fmt([b['accuracy']])} | {fmt([b['wrong_steps']])} | {fmt([b['tokens']], 1)} | "
-              f"{fmt([b['calls']], 2)} | {fmt([b['failures']])} | | |")  # fmt: skip
-        cells = [fmt([r[k] for r in runs], d) for k, d in (("accuracy", 3), ("wrong_steps", 3), ("tokens", 1),
-                                                          ("calls", 2), ("failures", 3), ("steps", 0),
-                                                          ("train_seconds", 0))]  # fmt: skip
+        print(
+            f"| {f} | base | {fmt([b['accuracy']])} | {fmt([b['wrong_steps']])} | {fmt([b['tokens']], 1)} | "
+            f"{fmt([b['calls']], 2)} | {fmt([b['failures']])} | | |"
+        )
+        cells = [
+            fmt([r[k] for r in runs], d)
+            for k, d in (
+                ("accuracy", 3),
+                ("wrong_steps", 3),
+                ("tokens", 1),
+                ("calls", 2),
+                ("failures", 3),
+                ("steps", 0),
+                ("train_seconds", 0),
+            )
+        ]
         print(f"| {f} | GRPO | " + " | ".join(cells) + " |", flush=True)
     save(args, "reasoning_formats", {"args": vars(args), "formats": out})
     if args.quick:

@@ -37,8 +37,15 @@ from common import fmt, result_args, save, scratch  # noqa: E402
 
 PAGE = "report-browser"
 CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync"]  # fmt: skip
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
 FILTERS = {  # name: the page's filter fields
     "step range + reward + verdict": {"#f-step": "STEPS", "#f-reward_max": "0.5", "#f-outcome": "wrong"},
     "problem id": {"#f-problem": "p-0042"},
@@ -72,28 +79,55 @@ def make_run(run_dir: Path, steps: int, per_step: int, seed: int = 0) -> float:
                 ids = [rng.randint(3, 30) for _ in range(n)]
                 outcome = rng.choices(OUTCOMES, [0.5 + 0.4 * step / steps, 0.45 - 0.4 * step / steps, 0.05])[0]
                 truncated = rng.random() < 0.03
-                r = Record(problem_id=f"p-{rng.randint(0, 7472):04d}", group_id=f"{step}-0-{i // group}",
-                           prompt=f"{rng.randint(1, 99)}+{rng.randint(1, 99)}?", reference="0", prompt_ids=[5, 6, 7],
-                           completion_ids=ids, completion="".join(rng.choice(ALPHABET) for _ in range(n)),
-                           behavior_logprobs=[round(-rng.random(), 4) for _ in range(n)],
-                           sampling={"temperature": 1.0, "seed": rng.getrandbits(48)}, policy_version=step - 1,
-                           finish_reason="length" if truncated else "eos", reward=float(outcome == "correct"),
-                           reward_components={"outcome": float(outcome == "correct")}, verifier="arithmetic@1",
-                           verdict_outcome=outcome)  # fmt: skip
+                r = Record(
+                    problem_id=f"p-{rng.randint(0, 7472):04d}",
+                    group_id=f"{step}-0-{i // group}",
+                    prompt=f"{rng.randint(1, 99)}+{rng.randint(1, 99)}?",
+                    reference="0",
+                    prompt_ids=[5, 6, 7],
+                    completion_ids=ids,
+                    completion="".join(rng.choice(ALPHABET) for _ in range(n)),
+                    behavior_logprobs=[round(-rng.random(), 4) for _ in range(n)],
+                    sampling={"temperature": 1.0, "seed": rng.getrandbits(48)},
+                    policy_version=step - 1,
+                    finish_reason="length" if truncated else "eos",
+                    reward=float(outcome == "correct"),
+                    reward_components={"outcome": float(outcome == "correct")},
+                    verifier="arithmetic@1",
+                    verdict_outcome=outcome,
+                )
                 records.append(r)
                 advantage = round(rng.gauss(0, 1), 4)
                 rows.append({"key": record_key(r, i), "problem_id": r.problem_id, "advantage": advantage})
             store.write(step, records)
             values.write(step, rows)
             acc = sum(r.reward for r in records) / per_step
-            metrics.write(json.dumps({"step": step, "reward_mean": acc, "accuracy": acc, "kl": rng.random() * 0.01,
-                                      "entropy": 1 - 0.5 * step / steps, "completion_len_mean": 36 + rng.random(),
-                                      "truncation_rate": 0.03, "zero_variance_fraction": rng.random() * 0.3,
-                                      "ratio_min": 0.9, "ratio_max": 1.1, "clip_frac_low": 0.0, "clip_frac_high": 0.0,
-                                      "logprob_mismatch": 1e-6, "tokens_per_s": 5000.0, "time_generate_s": 0.3,
-                                      "time_verify_s": 0.05, "time_update_s": 0.2, "time_step_s": 0.6,
-                                      **({"validation_greedy_accuracy": acc} if step % 500 == 0 else {})})
-                          + "\n")  # fmt: skip
+            metrics.write(
+                json.dumps(
+                    {
+                        "step": step,
+                        "reward_mean": acc,
+                        "accuracy": acc,
+                        "kl": rng.random() * 0.01,
+                        "entropy": 1 - 0.5 * step / steps,
+                        "completion_len_mean": 36 + rng.random(),
+                        "truncation_rate": 0.03,
+                        "zero_variance_fraction": rng.random() * 0.3,
+                        "ratio_min": 0.9,
+                        "ratio_max": 1.1,
+                        "clip_frac_low": 0.0,
+                        "clip_frac_high": 0.0,
+                        "logprob_mismatch": 1e-6,
+                        "tokens_per_s": 5000.0,
+                        "time_generate_s": 0.3,
+                        "time_verify_s": 0.05,
+                        "time_update_s": 0.2,
+                        "time_step_s": 0.6,
+                        **({"validation_greedy_accuracy": acc} if step % 500 == 0 else {}),
+                    }
+                )
+                + "\n"
+            )
             bar.update(1)
     bar.close()
     marker.write_text(json.dumps({"steps": steps, "per_step": per_step, "seed": seed}))
@@ -107,8 +141,9 @@ def _size(path: Path) -> int:
 def serve(run_dir: Path) -> tuple[subprocess.Popen, str, float]:
     """``veriloop report --serve RUN_DIR`` started as a user starts it: (the process, its URL, seconds to the URL)."""
     start = time.perf_counter()
-    proc = subprocess.Popen([sys.executable, "-m", "veriloop.cli", "report", str(run_dir), "--serve"],
-                            stdout=subprocess.PIPE, text=True)  # fmt: skip
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "veriloop.cli", "report", str(run_dir), "--serve"], stdout=subprocess.PIPE, text=True
+    )
     line = proc.stdout.readline()
     match = re.search(r"http://127\.0\.0\.1:\d+/", line)
     if match is None:
@@ -123,8 +158,11 @@ def open_page(browser, url: str) -> tuple[object, list]:
     errors = []
     page.on("pageerror", lambda e: errors.append(str(e)))
     page.goto(url + "#curves")
-    page.wait_for_function("() => window.veriloop && Object.keys(window.veriloop.drawn).length >= "
-                           "window.veriloop.data.curves.panels.length", timeout=60_000)  # fmt: skip
+    page.wait_for_function(
+        "() => window.veriloop && Object.keys(window.veriloop.drawn).length >= "
+        "window.veriloop.data.curves.panels.length",
+        timeout=60_000,
+    )
     page.click("#tab-rollouts")
     page.wait_for_selector("#rec-list tr[data-k]", timeout=60_000)
     return page, errors
@@ -134,8 +172,7 @@ def measure(run_dir: Path, rounds: int, steps: int) -> dict:
     """Each round: a new server process, its page opened as soon as it prints its address, then each filter."""
     from playwright.sync_api import sync_playwright
 
-    out = {"url_s": [], "open_s": [], "command_to_open_s": [], "filters_s": {k: [] for k in FILTERS},
-           "matches": {}}  # fmt: skip
+    out = {"url_s": [], "open_s": [], "command_to_open_s": [], "filters_s": {k: [] for k in FILTERS}, "matches": {}}
     with sync_playwright() as p:
         # Chromium's singleton socket lives under TMPDIR, whose path may be too long for a socket (a test's)
         browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, env={**os.environ, "TMPDIR": "/tmp"})
@@ -194,8 +231,13 @@ def main(argv: list[str] | None = None) -> dict:
     out = Path(args.out or (scratch() / "report-large-run" if args.quick else Path("runs/bench/report-large-run")))
     made = make_run(out, args.steps, args.per_step)
     m = measure(out, args.rounds, args.steps)
-    result = {"steps": args.steps, "records": args.steps * args.per_step, "run_dir_mb": round(_size(out) / 2**20, 1),
-              "make_s": round(made, 1), **m}  # fmt: skip
+    result = {
+        "steps": args.steps,
+        "records": args.steps * args.per_step,
+        "run_dir_mb": round(_size(out) / 2**20, 1),
+        "make_s": round(made, 1),
+        **m,
+    }
     print(table([result]))
     save(args, "report_large_run", result)
     return result
@@ -203,8 +245,10 @@ def main(argv: list[str] | None = None) -> dict:
 
 def table(results: list[dict]) -> str:
     head = "| steps | records | run directory | command to page open (s) | page open (s) | "
-    lines = [head + " | ".join(f"filter: {k} (s)" for k in FILTERS) + " |",
-             "|---:|---:|---:|---:|---:|" + "---:|" * len(FILTERS)]  # fmt: skip
+    lines = [
+        head + " | ".join(f"filter: {k} (s)" for k in FILTERS) + " |",
+        "|---:|---:|---:|---:|---:|" + "---:|" * len(FILTERS),
+    ]
     for r in results:
         filters = " | ".join(f"{fmt(r['filters_s'][k], 2)} ({r['matches'][k]:,} match)" for k in FILTERS)
         size = f"{r['run_dir_mb']:,} MB"
@@ -215,18 +259,25 @@ def table(results: list[dict]) -> str:
 
 def render(results: list[dict]) -> str:
     results = [r for r in results if not r["stamp"].get("quick")]
-    parts = ["# Run browser on a long run", "",
-             "`veriloop report --serve` on a synthetic run directory made the way a training run writes one, opened "
-             "and filtered in headless Chromium (`benchmarks/report_large_run.py`). Goals: open under 5 s, each "
-             "filter under 1 s. *Command to page open* counts from starting `veriloop report --serve` (a new "
-             "process) to every chart drawn and the records' first page listed; *page open* from navigating to the "
-             "address it prints. Times are mean ± sd over the rounds; each round starts a new server and opens "
-             "fresh pages.", "",
-             table(results), ""]  # fmt: skip
+    parts = [
+        "# Run browser on a long run",
+        "",
+        "`veriloop report --serve` on a synthetic run directory made the way a training run writes one, opened "
+        "and filtered in headless Chromium (`benchmarks/report_large_run.py`). Goals: open under 5 s, each "
+        "filter under 1 s. *Command to page open* counts from starting `veriloop report --serve` (a new "
+        "process) to every chart drawn and the records' first page listed; *page open* from navigating to the "
+        "address it prints. Times are mean ± sd over the rounds; each round starts a new server and opens "
+        "fresh pages.",
+        "",
+        table(results),
+        "",
+    ]
     for r in results:
         s = r["stamp"]
-        parts += [f"- `{s['command']}` at {s['commit']}, {s['date']}, {s['machine']}; from the command to its "
-                  f"address {fmt(r['url_s'], 2)} s; the directory made in {r['make_s']} s (0: reused)."]  # fmt: skip
+        parts += [
+            f"- `{s['command']}` at {s['commit']}, {s['date']}, {s['machine']}; from the command to its "
+            f"address {fmt(r['url_s'], 2)} s; the directory made in {r['make_s']} s (0: reused)."
+        ]
     return "\n".join(parts) + "\n"
 
 

@@ -35,19 +35,27 @@ from veriloop.training.config import TrainConfig  # noqa: E402
 from veriloop.training.trainer import Trainer  # noqa: E402
 
 
-def revision_model(root: Path, history: int, train_problems: int, steps: int, heldout_problems: int = 100,
-                   samples: int = 8) -> tuple[str, dict]:  # fmt: skip
+def revision_model(
+    root: Path, history: int, train_problems: int, steps: int, heldout_problems: int = 100, samples: int = 8
+) -> tuple[str, dict]:
     files = {}
     for split, n in (("train", train_problems), ("heldout", heldout_problems)):
         files[split] = str(root / f"pairs-h{history}-{split}.jsonl")
-        summary = make_revision_pairs(RevisionPairsConfig(problems=n, split=split, history=history, samples=samples,
-                                                          output=files[split]), progress=False)  # fmt: skip
+        summary = make_revision_pairs(
+            RevisionPairsConfig(problems=n, split=split, history=history, samples=samples, output=files[split]),
+            progress=False,
+        )
         if split == "train":
             pairs = summary
-    task = {"name": "jsonl", "data": files["train"], "heldout_data": files["heldout"],
-            "verifier": "arithmetic-outcome"}
-    data = {"algo": "sft", "run_dir": str(root / f"sft-h{history}"), "task": task, "steps": steps,
-            "save_rollouts": False, "checkpoint_every": 10**6}  # fmt: skip
+    task = {"name": "jsonl", "data": files["train"], "heldout_data": files["heldout"], "verifier": "arithmetic-outcome"}
+    data = {
+        "algo": "sft",
+        "run_dir": str(root / f"sft-h{history}"),
+        "task": task,
+        "steps": steps,
+        "save_rollouts": False,
+        "checkpoint_every": 10**6,
+    }
     cfg = build_config(TrainConfig, data, {})
     Trainer(cfg, progress=False).train()
     return str(root / f"sft-h{history}" / "final"), pairs
@@ -75,23 +83,36 @@ def main() -> None:
     lines, cells = [], []
     with tempfile.TemporaryDirectory() as tmp:
         for history in [int(h) for h in args.histories.split(",")]:
-            model, pairs = revision_model(Path(tmp), history, args.train_problems, args.sft_steps,
-                                          *((4, 4) if args.quick else ()))  # fmt: skip
-            print(f"history {history}: {pairs['pairs']} demonstrations from {pairs['problems_with_pairs']} problems, "
-                  f"mean attempts {pairs['mean_attempts']:.2f}, mean edit distance {pairs['mean_edit_distance']:.1f} "
-                  f"({time.time() - t0:.0f} s)", flush=True)  # fmt: skip
+            model, pairs = revision_model(
+                Path(tmp), history, args.train_problems, args.sft_steps, *((4, 4) if args.quick else ())
+            )
+            print(
+                f"history {history}: {pairs['pairs']} demonstrations from {pairs['problems_with_pairs']} problems, "
+                f"mean attempts {pairs['mean_attempts']:.2f}, mean edit distance {pairs['mean_edit_distance']:.1f} "
+                f"({time.time() - t0:.0f} s)",
+                flush=True,
+            )
             for chains in [int(c) for c in args.chains.split(",")]:
                 for select in args.selects.split(","):
-                    cfg = SearchConfig(strategy="revision", budgets=str(args.budget), problems=args.problems,
-                                       revision_policy=model, revision_select=select, revision_history=history,
-                                       revision_chains=chains, bin_samples=1,
-                                       out=f"{tmp}/s-{history}-{chains}-{select}")  # fmt: skip
+                    cfg = SearchConfig(
+                        strategy="revision",
+                        budgets=str(args.budget),
+                        problems=args.problems,
+                        revision_policy=model,
+                        revision_select=select,
+                        revision_history=history,
+                        revision_chains=chains,
+                        bin_samples=1,
+                        out=f"{tmp}/s-{history}-{chains}-{select}",
+                    )
                     c = run_search(cfg, progress=False, policy=policy)["strategies"]["revision"][str(args.budget)]
                     r2w, w2r = c.get("right_to_wrong_rate"), c.get("wrong_to_right_rate")
                     cells.append({"history": history, "chains": chains, "select": select, **c})
-                    lines.append(f"| {history} | {chains} x {args.budget // chains} | {select} | {c['accuracy']:.3f} | "
-                                 f"{c['mean_tokens']:.1f} | {'-' if r2w is None else f'{r2w:.3f}'} | "
-                                 f"{'-' if w2r is None else f'{w2r:.3f}'} |")  # fmt: skip
+                    lines.append(
+                        f"| {history} | {chains} x {args.budget // chains} | {select} | {c['accuracy']:.3f} | "
+                        f"{c['mean_tokens']:.1f} | {'-' if r2w is None else f'{r2w:.3f}'} | "
+                        f"{'-' if w2r is None else f'{w2r:.3f}'} |"
+                    )
                     print(lines[-1], flush=True)
     print(f"\n{args.problems} held-out problems, {args.budget} attempts each, seed 0:\n")
     print("| history | chains x attempts | select | accuracy | mean tokens | right -> wrong | wrong -> right |")

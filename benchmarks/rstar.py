@@ -38,8 +38,13 @@ from veriloop.models.loading import load_policy  # noqa: E402
 from veriloop.prm.model import load_prm  # noqa: E402
 from veriloop.search.run import SearchConfig, run_search  # noqa: E402
 
-BASELINES = {"single": "1", "mcts": "4,8,16,32", "beam": "4,8,16,32,64", "best_of_n": "4,8,16,32,64",
-             "majority": "4,8,16,32,64"}
+BASELINES = {
+    "single": "1",
+    "mcts": "4,8,16,32",
+    "beam": "4,8,16,32,64",
+    "best_of_n": "4,8,16,32,64",
+    "majority": "4,8,16,32,64",
+}
 
 
 def main() -> None:
@@ -69,8 +74,9 @@ def main() -> None:
         made = make_prm(Path(tmp), args.quick) if not args.prm or args.discriminator == "completer" else ""
         prm_dir = args.prm or made
         prm, policy = load_prm(prm_dir), load_policy("builtin:base")
-        disc = {"policy": "", "completer": str(Path(tmp) / "completer" / "final")}.get(args.discriminator,
-                                                                                     args.discriminator)  # fmt: skip
+        disc = {"policy": "", "completer": str(Path(tmp) / "completer" / "final")}.get(
+            args.discriminator, args.discriminator
+        )
         wanted = args.strategies.split(",")
         for seed in parse_seeds(args.seeds):
             for strategy, budgets in {"rstar": args.rstar_budgets, **baselines}.items():
@@ -78,36 +84,59 @@ def main() -> None:
                     continue
                 # expand where the strategy reads it (best-of-N and majority refuse an option they do not read)
                 expand = {"expand": args.expand} if strategy in ("rstar", "mcts", "beam") else {}
-                cfg = SearchConfig(strategy=strategy, budgets=budgets, problems=args.problems, split="heldout",
-                                   bin_samples=1, seed=seed, out=f"{tmp}/{strategy}-{seed}", discriminator=disc,
-                                   **expand)  # fmt: skip
+                cfg = SearchConfig(
+                    strategy=strategy,
+                    budgets=budgets,
+                    problems=args.problems,
+                    split="heldout",
+                    bin_samples=1,
+                    seed=seed,
+                    out=f"{tmp}/{strategy}-{seed}",
+                    discriminator=disc,
+                    **expand,
+                )
                 scorer = None if strategy in ("rstar", "majority", "single") else prm
                 summary = run_search(cfg, progress=False, policy=policy, prm=scorer)
                 for b, c in summary["strategies"][strategy].items():
                     cells.setdefault((strategy, b), []).append(c)
-                done = " ".join(f"{b}:{c['accuracy']:.3f}/{c['mean_tokens']:.0f}t"
-                                for b, c in summary["strategies"][strategy].items())  # fmt: skip
+                done = " ".join(
+                    f"{b}:{c['accuracy']:.3f}/{c['mean_tokens']:.0f}t"
+                    for b, c in summary["strategies"][strategy].items()
+                )
                 print(f"seed {seed} {strategy}: {done} ({time.time() - t0:.0f} s)", flush=True)
     print(table(cells, args.rstar_budgets, wanted, baselines))
     print(f"\n{args.problems} held-out problems, seeds {args.seeds}, expand {args.expand}; {time.time() - t0:.0f} s")
-    save(args, "rstar", {"args": vars(args), "budgets": {"rstar": args.rstar_budgets, **baselines},
-                         "cells": [{"strategy": s, "budget": b, "seeds": cs} for (s, b), cs in cells.items()],
-                         "seconds": time.time() - t0})  # fmt: skip
+    save(
+        args,
+        "rstar",
+        {
+            "args": vars(args),
+            "budgets": {"rstar": args.rstar_budgets, **baselines},
+            "cells": [{"strategy": s, "budget": b, "seeds": cs} for (s, b), cs in cells.items()],
+            "seconds": time.time() - t0,
+        },
+    )
 
 
-def table(cells: dict[tuple[str, str], list[dict]], rstar_budgets: str, wanted: list[str],
-          budgets: dict[str, str] = BASELINES) -> str:  # fmt: skip
+def table(
+    cells: dict[tuple[str, str], list[dict]], rstar_budgets: str, wanted: list[str], budgets: dict[str, str] = BASELINES
+) -> str:
     baselines = {s: b for s, b in budgets.items() if s in wanted}
-    lines = ["| rStar rollouts | rStar accuracy | rStar tokens | " + " | ".join(baselines) + " |",
-             "|---|---:|---:|" + "---|" * len(baselines)]  # fmt: skip
+    lines = [
+        "| rStar rollouts | rStar accuracy | rStar tokens | " + " | ".join(baselines) + " |",
+        "|---|---:|---:|" + "---|" * len(baselines),
+    ]
     mean = lambda xs: sum(xs) / len(xs)  # noqa: E731
     for b in rstar_budgets.split(","):
         rs = cells[("rstar", b.strip())]
         tokens = mean([c["mean_tokens"] for c in rs])
         row = [b, fmt([c["accuracy"] for c in rs]), fmt([c["mean_tokens"] for c in rs], 0)]
         for s, budgets in baselines.items():
-            fits = [(mean([c["accuracy"] for c in cells[(s, x)]]), x) for x in budgets.split(",")
-                    if mean([c["mean_tokens"] for c in cells[(s, x)]]) <= tokens]  # fmt: skip
+            fits = [
+                (mean([c["accuracy"] for c in cells[(s, x)]]), x)
+                for x in budgets.split(",")
+                if mean([c["mean_tokens"] for c in cells[(s, x)]]) <= tokens
+            ]
             if not fits:
                 row.append("-")
                 continue

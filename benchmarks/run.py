@@ -183,8 +183,12 @@ def main() -> None:
     ]
     ours = _spawn(common + ["--worker", "sampler", "--engine", "ours"], args.quick)
     hf = _spawn(common + ["--worker", "sampler", "--engine", "hf"], args.quick)
-    grpo = _spawn(common + ["--worker", "grpo", "--steps", str(args.steps), "--skip-flat", args.skip_flat]
-                  + ["--quick"] * args.quick, args.quick)  # fmt: skip
+    grpo = _spawn(
+        common
+        + ["--worker", "grpo", "--steps", str(args.steps), "--skip-flat", args.skip_flat]
+        + ["--quick"] * args.quick,
+        args.quick,
+    )
     print(
         f"# policy {args.policy}; {args.prompts} prompts x {args.group} samples, temperature {args.temperature}, "
         f"max_new_tokens {args.max_new_tokens}; torch {torch.__version__}, {torch.get_num_threads()} threads"

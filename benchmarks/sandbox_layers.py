@@ -22,15 +22,19 @@ from veriloop.verifiers.sandbox import run_program
 
 def rows(best: si.Isolation) -> list[tuple[str, si.Isolation, bool]]:
     out = []
-    for name, ns, cgroup, seccomp in [("namespaces+seccomp+pids-cgroup", True, True, True),
-                                      ("namespaces+pids-cgroup", True, True, False),
-                                      ("namespaces+seccomp", True, False, True), ("namespaces", True, False, False),
-                                      ("seccomp (process layers)", False, False, True),
-                                      ("process layers", False, False, False)]:  # fmt: skip
+    for name, ns, cgroup, seccomp in [
+        ("namespaces+seccomp+pids-cgroup", True, True, True),
+        ("namespaces+pids-cgroup", True, True, False),
+        ("namespaces+seccomp", True, False, True),
+        ("namespaces", True, False, False),
+        ("seccomp (process layers)", False, False, True),
+        ("process layers", False, False, False),
+    ]:
         if (ns and not best.namespaces) or (cgroup and not best.pids_cgroup) or (seccomp and not best.seccomp):
             continue
-        out.append((name, si.Isolation(ns, best.pids_cgroup if cgroup else "", "", best.seccomp if seccomp else ""),
-                    True))  # fmt: skip
+        out.append(
+            (name, si.Isolation(ns, best.pids_cgroup if cgroup else "", "", best.seccomp if seccomp else ""), True)
+        )
     out += [(f"{name}, Popen.wait", iso, False) for name, iso, _ in (out[0], out[-1])]
     return out
 

@@ -31,8 +31,12 @@ import veriloop
 from veriloop.verifiers import get
 
 TESTS = "assert f(2) == 4\nassert f(-3) == 9\nassert f(10) == 100"
-HONEST = [("def f(x):\n    return x * x", 1.0), ("def f(x):\n    return x ** 2", 1.0),
-          ("def f(x):\n    return x + x", 0.0), ("def f(x):\n    return abs(x) * 2", 0.0)]  # fmt: skip
+HONEST = [
+    ("def f(x):\n    return x * x", 1.0),
+    ("def f(x):\n    return x ** 2", 1.0),
+    ("def f(x):\n    return x + x", 0.0),
+    ("def f(x):\n    return abs(x) * 2", 0.0),
+]
 HOSTILE = [
     "import os\nwhile True:\n    os.fork()",  # stopped by the audit hook (or the pids cgroup without it)
     "x = []\nwhile True:\n    x.append(bytearray(1 << 24))",
@@ -84,22 +88,28 @@ PAGE = "sandbox-throughput"
 def render(results: list[dict]) -> str:
     """The results page: one line per result (a commit measured once), in the order given (interleaved A/B)."""
     first = results[0]
-    lines = ["# Sandbox throughput", "",
-             "Honest assert-style submissions graded per second (each a sandboxed process), mean +- standard "
-             f"deviation over {first['repeats']} repeats of {first['runs']} runs.  \"Beside hostile\": a second grader "
-             "runs hostile submissions (fork bomb, memory hog, busy loop, output flood, disk flood, answer flood) "
-             "back to back on its own worker meanwhile; the wrong column counts honest verdicts that came out wrong "
-             "in all rows and repeats.  Made by `python benchmarks/sandbox_throughput.py` (the command of each line "
-             "is in its JSON, `docs/results/sandbox_throughput/`).", "",
-             "| commit | date | isolation | serial | 2 workers | 2 workers, beside hostile | wrong | hostile runs |",
-             "|---|---|---|---:|---:|---:|---:|---:|"]  # fmt: skip
+    lines = [
+        "# Sandbox throughput",
+        "",
+        "Honest assert-style submissions graded per second (each a sandboxed process), mean +- standard "
+        f'deviation over {first["repeats"]} repeats of {first["runs"]} runs.  "Beside hostile": a second grader '
+        "runs hostile submissions (fork bomb, memory hog, busy loop, output flood, disk flood, answer flood) "
+        "back to back on its own worker meanwhile; the wrong column counts honest verdicts that came out wrong "
+        "in all rows and repeats.  Made by `python benchmarks/sandbox_throughput.py` (the command of each line "
+        "is in its JSON, `docs/results/sandbox_throughput/`).",
+        "",
+        "| commit | date | isolation | serial | 2 workers | 2 workers, beside hostile | wrong | hostile runs |",
+        "|---|---|---|---:|---:|---:|---:|---:|",
+    ]
     for r in results:
         rows = {row["name"]: row for row in r["rows"]}
         names = ("serial", "2 workers", "2 workers, beside hostile")
         cells = [f"{rows[n]['mean']:.1f} +- {rows[n]['sd']:.1f}" for n in names]
         wrong, hostile = sum(row["wrong"] for row in r["rows"]), sum(row["hostile"] for row in r["rows"])
-        lines.append(f"| `{r['stamp']['commit']}` | {r['stamp']['date']} | `{r['layers']}` | {' | '.join(cells)} | "
-                     f"{wrong} | {hostile} |")  # fmt: skip
+        lines.append(
+            f"| `{r['stamp']['commit']}` | {r['stamp']['date']} | `{r['layers']}` | {' | '.join(cells)} | "
+            f"{wrong} | {hostile} |"
+        )
     lines += ["", f"Machine: {first['stamp']['machine']}."]
     return "\n".join(lines) + "\n"
 
@@ -115,19 +125,34 @@ def main() -> None:
     from veriloop.verifiers.sandbox import isolation
 
     checkout = Path(veriloop.__file__).resolve().parents[2]  # the veriloop measured (PYTHONPATH may name another)
-    result = {"stamp": stamp(sys.argv, checkout), "layers": isolation().layers, "runs": args.runs,
-              "repeats": args.repeats, "rows": []}
+    result = {
+        "stamp": stamp(sys.argv, checkout),
+        "layers": isolation().layers,
+        "runs": args.runs,
+        "repeats": args.repeats,
+        "rows": [],
+    }
     print(f"| row | honest runs/s (mean +- sd of {args.repeats}) | wrong honest verdicts | hostile runs meanwhile |")
     print("|---|---:|---:|---:|")
-    for name, workers, hostile in (("serial", 1, False), ("2 workers", 2, False),
-                                   ("2 workers, beside hostile", 2, True)):  # fmt: skip
+    for name, workers, hostile in (
+        ("serial", 1, False),
+        ("2 workers", 2, False),
+        ("2 workers, beside hostile", 2, True),
+    ):
         rates, wrong, attacks = [], 0, 0
         for _ in range(args.repeats):
             rate, w, h = timed(workers, args.runs, hostile)
             rates.append(rate)
             wrong, attacks = wrong + w, attacks + h
-        row = {"name": name, "workers": workers, "hostile": attacks, "rates": rates, "wrong": wrong,
-               "mean": statistics.fmean(rates), "sd": statistics.stdev(rates) if len(rates) > 1 else 0.0}  # fmt: skip
+        row = {
+            "name": name,
+            "workers": workers,
+            "hostile": attacks,
+            "rates": rates,
+            "wrong": wrong,
+            "mean": statistics.fmean(rates),
+            "sd": statistics.stdev(rates) if len(rates) > 1 else 0.0,
+        }
         result["rows"].append(row)
         print(f"| {name} | {row['mean']:.1f} +- {row['sd']:.1f} | {wrong} | {attacks} |", flush=True)
     save(args, "sandbox_throughput", result, checkout)

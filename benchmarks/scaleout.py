@@ -31,20 +31,51 @@ CONFIGS = {
     "local-lag1": ["--rollout.lag", "1"],
     "ray1-lag1": ["--rollout.engine", "ray", "--rollout.workers", "1", "--rollout.lag", "1"],
     "ray2": ["--rollout.engine", "ray", "--rollout.workers", "2", "--rollout.request_groups", "16"],
-    "ray2-lag1": ["--rollout.engine", "ray", "--rollout.workers", "2", "--rollout.request_groups", "16",
-                  "--rollout.lag", "1"],  # fmt: skip
+    "ray2-lag1": [
+        "--rollout.engine",
+        "ray",
+        "--rollout.workers",
+        "2",
+        "--rollout.request_groups",
+        "16",
+        "--rollout.lag",
+        "1",
+    ],
     "ddp2": ["--learner.strategy", "ddp", "--learner.world_size", "2"],
     # vLLM (run with .venv-vllm/bin/python): in the controller's process, or in one Ray actor, pipelined
     "vllm": ["--rollout.engine", "vllm"],
-    "ray1-vllm-lag1": ["--rollout.engine", "ray", "--rollout.workers", "1", "--ray.worker_engine", "vllm",
-                       "--rollout.lag", "1"],  # fmt: skip
+    "ray1-vllm-lag1": [
+        "--rollout.engine",
+        "ray",
+        "--rollout.workers",
+        "1",
+        "--ray.worker_engine",
+        "vllm",
+        "--rollout.lag",
+        "1",
+    ],
 }
 
 
 def run(name: str, steps: int, workdir: Path, extra: list[str]) -> dict:
     run_dir = workdir / name
-    args = [sys.executable, "-m", "veriloop.cli", "train", "--run_dir", str(run_dir), "--steps", str(steps),
-            "--checkpoint_every", str(steps), "--eval_every", "0", "--quiet", *CONFIGS[name], *extra]  # fmt: skip
+    args = [
+        sys.executable,
+        "-m",
+        "veriloop.cli",
+        "train",
+        "--run_dir",
+        str(run_dir),
+        "--steps",
+        str(steps),
+        "--checkpoint_every",
+        str(steps),
+        "--eval_every",
+        "0",
+        "--quiet",
+        *CONFIGS[name],
+        *extra,
+    ]
     t0 = time.time()
     subprocess.run(args, check=True, capture_output=True, text=True, timeout=3600)
     total = time.time() - t0
@@ -53,9 +84,15 @@ def run(name: str, steps: int, workdir: Path, extra: list[str]) -> dict:
     walls = [r["time_step_s"] for r in updating]
     gen = [r["time_generate_s"] for r in updating]
     upd = [r["time_update_s"] for r in updating]
-    return {"config": name, "steps_measured": len(walls), "wall_s_mean": statistics.mean(walls),
-            "wall_s_std": statistics.stdev(walls) if len(walls) > 1 else 0.0, "generate_s": statistics.mean(gen),
-            "update_s": statistics.mean(upd), "process_s": total}  # fmt: skip
+    return {
+        "config": name,
+        "steps_measured": len(walls),
+        "wall_s_mean": statistics.mean(walls),
+        "wall_s_std": statistics.stdev(walls) if len(walls) > 1 else 0.0,
+        "generate_s": statistics.mean(gen),
+        "update_s": statistics.mean(upd),
+        "process_s": total,
+    }
 
 
 def main() -> None:
@@ -67,9 +104,11 @@ def main() -> None:
     args = p.parse_args()
     if args.quick:
         args.steps, args.configs = 2, "local"
-        args.extra = ("--rollout.prompts_per_step 2 --rollout.group_size 2 --sampling.max_new_tokens 8 "
-                      "--task.arithmetic.heldout_size 8 --update.mask_truncated false "
-                      "--update.skip_zero_advantage false --threads 1 " + args.extra)
+        args.extra = (
+            "--rollout.prompts_per_step 2 --rollout.group_size 2 --sampling.max_new_tokens 8 "
+            "--task.arithmetic.heldout_size 8 --update.mask_truncated false "
+            "--update.skip_zero_advantage false --threads 1 " + args.extra
+        )
     names = [n.strip() for n in args.configs.split(",") if n.strip()]
     unknown = sorted(set(names) - set(CONFIGS))
     if unknown:
@@ -83,8 +122,10 @@ def main() -> None:
     print("| configuration | wall s/step (mean +- std) | sampling s | update s | steps measured | process s |")
     print("|---|---|---|---|---|---|")
     for r in results:
-        print(f"| {r['config']} | {r['wall_s_mean']:.2f} +- {r['wall_s_std']:.2f} | {r['generate_s']:.2f} | "
-              f"{r['update_s']:.2f} | {r['steps_measured']} | {r['process_s']:.0f} |")  # fmt: skip
+        print(
+            f"| {r['config']} | {r['wall_s_mean']:.2f} +- {r['wall_s_std']:.2f} | {r['generate_s']:.2f} | "
+            f"{r['update_s']:.2f} | {r['steps_measured']} | {r['process_s']:.0f} |"
+        )
     save(args, "scaleout", {"args": vars(args), "results": results})
 
 

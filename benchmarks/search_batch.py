@@ -65,8 +65,14 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         for r in range(args.rounds):
             for b in batches:
-                data = {"strategy": args.strategies, "budgets": args.budgets, "problems": args.problems,
-                        "batch_problems": b, "out": f"{tmp}/b{b}", "threads": args.threads}  # fmt: skip
+                data = {
+                    "strategy": args.strategies,
+                    "budgets": args.budgets,
+                    "problems": args.problems,
+                    "batch_problems": b,
+                    "out": f"{tmp}/b{b}",
+                    "threads": args.threads,
+                }
                 t0 = time.time()
                 summary = run_search(build_config(SearchConfig, data, {}), progress=False, policy=policy, prm=prm)
                 walls[b].append(time.time() - t0)
@@ -85,14 +91,27 @@ def main() -> None:
         cells = " | ".join(f"{m:.4f}" for m in med)
         print(f"| {key[0]} | {key[1]} | {cells} | {med[0] / med[-1]:.1f}x |")
     totals = " | ".join(f"{statistics.median(walls[b]):.1f}" for b in batches)
-    print(f"| whole run (s, median; bins included) | | {totals} | "
-          f"{statistics.median(walls[batches[0]]) / statistics.median(walls[batches[-1]]):.1f}x |")  # fmt: skip
-    print(f"\n{args.problems} problems, budgets {args.budgets}, {args.rounds} rounds, {args.threads} threads; "
-          f"results equal to batch {batches[0]}'s (all but seconds): "
-          + ", ".join(f"batch {b}: {'yes' if same[b] else 'NO'}" for b in batches))  # fmt: skip
-    save(args, "search_batch", {"args": vars(args), "wall_s": walls, "same_results": same,
-                                "seconds_per_problem": {f"{b}": {f"{k[0]} {k[1]}": v for k, v in per.items()}
-                                                        for b, per in seconds.items()}})  # fmt: skip
+    print(
+        f"| whole run (s, median; bins included) | | {totals} | "
+        f"{statistics.median(walls[batches[0]]) / statistics.median(walls[batches[-1]]):.1f}x |"
+    )
+    print(
+        f"\n{args.problems} problems, budgets {args.budgets}, {args.rounds} rounds, {args.threads} threads; "
+        f"results equal to batch {batches[0]}'s (all but seconds): "
+        + ", ".join(f"batch {b}: {'yes' if same[b] else 'NO'}" for b in batches)
+    )
+    save(
+        args,
+        "search_batch",
+        {
+            "args": vars(args),
+            "wall_s": walls,
+            "same_results": same,
+            "seconds_per_problem": {
+                f"{b}": {f"{k[0]} {k[1]}": v for k, v in per.items()} for b, per in seconds.items()
+            },
+        },
+    )
     if not all(same.values()):
         raise SystemExit("batched search chose other solutions than one problem at a time")
 

@@ -78,25 +78,36 @@ def sample(step: int, started: float, last: dict | None) -> dict:
     status = _status()
     below = descendants(os.getpid())
     now = time.time()
-    row = {"step": step, "rss_mb": _kb(status["VmRSS"]) / 1024, "peak_rss_mb": _kb(status["VmHWM"]) / 1024,
-           "fds": len(os.listdir("/proc/self/fd")), "children": len(below),
-           "children_rss_mb": descendants_rss_mb(below), "threads": int(status["Threads"]),
-           "py_threads": threading.active_count(), "py_objects": len(gc.get_objects()),
-           "elapsed_s": now - started}  # fmt: skip
+    row = {
+        "step": step,
+        "rss_mb": _kb(status["VmRSS"]) / 1024,
+        "peak_rss_mb": _kb(status["VmHWM"]) / 1024,
+        "fds": len(os.listdir("/proc/self/fd")),
+        "children": len(below),
+        "children_rss_mb": descendants_rss_mb(below),
+        "threads": int(status["Threads"]),
+        "py_threads": threading.active_count(),
+        "py_objects": len(gc.get_objects()),
+        "elapsed_s": now - started,
+    }
     if last is not None and step > last["step"]:
         row["s_per_step"] = (row["elapsed_s"] - last["elapsed_s"]) / (step - last["step"])
     return row
 
 
-HEADER = ("| step | RSS MB | peak MB | objects k | fds | children | children MB | threads | py threads | s/step "
-          "| elapsed s |\n|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")  # fmt: skip
+HEADER = (
+    "| step | RSS MB | peak MB | objects k | fds | children | children MB | threads | py threads | s/step "
+    "| elapsed s |\n|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+)
 
 
 def table_row(r: dict) -> str:
     per_step = f"{r['s_per_step']:.2f}" if "s_per_step" in r else ""
-    return (f"| {r['step']} | {r['rss_mb']:.1f} | {r['peak_rss_mb']:.1f} | {r['py_objects'] / 1000:.0f} | {r['fds']} "
-            f"| {r['children']} | {r['children_rss_mb']:.1f} | {r['threads']} | {r['py_threads']} | {per_step} "
-            f"| {r['elapsed_s']:.0f} |")  # fmt: skip
+    return (
+        f"| {r['step']} | {r['rss_mb']:.1f} | {r['peak_rss_mb']:.1f} | {r['py_objects'] / 1000:.0f} | {r['fds']} "
+        f"| {r['children']} | {r['children_rss_mb']:.1f} | {r['threads']} | {r['py_threads']} | {per_step} "
+        f"| {r['elapsed_s']:.0f} |"
+    )
 
 
 def growth(samples: list[dict], warmup: float, steps: int) -> dict:
@@ -106,17 +117,32 @@ def growth(samples: list[dict], warmup: float, steps: int) -> dict:
     start = after[0]
     span = max(end["step"] - start["step"], 1)
     rss = end["rss_mb"] - start["rss_mb"]
-    return {"from_step": start["step"], "to_step": end["step"], "rss_mb": rss, "rss_mb_per_100_steps": rss / span * 100,
-            "children_rss_mb": end["children_rss_mb"] - start["children_rss_mb"],
-            "py_objects": end["py_objects"] - start["py_objects"], "fds": end["fds"] - start["fds"],
-            "children": end["children"] - start["children"], "threads": end["threads"] - start["threads"],
-            "s_per_step_warm": (end["elapsed_s"] - start["elapsed_s"]) / span}  # fmt: skip
+    return {
+        "from_step": start["step"],
+        "to_step": end["step"],
+        "rss_mb": rss,
+        "rss_mb_per_100_steps": rss / span * 100,
+        "children_rss_mb": end["children_rss_mb"] - start["children_rss_mb"],
+        "py_objects": end["py_objects"] - start["py_objects"],
+        "fds": end["fds"] - start["fds"],
+        "children": end["children"] - start["children"],
+        "threads": end["threads"] - start["threads"],
+        "s_per_step_warm": (end["elapsed_s"] - start["elapsed_s"]) / span,
+    }
 
 
 def options(a, run_dir: str) -> dict:
-    out = {"run_dir": run_dir, "policy": "builtin:base", "steps": a.steps, "seed": a.seed, "threads": a.threads,
-           "rollout.prompts_per_step": a.prompts, "rollout.group_size": a.group,
-           "sampling.max_new_tokens": a.max_new_tokens, "checkpoint_every": a.checkpoint_every}  # fmt: skip
+    out = {
+        "run_dir": run_dir,
+        "policy": "builtin:base",
+        "steps": a.steps,
+        "seed": a.seed,
+        "threads": a.threads,
+        "rollout.prompts_per_step": a.prompts,
+        "rollout.group_size": a.group,
+        "sampling.max_new_tokens": a.max_new_tokens,
+        "checkpoint_every": a.checkpoint_every,
+    }
     for item in a.set:
         key, sep, value = item.partition("=")
         if not sep:
@@ -134,9 +160,12 @@ def run(a, run_dir: str) -> dict:
     cfg = build_config(TrainConfig, {}, settings)
     started = time.time()
     trainer = Trainer(cfg, progress=False)
-    print(f"# soak: {a.steps} steps of {cfg.algo} on {cfg.policy} ({a.prompts} prompts x {a.group}, up to "
-          f"{a.max_new_tokens} new tokens, {a.threads or 'default'} torch threads), a sample every {a.every} steps; "
-          f"run directory {run_dir}; set up in {time.time() - started:.1f} s", flush=True)  # fmt: skip
+    print(
+        f"# soak: {a.steps} steps of {cfg.algo} on {cfg.policy} ({a.prompts} prompts x {a.group}, up to "
+        f"{a.max_new_tokens} new tokens, {a.threads or 'default'} torch threads), a sample every {a.every} steps; "
+        f"run directory {run_dir}; set up in {time.time() - started:.1f} s",
+        flush=True,
+    )
     print(HEADER, flush=True)
     samples: list[dict] = []
     real_step = trainer.train_step
@@ -152,11 +181,14 @@ def run(a, run_dir: str) -> dict:
     trainer.train_step = step_and_sample  # train() calls it: checkpoints, records and metrics as in a real run
     trainer.train()
     summary = growth(samples, a.warmup, a.steps)
-    print(f"\ngrowth after warm-up (step {summary['from_step']} -> {summary['to_step']}): RSS "
-          f"{summary['rss_mb']:+.1f} MB ({summary['rss_mb_per_100_steps']:+.2f} MB per 100 steps), Python objects "
-          f"{summary['py_objects']:+d}, fds {summary['fds']:+d}, child processes {summary['children']:+d} "
-          f"({summary['children_rss_mb']:+.1f} MB), threads {summary['threads']:+d}; "
-          f"{summary['s_per_step_warm']:.2f} s/step after warm-up", flush=True)  # fmt: skip
+    print(
+        f"\ngrowth after warm-up (step {summary['from_step']} -> {summary['to_step']}): RSS "
+        f"{summary['rss_mb']:+.1f} MB ({summary['rss_mb_per_100_steps']:+.2f} MB per 100 steps), Python objects "
+        f"{summary['py_objects']:+d}, fds {summary['fds']:+d}, child processes {summary['children']:+d} "
+        f"({summary['children_rss_mb']:+.1f} MB), threads {summary['threads']:+d}; "
+        f"{summary['s_per_step_warm']:.2f} s/step after warm-up",
+        flush=True,
+    )
     return {"settings": {k: v for k, v in settings.items() if k != "run_dir"}, "samples": samples, "summary": summary}
 
 

@@ -94,16 +94,24 @@ def sampler_op_shares(a, policy_dir: str) -> dict[str, float]:
     params = SamplingParams(temperature=1.0, max_new_tokens=peers.NEW_TOKENS, min_new_tokens=minimum)
 
     def once():
-        return generate(policy.model, prompts, params, eos_id=policy.end_ids, pad_id=peers.PAD,
-                        row_seeds=list(range(len(prompts) * peers.GROUP)), n=peers.GROUP)  # fmt: skip
+        return generate(
+            policy.model,
+            prompts,
+            params,
+            eos_id=policy.end_ids,
+            pad_id=peers.PAD,
+            row_seeds=list(range(len(prompts) * peers.GROUP)),
+            n=peers.GROUP,
+        )
 
     once()
     with profile(activities=[ProfilerActivity.CPU]) as prof:
         once()
     events = prof.key_averages()
     total = sum(e.self_cpu_time_total for e in events)
-    return {name: sum(e.self_cpu_time_total for e in events if e.key == name) / total
-            for name in ("aten::mm", "aten::bmm")}  # fmt: skip
+    return {
+        name: sum(e.self_cpu_time_total for e in events if e.key == name) / total for name in ("aten::mm", "aten::bmm")
+    }
 
 
 def floors(model: dict, rows: int, prompt: float, completion: float, rate: float, decode_rate: float):
@@ -162,23 +170,36 @@ def run(a) -> dict:
     timed = steps[1:]
     median = {k: statistics.median(s.get(k, 0.0) for s in timed) for k in timed[0]}
     completion = median["tokens"] / (peers.PROMPTS_PER_STEP * peers.GROUP)
-    floor = floors(model, peers.PROMPTS_PER_STEP * peers.GROUP, model["prompt_tokens_mean"], completion, rate,
-                   decode_rate)  # fmt: skip
-    return {"model": {k: v for k, v in model.items() if k != "dir"}, "options": options | {"policy": "(built)"},
-            "threads": torch.get_num_threads(), "matmul_gflops": rate, "decode_matmul_gflops": decode_rate,
-            "sampler_op_shares": shares, "steps": steps, "median": median,
-            "floor": floor, "peak_rss_mib": peak_rss}  # fmt: skip
+    floor = floors(
+        model, peers.PROMPTS_PER_STEP * peers.GROUP, model["prompt_tokens_mean"], completion, rate, decode_rate
+    )
+    return {
+        "model": {k: v for k, v in model.items() if k != "dir"},
+        "options": options | {"policy": "(built)"},
+        "threads": torch.get_num_threads(),
+        "matmul_gflops": rate,
+        "decode_matmul_gflops": decode_rate,
+        "sampler_op_shares": shares,
+        "steps": steps,
+        "median": median,
+        "floor": floor,
+        "peak_rss_mib": peak_rss,
+    }
 
 
 def print_table(r: dict) -> None:
     m, floor = r["median"], r["floor"]
-    print(f"# {r['model']['size']} ({r['model']['params']:,} parameters), {r['threads']} threads; fp32 matmul "
-          f"measured at the model's shapes: {r['matmul_gflops']:.0f} GFLOP/s at 4096 rows, "
-          f"{r['decode_matmul_gflops']:.0f} at 64 rows (a decode step: generation's floor); median of steps "
-          f"2..{len(r['steps'])}; {m['tokens']:.0f} tokens generated per step; peak RSS {r['peak_rss_mib']:.0f} MiB")
+    print(
+        f"# {r['model']['size']} ({r['model']['params']:,} parameters), {r['threads']} threads; fp32 matmul "
+        f"measured at the model's shapes: {r['matmul_gflops']:.0f} GFLOP/s at 4096 rows, "
+        f"{r['decode_matmul_gflops']:.0f} at 64 rows (a decode step: generation's floor); median of steps "
+        f"2..{len(r['steps'])}; {m['tokens']:.0f} tokens generated per step; peak RSS {r['peak_rss_mib']:.0f} MiB"
+    )
     shares = r["sampler_op_shares"]
-    print(f"# one sampler call (torch profiler, self CPU time): aten::mm {shares['aten::mm']:.0%}, "
-          f"aten::bmm {shares['aten::bmm']:.0%}")  # fmt: skip
+    print(
+        f"# one sampler call (torch profiler, self CPU time): aten::mm {shares['aten::mm']:.0%}, "
+        f"aten::bmm {shares['aten::bmm']:.0%}"
+    )
     print("\n| phase | seconds | share | floor s | x floor |\n|---|---:|---:|---:|---:|")
     for phase in ("generate", "verify", "forward", "backward", "optimizer", "rest", "wall"):
         if phase not in m:

@@ -39,11 +39,13 @@ def main() -> None:
     n_rows = len(prompts) * args.group
 
     def call(kind: str, seed: int) -> tuple[int, float]:
-        draws = ({"generator": torch.Generator().manual_seed(seed)} if kind == "one generator per batch"
-                 else {"row_seeds": [derive_seed(seed, "bench", i) for i in range(n_rows)]})  # fmt: skip
+        draws = (
+            {"generator": torch.Generator().manual_seed(seed)}
+            if kind == "one generator per batch"
+            else {"row_seeds": [derive_seed(seed, "bench", i) for i in range(n_rows)]}
+        )
         t0 = time.perf_counter()
-        out = generate(policy.model, prompts, params, eos_id=policy.eos_id, pad_id=policy.pad_id, n=args.group,
-                       **draws)  # fmt: skip
+        out = generate(policy.model, prompts, params, eos_id=policy.eos_id, pad_id=policy.pad_id, n=args.group, **draws)
         return out.num_tokens, time.perf_counter() - t0
 
     kinds = ("one generator per batch", "per-row streams")

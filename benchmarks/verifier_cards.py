@@ -46,13 +46,17 @@ def _pct(bad: int, n: int) -> str:
 
 
 def _part_table(parts: dict[str, dict]) -> list[str]:
-    lines = ["| part | cases | false rejects (of the cases to accept) | false accepts (of the cases to reject) |",
-             "|---|---:|---:|---:|"]  # fmt: skip
+    lines = [
+        "| part | cases | false rejects (of the cases to accept) | false accepts (of the cases to reject) |",
+        "|---|---:|---:|---:|",
+    ]
     for part in ("development", "heldout", "user"):
         if part in parts:
             t = parts[part]
-            lines.append(f"| {part} | {t['cases']} | {_pct(t['false_rejects'], t['accept_cases'])} | "
-                         f"{_pct(t['false_accepts'], t['reject_cases'])} |")  # fmt: skip
+            lines.append(
+                f"| {part} | {t['cases']} | {_pct(t['false_rejects'], t['accept_cases'])} | "
+                f"{_pct(t['false_accepts'], t['reject_cases'])} |"
+            )
     return lines
 
 
@@ -67,17 +71,24 @@ def _family_table(rows: list[dict]) -> list[str]:
 def render_card(name: str, audit: dict) -> list[str]:
     parts, files = audit["parts"], audit.get("files", {})
     families = {p: sorted({r["category"] for r in audit["rows"] if r["part"] == p}) for p in parts}
-    lines = [f"## `{name}`", "", f"Version `{audit['version']}`. Families: "
-             + "; ".join(f"{p} {len(fs)}" for p, fs in families.items()) + ".", ""]  # fmt: skip
+    lines = [
+        f"## `{name}`",
+        "",
+        f"Version `{audit['version']}`. Families: " + "; ".join(f"{p} {len(fs)}" for p, fs in families.items()) + ".",
+        "",
+    ]
     lines += _part_table(parts) + [""]
     real = files.get("heldout", {}).get(REAL_OUTPUTS)
     if real:
-        lines += [f"Real model outputs (`heldout/{REAL_OUTPUTS}.jsonl`): false rejects "
-                  f"{_pct(real['false_rejects'], real['accept_cases'])}; false accepts on their wrong-value twins "
-                  f"{_pct(real['false_accepts'], real['reject_cases'])}.", ""]  # fmt: skip
+        lines += [
+            f"Real model outputs (`heldout/{REAL_OUTPUTS}.jsonl`): false rejects "
+            f"{_pct(real['false_rejects'], real['accept_cases'])}; false accepts on their wrong-value twins "
+            f"{_pct(real['false_accepts'], real['reject_cases'])}.",
+            "",
+        ]
     if audit.get("sandbox"):
         lines += [f"Sandbox layers: `{audit['sandbox']}`.", ""]
-    lines += [f"Reproduce: `{audit['command']}`", "", "<details markdown=\"1\"><summary>per family</summary>", ""]
+    lines += [f"Reproduce: `{audit['command']}`", "", '<details markdown="1"><summary>per family</summary>', ""]
     return lines + _family_table(audit["rows"]) + ["", "</details>", ""]
 
 
@@ -90,23 +101,34 @@ def render(results: list[dict]) -> str:
     result = results[-1]
     s = result["stamp"]
     made = f"Made by `{s['command']}` at commit `{s['commit']}` on {s['machine']}, {s['date']}."
-    lines = ["# Verifier cards", "",
-             "What each verifier gets wrong on its audit cases, on both parts: **development** (the answer reader "
-             "was tuned on these) and **heldout** (written from reading and never edited; a file whose failures were "
-             "studied no longer measures unseen text: see the held-out reads in "
-             "[auditing](../auditing.md)). A false reject is a right answer scored below 1; a false accept is a "
-             "case to reject scored above 0.", "",
-             made]  # fmt: skip
+    lines = [
+        "# Verifier cards",
+        "",
+        "What each verifier gets wrong on its audit cases, on both parts: **development** (the answer reader "
+        "was tuned on these) and **heldout** (written from reading and never edited; a file whose failures were "
+        "studied no longer measures unseen text: see the held-out reads in "
+        "[auditing](../auditing.md)). A false reject is a right answer scored below 1; a false accept is a "
+        "case to reject scored above 0.",
+        "",
+        made,
+    ]
     if result.get("note"):
         lines += ["", f"**Note:** {result['note']}"]
-    lines += ["", "| verifier | version | development: false rejects | development: false accepts | "
-              "heldout: false rejects | heldout: false accepts |", "|---|---|---:|---:|---:|---:|"]  # fmt: skip
+    lines += [
+        "",
+        "| verifier | version | development: false rejects | development: false accepts | "
+        "heldout: false rejects | heldout: false accepts |",
+        "|---|---|---:|---:|---:|---:|",
+    ]
     for name, audit in result["verifiers"].items():
         cells = []
         for part in ("development", "heldout"):
             t = audit["parts"].get(part)
-            cells += [_pct(t["false_rejects"], t["accept_cases"]), _pct(t["false_accepts"], t["reject_cases"])] \
-                if t else ["", ""]  # fmt: skip
+            cells += (
+                [_pct(t["false_rejects"], t["accept_cases"]), _pct(t["false_accepts"], t["reject_cases"])]
+                if t
+                else ["", ""]
+            )
         lines.append(f"| `{name}` | `{audit['version']}` | " + " | ".join(cells) + " |")
     lines.append("")
     for name, audit in result["verifiers"].items():
@@ -129,8 +151,9 @@ def main() -> None:
     for name in names:
         result["verifiers"][name] = audit_one(name)
         parts = result["verifiers"][name]["parts"]
-        print(name, {part: (t["false_rejects"], t["false_accepts"], t["cases"]) for part, t in parts.items()},
-              flush=True)  # fmt: skip
+        print(
+            name, {part: (t["false_rejects"], t["false_accepts"], t["cases"]) for part, t in parts.items()}, flush=True
+        )
     save(args, "verifier_cards", result)
 
 

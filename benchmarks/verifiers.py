@@ -33,9 +33,14 @@ def gsm8k_pairs(n: int) -> list[tuple[str, str]]:
     return out
 
 
-_MATH = [("\\frac{1}{2}", "0.5", "\\frac{1}{3}"), ("\\frac{\\sqrt{2}}{2}", "\\frac{1}{\\sqrt{2}}", "\\sqrt{2}"),
-         ("\\frac{\\pi}{3}", "\\pi/3", "\\frac{\\pi}{4}"), ("x^2+2x+1", "(x+1)^2", "(x-1)^2"),
-         ("2\\sqrt{3}", "\\sqrt{12}", "3\\sqrt{2}"), ("\\frac{3}{4}", "0.75", "\\frac{4}{3}")]  # fmt: skip
+_MATH = [
+    ("\\frac{1}{2}", "0.5", "\\frac{1}{3}"),
+    ("\\frac{\\sqrt{2}}{2}", "\\frac{1}{\\sqrt{2}}", "\\sqrt{2}"),
+    ("\\frac{\\pi}{3}", "\\pi/3", "\\frac{\\pi}{4}"),
+    ("x^2+2x+1", "(x+1)^2", "(x-1)^2"),
+    ("2\\sqrt{3}", "\\sqrt{12}", "3\\sqrt{2}"),
+    ("\\frac{3}{4}", "0.75", "\\frac{4}{3}"),
+]
 
 
 def math_pairs(n: int) -> list[tuple[str, str]]:
@@ -50,8 +55,12 @@ def math_pairs(n: int) -> list[tuple[str, str]]:
 
 def code_pairs(n: int) -> list[tuple[str, str]]:
     tests = "assert f(2) == 4\nassert f(-3) == 9\nassert f(10) == 100"
-    progs = ["def f(x):\n    return x * x", "def f(x):\n    return x ** 2", "def f(x):\n    return x + x",
-             "def f(x):\n    return abs(x) * 2"]  # fmt: skip
+    progs = [
+        "def f(x):\n    return x * x",
+        "def f(x):\n    return x ** 2",
+        "def f(x):\n    return x + x",
+        "def f(x):\n    return abs(x) * 2",
+    ]
     return [(progs[i % len(progs)], tests) for i in range(n)]
 
 
@@ -67,15 +76,22 @@ def main() -> None:
     result = {"rows": args.rows, "code_rows": args.code_rows, "cores": cores, "verifiers": {}}
     print(f"| verifier | rows | verdicts/s, 1 core | verdicts/s, {cores} cores | mean score |")
     print("|---|---:|---:|---:|---:|")
-    for name, pairs in (("gsm8k", gsm8k_pairs(args.rows)), ("math", math_pairs(args.rows)),
-                        ("code", code_pairs(args.code_rows))):  # fmt: skip
+    for name, pairs in (
+        ("gsm8k", gsm8k_pairs(args.rows)),
+        ("math", math_pairs(args.rows)),
+        ("code", code_pairs(args.code_rows)),
+    ):
         rates = []
         for workers in (1, cores):
             graded, seconds = grade_pairs(name, pairs, {"workers": 1} if workers == 1 else {}, workers)
             rates.append(len(pairs) / seconds)
         mean = sum(g["score"] for g in graded) / len(graded)
-        result["verifiers"][name] = {"rows": len(pairs), "verdicts_per_s_1_core": rates[0],
-                                     "verdicts_per_s_all_cores": rates[1], "mean_score": mean}  # fmt: skip
+        result["verifiers"][name] = {
+            "rows": len(pairs),
+            "verdicts_per_s_1_core": rates[0],
+            "verdicts_per_s_all_cores": rates[1],
+            "mean_score": mean,
+        }
         print(f"| `{name}` | {len(pairs)} | {rates[0]:,.0f} | {rates[1]:,.0f} | {mean:.3f} |", flush=True)
     save(args, "verifiers", result)
 

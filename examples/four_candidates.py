@@ -33,10 +33,10 @@ from pathlib import Path
 import torch
 
 from veriloop.algorithms import group_advantages
+from veriloop.config import build_config
 from veriloop.models.candidates import CandidatePolicy
 from veriloop.rollout.records import RecordStore
 from veriloop.tasks.fixed import FixedTask
-from veriloop.config import build_config
 from veriloop.training.config import TrainConfig
 from veriloop.training.trainer import Trainer
 from veriloop.verifiers import get as get_verifier
@@ -59,14 +59,28 @@ def train_rl(kind: str, run_dir: Path, rounds: int = 160, seed: int = 2026) -> t
     """GRPO on the candidate policy with the chapter's settings: (the trained policy, how many of its groups
     had all-equal rewards, i.e. advantages of exactly 0, from the trainer's own metrics)."""
     settings = {
-        "run_dir": str(run_dir), "seed": seed, "steps": rounds, "save_rollouts": False,
-        "rollout.prompts_per_step": 1, "rollout.group_size": 8,
-        "advantage.estimator": "grpo", "advantage.std": "population", "advantage.eps": 1e-8,
-        "loss.policy_loss": "clip", "loss.clip_eps_low": 0.2, "loss.clip_eps_high": 0.2,
-        "kl.beta": 0.05, "kl.estimator": "exact", "kl.placement": "loss",
-        "update.inner_updates": 3, "update.skip_zero_advantage": False,
-        "optim.name": "sgd", "optim.lr": 0.15, "optim.grad_clip": 0.0, "sampling.temperature": 1.0,
-    }  # fmt: skip
+        "run_dir": str(run_dir),
+        "seed": seed,
+        "steps": rounds,
+        "save_rollouts": False,
+        "rollout.prompts_per_step": 1,
+        "rollout.group_size": 8,
+        "advantage.estimator": "grpo",
+        "advantage.std": "population",
+        "advantage.eps": 1e-8,
+        "loss.policy_loss": "clip",
+        "loss.clip_eps_low": 0.2,
+        "loss.clip_eps_high": 0.2,
+        "kl.beta": 0.05,
+        "kl.estimator": "exact",
+        "kl.placement": "loss",
+        "update.inner_updates": 3,
+        "update.skip_zero_advantage": False,
+        "optim.name": "sgd",
+        "optim.lr": 0.15,
+        "optim.grad_clip": 0.0,
+        "sampling.temperature": 1.0,
+    }
     cfg = build_config(TrainConfig, {}, settings)
     policy = CandidatePolicy(CANDIDATES)
     trainer = Trainer(cfg, progress=False, policy=policy, task=FixedTask(PROBLEM, PROBLEM), verifier=verifier(kind))
@@ -79,11 +93,19 @@ def train_rl(kind: str, run_dir: Path, rounds: int = 160, seed: int = 2026) -> t
 def distill(teacher_dir: Path, run_dir: Path, samples: int = 32, steps: int = 100, seed: int = 2027):
     """Teacher samples, the process verifier filters, a uniform student imitates (``--algo distill``)."""
     settings = {
-        "run_dir": str(run_dir), "seed": seed, "algo": "distill", "steps": steps, "save_rollouts": True,
-        "rollout.teacher": str(teacher_dir), "rollout.prompts_per_step": 1,
-        "rollout.group_size": samples, "optim.name": "sgd", "optim.lr": 0.2, "optim.grad_clip": 0.0,
+        "run_dir": str(run_dir),
+        "seed": seed,
+        "algo": "distill",
+        "steps": steps,
+        "save_rollouts": True,
+        "rollout.teacher": str(teacher_dir),
+        "rollout.prompts_per_step": 1,
+        "rollout.group_size": samples,
+        "optim.name": "sgd",
+        "optim.lr": 0.2,
+        "optim.grad_clip": 0.0,
         "sampling.temperature": 1.0,
-    }  # fmt: skip
+    }
     cfg = build_config(TrainConfig, {}, settings)
     student = CandidatePolicy(CANDIDATES)
     task = FixedTask(PROBLEM, PROBLEM)
@@ -129,9 +151,11 @@ def report(out: dict) -> str:
     for kind in VERIFIERS:
         lines.append(f"trained with the {kind} reward: " + ", ".join(f"{p:.3f}" for p in out[kind]))
     eq = out["equal_groups"]
-    lines.append(f"groups with all-equal rewards in {eq['rounds']} rounds: outcome {eq['outcome']}, "
-                 f"process {eq['process']}; advantages of [1, 1, 1, 1]: "
-                 + ", ".join(f"{a:.1f}" for a in out["equal_group_advantages"]))  # fmt: skip
+    lines.append(
+        f"groups with all-equal rewards in {eq['rounds']} rounds: outcome {eq['outcome']}, "
+        f"process {eq['process']}; advantages of [1, 1, 1, 1]: "
+        + ", ".join(f"{a:.1f}" for a in out["equal_group_advantages"])
+    )
     d = out["distill"]
     lines += [
         "",
@@ -143,8 +167,10 @@ def report(out: dict) -> str:
         "pass@n of uniform sampling (1 - (1-p)^n):",
     ]
     for n in ("1", "4", "8"):
-        lines.append(f"  n={n}: outcome {out['pass_at_n_uniform']['outcome'][n]:.3f}, "
-                     f"process {out['pass_at_n_uniform']['process'][n]:.3f}")  # fmt: skip
+        lines.append(
+            f"  n={n}: outcome {out['pass_at_n_uniform']['outcome'][n]:.3f}, "
+            f"process {out['pass_at_n_uniform']['process'][n]:.3f}"
+        )
     return "\n".join(lines)
 
 

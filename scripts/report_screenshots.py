@@ -1,6 +1,7 @@
 """The run browser's screenshots in the docs (docs/assets/report/*.png), one per view, from real run directories.
 
-    python scripts/report_screenshots.py --run DEMO/grpo-process --search SEARCH_DIR --compare DEMO/grpo DEMO/sft-control
+    python scripts/report_screenshots.py --run DEMO/grpo-process --search SEARCH_DIR \
+        --compare DEMO/grpo DEMO/sft-control
                                          [--out docs/assets/report]
 
 Each page is (re)written with ``veriloop report`` / ``veriloop compare`` first, then opened from ``file://`` in
@@ -20,8 +21,15 @@ from playwright.sync_api import sync_playwright
 from veriloop.report.compare import write_compare
 from veriloop.report.report import write_report
 
-ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
-        "--disable-component-update", "--disable-sync"]  # fmt: skip
+ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
 
 
 def main() -> None:

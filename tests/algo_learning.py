@@ -23,10 +23,21 @@ SECOND = ["dapo", "grpo_process", "ppo", "reinforce"]
 
 
 def settings(algo, run_dir):
-    budget = {"rollout.prompts_per_step": PROMPTS * GROUP, "rollout.group_size": 1} if algo == "ppo" else {
-        "rollout.prompts_per_step": PROMPTS, "rollout.group_size": GROUP}  # fmt: skip
-    return {"algo": algo, "run_dir": str(run_dir), "steps": STEPS, "seed": 0, "save_rollouts": False,
-            "checkpoint_every": 10**6, "task.arithmetic.heldout_size": HELDOUT, **budget}  # fmt: skip
+    budget = (
+        {"rollout.prompts_per_step": PROMPTS * GROUP, "rollout.group_size": 1}
+        if algo == "ppo"
+        else {"rollout.prompts_per_step": PROMPTS, "rollout.group_size": GROUP}
+    )
+    return {
+        "algo": algo,
+        "run_dir": str(run_dir),
+        "steps": STEPS,
+        "seed": 0,
+        "save_rollouts": False,
+        "checkpoint_every": 10**6,
+        "task.arithmetic.heldout_size": HELDOUT,
+        **budget,
+    }
 
 
 def heldout(policy, cfg):

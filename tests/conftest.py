@@ -87,8 +87,9 @@ def tiny_policy(tmp_path_factory):
 
     path = tmp_path_factory.mktemp("policy")
     tok = build_char_tokenizer()
-    model = build_tiny_model(tok, TinyModelConfig(hidden_size=64, intermediate_size=128, num_layers=2, num_heads=2),
-                             seed=1)  # fmt: skip
+    model = build_tiny_model(
+        tok, TinyModelConfig(hidden_size=64, intermediate_size=128, num_layers=2, num_heads=2), seed=1
+    )
     model.save_pretrained(path)
     tok.save_pretrained(path)
     return str(path)

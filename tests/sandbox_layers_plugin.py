@@ -28,8 +28,12 @@ ENV = "VERILOOP_EXPECT_SANDBOX_LAYERS"
 MARKER = "sandbox_layer"
 _LAYERS, _MISSING = "sandbox_layers", "sandbox_layers_missing"  # user_properties keys
 # words by which Isolation.why names each kernel layer (rlimits and the audit hook are always there)
-_WORDS = {"namespaces": ("namespace", "unshare"), "seccomp": ("seccomp",), "pids-cgroup": ("pids",),
-          "memory-cgroup": ("memory",)}
+_WORDS = {
+    "namespaces": ("namespace", "unshare"),
+    "seccomp": ("seccomp",),
+    "pids-cgroup": ("pids",),
+    "memory-cgroup": ("memory",),
+}
 
 
 def known_layers() -> tuple[str, ...]:
@@ -56,8 +60,10 @@ def parse_expected(value: str) -> tuple[str, ...]:
     names = [n.strip() for n in value.split(",") if n.strip()]
     unknown = [n for n in names if n not in known_layers()]
     if unknown:
-        raise pytest.UsageError(f"{ENV}={value!r}: {', '.join(map(repr, unknown))} is not a sandbox layer; the "
-                                f"layers are {', '.join(known_layers())}")  # fmt: skip
+        raise pytest.UsageError(
+            f"{ENV}={value!r}: {', '.join(map(repr, unknown))} is not a sandbox layer; the "
+            f"layers are {', '.join(known_layers())}"
+        )
     return tuple(layer for layer in known_layers() if layer in names)
 
 
@@ -67,8 +73,10 @@ def layers_of(item: pytest.Item) -> tuple[str, ...]:
     names = []
     for mark in item.iter_markers(MARKER):
         if not mark.args or mark.kwargs or not all(isinstance(a, str) and a in known_layers() for a in mark.args):
-            raise ValueError(f"{item.nodeid}: @pytest.mark.{MARKER}{mark.args or '()'}: name one or more of the "
-                             f"sandbox's layers: {', '.join(known_layers())}")  # fmt: skip
+            raise ValueError(
+                f"{item.nodeid}: @pytest.mark.{MARKER}{mark.args or '()'}: name one or more of the "
+                f"sandbox's layers: {', '.join(known_layers())}"
+            )
         names += mark.args
     return tuple(layer for layer in known_layers() if layer in names)
 
@@ -77,8 +85,11 @@ _BAD_MARKER = pytest.StashKey[str]()
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line("markers", f"{MARKER}(*layers): the test exercises these layers of the code sandbox "
-                            "(skipped where the machine lacks one; counted in the run's summary line)")  # fmt: skip
+    config.addinivalue_line(
+        "markers",
+        f"{MARKER}(*layers): the test exercises these layers of the code sandbox "
+        "(skipped where the machine lacks one; counted in the run's summary line)",
+    )
     expected = parse_expected(os.environ.get(ENV, ""))  # a wrong name stops every process, the workers' too
     if not hasattr(config, "workerinput"):  # the controller, or a run without xdist: it sees every report
         config.pluginmanager.register(Tally(expected, os.environ.get(ENV, "")), "sandbox-layers-tally")
@@ -161,8 +172,9 @@ class Tally:
             return
         terminalreporter.write_line(self.summary_line(missing_layers(isolation())))
         if self.problems:
-            terminalreporter.write_line(f"FAILED: {ENV}={self.raw} (CI expects each of these layers exercised):",
-                                        red=True, bold=True)  # fmt: skip
+            terminalreporter.write_line(
+                f"FAILED: {ENV}={self.raw} (CI expects each of these layers exercised):", red=True, bold=True
+            )
             for problem in self.problems:
                 terminalreporter.write_line(f"  {problem}", red=True)
 
@@ -177,11 +189,13 @@ class Tally:
         if idle:
             line += "; not exercised: " + ", ".join(
                 f"{layer} ({_examples(self.skipped[layer]) if self.skipped[layer] else 'no test of it selected'})"
-                for layer in idle)  # fmt: skip
+                for layer in idle
+            )
         partly = [layer for layer in exercised if self.skipped[layer]]
         if partly:
             line += "; some tests skipped: " + ", ".join(
-                f"{layer} ({_examples(self.skipped[layer])})" for layer in partly)  # fmt: skip
+                f"{layer} ({_examples(self.skipped[layer])})" for layer in partly
+            )
         return line
 
 

@@ -53,14 +53,33 @@ class ConstantReward(verifiers.Verifier):
         return verifiers.Verdict(1.0, {}, self.tag, "correct", "")
 
 
-SHORT = {"policy": "builtin:base", "steps": 14, "rollout.prompts_per_step": 8, "rollout.group_size": 4,
-         "alarms.window": 8, "alarms.min_steps": 4, "checkpoint_every": 100, "task.arithmetic.heldout_size": 16,
-         "threads": 1}  # fmt: skip
+SHORT = {
+    "policy": "builtin:base",
+    "steps": 14,
+    "rollout.prompts_per_step": 8,
+    "rollout.group_size": 4,
+    "alarms.window": 8,
+    "alarms.min_steps": 4,
+    "checkpoint_every": 100,
+    "task.arithmetic.heldout_size": 16,
+    "threads": 1,
+}
 RUNS = {  # alarm: the run built to show its pattern
-    "reward_hacking": {"verifier": "test-rewards-wrong", "optim.lr": 3e-4, "kl.beta": 0.0, "eval_every": 2,
-                       "eval_problems": 32},  # fmt: skip
-    "length_without_success": {"verifier": "test-length-reward", "optim.lr": 5e-4, "kl.beta": 0.0,
-                               "update.inner_updates": 1, "alarms.length_rise": 0.1, "alarms.length_flat": 0.1},
+    "reward_hacking": {
+        "verifier": "test-rewards-wrong",
+        "optim.lr": 3e-4,
+        "kl.beta": 0.0,
+        "eval_every": 2,
+        "eval_problems": 32,
+    },
+    "length_without_success": {
+        "verifier": "test-length-reward",
+        "optim.lr": 5e-4,
+        "kl.beta": 0.0,
+        "update.inner_updates": 1,
+        "alarms.length_rise": 0.1,
+        "alarms.length_flat": 0.1,
+    },
     "zero_variance_groups": {"verifier": "test-constant-reward"},
     # two passes over each batch at a learning rate that moves some tokens' probabilities tenfold in one step
     "extreme_ratios": {"optim.lr": 1e-3, "kl.beta": 0.0},
@@ -110,8 +129,11 @@ def test_a_healthy_run_says_no_alarm(tmp_path):
 @pytest.mark.timeout(120)
 def test_a_nan_stops_the_run_naming_its_step_and_tensor(tmp_path):
     # a learning rate that blows the weights up in the first step's passes: the gradient becomes NaN
-    cfg = build_config(TrainConfig, {}, {**SHORT, "run_dir": str(tmp_path / "nan"), "optim.lr": 1e6,
-                                         "optim.grad_clip": 0.0, "optim.warmup_steps": 0})  # fmt: skip
+    cfg = build_config(
+        TrainConfig,
+        {},
+        {**SHORT, "run_dir": str(tmp_path / "nan"), "optim.lr": 1e6, "optim.grad_clip": 0.0, "optim.warmup_steps": 0},
+    )
     with pytest.raises(NonFiniteError) as caught:
         Trainer(cfg, progress=False).train()
     e = caught.value

@@ -34,10 +34,25 @@ DOC = Path(__file__).resolve().parents[1] / "docs" / "concepts" / "alarms.md"
 
 def neutral(step: int, **over) -> dict:
     """A step where nothing moves and nothing is extreme; ``over`` replaces or adds keys (None removes one)."""
-    row = {"step": step, "reward_mean": 0.5, "accuracy": 0.5, "completion_len_mean": 100.0, "completion_len_max": 150.0,
-           "truncation_rate": 0.01, "zero_variance_fraction": 0.2, "ratio_min": 0.9, "ratio_max": 1.1,
-           "clip_frac_low": 0.0, "clip_frac_high": 0.0, "entropy": 0.5, "kl": 0.01, "logprob_mismatch": 1e-6,
-           "loss": 0.1, "grad_norm": 1.0, "advantage_mean": 0.0}  # fmt: skip
+    row = {
+        "step": step,
+        "reward_mean": 0.5,
+        "accuracy": 0.5,
+        "completion_len_mean": 100.0,
+        "completion_len_max": 150.0,
+        "truncation_rate": 0.01,
+        "zero_variance_fraction": 0.2,
+        "ratio_min": 0.9,
+        "ratio_max": 1.1,
+        "clip_frac_low": 0.0,
+        "clip_frac_high": 0.0,
+        "entropy": 0.5,
+        "kl": 0.01,
+        "logprob_mismatch": 1e-6,
+        "loss": 0.1,
+        "grad_norm": 1.0,
+        "advantage_mean": 0.0,
+    }
     row.update(over)
     return {k: v for k, v in row.items() if v is not None}
 
@@ -59,8 +74,9 @@ def test_reward_hacking_fires_when_reward_rises_and_validation_accuracy_falls():
     # reward 0.3 + 0.015 (s - 1): over a full window late - early = 0.015 x 10 = 0.15 >= 0.1.
     # validation: 0.8 at step 10, 0.8 at step 20, 0.7 at step 30: the first drop (0.1 >= 0.05) is at step 30.
     evals = {10: 0.8, 20: 0.8, 30: 0.7, 40: 0.6}
-    rows = [neutral(s, reward_mean=0.3 + 0.015 * (s - 1), validation_greedy_accuracy=evals.get(s))
-            for s in range(1, 51)]  # fmt: skip
+    rows = [
+        neutral(s, reward_mean=0.3 + 0.015 * (s - 1), validation_greedy_accuracy=evals.get(s)) for s in range(1, 51)
+    ]
     e = fired_once(run(rows), "reward_hacking", 30)
     assert e.metric == "validation_greedy_accuracy" and e.value == pytest.approx(0.1) and e.threshold == 0.05
     assert "0.8 at step 20 -> 0.7 at step 30" in e.message and "rose 0.15" in e.message
@@ -68,11 +84,14 @@ def test_reward_hacking_fires_when_reward_rises_and_validation_accuracy_falls():
 
 
 def test_reward_hacking_reads_held_out_accuracy_and_needs_two_evaluations():
-    rows = [neutral(s, reward_mean=0.3 + 0.015 * (s - 1), heldout_greedy_accuracy={20: 0.8, 40: 0.7}.get(s))
-            for s in range(1, 45)]  # fmt: skip
+    rows = [
+        neutral(s, reward_mean=0.3 + 0.015 * (s - 1), heldout_greedy_accuracy={20: 0.8, 40: 0.7}.get(s))
+        for s in range(1, 45)
+    ]
     assert fired_once(run(rows), "reward_hacking", 40).metric == "heldout_greedy_accuracy"
-    one_eval = [neutral(s, reward_mean=0.3 + 0.015 * (s - 1), heldout_greedy_accuracy={20: 0.1}.get(s))
-                for s in range(1, 45)]  # fmt: skip
+    one_eval = [
+        neutral(s, reward_mean=0.3 + 0.015 * (s - 1), heldout_greedy_accuracy={20: 0.1}.get(s)) for s in range(1, 45)
+    ]
     assert run(one_eval) == []
 
 
@@ -90,8 +109,10 @@ def test_length_without_success_fires_when_length_grows_and_accuracy_is_flat():
 
 
 def test_length_growing_with_success_is_not_an_alarm():
-    rows = [neutral(s, completion_len_mean=100.0 if s <= 20 else 300.0, accuracy=0.3 if s <= 20 else 0.6)
-            for s in range(1, 50)]  # fmt: skip
+    rows = [
+        neutral(s, completion_len_mean=100.0 if s <= 20 else 300.0, accuracy=0.3 if s <= 20 else 0.6)
+        for s in range(1, 50)
+    ]
     assert run(rows) == []
 
 
@@ -172,12 +193,25 @@ def healthy(n: int = 100) -> list[dict]:
     for s in range(1, n + 1):
         x = (s - 1) / (n - 1)  # 0 -> 1 over the run
         noise = ((s * 7) % 5 - 2) / 2  # -1 .. 1, no trend
-        row = {"step": s, "reward_mean": 0.3 + 0.6 * x, "accuracy": 0.25 + 0.6 * x,
-               "completion_len_mean": 200 + 10 * noise, "completion_len_max": 400 + 20 * noise,
-               "truncation_rate": 0.01, "zero_variance_fraction": 0.2, "ratio_min": 0.8 + 0.05 * (s % 3),
-               "ratio_max": 1.25 - 0.05 * (s % 2), "clip_frac_low": 0.01, "clip_frac_high": 0.02,
-               "entropy": 1.0 - 0.4 * x, "kl": 0.0005 * (s - 1), "logprob_mismatch": 1e-6, "loss": -0.01,
-               "grad_norm": 0.5, "advantage_mean": 0.0}  # fmt: skip
+        row = {
+            "step": s,
+            "reward_mean": 0.3 + 0.6 * x,
+            "accuracy": 0.25 + 0.6 * x,
+            "completion_len_mean": 200 + 10 * noise,
+            "completion_len_max": 400 + 20 * noise,
+            "truncation_rate": 0.01,
+            "zero_variance_fraction": 0.2,
+            "ratio_min": 0.8 + 0.05 * (s % 3),
+            "ratio_max": 1.25 - 0.05 * (s % 2),
+            "clip_frac_low": 0.01,
+            "clip_frac_high": 0.02,
+            "entropy": 1.0 - 0.4 * x,
+            "kl": 0.0005 * (s - 1),
+            "logprob_mismatch": 1e-6,
+            "loss": -0.01,
+            "grad_norm": 0.5,
+            "advantage_mean": 0.0,
+        }
         if s % 10 == 0:
             row["validation_greedy_accuracy"] = 0.3 + 0.5 * x
         rows.append(row)
@@ -198,8 +232,11 @@ def test_disabled_and_skipped_alarms_fire_nothing():
 
 def test_several_alarms_on_one_step_come_in_the_table_order():
     events = run([neutral(s, zero_variance_fraction=1.0, kl=2.0, logprob_mismatch=0.3) for s in range(1, 30)])
-    assert [(e.name, e.step) for e in events] == [("zero_variance_groups", 10), ("kl_runaway", 10),
-                                                  ("logprob_mismatch", 10)]  # fmt: skip
+    assert [(e.name, e.step) for e in events] == [
+        ("zero_variance_groups", 10),
+        ("kl_runaway", 10),
+        ("logprob_mismatch", 10),
+    ]
 
 
 # ------------------------------------------------------------------------------------------------- missing keys
@@ -207,9 +244,16 @@ def test_several_alarms_on_one_step_come_in_the_table_order():
 
 def test_missing_and_odd_values_never_crash_and_count_as_not_measured():
     w = AlarmWatcher()
-    for row in [{}, {"step": 1}, {"reward_mean": None}, {"step": "3", "entropy": "low"}, {"kl": float("nan")},
-                {"step": 5, "ratio_max": float("inf"), "accuracy": True}, {"step": 6.0, "extra": [1, 2]},
-                {"step": 10**400, "entropy": 10**400}]:  # fmt: skip
+    for row in [
+        {},
+        {"step": 1},
+        {"reward_mean": None},
+        {"step": "3", "entropy": "low"},
+        {"kl": float("nan")},
+        {"step": 5, "ratio_max": float("inf"), "accuracy": True},
+        {"step": 6.0, "extra": [1, 2]},
+        {"step": 10**400, "entropy": 10**400},
+    ]:
         assert w.observe(row) == []
     # rows without the key: the alarm waits for min_steps values of its own metric
     rows = [neutral(s, zero_variance_fraction=1.0 if s % 2 else None) for s in range(1, 40)]
@@ -295,12 +339,27 @@ def test_check_finite_on_numbers_and_tensors():
 # ------------------------------------------------------------------------------------------------------- options
 
 
-@pytest.mark.parametrize("field,bad", [
-    ("window", 1), ("window", 2.5), ("min_steps", 1), ("min_steps", 30), ("reward_hacking_reward_rise", -0.1),
-    ("length_rise", float("nan")), ("zero_variance_max", 1.5), ("ratio_high", 0.5), ("ratio_low", 1.0),
-    ("ratio_share", 2.0), ("entropy_floor", float("inf")), ("entropy_fraction", 1.2), ("kl_max", -1.0),
-    ("kl_growth", 1.0), ("truncation_max", 2.0), ("logprob_mismatch_max", "0.05"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "field,bad",
+    [
+        ("window", 1),
+        ("window", 2.5),
+        ("min_steps", 1),
+        ("min_steps", 30),
+        ("reward_hacking_reward_rise", -0.1),
+        ("length_rise", float("nan")),
+        ("zero_variance_max", 1.5),
+        ("ratio_high", 0.5),
+        ("ratio_low", 1.0),
+        ("ratio_share", 2.0),
+        ("entropy_floor", float("inf")),
+        ("entropy_fraction", 1.2),
+        ("kl_max", -1.0),
+        ("kl_growth", 1.0),
+        ("truncation_max", 2.0),
+        ("logprob_mismatch_max", "0.05"),
+    ],
+)
 def test_config_validation_names_the_field_and_the_value(field, bad):
     with pytest.raises(ValueError, match=rf"^alarms\.{field} must .*got {bad!r}"):
         AlarmsConfig(**{field: bad})
@@ -314,9 +373,17 @@ def test_every_option_has_help_and_every_alarm_names_real_options():
     names = {f.name for f in fields(cfg)}
     used = {o for a in ALARMS for o in a.options}
     assert used <= names and used | {"enabled", "window", "min_steps"} == names  # each threshold belongs to an alarm
-    assert [a.name for a in ALARMS] == ["reward_hacking", "length_without_success", "zero_variance_groups",
-                                        "extreme_ratios", "entropy_collapse", "kl_runaway", "truncation_rising",
-                                        "logprob_mismatch", "non_finite"]  # fmt: skip
+    assert [a.name for a in ALARMS] == [
+        "reward_hacking",
+        "length_without_success",
+        "zero_variance_groups",
+        "extreme_ratios",
+        "entropy_collapse",
+        "kl_runaway",
+        "truncation_rising",
+        "logprob_mismatch",
+        "non_finite",
+    ]
     assert all(a.seed.startswith("seed 003 §") for a in ALARMS) and alarm_spec("non_finite").options == ()
 
 
@@ -326,12 +393,28 @@ def test_the_docs_page_holds_the_table_of_the_code():
 
 # ----------------------------------------------------------------------------------------------------- properties
 
-NUMBER = st.one_of(st.floats(allow_nan=True, allow_infinity=True), st.floats(-2, 2), st.floats(0, 1),
-                   st.integers(-5, 500))  # fmt: skip
+NUMBER = st.one_of(
+    st.floats(allow_nan=True, allow_infinity=True), st.floats(-2, 2), st.floats(0, 1), st.integers(-5, 500)
+)
 VALUE = st.one_of(NUMBER, NUMBER, NUMBER, st.none(), st.text(max_size=3), st.booleans())
-KEYS = ["step", "reward_mean", "accuracy", "validation_greedy_accuracy", "heldout_greedy_accuracy",
-        "completion_len_mean", "truncation_rate", "zero_variance_fraction", "ratio_min", "ratio_max", "entropy", "kl",
-        "logprob_mismatch", "loss", "grad_norm", "other"]  # fmt: skip
+KEYS = [
+    "step",
+    "reward_mean",
+    "accuracy",
+    "validation_greedy_accuracy",
+    "heldout_greedy_accuracy",
+    "completion_len_mean",
+    "truncation_rate",
+    "zero_variance_fraction",
+    "ratio_min",
+    "ratio_max",
+    "entropy",
+    "kl",
+    "logprob_mismatch",
+    "loss",
+    "grad_norm",
+    "other",
+]
 ROWS = st.lists(st.dictionaries(st.sampled_from(KEYS), VALUE, max_size=len(KEYS)), max_size=80)
 CONFIGS = st.builds(lambda w, m: AlarmsConfig(window=w, min_steps=min(m, w)), st.integers(2, 8), st.integers(2, 8))
 
@@ -360,4 +443,8 @@ def test_replay_then_observe_equals_observing_throughout_for_the_state(rows):
         a.observe(row)
     b.replay(rows)
     assert (list(a._window), list(a._evals), a._early_sum, a._early_count) == (
-        list(b._window), list(b._evals), b._early_sum, b._early_count)  # fmt: skip
+        list(b._window),
+        list(b._evals),
+        b._early_sum,
+        b._early_count,
+    )

@@ -41,8 +41,10 @@ def test_the_knapsack_spends_where_it_pays_and_never_exceeds_the_budget():
     # easy bin: cheap 0.9, dear 1.0.  With 30 tokens per problem on average (600 in all) the best
     # per-bin choices under a per-bin limit would be cheap/cheap (11 right); the joint optimum is
     # dear on the hard bin (500) and cheap on the easy one (100): 8 + 9 = 17 right.
-    cells = {"cheap": [{"accuracy": 0.2, "mean_tokens": 10}, {"accuracy": 0.9, "mean_tokens": 10}],
-             "dear": [{"accuracy": 0.8, "mean_tokens": 50}, {"accuracy": 1.0, "mean_tokens": 50}]}  # fmt: skip
+    cells = {
+        "cheap": [{"accuracy": 0.2, "mean_tokens": 10}, {"accuracy": 0.9, "mean_tokens": 10}],
+        "dear": [{"accuracy": 0.8, "mean_tokens": 50}, {"accuracy": 1.0, "mean_tokens": 50}],
+    }
     assert choose_allocation(cells, [10, 10], 30) == ["dear", "cheap"]
     assert choose_allocation(cells, [10, 10], 50) == ["dear", "dear"]
     assert choose_allocation(cells, [10, 10], 10) == ["cheap", "cheap"]
@@ -60,8 +62,11 @@ class _TwoKindsTask:
 
     def __init__(self, n: int, kinds: tuple[str, str]):
         def problems(split):
-            return [Problem(f"{split}-{kind}-{i}", f"{kind} {split} {i}: 1+1=?", "1+1", (kind,))
-                    for i in range(n) for kind in kinds]  # fmt: skip
+            return [
+                Problem(f"{split}-{kind}-{i}", f"{kind} {split} {i}: 1+1=?", "1+1", (kind,))
+                for i in range(n)
+                for kind in kinds
+            ]
 
         self._val, self._held = problems("validation"), problems("heldout")
 
@@ -89,8 +94,17 @@ class TwoKinds(_TwoKindsTask):
 
 
 def _allocate(tmp_path, task, **extra):
-    data = {"strategy": "single,majority", "budgets": "4,16", "problems": 80, "heldout_problems": 80,
-            "probe_samples": 4, "levels": 2, "token_budgets": "4,16", "out": str(tmp_path / "a"), **extra}  # fmt: skip
+    data = {
+        "strategy": "single,majority",
+        "budgets": "4,16",
+        "problems": 80,
+        "heldout_problems": 80,
+        "probe_samples": 4,
+        "levels": 2,
+        "token_budgets": "4,16",
+        "out": str(tmp_path / "a"),
+        **extra,
+    }
     cfg = AllocateConfig(**data)
     strategies = Strategies(ScriptedProposer(task.tree, per_prompt=True), None, SearchSettings())
     return run_allocate(cfg, progress=False, task=task, strategies=strategies)
@@ -142,19 +156,34 @@ class FixableAndFragile(_TwoKindsTask):
         self.tree = {p.prompt: spread if "fixable" in p.tags else sure for p in self.problems()}
         attempts = [f"answer={v}" for v in range(2, 8)]
         revised = {kind: {"": [(answer, 1.0)]} for kind, answer in (("fixable", "answer=2"), ("fragile", "answer=6"))}
-        self.reviser_tree = {revision_prompt(p.prompt, a): revised[p.tags[0]]
-                             for p in self.problems() for a in attempts}  # fmt: skip
+        self.reviser_tree = {
+            revision_prompt(p.prompt, a): revised[p.tags[0]] for p in self.problems() for a in attempts
+        }
 
 
 def test_the_sequential_parallel_ratio_is_swept_and_chosen_per_bin(tmp_path):
     task = FixableAndFragile(40)
-    cfg = AllocateConfig(strategy="single,revision", budgets="8", revision_chains_sweep="1,2,4,8",
-                         revision_policy="(scripted)", revision_select="majority", revision_history=1, problems=80,
-                         heldout_problems=80, probe_samples=4, levels=2, token_budgets="12",
-                         out=str(tmp_path / "r"))  # fmt: skip
+    cfg = AllocateConfig(
+        strategy="single,revision",
+        budgets="8",
+        revision_chains_sweep="1,2,4,8",
+        revision_policy="(scripted)",
+        revision_select="majority",
+        revision_history=1,
+        problems=80,
+        heldout_problems=80,
+        probe_samples=4,
+        levels=2,
+        token_budgets="12",
+        out=str(tmp_path / "r"),
+    )
     settings = SearchSettings(revision_select="majority", revision_history=1)
-    strategies = Strategies(ScriptedProposer(task.tree, per_prompt=True), None, settings,
-                            reviser=ScriptedProposer(task.reviser_tree, per_prompt=True))  # fmt: skip
+    strategies = Strategies(
+        ScriptedProposer(task.tree, per_prompt=True),
+        None,
+        settings,
+        reviser=ScriptedProposer(task.reviser_tree, per_prompt=True),
+    )
     s = run_allocate(cfg, progress=False, task=task, strategies=strategies)
     low, high = s["bins"]
     assert s["edges"] == [0.75]  # the fragile problems' probes mostly agree 3 or 4 times in 4, the fixable ones' not
@@ -165,8 +194,10 @@ def test_the_sequential_parallel_ratio_is_swept_and_chosen_per_bin(tmp_path):
     # the seed's figure, in this policy's terms: one chain wins where the probe disagrees, parallel where it agrees
     assert sweep[low]["1"] > sweep[low]["8"] + 0.3 and sweep[high]["8"] > sweep[high]["1"] + 0.3, sweep
     eight = s["choices"][0]  # 12 samples' tokens: the probe's 4, then 8 attempts per problem on average
-    chains = [(int(c.split("/c")[1].split("@")[0]), int(c.split("@")[1])) if c.startswith("revision/") else None
-              for c in eight["allocation"]]  # fmt: skip
+    chains = [
+        (int(c.split("/c")[1].split("@")[0]), int(c.split("@")[1])) if c.startswith("revision/") else None
+        for c in eight["allocation"]
+    ]
     # where the probe disagrees: chains with revisions (C < N); where it agrees: no revision at all, the probe's
     # own vote (free) or N parallel samples, which lets the other bin spend more
     assert chains[0] is not None and chains[0][0] < chains[0][1], eight
@@ -197,8 +228,27 @@ def test_allocate_options_and_cli_errors(capsys):
 
 
 def test_allocate_cli_on_the_built_in_task(tmp_path, capsys):
-    assert main(["allocate", "--problems", "8", "--heldout_problems", "6", "--budgets", "2", "--token_budgets", "4,8",
-                 "--levels", "2", "--out", str(tmp_path / "c"), "--quiet"]) == 0  # fmt: skip
+    assert (
+        main(
+            [
+                "allocate",
+                "--problems",
+                "8",
+                "--heldout_problems",
+                "6",
+                "--budgets",
+                "2",
+                "--token_budgets",
+                "4,8",
+                "--levels",
+                "2",
+                "--out",
+                str(tmp_path / "c"),
+                "--quiet",
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     assert "best single cell" in out and "agreement" in out
     summary = json.loads((tmp_path / "c" / "summary.json").read_text())

@@ -34,8 +34,17 @@ from veriloop.verifiers.speech_acts import DOUBTS, RETRACTS, speech_act
 DEVELOPMENT = Path(__file__).resolve().parent.parent / "src/veriloop/verifiers/data/audit/development"
 CASES = DEVELOPMENT / "polarity.jsonl"
 ROUND3 = DEVELOPMENT / "round3.jsonl"  # scripts/write_round3_cases.py: conditions, refusals, approximators, forms
-FAMILIES = {"negation-over-answer", "retraction", "honest-negation-elsewhere", "intensifier", "label-line",
-            "closing-sentence", "bold-units-currency", "hedge-over-answer", "double-negation"}  # fmt: skip
+FAMILIES = {
+    "negation-over-answer",
+    "retraction",
+    "honest-negation-elsewhere",
+    "intensifier",
+    "label-line",
+    "closing-sentence",
+    "bold-units-currency",
+    "hedge-over-answer",
+    "double-negation",
+}
 
 
 @pytest.fixture(scope="module")
@@ -48,9 +57,11 @@ def verifiers():
 
 def _wrong(verifier, rows):
     verdicts = verifier.verify_batch([r["completion"] for r in rows], [r["reference"] for r in rows])
-    return [f"{r['expect']} [{r['family']}] ref {r['reference']}: {r['completion']!r} -> {v.outcome} {v.details}"
-            for r, v in zip(rows, verdicts)
-            if (v.score > 0 if r["expect"] == "reject" else not is_correct(v))]  # fmt: skip
+    return [
+        f"{r['expect']} [{r['family']}] ref {r['reference']}: {r['completion']!r} -> {v.outcome} {v.details}"
+        for r, v in zip(rows, verdicts)
+        if (v.score > 0 if r["expect"] == "reject" else not is_correct(v))
+    ]
 
 
 # ---------------------------------------------------------------- composition, worked by hand
@@ -231,10 +242,12 @@ def test_last_assertion(text, status, reason):
 
 @pytest.mark.parametrize("name", ["gsm8k", "math"])
 def test_verdicts_name_the_reason(verifiers, name):
-    cases = {"I don't think the answer is 45.": ("no_answer", "(negated)"),
-             "#### 45\nScratch that.": ("no_answer", "(retracted)"),
-             "Maybe the answer is 45.": ("no_answer", "(hedged)"),
-             "#### 45\nScratch that. #### 52": ("ambiguous", "(revised)")}  # fmt: skip
+    cases = {
+        "I don't think the answer is 45.": ("no_answer", "(negated)"),
+        "#### 45\nScratch that.": ("no_answer", "(retracted)"),
+        "Maybe the answer is 45.": ("no_answer", "(hedged)"),
+        "#### 45\nScratch that. #### 52": ("ambiguous", "(revised)"),
+    }
     verdicts = verifiers[name].verify_batch(list(cases), ["45"] * len(cases))
     for (text, (outcome, says)), v in zip(cases.items(), verdicts):
         assert v.outcome == outcome and says in v.details and v.score == 0.0, (text, v)
@@ -243,8 +256,15 @@ def test_verdicts_name_the_reason(verifiers, name):
 def test_markers_real_models_write():
     assert SPAN_POLICIES["gsm8k"]("#### 45\nScratch that. #### 52") == [("45", 0, 7), ("52", 22, 29)]
     few_shot = "A: She had 27 and ate 9, so 27 - 9 = 18 are left. The answer is 18."  # the label opens the reply
-    for text in ("A: 18", "Ans: 18", "**Answer:** 18", "**Final Answer**: $18$", "### Final Answer\n18",
-                 "Q: How many? A: 18", few_shot):  # fmt: skip
+    for text in (
+        "A: 18",
+        "Ans: 18",
+        "**Answer:** 18",
+        "**Final Answer**: $18$",
+        "### Final Answer\n18",
+        "Q: How many? A: 18",
+        few_shot,
+    ):
         found = extract_answer(text, kind="number")
         assert (found.status, found.answer and found.answer.strip("$")) == ("ok", "18"), (text, found)
     assert extract_answer("A: 12\nB: 15\nC: 18", kind="number").status == "none"  # options, not a label
@@ -261,8 +281,10 @@ def test_development_cases_are_well_formed():
     assert all(set(r["verifiers"]) <= {"gsm8k", "math"} and r["verifiers"] for r in rows)
     expected = {f: {r["expect"] for r in rows if r["family"] == f} for f in FAMILIES}
     assert expected["negation-over-answer"] == {"reject"} and expected["honest-negation-elsewhere"] == {"accept"}
-    assert all(expected[f] == {"accept", "reject"} for f in ("retraction", "intensifier", "label-line",
-                                                             "closing-sentence", "bold-units-currency")), expected
+    assert all(
+        expected[f] == {"accept", "reject"}
+        for f in ("retraction", "intensifier", "label-line", "closing-sentence", "bold-units-currency")
+    ), expected
 
 
 @pytest.mark.timeout(300)
@@ -275,23 +297,65 @@ def test_development_cases_have_no_false_accepts_or_rejects(verifiers, name):
 
 # ---------------------------------------------------------------- properties
 
-STATEMENTS = ["the answer is {N}", "the final answer is {N}", "the answer is $\\boxed{{{N}}}$",
-              "the answer is {N} apples", "the total, which is the answer, is \\boxed{{{N}}}"]  # fmt: skip
-DOUBLE_NEGATIONS = ["There is no doubt that {S}.", "It is not false that {S}.", "Nobody doubts that {S}.",
-                    "It is not untrue that {S}.", "I don't doubt that {S}.", "No one could deny that {S}.",
-                    "Without a doubt, {S}.", "It is not the case that {S} is false."]  # fmt: skip
-NEGATIONS = ["I don't think {S}.", "It is false that {S}.", "I doubt {S}.", "It is not true that {S}.",
-             "Nobody believes {S}.", "It is not the case that {S}.", "There is no way {S}.", "I don't agree that {S}.",
-             "It is impossible that {S}.", "It is not possible that {S}."]  # fmt: skip
-NON_COMMITTAL = ["I'm not sure {S}.", "I wouldn't say {S}.", "We cannot conclude that {S}.", "It is wrong to say {S}.",
-                 "I cannot be certain that {S}."]  # a negated commitment: no commitment either way
-HONEST_NEGATIONS = ["She did not buy any pears.", "Tom doesn't like apples.", "It is not raining today.",
-                    "I don't think we need a calculator for this.", "Nobody else came.", "No tax is charged.",
-                    "We cannot split an apple.", "It is false that 2 + 2 = 5.", "None of the boxes were empty.",
-                    "I doubt the shop was open on Sunday.", "This is not a trick question."]  # fmt: skip
-ACCEPTED = ["The answer is {N}.", "#### {N}", "So the answer is $\\boxed{{{N}}}$.", "Final answer: {N}",
-            "A: {N}", "So she has {N} apples left.", "There is no doubt the answer is {N}.",
-            "The answer is definitely {N}."]  # fmt: skip
+STATEMENTS = [
+    "the answer is {N}",
+    "the final answer is {N}",
+    "the answer is $\\boxed{{{N}}}$",
+    "the answer is {N} apples",
+    "the total, which is the answer, is \\boxed{{{N}}}",
+]
+DOUBLE_NEGATIONS = [
+    "There is no doubt that {S}.",
+    "It is not false that {S}.",
+    "Nobody doubts that {S}.",
+    "It is not untrue that {S}.",
+    "I don't doubt that {S}.",
+    "No one could deny that {S}.",
+    "Without a doubt, {S}.",
+    "It is not the case that {S} is false.",
+]
+NEGATIONS = [
+    "I don't think {S}.",
+    "It is false that {S}.",
+    "I doubt {S}.",
+    "It is not true that {S}.",
+    "Nobody believes {S}.",
+    "It is not the case that {S}.",
+    "There is no way {S}.",
+    "I don't agree that {S}.",
+    "It is impossible that {S}.",
+    "It is not possible that {S}.",
+]
+NON_COMMITTAL = [
+    "I'm not sure {S}.",
+    "I wouldn't say {S}.",
+    "We cannot conclude that {S}.",
+    "It is wrong to say {S}.",
+    "I cannot be certain that {S}.",
+]  # a negated commitment: no commitment either way
+HONEST_NEGATIONS = [
+    "She did not buy any pears.",
+    "Tom doesn't like apples.",
+    "It is not raining today.",
+    "I don't think we need a calculator for this.",
+    "Nobody else came.",
+    "No tax is charged.",
+    "We cannot split an apple.",
+    "It is false that 2 + 2 = 5.",
+    "None of the boxes were empty.",
+    "I doubt the shop was open on Sunday.",
+    "This is not a trick question.",
+]
+ACCEPTED = [
+    "The answer is {N}.",
+    "#### {N}",
+    "So the answer is $\\boxed{{{N}}}$.",
+    "Final answer: {N}",
+    "A: {N}",
+    "So she has {N} apples left.",
+    "There is no doubt the answer is {N}.",
+    "The answer is definitely {N}.",
+]
 numbers = st.integers(min_value=0, max_value=99_999)
 
 
@@ -308,8 +372,12 @@ def test_two_negations_keep_an_asserted_answer(verifiers, n, frame, statement):
 
 
 @settings(max_examples=60, deadline=None)
-@given(n=numbers, frame=st.sampled_from(NEGATIONS + NON_COMMITTAL), statement=st.sampled_from(STATEMENTS),
-       later=st.sampled_from(["", "\nThe answer is {N}.", "\n#### {N}"]))  # fmt: skip
+@given(
+    n=numbers,
+    frame=st.sampled_from(NEGATIONS + NON_COMMITTAL),
+    statement=st.sampled_from(STATEMENTS),
+    later=st.sampled_from(["", "\nThe answer is {N}.", "\n#### {N}"]),
+)
 def test_one_negation_never_scores(verifiers, n, frame, statement, later):
     # a later restatement of a denied value contradicts it (negated); after a statement that committed to
     # nothing, a later assertion is the last assertion and stands (assertions.py), so only denials get one
@@ -319,8 +387,12 @@ def test_one_negation_never_scores(verifiers, n, frame, statement, later):
 
 
 @settings(max_examples=60, deadline=None)
-@given(n=numbers, honest=st.sampled_from(HONEST_NEGATIONS), accepted=st.sampled_from(ACCEPTED),
-       joint=st.sampled_from([" ", "\n", "\n\n"]))  # fmt: skip
+@given(
+    n=numbers,
+    honest=st.sampled_from(HONEST_NEGATIONS),
+    accepted=st.sampled_from(ACCEPTED),
+    joint=st.sampled_from([" ", "\n", "\n\n"]),
+)
 def test_an_honest_negation_before_the_answer_changes_nothing(verifiers, n, honest, accepted, joint):
     text = accepted.format(N=n)
     for name, verifier in verifiers.items():
@@ -340,9 +412,15 @@ def test_composition_properties(ops):
 
 @pytest.mark.parametrize(
     "sentence, answers",
-    [("Yes.", True), ("Yes, 45 is correct.", True), ("That is right.", True), ("48 + 24 = 72.", False),
-     ("Is it?", False), ("No.", False)],
-)  # fmt: skip
+    [
+        ("Yes.", True),
+        ("Yes, 45 is correct.", True),
+        ("That is right.", True),
+        ("48 + 24 = 72.", False),
+        ("Is it?", False),
+        ("No.", False),
+    ],
+)
 def test_a_doubting_question_is_answered_by_yes(sentence, answers):
     from veriloop.verifiers.speech_acts import affirms
 

@@ -14,8 +14,14 @@ from veriloop.verifiers.audit import argued_answers_suite, run_audit
 from veriloop.verifiers.mathequiv import MathOptions, compare
 
 GSM8K_DIR = Path(__file__).resolve().parent.parent / "src" / "veriloop" / "data" / "gsm8k"
-FAMILIES = ("negation", "contrast", "self-correction", "hedge or range", "conditional answer",
-            "quoted from the question")  # fmt: skip
+FAMILIES = (
+    "negation",
+    "contrast",
+    "self-correction",
+    "hedge or range",
+    "conditional answer",
+    "quoted from the question",
+)
 
 
 @pytest.mark.parametrize(
@@ -42,9 +48,15 @@ def test_extraction_policies(text, answer, policy):
 
 @pytest.mark.parametrize(
     "text",
-    ["answer=20 or 9", "答案=20或9", "\\boxed{5} ... \\boxed{6}", "#### 5\nso \\boxed{6}", "The answer is 3 or 4.",
-     "answer=20;answer=9"],
-)  # fmt: skip
+    [
+        "answer=20 or 9",
+        "答案=20或9",
+        "\\boxed{5} ... \\boxed{6}",
+        "#### 5\nso \\boxed{6}",
+        "The answer is 3 or 4.",
+        "answer=20;answer=9",
+    ],
+)
 def test_two_different_final_answers_are_ambiguous(text):
     assert extract_answer(text).status == "ambiguous"
 
@@ -63,9 +75,19 @@ def test_normalize_text():
 
 @pytest.mark.parametrize(
     "gold, pred",
-    [("0.5", "1/2"), ("1/2", "0.5"), ("\\frac{1}{2}", "0.5"), ("0.5", "\\frac{1}{2}"), ("7425000", "7,425,000"),
-     ("12", "12.0"), ("-5", "-5"), ("2\\sqrt{2}", "\\sqrt{8}"), ("\\frac{\\pi}{2}", "\\pi/2"), ("50", "50%")],
-)  # fmt: skip
+    [
+        ("0.5", "1/2"),
+        ("1/2", "0.5"),
+        ("\\frac{1}{2}", "0.5"),
+        ("0.5", "\\frac{1}{2}"),
+        ("7425000", "7,425,000"),
+        ("12", "12.0"),
+        ("-5", "-5"),
+        ("2\\sqrt{2}", "\\sqrt{8}"),
+        ("\\frac{\\pi}{2}", "\\pi/2"),
+        ("50", "50%"),
+    ],
+)
 def test_equivalent_forms(gold, pred):
     assert compare(gold, pred)[0] == "correct"
 
@@ -165,9 +187,11 @@ def test_gsm8k_reference_forms():
 def test_verify_command_grades_a_file(tmp_path, capsys):
     from veriloop import cli
 
-    rows = [{"completion": "#### 72", "reference": "x\n#### 72", "id": 1},
-            {"completion": "The answer is 71.", "reference": "#### 72", "id": 2},
-            {"completion": "72 or 73", "reference": "#### 72", "id": 3}]  # fmt: skip
+    rows = [
+        {"completion": "#### 72", "reference": "x\n#### 72", "id": 1},
+        {"completion": "The answer is 71.", "reference": "#### 72", "id": 2},
+        {"completion": "72 or 73", "reference": "#### 72", "id": 3},
+    ]
     src, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
     src.write_text("".join(json.dumps(r) + "\n" for r in rows))
     assert cli.main(["verify", "--verifier", "gsm8k", "--input", str(src), "--output", str(out)]) == 0
@@ -200,8 +224,16 @@ def test_audit_suites_have_no_false_accepts_or_rejects(name):
     report = run_audit(name, verifier, BUILTIN_SUITES[name]())
     categories = {r["category"] for r in report.rows}
     if name in ("gsm8k", "math"):
-        assert {"substring trap", "several answers", "echoing the question", "format without content",
-                "prompt injection", "equivalent form", *FAMILIES, "honest look-alike"} <= categories  # fmt: skip
+        assert {
+            "substring trap",
+            "several answers",
+            "echoing the question",
+            "format without content",
+            "prompt injection",
+            "equivalent form",
+            *FAMILIES,
+            "honest look-alike",
+        } <= categories
     assert report.false_accepts == 0 and report.false_rejects == 0, report.table()
 
 
@@ -209,8 +241,9 @@ def test_audit_command_with_user_cases(tmp_path, capsys):
     from veriloop import cli
 
     cases = tmp_path / "cases.jsonl"
-    cases.write_text(json.dumps({"completion": "#### 5", "reference": "#### 5", "expect": "reject",
-                                 "category": "my probe"}) + "\n")  # fmt: skip
+    cases.write_text(
+        json.dumps({"completion": "#### 5", "reference": "#### 5", "expect": "reject", "category": "my probe"}) + "\n"
+    )
     report = tmp_path / "audit.json"
     code = cli.main(["audit", "gsm8k", "--cases", str(cases), "--no-builtin", "--json", str(report)])
     out = capsys.readouterr().out
@@ -323,8 +356,11 @@ def test_argued_answers_are_not_answers(text, status, reason):
         ("x >= 5", "x >= 5"),  # a relation is not cut at its '='
         # ordinary words that are no condition (math-verify's latex_notation_math[3], matrix_extraction[6])
         ("We are given that she sold 24 clips.\nThe answer is 18.", "18"),
-        ("The answer is 18. I hope it is correct. Note: the solution provided assumes no tax. Please let me know "
-         "if you have any questions.", "18"),
+        (
+            "The answer is 18. I hope it is correct. Note: the solution provided assumes no tax. Please let me know "
+            "if you have any questions.",
+            "18",
+        ),
         ("When multiplying by 2, the answer is 18.", "18"),
         ("#### 18\nIf you have any questions, let me know.", "18"),
         # contrasts ("it's not N, it's M"): number_extraction[13], [16]
@@ -336,8 +372,13 @@ def test_argued_answers_are_not_answers(text, status, reason):
         ("Final Answer: The volume of $ABCDEFGH$ is 120. I hope it is correct.", "120"),
         ("Final Answer: The final answer is $20 \\%$. I hope it is correct.", "20%"),  # one statement; \\% is a percent
         # 'Answer' opening a line before delimited maths: latex_notation[0]-[3]
-        ("Answer $ 9 $", "9"), ("Answer \\[ 9 \\]", "9"), ("Answer \\( 9 \\)", "9"), ("Answer $$ 9 $$", "9"),
-        ("1 000", "1000"), ("1000,99", "1000.99"), ("#### 1,000", "1,000"),  # number_extraction[2], [5]
+        ("Answer $ 9 $", "9"),
+        ("Answer \\[ 9 \\]", "9"),
+        ("Answer \\( 9 \\)", "9"),
+        ("Answer $$ 9 $$", "9"),
+        ("1 000", "1000"),
+        ("1000,99", "1000.99"),
+        ("#### 1,000", "1,000"),  # number_extraction[2], [5]
         ("The distance is $\\boxed{125\\textnormal{ miles}}.$", "125"),  # latex_notation_math[25]
         ("$x=1/3\\approx1.3$", "x=1/3"),  # relations_math[16]: the exact value, then a decimal of it
         ("<think>Is it 17? Wait, 19.</think>\nThe answer is 18.", "18"),  # only what follows the reasoning
@@ -390,8 +431,16 @@ def test_argued_answer_families_fool_a_reader_that_takes_the_last_number():
 # ---------------------------------------------------------------- real models' final-answer forms
 
 REAL_FORMS = GSM8K_DIR.parents[1] / "verifiers" / "data" / "audit" / "development" / "real-forms.jsonl"
-HOSTILE_FAMILIES = {"hostile-negated", "hostile-retracted", "hostile-conditional", "hostile-hedged",
-                    "hostile-two-values", "hostile-closing", "hostile-label-sentence", "math-hostile"}  # fmt: skip
+HOSTILE_FAMILIES = {
+    "hostile-negated",
+    "hostile-retracted",
+    "hostile-conditional",
+    "hostile-hedged",
+    "hostile-two-values",
+    "hostile-closing",
+    "hostile-label-sentence",
+    "math-hostile",
+}
 
 
 def _real_forms() -> list[dict]:
@@ -407,9 +456,24 @@ def test_real_forms_cases_are_well_formed():
     assert HOSTILE_FAMILIES <= set(expects) and all(expects[f] == {"reject"} for f in HOSTILE_FAMILIES)
     forms = set(expects) - HOSTILE_FAMILIES  # every form: a right value (accept) and a wrong one (reject)
     assert all(expects[f] == {"accept", "reject"} for f in forms), expects
-    assert {"end-of-turn", "stop-string", "currency-and-separators", "percent", "negative-values", "closing-sentence",
-            "label-sentence", "self-verification", "corrected-working", "pleasantries", "intensifier",
-            "restated-question", "retraction-phrasings", "conditional", "math-boxed", "minerva"} <= forms  # fmt: skip
+    assert {
+        "end-of-turn",
+        "stop-string",
+        "currency-and-separators",
+        "percent",
+        "negative-values",
+        "closing-sentence",
+        "label-sentence",
+        "self-verification",
+        "corrected-working",
+        "pleasantries",
+        "intensifier",
+        "restated-question",
+        "retraction-phrasings",
+        "conditional",
+        "math-boxed",
+        "minerva",
+    } <= forms
 
 
 @pytest.mark.timeout(300)
@@ -418,8 +482,11 @@ def test_real_forms_have_no_false_accepts_or_rejects(name, math_verifier):
     rows = [r for r in _real_forms() if name in r["verifiers"]]
     verifier = math_verifier if name == "math" else get(name)
     verdicts = verifier.verify_batch([r["completion"] for r in rows], [r["reference"] for r in rows])
-    wrong = [f"{r['expect']} [{r['family']}] ref {r['reference'][-12:]!r}: {r['completion'][-120:]!r} -> {v.outcome}"
-             for r, v in zip(rows, verdicts) if (v.score > 0 if r["expect"] == "reject" else v.score < 1)]  # fmt: skip
+    wrong = [
+        f"{r['expect']} [{r['family']}] ref {r['reference'][-12:]!r}: {r['completion'][-120:]!r} -> {v.outcome}"
+        for r, v in zip(rows, verdicts)
+        if (v.score > 0 if r["expect"] == "reject" else v.score < 1)
+    ]
     assert not wrong, "\n".join(wrong)
 
 
@@ -454,10 +521,22 @@ def test_currency_dollars_are_not_maths_delimiters():
 
 @pytest.mark.parametrize(
     "value, cleaned",
-    [("\\$1{,}250", "1,250"), ("USD 1,250", "1,250"), ("1,250$", "1,250"), ("$ 1,250", "1,250"),
-     ("1,\\!250", "1,250"), ("1\\,250", "1250"), ("\\boxed{\\$1,250}", "1,250"), ("-5°F", "-5"),
-     ("30^\\circ", "30"), ("75\\%", "75%"), ("__ 72", "72"), ("-$5", "-5"), ("\\frac14", "\\frac14")],
-)  # fmt: skip
+    [
+        ("\\$1{,}250", "1,250"),
+        ("USD 1,250", "1,250"),
+        ("1,250$", "1,250"),
+        ("$ 1,250", "1,250"),
+        ("1,\\!250", "1,250"),
+        ("1\\,250", "1250"),
+        ("\\boxed{\\$1,250}", "1,250"),
+        ("-5°F", "-5"),
+        ("30^\\circ", "30"),
+        ("75\\%", "75%"),
+        ("__ 72", "72"),
+        ("-$5", "-5"),
+        ("\\frac14", "\\frac14"),
+    ],
+)
 def test_clean_value_reads_real_number_forms(value, cleaned):
     from veriloop.verifiers.answer_values import clean_value, is_clean
 
@@ -502,8 +581,17 @@ def test_interim_boxes_before_a_final_answer_are_working():
 
 # ---------------------------------------------------------------- properties of the real forms
 
-END_TOKENS = ["<|eot_id|>", "<|im_end|>", "</s>", "<|endoftext|>", "<end_of_turn>", "<|end|>", "<eos>",
-              "<|im_end|>\n<|im_start|>user\nAre you sure? Maybe it is 96.", "</s>\n\nQ: Is it 96?\nA: 96"]  # fmt: skip
+END_TOKENS = [
+    "<|eot_id|>",
+    "<|im_end|>",
+    "</s>",
+    "<|endoftext|>",
+    "<end_of_turn>",
+    "<|end|>",
+    "<eos>",
+    "<|im_end|>\n<|im_start|>user\nAre you sure? Maybe it is 96.",
+    "</s>\n\nQ: Is it 96?\nA: 96",
+]
 
 
 @settings(max_examples=80, deadline=None)
@@ -511,22 +599,39 @@ END_TOKENS = ["<|eot_id|>", "<|im_end|>", "</s>", "<|endoftext|>", "<end_of_turn
 def test_an_end_of_turn_token_never_changes_a_verdict(math_verifier, row, token, joint):
     for name in row["verifiers"]:
         verifier = math_verifier if name == "math" else get(name)
-        before, after = verifier.verify_batch([row["completion"], row["completion"] + joint + token],
-                                              [row["reference"]] * 2)  # fmt: skip
+        before, after = verifier.verify_batch(
+            [row["completion"], row["completion"] + joint + token], [row["reference"]] * 2
+        )
         assert (before.score, before.outcome) == (after.score, after.outcome), (name, row["completion"][-80:], token)
 
 
-NUMBER_FORMS = [lambda n: f"{n:,}", lambda n: f"${n:,}", lambda n: f"{n:,} dollars", lambda n: f"${n:,}.00",
-                lambda n: f"USD {n:,}", lambda n: f"{n:,}".replace(",", " "), lambda n: f"{n:,}".replace(",", "{,}"),
-                lambda n: "\\$" + f"{n:,}".replace(",", "{,}"), lambda n: f"{n:,}".replace(",", ",\\!")]  # fmt: skip
-ACCEPTED_FORMS = ["The answer is {V}.", "#### {V}", "**Answer:** {V}", "So the answer is **{V}**.",
-                  "Final Answer: The final answer is {V}. I hope it is correct.",
-                  "The final answer is $\\boxed{{{V}}}$."]  # fmt: skip
+NUMBER_FORMS = [
+    lambda n: f"{n:,}",
+    lambda n: f"${n:,}",
+    lambda n: f"{n:,} dollars",
+    lambda n: f"${n:,}.00",
+    lambda n: f"USD {n:,}",
+    lambda n: f"{n:,}".replace(",", " "),
+    lambda n: f"{n:,}".replace(",", "{,}"),
+    lambda n: "\\$" + f"{n:,}".replace(",", "{,}"),
+    lambda n: f"{n:,}".replace(",", ",\\!"),
+]
+ACCEPTED_FORMS = [
+    "The answer is {V}.",
+    "#### {V}",
+    "**Answer:** {V}",
+    "So the answer is **{V}**.",
+    "Final Answer: The final answer is {V}. I hope it is correct.",
+    "The final answer is $\\boxed{{{V}}}$.",
+]
 
 
 @settings(max_examples=80, deadline=None)
-@given(n=st.integers(min_value=1000, max_value=99_999_999), form=st.sampled_from(NUMBER_FORMS),
-       statement=st.sampled_from(ACCEPTED_FORMS))  # fmt: skip
+@given(
+    n=st.integers(min_value=1000, max_value=99_999_999),
+    form=st.sampled_from(NUMBER_FORMS),
+    statement=st.sampled_from(ACCEPTED_FORMS),
+)
 def test_separators_and_currency_never_change_an_accepted_verdict(math_verifier, n, form, statement):
     plain, formatted = statement.format(V=n), statement.format(V=form(n))
     for verifier in (get("gsm8k"), math_verifier):

@@ -29,9 +29,14 @@ def test_parse_and_evaluate():
     assert parse_expression("10-4-3").value == 3  # left-associative
     assert parse_expression("2+3*4").value == 14  # precedence
     assert parse_expression("7/2").value == Fraction(7, 2)
-    for bad, says in [("", "empty expression"), ("2+", "expected a number or '\\(' at the end in '2\\+'"),
-                      ("(2+3", "expected '\\)' at the end"), ("2 3", "unexpected '3' at position 2"),
-                      ("2+a", "unexpected 'a' at position 2"), ("-2", "expected a number or '\\(' at position 0")]:
+    for bad, says in [
+        ("", "empty expression"),
+        ("2+", "expected a number or '\\(' at the end in '2\\+'"),
+        ("(2+3", "expected '\\)' at the end"),
+        ("2 3", "unexpected '3' at position 2"),
+        ("2+a", "unexpected 'a' at position 2"),
+        ("-2", "expected a number or '\\(' at position 0"),
+    ]:
         with pytest.raises(ExpressionError, match=says):
             parse_expression(bad)
 

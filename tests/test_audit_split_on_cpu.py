@@ -38,22 +38,33 @@ def test_every_heldout_case_line_is_locked_unchanged_and_in_order():
 
 
 def _case(n: int) -> str:
-    return json.dumps({"completion": f"#### {n}", "reference": str(n), "expect": "accept", "family": "f",
-                       "verifiers": ["gsm8k"], "labelled_by": "reading"})  # fmt: skip
+    return json.dumps(
+        {
+            "completion": f"#### {n}",
+            "reference": str(n),
+            "expect": "accept",
+            "family": "f",
+            "verifiers": ["gsm8k"],
+            "labelled_by": "reading",
+        }
+    )
 
 
 def test_the_lock_refuses_an_edited_case_and_records_only_appended_ones(tmp_path):
     cases = tmp_path / "a.jsonl"
     cases.write_text(_case(1) + "\n" + _case(2) + "\n")
-    assert check_lock(tmp_path) == ["a.jsonl: lines 1-2 are not locked yet: run python -m "
-                                    "veriloop.verifiers.audit_files --lock"]  # fmt: skip
+    assert check_lock(tmp_path) == [
+        "a.jsonl: lines 1-2 are not locked yet: run python -m veriloop.verifiers.audit_files --lock"
+    ]
     assert append_lock(tmp_path) == 2 and check_lock(tmp_path) == []
     lock_before = (tmp_path / LOCK_NAME).read_text()
     cases.write_text(cases.read_text() + _case(3) + "\n")  # appended: allowed, once locked
     assert append_lock(tmp_path) == 1 and (tmp_path / LOCK_NAME).read_text().startswith(lock_before)
     cases.write_text(_case(1) + "\n" + _case(20) + "\n" + _case(3) + "\n")  # line 2 edited
-    assert check_lock(tmp_path) == ["a.jsonl: case line 2 is not the locked one (edited, removed or moved); "
-                                    "held-out cases are never edited: append a new case instead"]  # fmt: skip
+    assert check_lock(tmp_path) == [
+        "a.jsonl: case line 2 is not the locked one (edited, removed or moved); "
+        "held-out cases are never edited: append a new case instead"
+    ]
     with pytest.raises(DatasetError, match="depart from their lock:\na.jsonl: case line 2"):
         append_lock(tmp_path)
     cases.write_text(_case(2) + "\n" + _case(1) + "\n" + _case(3) + "\n")  # reordered
@@ -68,11 +79,15 @@ def _git(*args: str) -> subprocess.CompletedProcess:
 
 def test_every_committed_version_of_a_heldout_file_is_a_prefix_of_the_current_one():
     if shutil.which("git") is None:
-        pytest.skip("git is not installed: the committed history of the held-out files cannot be checked "
-                    "(the LOCK test still checks every case line)")  # fmt: skip
+        pytest.skip(
+            "git is not installed: the committed history of the held-out files cannot be checked "
+            "(the LOCK test still checks every case line)"
+        )
     if _git("rev-parse", "--is-inside-work-tree").returncode != 0:
-        pytest.skip(f"{ROOT} is not a git checkout: the committed history of the held-out files cannot be checked "
-                    "(the LOCK test still checks every case line)")  # fmt: skip
+        pytest.skip(
+            f"{ROOT} is not a git checkout: the committed history of the held-out files cannot be checked "
+            "(the LOCK test still checks every case line)"
+        )
     rel = HELDOUT.relative_to(ROOT).as_posix()
     ever = {p for p in _git("log", "--format=", "--name-only", "--", rel).stdout.decode().split("\n") if p}
     gone = sorted(p for p in ever if not (ROOT / p).exists())
@@ -84,8 +99,10 @@ def test_every_committed_version_of_a_heldout_file_is_a_prefix_of_the_current_on
         lines = [x for x in log.stdout.decode().split("\n") if x]
         for commit, old_path in zip(lines[::2], lines[1::2]):
             old = _git("show", f"{commit}:{old_path}").stdout
-            assert now.startswith(old), f"{path.name}: the version of commit {commit[:12]} is not a prefix of the " \
-                                        "current file: held-out cases were edited, removed or reordered"  # fmt: skip
+            assert now.startswith(old), (
+                f"{path.name}: the version of commit {commit[:12]} is not a prefix of the "
+                "current file: held-out cases were edited, removed or reordered"
+            )
             checked += 1
     assert checked >= len(ever) > 0
 
@@ -156,14 +173,32 @@ def test_a_malformed_case_file_is_refused_naming_the_line_and_field(tmp_path):
 def test_report_counts_false_accepts_and_rejects_per_part_and_file():
     # accept cases score 1, 0, 1 (one false reject of 3); reject cases score 0, 1 (one false accept of 2)
     scores = {"a1": 1.0, "a2": 0.0, "a3": 1.0, "r1": 0.0, "r2": 1.0, "d1": 1.0}
-    cases = [AuditCase(c, "-", "accept" if c[0] in "ad" else "reject", "fam", part="heldout" if c[0] != "d"
-                       else "development", source="real-outputs" if c in ("a1", "a2") else "other")
-             for c in scores]  # fmt: skip
-    report = run_audit("fake", from_reward_function(lambda prompts, completions, reference, **_: [
-        scores[c] for c in completions]), cases)  # fmt: skip
+    cases = [
+        AuditCase(
+            c,
+            "-",
+            "accept" if c[0] in "ad" else "reject",
+            "fam",
+            part="heldout" if c[0] != "d" else "development",
+            source="real-outputs" if c in ("a1", "a2") else "other",
+        )
+        for c in scores
+    ]
+    report = run_audit(
+        "fake",
+        from_reward_function(lambda prompts, completions, reference, **_: [scores[c] for c in completions]),
+        cases,
+    )
     t = report.totals()
-    assert t["heldout"] == {"cases": 5, "accept_cases": 3, "reject_cases": 2, "false_accepts": 1, "false_rejects": 1,
-                            "false_accept_rate": 0.5, "false_reject_rate": 1 / 3}  # fmt: skip
+    assert t["heldout"] == {
+        "cases": 5,
+        "accept_cases": 3,
+        "reject_cases": 2,
+        "false_accepts": 1,
+        "false_rejects": 1,
+        "false_accept_rate": 0.5,
+        "false_reject_rate": 1 / 3,
+    }
     assert t["development"]["false_rejects"] == 0 and t["development"]["false_accept_rate"] is None
     files = report.source_totals()["heldout"]
     assert files["real-outputs"]["false_rejects"] == 1 and files["real-outputs"]["accept_cases"] == 2
@@ -189,8 +224,9 @@ def test_audit_command_reports_each_part_and_exits_1_on_any_false_verdict(tmp_pa
     assert set(result["parts"]) == {"development"} and "heldout:" not in capsys.readouterr().out
     assert code == (1 if result["false_accepts"] or result["false_rejects"] else 0)
     cases = tmp_path / "mine.jsonl"
-    cases.write_text(json.dumps({"completion": "answer=20", "reference": "(2+3)*4", "expect": "accept",
-                                 "family": "mine"}) + "\n")  # fmt: skip
+    cases.write_text(
+        json.dumps({"completion": "answer=20", "reference": "(2+3)*4", "expect": "accept", "family": "mine"}) + "\n"
+    )
     assert cli.main(["audit", "arithmetic-outcome", "--no-builtin", "--cases", str(cases), "--json", str(out)]) == 0
     assert json.loads(out.read_text())["parts"]["user"]["cases"] == 1
     assert "user: 1 cases" in capsys.readouterr().out
@@ -211,20 +247,37 @@ def _renderer():
 
 
 def _part(cases, accept, fr, fa):
-    return {"cases": cases, "accept_cases": accept, "reject_cases": cases - accept, "false_accepts": fa,
-            "false_rejects": fr}  # fmt: skip
+    return {
+        "cases": cases,
+        "accept_cases": accept,
+        "reject_cases": cases - accept,
+        "false_accepts": fa,
+        "false_rejects": fr,
+    }
 
 
 def test_the_cards_render_every_number_from_the_result_file():
-    result = {"stamp": {"commit": "abc123", "command": "python benchmarks/verifier_cards.py", "machine": "M",
-                        "date": "2026-01-01 00:00 UTC"}, "note": "Not final.",
-              "verifiers": {"toy": {"version": "toy@3", "command": "veriloop audit toy --part all",
-                                    "parts": {"development": _part(10, 4, 0, 0), "heldout": _part(8, 5, 2, 1)},
-                                    "files": {"heldout": {"real-outputs": _part(6, 4, 2, 0)}},
-                                    "rows": [{"part": "development", "category": "a|b", "expect": "accept",
-                                              "cases": 4, "false": 0},
-                                             {"part": "heldout", "category": "label line A:", "expect": "accept",
-                                              "cases": 5, "false": 2}]}}}  # fmt: skip
+    result = {
+        "stamp": {
+            "commit": "abc123",
+            "command": "python benchmarks/verifier_cards.py",
+            "machine": "M",
+            "date": "2026-01-01 00:00 UTC",
+        },
+        "note": "Not final.",
+        "verifiers": {
+            "toy": {
+                "version": "toy@3",
+                "command": "veriloop audit toy --part all",
+                "parts": {"development": _part(10, 4, 0, 0), "heldout": _part(8, 5, 2, 1)},
+                "files": {"heldout": {"real-outputs": _part(6, 4, 2, 0)}},
+                "rows": [
+                    {"part": "development", "category": "a|b", "expect": "accept", "cases": 4, "false": 0},
+                    {"part": "heldout", "category": "label line A:", "expect": "accept", "cases": 5, "false": 2},
+                ],
+            }
+        },
+    }
     page = _renderer().render([result])
     assert "`python benchmarks/verifier_cards.py` at commit `abc123` on M, 2026-01-01 00:00 UTC" in page
     assert "**Note:** Not final." in page

@@ -57,11 +57,24 @@ def test_the_quick_mode_runs_end_to_end_and_writes_a_stamped_result(script, tmp_
     out, scratch = tmp_path / "result.json", tmp_path / "tmp"
     scratch.mkdir()
     env = {k: v for k, v in os.environ.items() if k != "OUT"}
-    env.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false", HF_HUB_OFFLINE="1",
-               HF_DATASETS_OFFLINE="1", TRANSFORMERS_OFFLINE="1", TMPDIR=str(scratch))  # fmt: skip
+    env.update(
+        OMP_NUM_THREADS="1",
+        MKL_NUM_THREADS="1",
+        TOKENIZERS_PARALLELISM="false",
+        HF_HUB_OFFLINE="1",
+        HF_DATASETS_OFFLINE="1",
+        TRANSFORMERS_OFFLINE="1",
+        TMPDIR=str(scratch),
+    )
     started = time.monotonic()
-    proc = subprocess.run([sys.executable, str(BENCH / script), "--quick", "--json", str(out)], cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=BOUND_S)  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, str(BENCH / script), "--quick", "--json", str(out)],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=BOUND_S,
+    )
     seconds = time.monotonic() - started
     print(f"{script} --quick: {seconds:.1f} s")
     assert proc.returncode == 0, f"{script} --quick exited {proc.returncode}:\n{proc.stderr[-4000:]}"

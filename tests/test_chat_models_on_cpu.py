@@ -55,8 +55,14 @@ def test_every_end_token_of_the_generation_config_ends_a_completion(qwen2_dir):
         bias = torch.full((head.weight.shape[0],), -30.0)
         bias[end] = 30.0
         head.bias = torch.nn.Parameter(bias)
-        out = generate(policy.model, prompt, SamplingParams(temperature=1.0, max_new_tokens=5),
-                       eos_id=policy.end_ids, pad_id=policy.pad_id, row_seeds=[7])  # fmt: skip
+        out = generate(
+            policy.model,
+            prompt,
+            SamplingParams(temperature=1.0, max_new_tokens=5),
+            eos_id=policy.end_ids,
+            pad_id=policy.pad_id,
+            row_seeds=[7],
+        )
         assert out.completion_ids == [[end]] and out.finish_reasons == ["eos"]
     head.bias = None
 
@@ -76,16 +82,44 @@ def test_sft_on_boxed_gsm8k_demonstrations_ends_with_the_turns_end_token(qwen2_d
 
 
 def run_cli(args, cwd, timeout=600):
-    return subprocess.run([sys.executable, "-m", "veriloop.cli", *args], capture_output=True, text=True, cwd=cwd,
-                          timeout=timeout)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-m", "veriloop.cli", *args], capture_output=True, text=True, cwd=cwd, timeout=timeout
+    )
 
 
 def test_veriloop_train_runs_a_saved_tiny_qwen2_with_its_chat_template_on_gsm8k(qwen2_dir, tmp_path):
     run_dir = tmp_path / "run"
-    args = ["train", "--policy", qwen2_dir, "--task.name", "gsm8k", "--task.prompt_style", "boxed",
-            "--task.heldout_size", "4", "--verifier", "gsm8k", "--steps", "2", "--rollout.prompts_per_step", "2",
-            "--rollout.group_size", "2", "--sampling.max_new_tokens", "16", "--run_dir", str(run_dir),
-            "--device", "cpu", "--eval_every", "2", "--eval_problems", "2", "--threads", "1"]  # fmt: skip
+    args = [
+        "train",
+        "--policy",
+        qwen2_dir,
+        "--task.name",
+        "gsm8k",
+        "--task.prompt_style",
+        "boxed",
+        "--task.heldout_size",
+        "4",
+        "--verifier",
+        "gsm8k",
+        "--steps",
+        "2",
+        "--rollout.prompts_per_step",
+        "2",
+        "--rollout.group_size",
+        "2",
+        "--sampling.max_new_tokens",
+        "16",
+        "--run_dir",
+        str(run_dir),
+        "--device",
+        "cpu",
+        "--eval_every",
+        "2",
+        "--eval_problems",
+        "2",
+        "--threads",
+        "1",
+    ]
     done = run_cli(args, tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]

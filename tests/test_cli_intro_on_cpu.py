@@ -87,10 +87,12 @@ def test_each_command_s_own_help_still_works(capsys):
 
 @pytest.mark.timeout(120)
 def test_top_level_help_and_version_answer_without_loading_the_training_stack():
-    code = ("import sys, contextlib, io\nfrom veriloop import cli\nfor argv in (['--help'], ['--version']):\n"
-            "    with contextlib.suppress(SystemExit), contextlib.redirect_stdout(io.StringIO()):\n"
-            "        cli.main(argv)\n"
-            "print(sorted(m for m in ('torch', 'transformers') if m in sys.modules))")  # fmt: skip
+    code = (
+        "import sys, contextlib, io\nfrom veriloop import cli\nfor argv in (['--help'], ['--version']):\n"
+        "    with contextlib.suppress(SystemExit), contextlib.redirect_stdout(io.StringIO()):\n"
+        "        cli.main(argv)\n"
+        "print(sorted(m for m in ('torch', 'transformers') if m in sys.modules))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=100)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"
@@ -103,8 +105,9 @@ def test_version_is_the_installed_package_s(capsys):
     with pytest.raises(SystemExit) as done:
         cli.main(["--version"])
     assert done.value.code == 0 and capsys.readouterr().out == f"veriloop {installed}\n"
-    out = subprocess.run([sys.executable, "-m", "veriloop.cli", "--version"], capture_output=True, text=True,
-                         timeout=100)  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, "-m", "veriloop.cli", "--version"], capture_output=True, text=True, timeout=100
+    )
     assert out.returncode == 0 and out.stdout == f"veriloop {installed}\n", out.stderr
 
 
@@ -133,8 +136,10 @@ def test_a_shell_completion_script_completes_commands_and_options(capsys):
     pytest.importorskip("shtab")
     assert cli.main(["completion", "bash"]) == 0
     script = capsys.readouterr().out
-    complete = ('source /dev/stdin; COMP_WORDS=(veriloop tr); COMP_CWORD=1; _shtab_veriloop; echo "${COMPREPLY[@]}"; '
-                'COMP_WORDS=(veriloop train --ste); COMP_CWORD=2; _shtab_veriloop; echo "${COMPREPLY[@]}"')  # fmt: skip
+    complete = (
+        'source /dev/stdin; COMP_WORDS=(veriloop tr); COMP_CWORD=1; _shtab_veriloop; echo "${COMPREPLY[@]}"; '
+        'COMP_WORDS=(veriloop train --ste); COMP_CWORD=2; _shtab_veriloop; echo "${COMPREPLY[@]}"'
+    )
     out = subprocess.run(["bash", "-c", complete], input=script, capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split("\n")[:2] == ["train", "--steps"]
@@ -146,4 +151,5 @@ def test_the_changelog_s_latest_version_is_the_package_s():
     released = re.findall(r"^## \[(\d+\.\d+\.\d+)\] - \d{4}-\d{2}-\d{2}$", text, re.M)
     assert released, "CHANGELOG.md has no '## [X.Y.Z] - YYYY-MM-DD' section"
     assert released[0] == importlib.metadata.version("veriloop"), (
-        f"CHANGELOG.md's latest version {released[0]} is not pyproject.toml's {importlib.metadata.version('veriloop')}")
+        f"CHANGELOG.md's latest version {released[0]} is not pyproject.toml's {importlib.metadata.version('veriloop')}"
+    )

@@ -22,7 +22,7 @@ def code():
 # A name the harness reports for the program is a str subclass whose startswith() says it is no dunder
 # and whose repr() says "__builtins__": the grader used to bind "__builtins__" to a proxy of the program's
 # dict, so every builtin the tests call (abs, range, zip, all ...) was the program's.
-FORGED_BUILTINS = '''
+FORGED_BUILTINS = """
 class Name(str):
     def startswith(self, *a):
         return False
@@ -35,7 +35,7 @@ fake = Builtins(abs=lambda x: 0, range=lambda *a: [], zip=lambda *a: [], all=lam
 globals()[Name("zzz")] = fake
 def area(w, h):
     return -1
-'''
+"""
 
 
 def test_the_program_cannot_become_the_tests_builtins(code):
@@ -66,14 +66,14 @@ def test_the_tests_module_is_the_graders_own_import(code):
 
 # The program reads its harness's token from the stack and writes a "setup failed" line on the control
 # pipe: the supervisor raised SandboxError and the whole batch stopped.
-FORGED_SETUP = '''
+FORGED_SETUP = """
 import os, sys
 frame = sys._getframe(1)
 token = frame.f_locals["token"]
 os.write(int(sys.argv[2]), (token + " SETUP OSError: forged\\n").encode())
 def area(w, h):
     return w * h
-'''
+"""
 
 
 def test_a_forged_setup_report_is_that_submissions_verdict(code):
@@ -98,9 +98,18 @@ def test_the_tests_namespace_is_the_graders_whatever_names_the_program_reports()
 
     from veriloop.verifiers.sandbox_grader import test_namespace
 
-    names = [("__builtins__", ("object", "Builtins")), ("abs", ("object", "function")), ("x y", ("value", 1)),
-             ("this", ("module", "this")), ("math", ("module", "math")), ("venv", ("module", "venv.__main__")),
-             ("class", ("value", 2)), ("N", ("value", 5)), ("f", ("object", "function")), ("g", ("weird", 0))]
+    names = [
+        ("__builtins__", ("object", "Builtins")),
+        ("abs", ("object", "function")),
+        ("x y", ("value", 1)),
+        ("this", ("module", "this")),
+        ("math", ("module", "math")),
+        ("venv", ("module", "venv.__main__")),
+        ("class", ("value", 2)),
+        ("N", ("value", 5)),
+        ("f", ("object", "function")),
+        ("g", ("weird", 0)),
+    ]
     namespace = test_namespace(None, names)
     assert namespace["__builtins__"] is builtins and namespace["math"] is math and namespace["N"] == 5
     assert set(namespace) == {"__builtins__", "__name__", "math", "N", "f"}
@@ -135,8 +144,9 @@ def test_a_run_directory_is_read_as_data_only(tmp_path, monkeypatch, name):
     learner = type("Learner", (), {"load": lambda self, path: None})()
     load_checkpoint(step, learner, critic=critic)  # an honest checkpoint loads
     assert critic.weight.sum().item() == 0.0
-    torch.save({"torch": torch.get_rng_state(), "python": _Boom()} if name == "rng.pt" else {"weight": _Boom()},
-               step / name)
+    torch.save(
+        {"torch": torch.get_rng_state(), "python": _Boom()} if name == "rng.pt" else {"weight": _Boom()}, step / name
+    )
     with pytest.raises(InputError, match=rf"{name} holds more than tensors and plain values"):
         load_checkpoint(step, learner, critic=critic)
     assert not (tmp_path / "boom-from-a-checkpoint").exists()
@@ -221,8 +231,10 @@ def test_the_audit_hook_resolves_relative_paths_where_the_process_is():
         res = run_program(ESCAPE, isolation_=Isolation(False, "", "", ""))
         assert res.status == "violation" and "write outside the working directory" in res.detail, res
         assert not os.path.exists(probe)
-        honest = run_program('with open("notes.txt", "w") as fh:\n    fh.write("x")\nprint(open("notes.txt").read())',
-                             isolation_=Isolation(False, "", "", ""))
+        honest = run_program(
+            'with open("notes.txt", "w") as fh:\n    fh.write("x")\nprint(open("notes.txt").read())',
+            isolation_=Isolation(False, "", "", ""),
+        )
         assert (honest.status, honest.stdout) == ("ok", "x\n"), honest
     finally:
         if os.path.exists(probe):
@@ -271,26 +283,33 @@ def f():
 """
 
 
-@pytest.mark.parametrize("program, tests, says", [
-    ("def f():\n    return [0] * 300000\n", "assert f() == []", "an answer of over 100000 values"),
-    ("def f():\n    return [0] * 1300000\n", "assert f() == []", "an answer over 1048576 bytes"),
-    ("def f():\n    return 'x' * 3000000\n", "assert f() == ''", "an answer over 1048576 bytes"),
-    (FLOOD, "assert f() == 1", "flooded the control pipe"),
-], ids=["many-values", "1.3-million-values", "long-string", "flood"])
+@pytest.mark.parametrize(
+    "program, tests, says",
+    [
+        ("def f():\n    return [0] * 300000\n", "assert f() == []", "an answer of over 100000 values"),
+        ("def f():\n    return [0] * 1300000\n", "assert f() == []", "an answer over 1048576 bytes"),
+        ("def f():\n    return 'x' * 3000000\n", "assert f() == ''", "an answer over 1048576 bytes"),
+        (FLOOD, "assert f() == 1", "flooded the control pipe"),
+    ],
+    ids=["many-values", "1.3-million-values", "long-string", "flood"],
+)
 def test_an_answer_too_large_is_that_submissions_crash_and_costs_the_grader_little(program, tests, says):
     import subprocess
     import sys
 
-    out = subprocess.run([sys.executable, "-c", MEMORY_PROBE, program, tests], capture_output=True, text=True,
-                         timeout=60).stdout.split(maxsplit=3)  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, "-c", MEMORY_PROBE, program, tests], capture_output=True, text=True, timeout=60
+    ).stdout.split(maxsplit=3)
     status, passed, peak_mb, detail = out[0], int(out[1]), int(out[2]), out[3]
     assert (status, passed) == ("crash", 0) and says in detail, out
     assert peak_mb < 300, f"the grader peaked at {peak_mb} MB"
 
 
 def test_an_honest_answer_of_many_values_still_passes(code):
-    v = code.verify("def squares(n):\n    return [i * i for i in range(n)]\n",
-                    "assert squares(50000)[-1] == 49999 ** 2\nassert len(squares(50000)) == 50000")
+    v = code.verify(
+        "def squares(n):\n    return [i * i for i in range(n)]\n",
+        "assert squares(50000)[-1] == 49999 ** 2\nassert len(squares(50000)) == 50000",
+    )
     assert v.score == 1.0, v
 
 
@@ -300,8 +319,11 @@ def test_without_the_kernel_layer_untrusted_code_is_refused_unless_opted_in(monk
     from veriloop.verifiers.sandbox_isolation import SandboxError, _probe_isolation
 
     monkeypatch.setattr(sandbox_isolation.shutil, "which", lambda name: None)  # no unshare here
-    with pytest.raises(SandboxError, match=r"kernel layer is unavailable here \(no unshare command.*refused.*"
-                                           r"VERILOOP_SANDBOX=process"):  # fmt: skip
+    with pytest.raises(
+        SandboxError,
+        match=r"kernel layer is unavailable here \(no unshare command.*refused.*"
+        r"VERILOOP_SANDBOX=process",
+    ):
         _probe_isolation("auto")
     process = _probe_isolation("process")
     assert not process.namespaces and process.layers.endswith("rlimits+audit-hook"), process
@@ -431,8 +453,7 @@ def test_what_a_run_writes_and_watches_is_bounded_for_the_whole_run():
     held, errno = map(int, run_program(INOTIFY_FLOOD, limits=limits, audit_hook=False).stdout.split())
     assert held == 8 and errno == 24, (held, errno)  # EMFILE at the run's own count
     # an honest program that writes a little and reads it back is untouched
-    res = run_program("open('notes.txt', 'w').write('x' * 100000)\nprint(len(open('notes.txt').read()))",
-                      limits=limits)  # fmt: skip
+    res = run_program("open('notes.txt', 'w').write('x' * 100000)\nprint(len(open('notes.txt').read()))", limits=limits)
     assert (res.status, res.stdout) == ("ok", "100000\n"), res
 
 
@@ -457,8 +478,11 @@ def test_no_program_but_the_interpreter_runs():
     # EPERM: refused as an exec (before, ENOENT: only the view's missing /lib64 loader link stopped a dynamic
     # binary, and nothing stopped a static one)
     assert (res.status, res.stdout) == ("ok", "refused 1\n"), res
-    res = run_program("import os, sys\nprint([p for p in (sys.executable, '/usr/bin', '/bin', "
-                      "os.path.dirname(sys.executable)) if os.path.exists(p)])", audit_hook=False)  # fmt: skip
+    res = run_program(
+        "import os, sys\nprint([p for p in (sys.executable, '/usr/bin', '/bin', "
+        "os.path.dirname(sys.executable)) if os.path.exists(p)])",
+        audit_hook=False,
+    )
     assert (res.status, res.stdout) == ("ok", "[]\n"), res
 
 
@@ -502,8 +526,11 @@ def test_the_opted_in_process_mode_takes_every_layer_short_of_namespaces(caplog)
     assert not _alive(orphan), f"the double-forked orphan {orphan} outlived the run"
     with socket.create_server(("127.0.0.1", 0)) as server:
         port = server.getsockname()[1]
-        res = run_program(f"import socket\nsocket.create_connection(('127.0.0.1', {port}), timeout=2)\nprint('in')",
-                          audit_hook=False, isolation_=process)  # fmt: skip
+        res = run_program(
+            f"import socket\nsocket.create_connection(('127.0.0.1', {port}), timeout=2)\nprint('in')",
+            audit_hook=False,
+            isolation_=process,
+        )
     assert res.status == "crash" and "PermissionError" in res.detail and "in" not in res.stdout, res
 
 

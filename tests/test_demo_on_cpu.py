@@ -23,30 +23,60 @@ from veriloop.training.metrics import TIMING_KEYS
 @pytest.mark.timeout(300)  # its trainings run in spawned processes
 def test_demo_small_budget(tmp_path, capsys):
     run_dir = tmp_path / "demo"
-    code = cli.main([
-        "demo", "--quiet", "--run_dir", str(run_dir), "--train.steps", "2", "--train.rollout.prompts_per_step", "4",
-        "--train.rollout.group_size", "4", "--train.task.arithmetic.heldout_size", "24", "--eval.n_samples", "8",
-    ])  # fmt: skip
+    code = cli.main(
+        [
+            "demo",
+            "--quiet",
+            "--run_dir",
+            str(run_dir),
+            "--train.steps",
+            "2",
+            "--train.rollout.prompts_per_step",
+            "4",
+            "--train.rollout.group_size",
+            "4",
+            "--train.task.arithmetic.heldout_size",
+            "24",
+            "--eval.n_samples",
+            "8",
+        ]
+    )
     assert code == 0
     out = capsys.readouterr().out
     assert "greedy_accuracy" in out and "teacher" in out
     summary = json.loads((run_dir / "summary.json").read_text())
-    for key in ("base_accuracy", "final_accuracy", "base_wrong_steps_rate", "final_wrong_steps_rate",
-                "base_pass@8", "final_pass@8", "teacher_accuracy", "process_final_accuracy",
-                "process_final_wrong_steps_rate", "sft_control_accuracy"):  # fmt: skip
+    for key in (
+        "base_accuracy",
+        "final_accuracy",
+        "base_wrong_steps_rate",
+        "final_wrong_steps_rate",
+        "base_pass@8",
+        "final_pass@8",
+        "teacher_accuracy",
+        "process_final_accuracy",
+        "process_final_wrong_steps_rate",
+        "sft_control_accuracy",
+    ):
         assert isinstance(summary[key], float), key
         assert 0.0 <= summary[key] <= 1.0
     phases = summary["phase_seconds"]  # every phase's wall time, in the order it ran, within the whole
-    assert list(phases) == ["evaluate base and teacher", "train grpo, sft-control, grpo-process", "evaluate grpo",
-                            "evaluate sft-control", "evaluate grpo-process"]  # fmt: skip
+    assert list(phases) == [
+        "evaluate base and teacher",
+        "train grpo, sft-control, grpo-process",
+        "evaluate grpo",
+        "evaluate sft-control",
+        "evaluate grpo-process",
+    ]
     assert all(s >= 0 for s in phases.values()) and sum(phases.values()) <= summary["total_seconds"] + 0.5
     assert "wall time" in out and "train grpo, sft-control, grpo-process " in out
     # side by side: each run in its own process, its CPU time recorded; the control ends when the GRPO run has
     assert summary["side_by_side"] is True
     assert all(summary[f"{n}_cpu_seconds"] > 0 for n in ("grpo", "sft_control", "grpo_process"))
     runs = json.loads((run_dir / "demo.json").read_text())["phases"]["train grpo, sft-control, grpo-process"]["runs"]
-    assert {n: (r["done"], r["steps"]) for n, r in runs.items() if n != "sft-control"} == \
-        {"grpo": (True, 2), "grpo-process": (True, 2)}  # fmt: skip
+    assert {n: (r["done"], r["steps"]) for n, r in runs.items() if n != "sft-control"} == {
+        "grpo": (True, 2),
+        "grpo-process": (True, 2),
+    }
     assert runs["sft-control"]["done"] and runs["sft-control"]["steps"] >= 1
     assert "stopping after step" in (run_dir / "sft-control" / "train.log").read_text()
     assert "the GRPO run beside it has finished" in (run_dir / "sft-control" / "train.log").read_text()
@@ -55,9 +85,22 @@ def test_demo_small_budget(tmp_path, capsys):
         assert (run_dir / sub / "train.log").is_file()
     assert (run_dir / "sft-control" / "final" / "model.safetensors").is_file()
     # A second demo never overwrites the first.
-    again = ["demo", "--quiet", "--run_dir", str(run_dir), "--train.steps", "1", "--process_run", "false",
-             "--sft_control", "false", "--train.task.arithmetic.heldout_size", "8",
-             "--eval.n_samples", "0"]  # fmt: skip
+    again = [
+        "demo",
+        "--quiet",
+        "--run_dir",
+        str(run_dir),
+        "--train.steps",
+        "1",
+        "--process_run",
+        "false",
+        "--sft_control",
+        "false",
+        "--train.task.arithmetic.heldout_size",
+        "8",
+        "--eval.n_samples",
+        "0",
+    ]
     assert cli.main(again) == 0
     assert (tmp_path / "demo-2" / "summary.json").is_file()
 
@@ -70,9 +113,18 @@ def test_every_train_option_reaches_the_sft_control_or_is_named():
     runs' own, or refused; a set option that means the same (dtype, LoRA, the update's split) reaches it."""
     for key, *_ in iter_fields(TrainConfig):
         assert control_reach(key) in ("passes", "grpo-only", "refused"), key  # a new option must be placed
-    over = {"train.dtype": "bfloat16", "train.lora.r": "4", "train.lora.alpha": "8", "train.update.inner_updates": "3",
-            "train.update.micro_batch_size": "8", "train.optim.grad_clip": "0.5", "train.optim.lr": "1e-5",
-            "train.rollout.prompts_per_step": "4", "train.kl.beta": "0.05", "sft_lr": "3e-4"}  # fmt: skip
+    over = {
+        "train.dtype": "bfloat16",
+        "train.lora.r": "4",
+        "train.lora.alpha": "8",
+        "train.update.inner_updates": "3",
+        "train.update.micro_batch_size": "8",
+        "train.optim.grad_clip": "0.5",
+        "train.optim.lr": "1e-5",
+        "train.rollout.prompts_per_step": "4",
+        "train.kl.beta": "0.05",
+        "sft_lr": "3e-4",
+    }
     cfg = build_config(DemoConfig, {}, over)
     control = control_config(cfg, Path("runs/x/sft-control"), 90.0)
     assert (control.algo, control.dtype, control.lora.r, control.lora.alpha) == ("sft", "bfloat16", 4, 8.0)
@@ -90,15 +142,31 @@ def test_every_train_option_reaches_the_sft_control_or_is_named():
 
 # ---------------------------------------------------------------------------------------------------- stop, continue
 
-SMALL = ["demo", "--quiet", "--train.steps", "4", "--train.rollout.prompts_per_step", "4", "--train.rollout.group_size",
-         "4", "--train.task.arithmetic.heldout_size", "24", "--eval.n_samples", "8", "--sft_control", "false",
-         "--process_run", "false"]  # fmt: skip
+SMALL = [
+    "demo",
+    "--quiet",
+    "--train.steps",
+    "4",
+    "--train.rollout.prompts_per_step",
+    "4",
+    "--train.rollout.group_size",
+    "4",
+    "--train.task.arithmetic.heldout_size",
+    "24",
+    "--eval.n_samples",
+    "8",
+    "--sft_control",
+    "false",
+    "--process_run",
+    "false",
+]
 
 
 def _start(args):
     """``veriloop demo`` in its own process, its stdout lines in a queue as they come."""
-    proc = subprocess.Popen([sys.executable, "-m", "veriloop.cli", *args], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)  # fmt: skip
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "veriloop.cli", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
     lines = queue.Queue()
     threading.Thread(target=lambda: [lines.put(x) for x in proc.stdout], daemon=True).start()
     return proc, lines
@@ -162,8 +230,9 @@ def test_a_demo_stopped_by_sigterm_continues_with_the_same_command_to_the_same_t
     assert cli.main([*SMALL, "--run_dir", str(straight)]) == 0
     assert (demo / "table.txt").read_text() == (straight / "table.txt").read_text()
     summary, want = (json.loads((d / "summary.json").read_text()) for d in (demo, straight))
-    assert {k: v for k, v in summary.items() if "seconds" not in k and k != "run_dir"} == \
-        {k: v for k, v in want.items() if "seconds" not in k and k != "run_dir"}  # fmt: skip
+    assert {k: v for k, v in summary.items() if "seconds" not in k and k != "run_dir"} == {
+        k: v for k, v in want.items() if "seconds" not in k and k != "run_dir"
+    }
     assert list(summary["phase_seconds"]) == ["evaluate base and teacher", "train grpo", "evaluate grpo"]
     drop = lambda rows: [{k: v for k, v in r.items() if k not in TIMING_KEYS} for r in rows]  # noqa: E731
     assert drop(read_jsonl(metrics)) == drop(read_jsonl(straight / "grpo" / "metrics.jsonl"))
@@ -177,16 +246,31 @@ def test_a_demo_stopped_while_its_runs_train_side_by_side_continues_each_from_it
     checkpoint and ends, the demo says where with exit 143; the same command continues each run from its
     checkpoint (no step done twice or missed) and finishes the demo."""
     demo = tmp_path / "demo"
-    args = ["demo", "--quiet", "--run_dir", str(demo), "--train.steps", "6", "--train.rollout.prompts_per_step", "4",
-            "--train.rollout.group_size", "4", "--train.task.arithmetic.heldout_size", "16",
-            "--eval.n_samples", "0"]  # fmt: skip
+    args = [
+        "demo",
+        "--quiet",
+        "--run_dir",
+        str(demo),
+        "--train.steps",
+        "6",
+        "--train.rollout.prompts_per_step",
+        "4",
+        "--train.rollout.group_size",
+        "4",
+        "--train.task.arithmetic.heldout_size",
+        "16",
+        "--eval.n_samples",
+        "0",
+    ]
     proc, _ = _start(args)
     metrics = demo / "grpo" / "metrics.jsonl"
     code, err = _stop(proc, lambda: metrics.is_file() and len(metrics.read_text().splitlines()) >= 2)
     assert code == 143, err[-3000:]
     line = next(x for x in err.splitlines() if x.startswith("veriloop demo: stopped"))
-    assert line.startswith("veriloop demo: stopped by SIGTERM during train grpo, sft-control, grpo-process "
-                           "(checkpoints written: grpo step "), line  # fmt: skip
+    assert line.startswith(
+        "veriloop demo: stopped by SIGTERM during train grpo, sft-control, grpo-process "
+        "(checkpoints written: grpo step "
+    ), line
     state = json.loads((demo / "demo.json").read_text())
     assert not state["finished"] and not state["phases"]["train grpo, sft-control, grpo-process"]["done"]
     assert not (demo / "grpo" / "final").exists() and (demo / "grpo" / "checkpoints").is_dir()
@@ -206,10 +290,24 @@ def test_a_demo_stopped_while_its_runs_train_side_by_side_continues_each_from_it
 def test_a_side_by_side_run_refusing_its_input_stops_the_demo_with_one_line(tmp_path, capsys):
     """An input error that only a run's own checks meet (here its context: 12 prompt tokens + 250 new > 256) is
     said as one line naming the run, exit 2, like the same error in `veriloop train`; the other runs are ended."""
-    args = ["demo", "--quiet", "--run_dir", str(tmp_path / "demo"), "--train.steps", "2",
-            "--train.rollout.prompts_per_step", "4", "--train.rollout.group_size", "4",
-            "--train.task.arithmetic.heldout_size", "8", "--eval.n_samples", "0",
-            "--train.sampling.max_new_tokens", "250"]  # fmt: skip
+    args = [
+        "demo",
+        "--quiet",
+        "--run_dir",
+        str(tmp_path / "demo"),
+        "--train.steps",
+        "2",
+        "--train.rollout.prompts_per_step",
+        "4",
+        "--train.rollout.group_size",
+        "4",
+        "--train.task.arithmetic.heldout_size",
+        "8",
+        "--eval.n_samples",
+        "0",
+        "--train.sampling.max_new_tokens",
+        "250",
+    ]
     assert cli.main(args) == 2
     err = capsys.readouterr().err
     assert "veriloop demo: error: the demo's grpo" in err and "has a context of 256 tokens" in err

@@ -23,11 +23,26 @@ from veriloop.training.learner import Learner
 from veriloop.training.ranks import RankShare
 from veriloop.training.trainer import Trainer
 
-TINY = {"policy": "builtin:init", "model.hidden_size": 32, "model.intermediate_size": 64, "model.num_layers": 2,
-        "model.num_heads": 2, "rollout.prompts_per_step": 3, "rollout.group_size": 3, "sampling.max_new_tokens": 8,
-        "verifier": "test-digit-share", "optim.lr": 0.5, "device": "cpu", "task.arithmetic.heldout_size": 8,
-        "update.micro_batch_size": 2, "kl.beta": 0.05, "kl.placement": "loss",
-        "update.inner_updates": 1, "optim.name": "sgd", "update.mask_truncated": False}  # fmt: skip
+TINY = {
+    "policy": "builtin:init",
+    "model.hidden_size": 32,
+    "model.intermediate_size": 64,
+    "model.num_layers": 2,
+    "model.num_heads": 2,
+    "rollout.prompts_per_step": 3,
+    "rollout.group_size": 3,
+    "sampling.max_new_tokens": 8,
+    "verifier": "test-digit-share",
+    "optim.lr": 0.5,
+    "device": "cpu",
+    "task.arithmetic.heldout_size": 8,
+    "update.micro_batch_size": 2,
+    "kl.beta": 0.05,
+    "kl.placement": "loss",
+    "update.inner_updates": 1,
+    "optim.name": "sgd",
+    "update.mask_truncated": False,
+}
 # (mask_truncated false: a random tiny policy's completions are nearly all cut; the run, not truncation, is tested)
 ADAMW = {"optim.name": "adamw", "optim.lr": 1e-2}  # where a test checks the optimizer's state
 BETA, UPDATES = 0.05, 2
@@ -64,9 +79,16 @@ def with_learner(cfg, **over) -> TrainConfig:
 def _overrides(cfg) -> dict:
     u, a = cfg.update, cfg.loss
     o = cfg.optim
-    return {"update.mini_batches": u.mini_batches, "loss.aggregation": a.aggregation, "lora.r": cfg.lora.r,
-            "advantage.estimator": cfg.advantage.estimator, "optim.grad_clip": o.grad_clip, "optim.name": o.name,
-            "optim.lr": o.lr, "dtype": cfg.dtype}  # fmt: skip
+    return {
+        "update.mini_batches": u.mini_batches,
+        "loss.aggregation": a.aggregation,
+        "lora.r": cfg.lora.r,
+        "advantage.estimator": cfg.advantage.estimator,
+        "optim.grad_clip": o.grad_clip,
+        "optim.name": o.name,
+        "optim.lr": o.lr,
+        "dtype": cfg.dtype,
+    }
 
 
 def run(learner, lb, critic_update=None, updates=UPDATES, seed=7) -> list[dict]:
@@ -109,8 +131,9 @@ def noise_of(one: torch.nn.Module, split: torch.nn.Module, dtype=torch.float32) 
 
 
 def max_diff(a: torch.nn.Module, b: torch.nn.Module) -> float:
-    return max((x.double() - y.double()).abs().max().item() for x, y in zip(a.state_dict().values(),
-                                                                              b.state_dict().values()))  # fmt: skip
+    return max(
+        (x.double() - y.double()).abs().max().item() for x, y in zip(a.state_dict().values(), b.state_dict().values())
+    )
 
 
 CASES = [  # (aggregation, mini-batches of the 9 rows): 9 / 5 -> a 1-row mini-batch, where rank 1 has no row
@@ -131,8 +154,9 @@ def test_ddp_two_ranks_is_one_process_up_to_float_rounding(tmp_path, groups, agg
     SGD: AdamW would turn rounding noise in gradients that cancel to ~0 into steps of +-lr.  With KL in
     the loss, 9 rows (odd), the PPO critic (whose head computes in float32: no float64 twin, same
     split-noise bound), and all-reduced statistics equal to the 1-process ones."""
-    cfg, policy, critic, lb = setup(tmp_path, **{"loss.aggregation": aggregation, "update.mini_batches": mini_batches,
-                                                 "advantage.estimator": "gae"})  # fmt: skip
+    cfg, policy, critic, lb = setup(
+        tmp_path, **{"loss.aggregation": aggregation, "update.mini_batches": mini_batches, "advantage.estimator": "gae"}
+    )
     assert lb.size == 9 and lb.ref_logprobs is not None and critic is not None
     one32, critic32, stats32 = local(policy, cfg, lb, critic)
     split32, critic_split, _ = local(policy, cfg, lb, critic, **{"update.micro_batch_size": 1})
@@ -144,8 +168,10 @@ def test_ddp_two_ranks_is_one_process_up_to_float_rounding(tmp_path, groups, agg
     assert max_diff(two64.model, one64.model) < 1e-12 and max_diff(split64.model, one64.model) < 1e-12
     noise = noise_of(one32.model, split32.model)
     # the figures of docs/guides/scale-out.md: `pytest -s tests/test_distributed_learner_on_cpu.py` prints them
-    print(f"\n{aggregation}: float64 2 ranks vs 1 {max_diff(two64.model, one64.model):.1e}, float32 "
-          f"{max_diff(two32.model, one32.model):.1e}, noise bound {noise:.2e}")  # fmt: skip
+    print(
+        f"\n{aggregation}: float64 2 ranks vs 1 {max_diff(two64.model, one64.model):.1e}, float32 "
+        f"{max_diff(two32.model, one32.model):.1e}, noise bound {noise:.2e}"
+    )
     assert noise < 1e-5
     assert max_diff(two32.model, one32.model) <= 10 * noise
     assert max_diff(dcritic.model, critic32.model) <= 10 * noise_of(critic32.model, critic_split.model)
@@ -183,8 +209,10 @@ def test_a_per_rank_normaliser_fails_the_same_comparison(tmp_path, groups):
     split32, _, _ = local(policy, cfg, lb, **{"update.micro_batch_size": 1})
     wrong, *_ = distributed(groups, policy, with_learner(cfg), lb, rank_share=PerRankNormaliser)
     noise = noise_of(one32.model, split32.model)
-    print(f"\nper-rank normaliser: {max_diff(wrong.model, one32.model):.1e} = "
-          f"{max_diff(wrong.model, one32.model) / noise:,.0f} x the noise bound")  # fmt: skip
+    print(
+        f"\nper-rank normaliser: {max_diff(wrong.model, one32.model):.1e} = "
+        f"{max_diff(wrong.model, one32.model) / noise:,.0f} x the noise bound"
+    )
     assert max_diff(wrong.model, one32.model) > 1000 * noise
 
 
@@ -299,8 +327,10 @@ def test_build_learner_and_a_main_without_a_file(tmp_path):
     cfg, policy, critic, _ = setup(tmp_path)
     assert type(build_learner(policy, cfg)) is Learner
     assert isinstance(critic, Critic | type(None))
-    code = ("from veriloop.training.distributed import check_spawnable\n"
-            "try:\n    check_spawnable()\nexcept RuntimeError as e:\n    print('refused:', e)")  # fmt: skip
+    code = (
+        "from veriloop.training.distributed import check_spawnable\n"
+        "try:\n    check_spawnable()\nexcept RuntimeError as e:\n    print('refused:', e)"
+    )
     out = subprocess.run([sys.executable, "-"], input=code, capture_output=True, text=True, timeout=60)
     assert "refused:" in out.stdout and "python -" in out.stdout
     # python -c (and pytest-xdist's workers) has no __main__ file: spawn does not re-import it, nothing to refuse

@@ -163,7 +163,10 @@ def _markdown_extensions() -> list:
     return [names, settings]
 
 
-def _anchors(page: Path, cache={}) -> set[str]:
+_ANCHORS: dict = {}
+
+
+def _anchors(page: Path, cache=_ANCHORS) -> set[str]:
     """The ids MkDocs gives the headings (and explicit ``{#id}``s) of a page: rendered with the site's extensions."""
     if page not in cache:
         names, settings = _markdown_extensions()
@@ -221,9 +224,23 @@ def test_the_site_builds_strictly_and_offline(tmp_path):
     site = tmp_path / "site"
     env = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}
     done = subprocess.run(
-        [sys.executable, "-m", "mkdocs", "build", "--strict", "--config-file", str(ROOT / "mkdocs.yml"),
-         "--site-dir", str(site)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=200,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "mkdocs",
+            "build",
+            "--strict",
+            "--config-file",
+            str(ROOT / "mkdocs.yml"),
+            "--site-dir",
+            str(site),
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=200,
+    )
     log = done.stdout + done.stderr
     assert done.returncode == 0, log[-5000:]
     assert not re.search(r"^(WARNING|ERROR)\b", log, re.MULTILINE), log[-5000:]
@@ -242,26 +259,50 @@ OTHER_FENCES = {"text", "python", "yaml", "toml", "json", "jsonl"}
 # Commands the pages show that this test does not run, and why.
 EXCLUDED = {
     r"^make (demo|test)$": "the two commands themselves: make test is this suite, and make demo's `veriloop demo` "
-                           "runs below with tiny budgets",
+    "runs below with tiny budgets",
     r"^make setup$": "creates .venv with pip, which this session already runs in (and it has no network)",
     r"^make docs$": "test_the_site_builds_strictly_and_offline builds the site",
     r"^\. \.venv/bin/activate$": "this session already runs in .venv",
     r"^python3 -m venv ": "creates an environment: installs need the network, which the test session lacks",
     r"^(\.venv/bin/)?pip install ": "installs packages from the network, which the test session lacks",
     r"^hf download ": "downloads from the Hugging Face Hub: the test session has no network; the page's own tiny "
-                      "model stands in for it",
+    "model stands in for it",
 }
 # What the pages' commands name that a test machine does not have, and what stands in for it.
 STAND_INS = {"models/Qwen2.5-0.5B-Instruct": "models/tiny-qwen2"}  # the random model the same page makes
 # Tiny budgets appended to a command (argparse: the last value of a flag wins), by command.
-TRAIN = ["--steps", "2", "--rollout.prompts_per_step", "2", "--rollout.group_size", "2", "--sampling.max_new_tokens",
-         "16", "--eval_every", "0", "--device", "cpu", "--dtype", "float32"]  # fmt: skip
+TRAIN = [
+    "--steps",
+    "2",
+    "--rollout.prompts_per_step",
+    "2",
+    "--rollout.group_size",
+    "2",
+    "--sampling.max_new_tokens",
+    "16",
+    "--eval_every",
+    "0",
+    "--device",
+    "cpu",
+    "--dtype",
+    "float32",
+]
 TINY = {
     "train": TRAIN,
     "sft": TRAIN,
     "eval": ["--eval.max_problems", "4", "--eval.n_samples", "2", "--eval.max_new_tokens", "32"],
-    "demo": ["--train.steps", "2", "--train.rollout.prompts_per_step", "4", "--train.rollout.group_size", "4",
-             "--train.task.arithmetic.heldout_size", "16", "--eval.n_samples", "2"],  # fmt: skip
+    "demo": [
+        "--train.steps",
+        "2",
+        "--train.rollout.prompts_per_step",
+        "4",
+        "--train.rollout.group_size",
+        "4",
+        "--train.task.arithmetic.heldout_size",
+        "16",
+        "--eval.n_samples",
+        "2",
+    ],
     "search": ["--problems", "4", "--budgets", "1,2", "--bin_samples", "2"],
 }
 

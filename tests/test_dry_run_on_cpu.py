@@ -25,16 +25,40 @@ def _rows(out: str) -> dict:
 
 def test_train_dry_run_derives_each_quantity_and_makes_nothing(tmp_path, capsys):
     run_dir = tmp_path / "run"
-    assert cli.main(["train", "--dry-run", "--run_dir", str(run_dir), "--steps", "10",
-                     "--rollout.prompts_per_step", "4", "--rollout.group_size", "3", "--update.inner_updates", "2",
-                     "--update.mini_batches", "2", "--update.micro_batch_size", "4", "--rollout.lag", "1",
-                     "--rollout.engine", "ray"]) == 0  # fmt: skip
+    assert (
+        cli.main(
+            [
+                "train",
+                "--dry-run",
+                "--run_dir",
+                str(run_dir),
+                "--steps",
+                "10",
+                "--rollout.prompts_per_step",
+                "4",
+                "--rollout.group_size",
+                "3",
+                "--update.inner_updates",
+                "2",
+                "--update.mini_batches",
+                "2",
+                "--update.micro_batch_size",
+                "4",
+                "--rollout.lag",
+                "1",
+                "--rollout.engine",
+                "ray",
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     assert not run_dir.exists()
     rows = _rows(out)
     cfg = TrainConfig()
-    longest = max(len(load_policy("builtin:base").encode_prompt(p.prompt))
-                  for p in sample_problems(cfg.task.build(), 0))  # fmt: skip
+    longest = max(
+        len(load_policy("builtin:base").encode_prompt(p.prompt)) for p in sample_problems(cfg.task.build(), 0)
+    )
     assert rows["prompts per step (B)"] == "4"
     assert rows["completions per step (B x G)"] == "12 (group size 3)"
     assert rows["longest prompt"].startswith(f"{longest} tokens")
@@ -71,8 +95,23 @@ def test_sft_takes_dry_run_too(tmp_path, capsys):
 
 
 def test_pipeline_dry_run_plans_each_stage_of_its_variant(tmp_path, capsys):
-    assert cli.main(["pipeline", "--dry-run", "--run_dir", str(tmp_path / "r1"), "--rl_steps", "7",
-                     "--rs_problems", "10", "--rs_samples", "3"]) == 0  # fmt: skip
+    assert (
+        cli.main(
+            [
+                "pipeline",
+                "--dry-run",
+                "--run_dir",
+                str(tmp_path / "r1"),
+                "--rl_steps",
+                "7",
+                "--rs_problems",
+                "10",
+                "--rs_samples",
+                "3",
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     assert not (tmp_path / "r1").exists()
     stages = [line.split(":")[0] for line in out.splitlines() if line and not line.startswith((" ", "veriloop"))]
@@ -109,9 +148,31 @@ def test_search_dry_run_derives_each_cell_and_draws_nothing(tmp_path, monkeypatc
     boom = lambda *a, **k: pytest.fail("the dry run sampled or scored")
     monkeypatch.setattr(Policy, "sample", boom)
     monkeypatch.setattr(PRM, "score", boom)
-    assert cli.main(["search", "--dry-run", "--prm", prm_dir, "--out", "s", "--problems", "5", "--budgets", "1,4,16",
-                     "--strategy", "majority,best_of_n,beam,lookahead,mcts", "--bin_samples", "2",
-                     "--sampling.max_new_tokens", "32", "--batch_problems", "4"]) == 0  # fmt: skip
+    assert (
+        cli.main(
+            [
+                "search",
+                "--dry-run",
+                "--prm",
+                prm_dir,
+                "--out",
+                "s",
+                "--problems",
+                "5",
+                "--budgets",
+                "1,4,16",
+                "--strategy",
+                "majority,best_of_n,beam,lookahead,mcts",
+                "--bin_samples",
+                "2",
+                "--sampling.max_new_tokens",
+                "32",
+                "--batch_problems",
+                "4",
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     assert sorted(tmp_path.rglob("*")) == before  # no run directory, no log
     cells = _cells(out)
@@ -140,8 +201,25 @@ def _longest(n: int) -> int:
 
 
 def test_search_dry_run_counts_an_oracle_verifier(capsys):
-    assert cli.main(["search", "--dry-run", "--strategy", "best_of_n,mcts", "--scorer", "verifier", "--mcts_value",
-                     "verifier", "--budgets", "4", "--problems", "3"]) == 0  # fmt: skip
+    assert (
+        cli.main(
+            [
+                "search",
+                "--dry-run",
+                "--strategy",
+                "best_of_n,mcts",
+                "--scorer",
+                "verifier",
+                "--mcts_value",
+                "verifier",
+                "--budgets",
+                "4",
+                "--problems",
+                "3",
+            ]
+        )
+        == 0
+    )
     cells = _cells(capsys.readouterr().out)
     best, mcts = cells["best_of_n [oracle]", 4], cells["mcts [oracle]", 4]
     # one problem a call (the verifier judges against one problem's reference); the verdicts of 4 samples + the choice
@@ -149,8 +227,15 @@ def test_search_dry_run_counts_an_oracle_verifier(capsys):
     assert (mcts["generations"], mcts["verifier calls"], mcts["PRM calls"]) == ("21", "5", "0")  # + 4 completions
 
 
-@pytest.mark.parametrize("argv", [["--strategy", "beam"], ["--budgets", "0"], ["--prm", "/nonexistent/prm"],
-                                  ["--strategy", "rstar", "--discriminator", "/nonexistent/model"]])  # fmt: skip
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--strategy", "beam"],
+        ["--budgets", "0"],
+        ["--prm", "/nonexistent/prm"],
+        ["--strategy", "rstar", "--discriminator", "/nonexistent/model"],
+    ],
+)
 def test_search_dry_run_refuses_what_the_search_refuses(tmp_path, capsys, argv):
     out = ["--out", str(tmp_path / "s"), "--problems", "2"]
     assert cli.main(["search", *argv, *out]) == 2
@@ -164,10 +249,21 @@ def test_search_dry_run_refuses_what_the_search_refuses(tmp_path, capsys, argv):
 def test_search_dry_run_bounds_what_the_search_spends(tmp_path, prm_dir):
     """Every problem's tokens and PRM calls in a real search stay within the dry run's bounds (short generations, so
     that they meet the cap)."""
-    cfg = build_config(SearchConfig, {
-        "prm": prm_dir, "strategy": "single,majority,best_of_n,weighted_vote,beam,lookahead,mcts,revision,rstar",
-        "budgets": "2,4", "problems": 2, "bin_samples": 2, "out": str(tmp_path / "s"), "max_steps": 4,
-        "revision_policy": "builtin:base", "revision_chains": 2, "sampling": {"max_new_tokens": 8}})  # fmt: skip
+    cfg = build_config(
+        SearchConfig,
+        {
+            "prm": prm_dir,
+            "strategy": "single,majority,best_of_n,weighted_vote,beam,lookahead,mcts,revision,rstar",
+            "budgets": "2,4",
+            "problems": 2,
+            "bin_samples": 2,
+            "out": str(tmp_path / "s"),
+            "max_steps": 4,
+            "revision_policy": "builtin:base",
+            "revision_chains": 2,
+            "sampling": {"max_new_tokens": 8},
+        },
+    )
     _, cells = plan(cfg)
     bound = {(c["strategy"], c["budget"]): c for c in cells}
     run_search(cfg, progress=False)

@@ -45,8 +45,11 @@ def test_rloo_one_success_in_four():
     assert torch.allclose(rloo_advantages(t([[0, 0, 0, 1]])), t([[-1 / 3, -1 / 3, -1 / 3, 1]]))
 
 
-@given(st.lists(st.lists(st.floats(-3, 3, width=32), min_size=2, max_size=8), min_size=1, max_size=3).filter(
-    lambda rows: len({len(r) for r in rows}) == 1))  # fmt: skip
+@given(
+    st.lists(st.lists(st.floats(-3, 3, width=32), min_size=2, max_size=8), min_size=1, max_size=3).filter(
+        lambda rows: len({len(r) for r in rows}) == 1
+    )
+)
 @settings(max_examples=60, deadline=None)
 def test_rloo_is_g_over_g_minus_1_times_the_centred_reward(rows):
     r = t(rows)

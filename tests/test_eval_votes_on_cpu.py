@@ -49,8 +49,9 @@ def test_a_cut_sample_is_not_answered_and_does_not_vote(monkeypatch):
         return scripted(policy, problems, params, n, batch, seed, samples, {"a": (1, 2) if n > 1 else (0,)})
 
     monkeypatch.setattr(evaluate_module, "_complete", complete)
-    r = evaluate(None, [Problem(id="a", prompt="2+2?", reference="4")], {"outcome": "gsm8k"}, EvalConfig(n_samples=4),
-                 ks=(1, 4))  # fmt: skip
+    r = evaluate(
+        None, [Problem(id="a", prompt="2+2?", reference="4")], {"outcome": "gsm8k"}, EvalConfig(n_samples=4), ks=(1, 4)
+    )
     assert r.greedy_accuracy == 0.0 and r.truncation_rate == 1.0
     assert r.sampled_accuracy == pytest.approx(1 / 4) and r.sampled_truncation_rate == pytest.approx(2 / 4)
     assert r.maj_at["4"] == pytest.approx(1 / 2)

@@ -26,14 +26,24 @@ from veriloop.verifiers import from_reward_function
 def make_trainer(tmp_path, candidates, rewards, logits, G, **overrides):
     table = dict(zip(candidates, rewards))
     # .get: the trainer's preflight (d8399d7) first scores an empty completion against the task's references
-    verifier = from_reward_function(lambda prompts, completions, **_: [table.get(c, 0.0) for c in completions],
-                                    name="table")  # fmt: skip
+    verifier = from_reward_function(
+        lambda prompts, completions, **_: [table.get(c, 0.0) for c in completions], name="table"
+    )
     settings = {
-        "run_dir": str(tmp_path / "run"), "steps": 1, "save_rollouts": False, "rollout.prompts_per_step": 1,
-        "rollout.group_size": G, "optim.name": "sgd", "optim.lr": 1.0, "optim.grad_clip": 0.0,
-        "update.inner_updates": 1, "update.skip_zero_advantage": False, "kl.beta": 0.0,
-        "sampling.temperature": 1.0, **overrides,
-    }  # fmt: skip
+        "run_dir": str(tmp_path / "run"),
+        "steps": 1,
+        "save_rollouts": False,
+        "rollout.prompts_per_step": 1,
+        "rollout.group_size": G,
+        "optim.name": "sgd",
+        "optim.lr": 1.0,
+        "optim.grad_clip": 0.0,
+        "update.inner_updates": 1,
+        "update.skip_zero_advantage": False,
+        "kl.beta": 0.0,
+        "sampling.temperature": 1.0,
+        **overrides,
+    }
     cfg = build_config(TrainConfig, {}, settings)
     policy = CandidatePolicy(candidates, torch.tensor(logits, dtype=torch.float64))
     return Trainer(cfg, progress=False, policy=policy, task=FixedTask("q?", "1"), verifier=verifier), policy
@@ -41,9 +51,22 @@ def make_trainer(tmp_path, candidates, rewards, logits, G, **overrides):
 
 def group_records(policy, group):
     lp = torch.log_softmax(policy.logits.detach(), -1)
-    return [Record(problem_id="p", group_id="0", prompt="q?", reference="1", prompt_ids=[0], completion_ids=[k],
-                   completion=policy.candidates[k], behavior_logprobs=[float(lp[k])], sampling={}, policy_version=0,
-                   finish_reason="eos") for k in group]  # fmt: skip
+    return [
+        Record(
+            problem_id="p",
+            group_id="0",
+            prompt="q?",
+            reference="1",
+            prompt_ids=[0],
+            completion_ids=[k],
+            completion=policy.candidates[k],
+            behavior_logprobs=[float(lp[k])],
+            sampling={},
+            policy_version=0,
+            finish_reason="eos",
+        )
+        for k in group
+    ]
 
 
 def expected_update(trainer, policy, G, stat=None):
@@ -81,8 +104,15 @@ def test_seeds_two_action_hand_calculation(tmp_path):
     # A sampled: (1 - 0.25) * d log p/dz = 0.75 * 0.75 = 0.5625; B: (0 - 0.25) * (-0.25) = 0.0625;
     # 0.25 * 0.5625 + 0.75 * 0.0625 = 0.1875 = p (1 - p) = dJ/dz.
     logits = [math.log(0.25 / 0.75), 0.0]
-    trainer, policy = make_trainer(tmp_path, ["A", "B"], [1.0, 0.0], logits, G=1, algo="reinforce",
-                                   **{"advantage.baseline": "constant", "advantage.baseline_value": 0.25})  # fmt: skip
+    trainer, policy = make_trainer(
+        tmp_path,
+        ["A", "B"],
+        [1.0, 0.0],
+        logits,
+        G=1,
+        algo="reinforce",
+        **{"advantage.baseline": "constant", "advantage.baseline_value": 0.25},
+    )
     delta, _ = expected_update(trainer, policy, G=1)
     assert delta[0].item() == pytest.approx(0.1875, abs=1e-12)
     assert delta[1].item() == pytest.approx(-0.1875, abs=1e-12)
@@ -90,15 +120,23 @@ def test_seeds_two_action_hand_calculation(tmp_path):
 
 @pytest.mark.parametrize("baseline", ["none", "constant"])
 def test_reinforce_with_an_action_independent_baseline_is_unbiased(tmp_path, baseline):
-    trainer, policy = make_trainer(tmp_path, FOUR, REWARDS4, LOGITS4, G=3, algo="reinforce",
-                                   **{"advantage.baseline": baseline, "advantage.baseline_value": 0.7})  # fmt: skip
+    trainer, policy = make_trainer(
+        tmp_path,
+        FOUR,
+        REWARDS4,
+        LOGITS4,
+        G=3,
+        algo="reinforce",
+        **{"advantage.baseline": baseline, "advantage.baseline_value": 0.7},
+    )
     delta, _ = expected_update(trainer, policy, G=3)
     assert torch.allclose(delta, true_gradient(LOGITS4, REWARDS4), atol=1e-12)
 
 
 def test_skipping_zero_advantage_rows_does_not_bias_the_estimate(tmp_path):
-    trainer, policy = make_trainer(tmp_path, FOUR, REWARDS4, LOGITS4, G=3, algo="reinforce",
-                                   **{"update.skip_zero_advantage": True})  # fmt: skip
+    trainer, policy = make_trainer(
+        tmp_path, FOUR, REWARDS4, LOGITS4, G=3, algo="reinforce", **{"update.skip_zero_advantage": True}
+    )
     delta, _ = expected_update(trainer, policy, G=3)
     assert torch.allclose(delta, true_gradient(LOGITS4, REWARDS4), atol=1e-12)
 
@@ -108,20 +146,40 @@ REF_LOGITS = [0.0, 0.4, -0.3, 0.2]
 
 @pytest.mark.parametrize(
     "algo, placement, estimator, entropy",
-    [("grpo", "loss", "k2", 0.0), ("grpo", "loss", "k3", 0.0), ("grpo", "loss", "exact", 0.0),
-     ("reinforce", "reward", "k1", 0.0), ("reinforce", "reward", "k2", 0.0), ("reinforce", "reward", "k3", 0.0),
-     ("grpo", "loss", "k3", 0.3), ("grpo", "loss", "exact", 0.3)],
-)  # fmt: skip
-def test_skipping_flat_groups_leaves_the_expected_update_unchanged_with_kl(tmp_path, algo, placement, estimator,
-                                                                           entropy):  # fmt: skip
+    [
+        ("grpo", "loss", "k2", 0.0),
+        ("grpo", "loss", "k3", 0.0),
+        ("grpo", "loss", "exact", 0.0),
+        ("reinforce", "reward", "k1", 0.0),
+        ("reinforce", "reward", "k2", 0.0),
+        ("reinforce", "reward", "k3", 0.0),
+        ("grpo", "loss", "k3", 0.3),
+        ("grpo", "loss", "exact", 0.3),
+    ],
+)
+def test_skipping_flat_groups_leaves_the_expected_update_unchanged_with_kl(
+    tmp_path, algo, placement, estimator, entropy
+):
     # With beta > 0 and the KL in the loss, a row whose advantage is 0 still carries -beta * KL (and the
     # entropy bonus): skipping it would weight the KL by the share of groups whose rewards vary (the
     # expected update moved by 5-7% of its entries).  Groups of 2 over these rewards are often flat.
     deltas = []
     for skip in (False, True):
-        trainer, policy = make_trainer(tmp_path / f"{skip}", FOUR, REWARDS4, LOGITS4, G=2, algo=algo,
-                                       **{"kl.beta": 0.1, "kl.placement": placement, "kl.estimator": estimator,
-                                          "loss.entropy_coef": entropy, "update.skip_zero_advantage": skip})  # fmt: skip
+        trainer, policy = make_trainer(
+            tmp_path / f"{skip}",
+            FOUR,
+            REWARDS4,
+            LOGITS4,
+            G=2,
+            algo=algo,
+            **{
+                "kl.beta": 0.1,
+                "kl.placement": placement,
+                "kl.estimator": estimator,
+                "loss.entropy_coef": entropy,
+                "update.skip_zero_advantage": skip,
+            },
+        )
         trainer.reference.policy.logits.data = torch.tensor(REF_LOGITS, dtype=torch.float64)
         deltas.append(expected_update(trainer, policy, G=2)[0])
     assert deltas[0].abs().max() > 1e-3
@@ -130,13 +188,21 @@ def test_skipping_flat_groups_leaves_the_expected_update_unchanged_with_kl(tmp_p
 
 def test_skipping_still_skips_where_the_gradient_is_zero(tmp_path):
     # beta 0, no entropy bonus: a flat group contributes nothing, so it is left out of the update.
-    trainer, policy = make_trainer(tmp_path, FOUR, [1.0] * 4, LOGITS4, G=2, algo="grpo",
-                                   **{"update.skip_zero_advantage": True})  # fmt: skip
+    trainer, policy = make_trainer(
+        tmp_path, FOUR, [1.0] * 4, LOGITS4, G=2, algo="grpo", **{"update.skip_zero_advantage": True}
+    )
     records = group_records(policy, [0, 2])
     trainer.score(records)
     assert trainer.learning_signal(records)[0] is None
-    trainer, policy = make_trainer(tmp_path / "kl", FOUR, [1.0] * 4, LOGITS4, G=2, algo="grpo",
-                                   **{"update.skip_zero_advantage": True, "kl.beta": 0.1})  # fmt: skip
+    trainer, policy = make_trainer(
+        tmp_path / "kl",
+        FOUR,
+        [1.0] * 4,
+        LOGITS4,
+        G=2,
+        algo="grpo",
+        **{"update.skip_zero_advantage": True, "kl.beta": 0.1},
+    )
     trainer.score(records)
     assert trainer.learning_signal(records)[0].size == 2  # the KL term still needs both rows
 
@@ -150,8 +216,11 @@ def divergence_gradients(logits, ref_logits) -> dict[str, torch.Tensor]:
     for name in ("kl_pi_ref", "kl_ref_pi", "half_sq_log_ratio"):
         z = torch.tensor(logits, dtype=torch.float64, requires_grad=True)
         logp, logq = torch.log_softmax(z, -1), torch.log_softmax(torch.tensor(ref_logits, dtype=torch.float64), -1)
-        value = {"kl_pi_ref": (logp.exp() * (logp - logq)).sum(), "kl_ref_pi": (logq.exp() * (logq - logp)).sum(),
-                 "half_sq_log_ratio": (logp.exp() * 0.5 * (logp - logq) ** 2).sum()}[name]  # fmt: skip
+        value = {
+            "kl_pi_ref": (logp.exp() * (logp - logq)).sum(),
+            "kl_ref_pi": (logq.exp() * (logq - logp)).sum(),
+            "half_sq_log_ratio": (logp.exp() * 0.5 * (logp - logq) ** 2).sum(),
+        }[name]
         value.backward()
         out[name] = z.grad
     return out
@@ -186,8 +255,9 @@ def test_kl_in_the_loss_optimises(tmp_path, estimator, divergence):
     # delta z = -beta * E_pi[d/dz k(y)].  k2 gives the gradient of KL(pi || ref); k3 that of KL(ref || pi)
     # (d/dz k3 = (1 - ref/pi) d log pi, and E_pi[-(ref/pi) d log pi] = -sum ref d log pi); exact, KL(pi || ref).
     beta = 0.5
-    trainer, policy = make_trainer(tmp_path, FOUR, [1.0] * 4, LOGITS4, G=2, algo="grpo",
-                                   **{"kl.beta": beta, "kl.estimator": estimator})  # fmt: skip
+    trainer, policy = make_trainer(
+        tmp_path, FOUR, [1.0] * 4, LOGITS4, G=2, algo="grpo", **{"kl.beta": beta, "kl.estimator": estimator}
+    )
     trainer.reference.policy.logits.data = torch.tensor(REF_LOGITS, dtype=torch.float64)
     delta, _ = expected_update(trainer, policy, G=2)
     grads = divergence_gradients(LOGITS4, REF_LOGITS)
@@ -199,18 +269,27 @@ def test_kl_in_the_loss_optimises(tmp_path, estimator, divergence):
 
 @pytest.mark.parametrize(
     "estimator, divergence",
-    [("k1", {"kl_pi_ref": 1.0}),
-     ("k2", {"half_sq_log_ratio": 1.0, "kl_pi_ref": -1.0}),
-     ("k3", {"kl_pi_ref": 1.0, "kl_ref_pi": -1.0})],
-)  # fmt: skip
+    [
+        ("k1", {"kl_pi_ref": 1.0}),
+        ("k2", {"half_sq_log_ratio": 1.0, "kl_pi_ref": -1.0}),
+        ("k3", {"kl_pi_ref": 1.0, "kl_ref_pi": -1.0}),
+    ],
+)
 def test_kl_in_the_reward_optimises(tmp_path, estimator, divergence):
     # All task rewards 0; the reward is -beta * k(y) and REINFORCE (no baseline, pg objective) gives
     # delta z = -beta * E_pi[k(y) d log pi(y)] = -beta * (d E_pi[k] - E_pi[d k]).  k1: d KL(pi||ref) exactly;
     # k2: d E_pi[(log r)^2 / 2] - d KL(pi||ref), no divergence; k3 (E_pi[k3] = KL(pi||ref), E_pi[d k3] =
     # d KL(ref||pi)): d KL(pi||ref) - d KL(ref||pi).  Only k1 optimises a KL when placed in the reward.
     beta = 0.5
-    trainer, policy = make_trainer(tmp_path, FOUR, [0.0] * 4, LOGITS4, G=2, algo="reinforce",
-                                   **{"kl.beta": beta, "kl.estimator": estimator, "kl.placement": "reward"})  # fmt: skip
+    trainer, policy = make_trainer(
+        tmp_path,
+        FOUR,
+        [0.0] * 4,
+        LOGITS4,
+        G=2,
+        algo="reinforce",
+        **{"kl.beta": beta, "kl.estimator": estimator, "kl.placement": "reward"},
+    )
     trainer.reference.policy.logits.data = torch.tensor(REF_LOGITS, dtype=torch.float64)
     delta, _ = expected_update(trainer, policy, G=2)
     grads = divergence_gradients(LOGITS4, REF_LOGITS)
@@ -222,8 +301,9 @@ def test_kl_in_the_reward_optimises(tmp_path, estimator, divergence):
 
 def test_batch_mean_baseline_includes_the_sample_and_is_biased(tmp_path):
     # The batch mean contains the sample itself: the expected update is (1 - 1/G) times the gradient.
-    trainer, policy = make_trainer(tmp_path, FOUR, REWARDS4, LOGITS4, G=3, algo="reinforce",
-                                   **{"advantage.baseline": "batch"})  # fmt: skip
+    trainer, policy = make_trainer(
+        tmp_path, FOUR, REWARDS4, LOGITS4, G=3, algo="reinforce", **{"advantage.baseline": "batch"}
+    )
     delta, _ = expected_update(trainer, policy, G=3)
     assert torch.allclose(delta, (1 - 1 / 3) * true_gradient(LOGITS4, REWARDS4), atol=1e-12)
 
@@ -231,8 +311,9 @@ def test_batch_mean_baseline_includes_the_sample_and_is_biased(tmp_path):
 @pytest.mark.parametrize("G", [2, 3, 4])
 def test_group_mean_that_includes_the_sample_scales_the_gradient_by_1_minus_1_over_g(tmp_path, G):
     # Seeds 4.3: E[(r_i - mean r) grad log p_i] = (1 - 1/G) grad J.  Dr. GRPO centres without the std.
-    trainer, policy = make_trainer(tmp_path, FOUR, REWARDS4, LOGITS4, G=G, algo="dr_grpo",
-                                   **{"loss.aggregation": "seq-mean-token-mean"})  # fmt: skip
+    trainer, policy = make_trainer(
+        tmp_path, FOUR, REWARDS4, LOGITS4, G=G, algo="dr_grpo", **{"loss.aggregation": "seq-mean-token-mean"}
+    )
     delta, _ = expected_update(trainer, policy, G=G)
     grad = true_gradient(LOGITS4, REWARDS4)
     assert torch.allclose(delta, (1 - 1 / G) * grad, atol=1e-12)
@@ -247,8 +328,9 @@ def test_leave_one_out_is_unbiased(tmp_path):
 
 def test_std_normalised_group_advantages_are_not_a_scaled_gradient(tmp_path):
     # GRPO's division by the random group std: the expectation is no constant multiple of grad J.
-    trainer, policy = make_trainer(tmp_path, FOUR, [1.0, 0.0, 0.5, 0.0], LOGITS4, G=3, algo="grpo",
-                                   **{"update.inner_updates": 1})  # fmt: skip
+    trainer, policy = make_trainer(
+        tmp_path, FOUR, [1.0, 0.0, 0.5, 0.0], LOGITS4, G=3, algo="grpo", **{"update.inner_updates": 1}
+    )
     delta, _ = expected_update(trainer, policy, G=3)
     grad = true_gradient(LOGITS4, [1.0, 0.0, 0.5, 0.0])
     ratios = delta / grad
@@ -260,19 +342,34 @@ def test_expected_k3_equals_the_exact_kl(tmp_path):
     # expectation is KL(pi || ref) exactly.  With estimator "exact" it is that value every time.
     ref_logits = REF_LOGITS
     for estimator in ("k3", "exact"):
-        trainer, policy = make_trainer(tmp_path / estimator, FOUR, REWARDS4, LOGITS4, G=2, algo="grpo",
-                                       **{"kl.beta": 0.05, "kl.estimator": estimator})  # fmt: skip
+        trainer, policy = make_trainer(
+            tmp_path / estimator,
+            FOUR,
+            REWARDS4,
+            LOGITS4,
+            G=2,
+            algo="grpo",
+            **{"kl.beta": 0.05, "kl.estimator": estimator},
+        )
         trainer.reference.policy.logits.data = torch.tensor(ref_logits, dtype=torch.float64)
         _, mean_kl = expected_update(trainer, policy, G=2, stat="kl")
-        exact = kl_exact(torch.log_softmax(policy.logits.detach(), -1), torch.log_softmax(trainer.reference.policy.logits, -1))
+        exact = kl_exact(
+            torch.log_softmax(policy.logits.detach(), -1), torch.log_softmax(trainer.reference.policy.logits, -1)
+        )
         # k3 is unbiased; all-equal groups (advantage 0) still carry the KL term here (skip off).
         assert mean_kl == pytest.approx(exact.item(), abs=1e-12)
 
 
 def test_candidate_policy_trains_through_the_whole_loop(tmp_path):
-    trainer, policy = make_trainer(tmp_path, FOUR, REWARDS4, [0.0] * 4, G=8, algo="grpo",
-                                   **{"steps": 30, "update.inner_updates": 3, "optim.lr": 0.15, "kl.beta": 0.05,
-                                      "kl.estimator": "exact"})  # fmt: skip
+    trainer, policy = make_trainer(
+        tmp_path,
+        FOUR,
+        REWARDS4,
+        [0.0] * 4,
+        G=8,
+        algo="grpo",
+        **{"steps": 30, "update.inner_updates": 3, "optim.lr": 0.15, "kl.beta": 0.05, "kl.estimator": "exact"},
+    )
     trainer.train()
     p = policy.probs()
     assert p[0] + p[2] > 0.8  # mass moved to the candidates the reward accepts
@@ -294,8 +391,9 @@ def test_dpo_step_at_the_reference_is_beta_over_two_per_pair(tmp_path):
     # softmax logits (grad log pi(k) = e_k - p).  Pairs zip accepted with rejected: (0, 1) and (2, 3);
     # the loss is the mean over pairs, so SGD lr 1 moves each logit by beta/4 (two pairs).
     beta = 0.2
-    trainer, policy = make_trainer(tmp_path, FOUR, REWARDS4, LOGITS4, G=4, algo="dpo",
-                                   **{"loss.dpo_beta": beta, "optim.lr": 1.0})  # fmt: skip
+    trainer, policy = make_trainer(
+        tmp_path, FOUR, REWARDS4, LOGITS4, G=4, algo="dpo", **{"loss.dpo_beta": beta, "optim.lr": 1.0}
+    )
     delta = one_update(trainer, policy, [0, 1, 2, 3])
     assert torch.allclose(delta, torch.tensor([beta / 4, -beta / 4, beta / 4, -beta / 4], dtype=torch.float64))
 
@@ -315,8 +413,9 @@ def test_truncated_importance_sampling_corrects_a_rollout_engine_mismatch(tmp_pa
     # log-prob (ratio 1 on the first pass) and each token is weighted by min(pi_old / pi_engine, cap):
     # w = [e^-0.5, min(e^1, 2) = 2, 1, e^-1].  REINFORCE (raw reward), pg objective, mean over the
     # 4 completions, SGD lr 1: delta z = 1/4 * sum_i w_i r_i (e_k_i - p).
-    trainer, policy = make_trainer(tmp_path, FOUR, REWARDS4, LOGITS4, G=4, algo="reinforce",
-                                   **{"loss.tis_cap": 2.0, "kl.beta": 0.0})  # fmt: skip
+    trainer, policy = make_trainer(
+        tmp_path, FOUR, REWARDS4, LOGITS4, G=4, algo="reinforce", **{"loss.tis_cap": 2.0, "kl.beta": 0.0}
+    )
     p = policy.probs()
     group, offsets = [0, 2, 1, 3], [0.5, -1.0, 0.0, 1.0]
     records = group_records(policy, group)
@@ -363,9 +462,15 @@ def test_importance_weighted_kl_estimates_the_current_policys_kl_on_reused_sampl
     # Samples of the behaviour policy b, current policy pi != b (a second pass of inner_updates, or a lagged
     # batch).  The learner's KL metric is the mean k3 of the sampled tokens: E_b[w k3] = KL(pi || ref) exactly
     # with w = pi/b; the plain mean estimates E_b[k3], which is not the KL of the policy being trained.
-    trainer, policy = make_trainer(tmp_path, FOUR, REWARDS4, LOGITS4, G=2, algo="grpo",
-                                   **{"kl.beta": 0.05, "kl.estimator": "k3", "kl.importance_weighted": weighted,
-                                      "update.inner_updates": 2})  # fmt: skip
+    trainer, policy = make_trainer(
+        tmp_path,
+        FOUR,
+        REWARDS4,
+        LOGITS4,
+        G=2,
+        algo="grpo",
+        **{"kl.beta": 0.05, "kl.estimator": "k3", "kl.importance_weighted": weighted, "update.inner_updates": 2},
+    )
     trainer.reference.policy.logits.data = torch.tensor(REF_LOGITS, dtype=torch.float64)
     _, mean_kl = expected_update_from(trainer, policy, 2, BEHAVIOUR_LOGITS, stat="kl")
     logp = torch.log_softmax(policy.logits.detach(), -1)
@@ -385,8 +490,15 @@ def test_importance_weighted_kl_gradient_is_the_on_policy_estimators(tmp_path, w
     # The weight is detached, so E_b[w d k2] = E_pi[d k2] = d KL(pi || ref), what k2 gives on fresh samples
     # (test_kl_in_the_loss_optimises); unweighted, E_b[d k2] is no divergence's gradient at pi.
     beta = 0.5
-    trainer, policy = make_trainer(tmp_path, FOUR, [1.0] * 4, LOGITS4, G=2, algo="grpo",
-                                   **{"kl.beta": beta, "kl.estimator": "k2", "kl.importance_weighted": weighted})
+    trainer, policy = make_trainer(
+        tmp_path,
+        FOUR,
+        [1.0] * 4,
+        LOGITS4,
+        G=2,
+        algo="grpo",
+        **{"kl.beta": beta, "kl.estimator": "k2", "kl.importance_weighted": weighted},
+    )
     trainer.reference.policy.logits.data = torch.tensor(REF_LOGITS, dtype=torch.float64)
     delta, _ = expected_update_from(trainer, policy, 2, BEHAVIOUR_LOGITS)
     want = -beta * divergence_gradients(LOGITS4, REF_LOGITS)["kl_pi_ref"]

@@ -11,8 +11,9 @@ EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
 
 def run_example(name: str, *args: str) -> dict:
-    proc = subprocess.run([sys.executable, str(EXAMPLES / name), "--json", *args], capture_output=True, text=True,
-                          timeout=300)  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, str(EXAMPLES / name), "--json", *args], capture_output=True, text=True, timeout=300
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     return json.loads(proc.stdout)
 

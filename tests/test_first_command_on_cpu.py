@@ -43,8 +43,9 @@ def test_the_reward_verifier_is_the_task_s_own_unless_named():
 
 
 def test_a_jsonl_task_without_a_verifier_is_refused_before_any_step(rows, tmp_path, capsys):
-    status, err = _train("--task.name", "jsonl", "--task.data", str(rows), "--run_dir", str(tmp_path / "run"),
-                         capsys=capsys)  # fmt: skip
+    status, err = _train(
+        "--task.name", "jsonl", "--task.data", str(rows), "--run_dir", str(tmp_path / "run"), capsys=capsys
+    )
     assert status == cli.EXIT_USAGE
     assert "task jsonl has no verifier of its own" in err and "--task.verifier" in err and "--verifier" in err
     assert not (tmp_path / "run").exists()
@@ -53,8 +54,9 @@ def test_a_jsonl_task_without_a_verifier_is_refused_before_any_step(rows, tmp_pa
 
 
 def test_a_verifier_that_cannot_read_the_references_is_refused_naming_both(tmp_path, capsys):
-    status, err = _train("--task.name", "gsm8k", "--verifier", "arithmetic", "--run_dir", str(tmp_path / "run"),
-                         capsys=capsys)  # fmt: skip
+    status, err = _train(
+        "--task.name", "gsm8k", "--verifier", "arithmetic", "--run_dir", str(tmp_path / "run"), capsys=capsys
+    )
     assert status == cli.EXIT_USAGE
     assert "verifier 'arithmetic' cannot read the references of task 'gsm8k'" in err
     assert "is not a valid expression" in err and "the task's own (gsm8k)" in err
@@ -82,5 +84,7 @@ def test_help_shows_every_option_s_true_default(capsys):
     out = capsys.readouterr().out
     assert "(default: None)" not in out
     assert "(default: 0.7)" in out  # sampling.temperature of train, not SamplingParams' own 1.0
-    with pytest.raises(ConfigError, match=r"optim\.momentum=0\.5 is not read by the optimizer 'adamw'.*optim\.name sgd"):
+    with pytest.raises(
+        ConfigError, match=r"optim\.momentum=0\.5 is not read by the optimizer 'adamw'.*optim\.name sgd"
+    ):
         build_config(TrainConfig, {}, {"optim.momentum": 0.5})

@@ -23,16 +23,40 @@ pytestmark = pytest.mark.timeout(600)
 
 # ---------------------------------------------------------------- config files and flags
 
-KEYS = ["steps", "seed", "optim.lr", "optim.weight_decay", "sampling.temperature", "sampling.top_p",
-        "sampling.max_new_tokens", "rollout.group_size", "rollout.prompts_per_step", "kl.beta", "run_dir",
-        "task.name", "algo", "checkpoint_every", "advantage.estimator", "rollout.max_tool_calls",
-        "clip.ratio_low", "nope", "optim.nope", "", "a..b", "steps.x"]  # fmt: skip
+KEYS = [
+    "steps",
+    "seed",
+    "optim.lr",
+    "optim.weight_decay",
+    "sampling.temperature",
+    "sampling.top_p",
+    "sampling.max_new_tokens",
+    "rollout.group_size",
+    "rollout.prompts_per_step",
+    "kl.beta",
+    "run_dir",
+    "task.name",
+    "algo",
+    "checkpoint_every",
+    "advantage.estimator",
+    "rollout.max_tool_calls",
+    "clip.ratio_low",
+    "nope",
+    "optim.nope",
+    "",
+    "a..b",
+    "steps.x",
+]
 VALUES = st.one_of(
-    st.none(), st.booleans(), st.integers(min_value=-(10**30), max_value=10**30),
-    st.floats(allow_nan=True, allow_infinity=True), st.text(max_size=20),
+    st.none(),
+    st.booleans(),
+    st.integers(min_value=-(10**30), max_value=10**30),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.text(max_size=20),
     st.sampled_from(["nan", "inf", "-inf", "1e400", "1e3", "0x10", " 7 ", "true", "grpo", "\x00", "é"]),
-    st.lists(st.integers(), max_size=3), st.dictionaries(st.text(max_size=3), st.integers(), max_size=2),
-)  # fmt: skip
+    st.lists(st.integers(), max_size=3),
+    st.dictionaries(st.text(max_size=3), st.integers(), max_size=2),
+)
 
 
 @settings(max_examples=300, deadline=None)
@@ -58,11 +82,18 @@ def test_config_overrides_are_built_or_refused_by_name(overrides):
     assert 0 <= cfg.seed < 2**63 and cfg.run_dir.strip()
 
 
-@pytest.mark.parametrize("key, value, named", [
-    ("optim.lr", float("nan"), "optim.lr"), ("sampling.temperature", "inf", "sampling.temperature"),
-    ("steps", "nan", "steps"), ("steps", "1e400", "steps"), ("seed", 2**64, "seed"), ("run_dir", " ", "run_dir"),
-    ("optim.lr", True, "optim.lr"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "key, value, named",
+    [
+        ("optim.lr", float("nan"), "optim.lr"),
+        ("sampling.temperature", "inf", "sampling.temperature"),
+        ("steps", "nan", "steps"),
+        ("steps", "1e400", "steps"),
+        ("seed", 2**64, "seed"),
+        ("run_dir", " ", "run_dir"),
+        ("optim.lr", True, "optim.lr"),
+    ],
+)
 def test_bad_values_name_their_key(key, value, named):
     with pytest.raises(ConfigError, match=named.replace(".", r"\.")):
         build_config(TrainConfig, {}, {key: value})
@@ -93,15 +124,34 @@ def test_config_files_are_loaded_or_refused_by_name(tmp_path, data):
 # ---------------------------------------------------------------- dataset rows
 
 
-ROW_VALUES = st.one_of(st.none(), st.integers(), st.text(max_size=30), st.lists(st.text(max_size=3), max_size=2),
-                       st.dictionaries(st.text(max_size=2), st.integers(), max_size=1))  # fmt: skip
+ROW_VALUES = st.one_of(
+    st.none(),
+    st.integers(),
+    st.text(max_size=30),
+    st.lists(st.text(max_size=3), max_size=2),
+    st.dictionaries(st.text(max_size=2), st.integers(), max_size=1),
+)
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(st.lists(st.one_of(
-    st.fixed_dictionaries({}, optional={"prompt": ROW_VALUES, "reference": ROW_VALUES, "tags": ROW_VALUES,
-                                        "completion": ROW_VALUES, "id": ROW_VALUES}),
-    st.binary(max_size=40)), max_size=4))  # fmt: skip
+@given(
+    st.lists(
+        st.one_of(
+            st.fixed_dictionaries(
+                {},
+                optional={
+                    "prompt": ROW_VALUES,
+                    "reference": ROW_VALUES,
+                    "tags": ROW_VALUES,
+                    "completion": ROW_VALUES,
+                    "id": ROW_VALUES,
+                },
+            ),
+            st.binary(max_size=40),
+        ),
+        max_size=4,
+    )
+)
 @example([b"\xff\xfe\xfa"])  # invalid UTF-8: was a UnicodeDecodeError from the file reader
 @example([])  # an empty file
 @example([{"prompt": "2+2", "reference": "4", "id": {"a": 1}}])
@@ -127,9 +177,15 @@ COMPLETIONS = st.one_of(
     st.integers(min_value=1, max_value=300).map(lambda n: "\\frac{" * n + "1" + "}{2}" * n),
     st.integers(min_value=1, max_value=3000).map(lambda n: "(" * n + "1" + ")" * n),
     st.integers(min_value=1, max_value=200).map(lambda n: "answer=" + "9" * n),
-)  # fmt: skip
-REFERENCES = {"arithmetic-outcome": "(2+3)*4", "arithmetic-process": "(2+3)*4", "arithmetic-format": "(2+3)*4",
-              "arithmetic-tool": "(2+3)*4", "gsm8k": "#### 72", "math": "\\frac{1}{2}"}  # fmt: skip
+)
+REFERENCES = {
+    "arithmetic-outcome": "(2+3)*4",
+    "arithmetic-process": "(2+3)*4",
+    "arithmetic-format": "(2+3)*4",
+    "arithmetic-tool": "(2+3)*4",
+    "gsm8k": "#### 72",
+    "math": "\\frac{1}{2}",
+}
 
 
 @pytest.mark.parametrize("name", TEXT_VERIFIERS)
@@ -172,9 +228,16 @@ def maths():
         close()
 
 
-@pytest.mark.parametrize("name, reference", [("arithmetic-outcome", "(2+"), ("arithmetic-outcome", ""),
-                                             ("gsm8k", "no final answer"), ("code", "[not json"),
-                                             ("code", "x = 1")])  # fmt: skip
+@pytest.mark.parametrize(
+    "name, reference",
+    [
+        ("arithmetic-outcome", "(2+"),
+        ("arithmetic-outcome", ""),
+        ("gsm8k", "no final answer"),
+        ("code", "[not json"),
+        ("code", "x = 1"),
+    ],
+)
 def test_only_a_bad_reference_is_a_verifier_error(name, reference):
     from veriloop.verifiers import VerifierError, get
 
@@ -189,8 +252,20 @@ def _one_step_of_records(tmp_path):
     from veriloop.rollout.records import Record, RecordStore
 
     store = RecordStore(tmp_path / "rollouts")
-    rec = Record("p1", "1-0-0", "(2+3)*4?", "(2+3)*4", [1, 2, 3], [4, 5, 6], "2+3", [-0.1, -0.2, -0.3],
-                 {"temperature": 1.0}, 0, "eos", reward=1.0)  # fmt: skip
+    rec = Record(
+        "p1",
+        "1-0-0",
+        "(2+3)*4?",
+        "(2+3)*4",
+        [1, 2, 3],
+        [4, 5, 6],
+        "2+3",
+        [-0.1, -0.2, -0.3],
+        {"temperature": 1.0},
+        0,
+        "eos",
+        reward=1.0,
+    )
     return store, store.write(1, [rec, rec])
 
 
@@ -213,8 +288,9 @@ def test_a_damaged_record_file_is_an_input_error_naming_it(tmp_path, cut, flip):
     assert all(r.problem_id == "p1" for r in records)  # what reads is what was written (a gzip CRC checks it)
 
 
-@pytest.mark.parametrize("line", ['{"problem_id": "p"}', "[1, 2]", '{"problem_id": 1, "group_id": "g"}',
-                                  "not json", '{"extra": 1}'])  # fmt: skip
+@pytest.mark.parametrize(
+    "line", ['{"problem_id": "p"}', "[1, 2]", '{"problem_id": 1, "group_id": "g"}', "not json", '{"extra": 1}']
+)
 def test_a_record_line_that_is_not_a_record_names_its_file_and_line(tmp_path, line):
     import gzip
 

@@ -17,8 +17,14 @@ from veriloop.training.trainer import Trainer
 
 pytestmark = pytest.mark.slow
 
-SETTINGS = {"steps": 40, "seed": 0, "checkpoint_every": 100, "rollout.prompts_per_step": 16, "rollout.group_size": 8,
-            "task.arithmetic.heldout_size": 200}  # fmt: skip
+SETTINGS = {
+    "steps": 40,
+    "seed": 0,
+    "checkpoint_every": 100,
+    "rollout.prompts_per_step": 16,
+    "rollout.group_size": 8,
+    "task.arithmetic.heldout_size": 200,
+}
 
 
 def train_and_evaluate(run_dir, verifier):

@@ -42,9 +42,18 @@ def test_trainer_runs_on_gsm8k_with_its_verifier(tmp_path):
     from veriloop.training.trainer import Trainer
 
     # a new built-in model with a context that holds GSM8K's prompts (the base's 256 positions do not)
-    settings = {"policy": "builtin:init", "model.max_positions": 1280, "task.name": "gsm8k", "verifier": "gsm8k",
-                "run_dir": str(tmp_path), "steps": 1, "rollout.prompts_per_step": 2, "rollout.group_size": 2,
-                "sampling.max_new_tokens": 8, "kl.beta": 0.0}  # fmt: skip
+    settings = {
+        "policy": "builtin:init",
+        "model.max_positions": 1280,
+        "task.name": "gsm8k",
+        "verifier": "gsm8k",
+        "run_dir": str(tmp_path),
+        "steps": 1,
+        "rollout.prompts_per_step": 2,
+        "rollout.group_size": 2,
+        "sampling.max_new_tokens": 8,
+        "kl.beta": 0.0,
+    }
     Trainer(build_config(TrainConfig, {}, settings), progress=False).train()
     records = RecordStore(tmp_path / "rollouts").read(1)
     assert len(records) == 4 and all(r.verifier == "gsm8k@5" and r.reward == 0.0 for r in records)

@@ -1,5 +1,5 @@
-"""Structure: imports only go down the layers (docs/concepts/architecture.md, "Layout"), lazy ones inside functions included; functions
-stay under 60 lines."""
+"""Structure: imports only go down the layers (docs/concepts/architecture.md, "Layout"), lazy ones inside functions
+included; functions stay under 60 lines."""
 
 import ast
 from pathlib import Path
@@ -38,9 +38,14 @@ def _imported(tree: ast.AST):
 
 
 def test_every_package_has_a_layer():
-    packages = {p.relative_to(ROOT).parts[0].removesuffix(".py") for p in ROOT.iterdir() if p.suffix == ".py" or
-                (p.is_dir() and (p / "__init__.py").is_file())}  # fmt: skip
-    assert packages <= set(LAYER), f"put these in LAYERS (and the layout in docs/concepts/architecture.md): {packages - set(LAYER)}"
+    packages = {
+        p.relative_to(ROOT).parts[0].removesuffix(".py")
+        for p in ROOT.iterdir()
+        if p.suffix == ".py" or (p.is_dir() and (p / "__init__.py").is_file())
+    }
+    assert packages <= set(LAYER), (
+        f"put these in LAYERS (and the layout in docs/concepts/architecture.md): {packages - set(LAYER)}"
+    )
 
 
 def test_no_upward_imports():
@@ -58,5 +63,7 @@ def test_every_function_is_under_60_lines():
     for path in sorted(ROOT.rglob("*.py")):
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno - node.lineno + 1 >= 60:
-                long.append(f"{path.relative_to(ROOT.parent)}:{node.lineno} {node.name}: {node.end_lineno - node.lineno + 1}")
+                long.append(
+                    f"{path.relative_to(ROOT.parent)}:{node.lineno} {node.name}: {node.end_lineno - node.lineno + 1}"
+                )
     assert not long, "split these into named steps:\n" + "\n".join(long)

@@ -13,10 +13,20 @@ import pytest
 
 from veriloop import cli, logs
 
-TRAIN = ["--rollout.prompts_per_step", "4", "--rollout.group_size", "4", "--sampling.max_new_tokens", "24",
-         "--threads", "1"]  # fmt: skip
-LINE = re.compile(r"^grpo step (\d+)/(\d+) \(\d+%\) \| reward [\d.]+ acc [\d.]+ kl \S+ loss \S+ tok/s \d+ \| "
-                  r"[\d.]+ (step/s|s/step), elapsed \d+:\d\d, ETA \d+:\d\d$")  # fmt: skip
+TRAIN = [
+    "--rollout.prompts_per_step",
+    "4",
+    "--rollout.group_size",
+    "4",
+    "--sampling.max_new_tokens",
+    "24",
+    "--threads",
+    "1",
+]
+LINE = re.compile(
+    r"^grpo step (\d+)/(\d+) \(\d+%\) \| reward [\d.]+ acc [\d.]+ kl \S+ loss \S+ tok/s \d+ \| "
+    r"[\d.]+ (step/s|s/step), elapsed \d+:\d\d, ETA \d+:\d\d$"
+)
 
 
 @pytest.fixture(autouse=True)
@@ -31,11 +41,23 @@ def _progress_steps(text: str) -> list[int]:
 
 
 @pytest.mark.timeout(300)
-def test_off_a_terminal_a_train_prints_plain_lines_without_a_carriage_return_and_keeps_its_log(tiny_policy, tmp_path,
-                                                                                               capsys):  # fmt: skip
+def test_off_a_terminal_a_train_prints_plain_lines_without_a_carriage_return_and_keeps_its_log(
+    tiny_policy, tmp_path, capsys
+):
     run_dir = tmp_path / "run"
-    command = [sys.executable, "-m", "veriloop.cli", "train", "--policy", tiny_policy, "--run_dir", str(run_dir),
-               "--steps", "3", *TRAIN]  # fmt: skip
+    command = [
+        sys.executable,
+        "-m",
+        "veriloop.cli",
+        "train",
+        "--policy",
+        tiny_policy,
+        "--run_dir",
+        str(run_dir),
+        "--steps",
+        "3",
+        *TRAIN,
+    ]
     done = subprocess.run(command, capture_output=True, text=True, timeout=280)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "\r" not in done.stdout and "\r" not in done.stderr  # before: 8 in one stderr line of tqdm redraws
@@ -153,7 +175,10 @@ def test_a_run_log_waits_for_its_directory_and_a_refused_directory_gets_none(tmp
         log.info("accepted")
     text = (run_dir / "train.log").read_text()
     assert [line.split(": ", 1)[1] for line in text.splitlines()] == [
-        "before the run took its directory", "the directory exists, config.yaml not yet", "accepted"]  # fmt: skip
+        "before the run took its directory",
+        "the directory exists, config.yaml not yet",
+        "accepted",
+    ]
     with logs.attach_run_log(tmp_path / "refused", "train", marker="config.yaml", logger="veriloop"):
         (tmp_path / "refused").mkdir()
         log.warning("refused: its directory holds another run's files")

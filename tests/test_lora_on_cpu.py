@@ -18,11 +18,25 @@ from veriloop.training.trainer import Trainer
 
 pytest.importorskip("peft")
 
-TINY = {"policy": "builtin:init", "model.hidden_size": 32, "model.intermediate_size": 64, "model.num_layers": 2,
-        "model.num_heads": 2, "rollout.prompts_per_step": 4, "rollout.group_size": 4, "sampling.max_new_tokens": 10,
-        "kl.beta": 0.05, "verifier": "test-digit-share", "optim.lr": 1e-2, "lora.r": 4, "lora.alpha": 8,
-        "checkpoint_every": 1, "device": "cpu", "task.arithmetic.heldout_size": 8,
-        "update.mask_truncated": False}  # fmt: skip
+TINY = {
+    "policy": "builtin:init",
+    "model.hidden_size": 32,
+    "model.intermediate_size": 64,
+    "model.num_layers": 2,
+    "model.num_heads": 2,
+    "rollout.prompts_per_step": 4,
+    "rollout.group_size": 4,
+    "sampling.max_new_tokens": 10,
+    "kl.beta": 0.05,
+    "verifier": "test-digit-share",
+    "optim.lr": 1e-2,
+    "lora.r": 4,
+    "lora.alpha": 8,
+    "checkpoint_every": 1,
+    "device": "cpu",
+    "task.arithmetic.heldout_size": 8,
+    "update.mask_truncated": False,
+}
 # (mask_truncated false: a random tiny policy's completions are nearly all cut; the run, not truncation, is tested)
 
 
@@ -70,8 +84,10 @@ def test_checkpoints_hold_the_adapter_final_holds_the_merged_model_and_resume_re
     resumed = trainer(tmp_path, "part", resume=True, steps=3)
     assert resumed.state.step == 2
     resumed.train()
-    rows = [{k: v for k, v in json.loads(line).items() if k not in TIMING_KEYS}
-            for line in (tmp_path / "part" / "metrics.jsonl").read_text().splitlines()]  # fmt: skip
+    rows = [
+        {k: v for k, v in json.loads(line).items() if k not in TIMING_KEYS}
+        for line in (tmp_path / "part" / "metrics.jsonl").read_text().splitlines()
+    ]
     want = [{k: v for k, v in r.items() if k not in TIMING_KEYS} for r in whole.metrics.rows]
     assert rows == want
     assert weights_digest(resumed.learner.weights()) == weights_digest(whole.learner.weights())
@@ -99,7 +115,16 @@ def test_lora_grpo_improves_the_built_in_task(tmp_path):
 
 # The learning rate is the best of 2e-4, 5e-4, 1e-3, 2e-3 on the validation split (`python benchmarks/lora_lr.py`:
 # 0.902, 0.900, 0.860, 0.723 from 0.665; full fine-tuning 0.905). The gain asked is the full GRPO test's.
-LORA_SETTINGS = {"steps": 40, "seed": 0, "checkpoint_every": 100, "rollout.prompts_per_step": 16,
-                 "rollout.group_size": 8, "task.arithmetic.heldout_size": 200, "lora.r": 16, "lora.alpha": 32,
-                 "optim.lr": 2e-4, "device": "cpu"}  # fmt: skip
+LORA_SETTINGS = {
+    "steps": 40,
+    "seed": 0,
+    "checkpoint_every": 100,
+    "rollout.prompts_per_step": 16,
+    "rollout.group_size": 8,
+    "task.arithmetic.heldout_size": 200,
+    "lora.r": 16,
+    "lora.alpha": 32,
+    "optim.lr": 2e-4,
+    "device": "cpu",
+}
 LORA_GAIN = 0.12

@@ -120,8 +120,10 @@ def test_a_number_read_out_of_latex_that_fails_to_parse_is_no_answer(math):
 def test_a_reference_must_parse_to_a_value(math):
     # math-verify test_open_thoughts[7] compares the unparsed text of both sides as strings
     with pytest.raises(VerifierError, match="does not parse"):
-        math.verify("$$\\boxed{x = \\frac{1}{2}, x = \\frac{-1 \\pm \\sqrt{13}}{4}}$$",
-                    "$$x = \\frac{1}{2}, x = \\frac{-1 \\pm \\sqrt{13}}{4}$$")  # fmt: skip
+        math.verify(
+            "$$\\boxed{x = \\frac{1}{2}, x = \\frac{-1 \\pm \\sqrt{13}}{4}}$$",
+            "$$x = \\frac{1}{2}, x = \\frac{-1 \\pm \\sqrt{13}}{4}$$",
+        )
 
 
 # --- the answer reader's rules (answers.py) behind the other differences --------------------------
@@ -137,7 +139,7 @@ READING_RULE_TESTS = {
     # an unmarked paragraph: its answer 12 is a number in prose, so the last delimited maths ($d$) is read
     # (a closing sentence opened by "Therefore" names its one number: that is read, answer_rules.closing_value)
     "last-maths": ("We are given that $d$ divides 90. There are 12 sequences.", "$12$", "wrong", "d"),
-}  # fmt: skip
+}
 EQUIVALENCE_TESTS = {  # the equivalence policies' cases, each tested above by name
     "test_yujianll.py::test_string_extraction[9]": test_euler_e_is_a_number_not_a_unit,
     "test_numina_cases.py::test_numina_cases[24]": test_a_number_read_out_of_latex_that_fails_to_parse_is_no_answer,
@@ -196,7 +198,7 @@ def test_equivalent_equations_and_forms_are_accepted(math):
         ("$\\frac{1}{2^{99}}$", ["$\\frac{1}{2^{98}}$"], "wrong"),  # exact numbers compared exactly
         ("$\\frac{1}{3}$", ["0.333333"], "correct"),  # floats still round (float_rounding=6)
     ],
-)  # fmt: skip
+)
 def test_equivalence_policies(gold, spans, outcome):
     assert judge(gold, spans)[0] == outcome
 
@@ -216,8 +218,13 @@ def test_display_maths_and_sentences_on_the_last_line(math):
     assert math.verify("So:\n$$\n\\frac{1}{2}\n$$", "0.5").outcome == "correct"
     assert math.verify("We find that $x \\lt 3$.", "$x < 3$").outcome == "correct"
     assert math.verify("Restating the question: a box holds $18$ pencils.", "18").score == 0.0  # prose
-    assert math.verify("The identity matrix is $ \\begin{pmatrix}1 & 0 \\\\ 0 & 1\\end{pmatrix} $.",
-                       "$\\begin{pmatrix}1 & 0 \\\\ 0 & 1\\end{pmatrix}$").outcome == "correct"  # fmt: skip
+    assert (
+        math.verify(
+            "The identity matrix is $ \\begin{pmatrix}1 & 0 \\\\ 0 & 1\\end{pmatrix} $.",
+            "$\\begin{pmatrix}1 & 0 \\\\ 0 & 1\\end{pmatrix}$",
+        ).outcome
+        == "correct"
+    )
 
 
 def test_tuple_and_interval_references_parse(math):

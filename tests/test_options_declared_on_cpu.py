@@ -35,10 +35,18 @@ def _commands() -> dict:
     from veriloop.search.run import SearchConfig
     from veriloop.training.recipes import SFT_COMMAND_DEFAULTS
 
-    return {"train": (TrainConfig, {}), "sft": (TrainConfig, SFT_COMMAND_DEFAULTS),
-            "eval": (EvalRunConfig, {}), "demo": (DemoConfig, {}), "pipeline": (PipelineConfig, {}),
-            "prm label": (LabelConfig, {}), "prm train": (PRMTrainConfig, {}), "search": (SearchConfig, {}),
-            "allocate": (AllocateConfig, {}), "revision-pairs": (RevisionPairsConfig, {})}  # fmt: skip
+    return {
+        "train": (TrainConfig, {}),
+        "sft": (TrainConfig, SFT_COMMAND_DEFAULTS),
+        "eval": (EvalRunConfig, {}),
+        "demo": (DemoConfig, {}),
+        "pipeline": (PipelineConfig, {}),
+        "prm label": (LabelConfig, {}),
+        "prm train": (PRMTrainConfig, {}),
+        "search": (SearchConfig, {}),
+        "allocate": (AllocateConfig, {}),
+        "revision-pairs": (RevisionPairsConfig, {}),
+    }
 
 
 COMMANDS = _commands()
@@ -46,18 +54,36 @@ COMMANDS = _commands()
 WALKED = sorted(set(COMMANDS) - {"sft"})
 # A value away from the default that the option's own validation accepts (with what it needs besides).
 VALUES: dict[str, tuple[object, dict]] = {
-    "advantage.std": ("sample", {}), "advantage.baseline": ("batch", {}), "loss.aggregation": ("token-mean", {}),
-    "kl.estimator": ("k2", {}), "kl.placement": ("reward", {}), "kl.controller": ("adaptive", {}),
-    "learner.backend": ("gloo", {}), "learner.world_size": (2, {}), "lora.target_modules": ("q_proj", {}),
-    "vllm.lora": ("merged", {}), "ray.address": ("auto", {}), "ray.worker_engine": ("vllm", {}),
-    "rollout.mode": ("async", {"rollout.max_staleness": 1}), "rollout.workers": (2, {}),
-    "rollout.teacher": ("some/teacher", {}), "process.prm": ("some/prm", {}), "process.replay_data": ("r.jsonl", {}),
-    "reference": ("some/reference", {}), "eval_split": ("heldout", {}), "task.data": ("rows.jsonl", {}),
-    "task.heldout_data": ("held.jsonl", {}), "task.validation_data": ("val.jsonl", {}), "task.verifier": ("math", {}),
-    "task.prompt_style": ("boxed", {}), "task.reasoning": ("tool", {}),
-    "task.arithmetic.op_weights": ("+:1,-:1,*:2,/:0", {}), "task.arithmetic.min_ops": (1, {}),
-    "optim.schedule": ("cosine", {}), "optim.name": ("sgd", {}),
-}  # fmt: skip
+    "advantage.std": ("sample", {}),
+    "advantage.baseline": ("batch", {}),
+    "loss.aggregation": ("token-mean", {}),
+    "kl.estimator": ("k2", {}),
+    "kl.placement": ("reward", {}),
+    "kl.controller": ("adaptive", {}),
+    "learner.backend": ("gloo", {}),
+    "learner.world_size": (2, {}),
+    "lora.target_modules": ("q_proj", {}),
+    "vllm.lora": ("merged", {}),
+    "ray.address": ("auto", {}),
+    "ray.worker_engine": ("vllm", {}),
+    "rollout.mode": ("async", {"rollout.max_staleness": 1}),
+    "rollout.workers": (2, {}),
+    "rollout.teacher": ("some/teacher", {}),
+    "process.prm": ("some/prm", {}),
+    "process.replay_data": ("r.jsonl", {}),
+    "reference": ("some/reference", {}),
+    "eval_split": ("heldout", {}),
+    "task.data": ("rows.jsonl", {}),
+    "task.heldout_data": ("held.jsonl", {}),
+    "task.validation_data": ("val.jsonl", {}),
+    "task.verifier": ("math", {}),
+    "task.prompt_style": ("boxed", {}),
+    "task.reasoning": ("tool", {}),
+    "task.arithmetic.op_weights": ("+:1,-:1,*:2,/:0", {}),
+    "task.arithmetic.min_ops": (1, {}),
+    "optim.schedule": ("cosine", {}),
+    "optim.name": ("sgd", {}),
+}
 
 # What a choice needs besides itself to be a configuration at all (keys relative to the scope's own section).
 NEEDS: dict[tuple[str, str], dict] = {
@@ -74,11 +100,13 @@ NEEDS: dict[tuple[str, str], dict] = {
     ("task", "jsonl"): {"verifier": "arithmetic-outcome"},
     ("pipeline variant", "rl-long"): {"max_minutes": 1.0},
     ("strategy set", "revision"): {"revision_policy": "some/reviser"},
-}  # fmt: skip
+}
 # Choices no configuration can make, with why: (kind, component), or (command, kind, component) in one command.
-UNCONFIGURABLE = {("task", "fixed"): "a fixed problem is given in code (prompt and reference), not by options",
-                  ("pipeline", "starting policy", "builtin:init"): "the pipeline sets rl.policy to its --base",
-                  ("pipeline", "reasoning format", "tool"): "its rejection sampling samples without running tools"}
+UNCONFIGURABLE = {
+    ("task", "fixed"): "a fixed problem is given in code (prompt and reference), not by options",
+    ("pipeline", "starting policy", "builtin:init"): "the pipeline sets rl.policy to its --base",
+    ("pipeline", "reasoning format", "tool"): "its rejection sampling samples without running tools",
+}
 
 
 def _unconfigurable(command: str, scope, name: str) -> bool:
@@ -100,7 +128,7 @@ def _walk(command: str):
     cls, _ = COMMANDS[command]
     every = dotted_defaults(cls)
     for prefix, scopes, _ in declarations(cls):
-        defaults = {k[len(prefix):]: v for k, v in every.items() if k.startswith(prefix)}
+        defaults = {k[len(prefix) :]: v for k, v in every.items() if k.startswith(prefix)}
         for scope in scopes:
             for name in scope.names():
                 for key in scope.leaves(defaults):
@@ -127,9 +155,10 @@ def test_every_option_of_every_command_is_declared(command):
     for key in dotted_defaults(cls):
         covered = False
         for prefix, scopes, common in found:
-            rel = key[len(prefix):] if key.startswith(prefix) else None
-            if rel is not None and (covers(common, rel) or any(covers(s.options, rel) or rel == s.selector
-                                                                for s in scopes)):  # fmt: skip
+            rel = key[len(prefix) :] if key.startswith(prefix) else None
+            if rel is not None and (
+                covers(common, rel) or any(covers(s.options, rel) or rel == s.selector for s in scopes)
+            ):
                 covered = True
         if not covered:
             undeclared.append(key)
@@ -174,8 +203,9 @@ def test_an_option_at_its_default_is_accepted_anywhere(command):
             continue
         base = _choice(scope, prefix, name, command)
         if prefix + key not in base:  # the option set explicitly to its default
-            build_config(cls, preset, {**base, prefix + key: _default_under(build_config(cls, preset, base), prefix,
-                                                                            key)})  # fmt: skip
+            build_config(
+                cls, preset, {**base, prefix + key: _default_under(build_config(cls, preset, base), prefix, key)}
+            )
 
 
 def _choice(scope, prefix: str, name: str, command: str = "") -> dict:
@@ -194,19 +224,27 @@ def _default_under(cfg, prefix: str, key: str):
     return dotted_defaults(type(section))[key]
 
 
-@pytest.mark.parametrize("over, says", [
-    ({"task.heldout_size": 5}, "task.heldout_size=5 is not read by the task 'arithmetic'.*task.name gsm8k"),
-    ({"task.data": "missing.jsonl"}, "task.data='missing.jsonl' is not read by the task 'arithmetic'"),
-    ({"task.name": "gsm8k", "task.teacher.wrong_step_rate": 0.5},
-     "task.teacher.wrong_step_rate=0.5 is not read by the task 'gsm8k'.*task.name arithmetic"),
-    ({"optim.momentum": 0.9}, "optim.momentum=0.9 is not read by the optimizer 'adamw'.*optim.name sgd"),
-    ({"optim.name": "sgd", "optim.beta1": 0.5}, "optim.beta1=0.5 is not read by the optimizer 'sgd'.*optim.name adamw"),
-    ({"kl.beta": 0.0, "kl.estimator": "k2"}, "kl.estimator='k2' is not read by the KL term 'off' \\(kl.beta 0\\)"),
-    ({"lora.alpha": 8}, "lora.alpha=8.0 is not read by the adapters 'off' \\(lora.r 0\\).*lora.r > 0"),
-    ({"eval_problems": 10}, "eval_problems=10 is not read by the periodic evaluation 'never'"),
-    ({"ray.num_cpus": 3}, "ray.num_cpus=3 is not read by the rollout engine 'local'.*rollout.engine ray"),
-    ({"learner.backend": "gloo"}, "learner.backend='gloo' is not read by the learner strategy 'local'"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "over, says",
+    [
+        ({"task.heldout_size": 5}, "task.heldout_size=5 is not read by the task 'arithmetic'.*task.name gsm8k"),
+        ({"task.data": "missing.jsonl"}, "task.data='missing.jsonl' is not read by the task 'arithmetic'"),
+        (
+            {"task.name": "gsm8k", "task.teacher.wrong_step_rate": 0.5},
+            "task.teacher.wrong_step_rate=0.5 is not read by the task 'gsm8k'.*task.name arithmetic",
+        ),
+        ({"optim.momentum": 0.9}, "optim.momentum=0.9 is not read by the optimizer 'adamw'.*optim.name sgd"),
+        (
+            {"optim.name": "sgd", "optim.beta1": 0.5},
+            "optim.beta1=0.5 is not read by the optimizer 'sgd'.*optim.name adamw",
+        ),
+        ({"kl.beta": 0.0, "kl.estimator": "k2"}, "kl.estimator='k2' is not read by the KL term 'off' \\(kl.beta 0\\)"),
+        ({"lora.alpha": 8}, "lora.alpha=8.0 is not read by the adapters 'off' \\(lora.r 0\\).*lora.r > 0"),
+        ({"eval_problems": 10}, "eval_problems=10 is not read by the periodic evaluation 'never'"),
+        ({"ray.num_cpus": 3}, "ray.num_cpus=3 is not read by the rollout engine 'local'.*rollout.engine ray"),
+        ({"learner.backend": "gloo"}, "learner.backend='gloo' is not read by the learner strategy 'local'"),
+    ],
+)
 def test_the_issue_s_ignored_options_are_refused_by_name(over, says):
     with pytest.raises(ConfigError, match=says):
         _build("train", over)
@@ -255,9 +293,14 @@ def test_each_estimator_reads_the_advantage_options_it_declares():
         over.update(NEEDS.get(("advantage estimator", name), {}))
         cfg = _Reads(_build("train", {**over, "advantage.estimator": name}), seen)
         mask = torch.ones(B * G, T)
-        x = EstimatorInput(torch.rand(B, G, generator=gen), mask, torch.rand(B * G, T, generator=gen),
-                           torch.rand(B * G, T, generator=gen), torch.rand(B * G, T, generator=gen),
-                           torch.rand(B * G, T, generator=gen) > 0.5)  # fmt: skip
+        x = EstimatorInput(
+            torch.rand(B, G, generator=gen),
+            mask,
+            torch.rand(B * G, T, generator=gen),
+            torch.rand(B * G, T, generator=gen),
+            torch.rand(B * G, T, generator=gen),
+            torch.rand(B * G, T, generator=gen) > 0.5,
+        )
         estimator(x, cfg)
         advantage = {k.split(".", 1)[1] for k in seen if k.startswith("advantage.")}
         assert advantage == set(estimator.reads), name
@@ -285,7 +328,10 @@ def test_each_objective_declares_the_loss_options_of_its_formula():
 def test_a_scope_names_only_options_that_exist(command):
     every = dotted_defaults(COMMANDS[command][0])
     for prefix, scopes, common in declarations(COMMANDS[command][0]):
-        keys = [k[len(prefix):] for k in every if k.startswith(prefix)]
-        for name in (*common, *(o for s in scopes for o in s.options),
-                     *(r for s in scopes for n in s.names() for r in s.read_by(n))):  # fmt: skip
+        keys = [k[len(prefix) :] for k in every if k.startswith(prefix)]
+        for name in (
+            *common,
+            *(o for s in scopes for o in s.options),
+            *(r for s in scopes for n in s.names() for r in s.read_by(n)),
+        ):
             assert any(covers((name.lstrip("-"),), k) for k in keys), (command, prefix, name)

@@ -16,9 +16,16 @@ from veriloop.errors import InputError
 from veriloop.pipeline import PipelineConfig, run_pipeline
 from veriloop.training.trainer import Stopped
 
-TINY = {"cold_start_steps": 2, "rl_steps": 2, "rs_problems": 24, "rs_samples": 2, "sft_steps": 2,
-        "rl_again_steps": 2, "eval_problems": 12,
-        "rl": {"rollout": {"prompts_per_step": 4, "group_size": 2}, "save_rollouts": False}}  # fmt: skip
+TINY = {
+    "cold_start_steps": 2,
+    "rl_steps": 2,
+    "rs_problems": 24,
+    "rs_samples": 2,
+    "sft_steps": 2,
+    "rl_again_steps": 2,
+    "eval_problems": 12,
+    "rl": {"rollout": {"prompts_per_step": 4, "group_size": 2}, "save_rollouts": False},
+}
 
 
 def _cfg(run_dir, **extra):
@@ -34,8 +41,10 @@ def test_the_r1_pipeline_runs_every_stage_and_sfts_from_the_base(tmp_path):
     for stage in ("cold_start", "rl", "sft_from_base", "rl_again"):
         assert 0 <= state["stages"][stage]["heldout"]["greedy_accuracy"] <= 1
         assert (tmp_path / "r1" / stage / "final" / "config.json").is_file()
-    starts = {s: yaml.safe_load((tmp_path / "r1" / s / "config.yaml").read_text())["policy"]
-              for s in ("cold_start", "rl", "sft_from_base", "rl_again")}  # fmt: skip
+    starts = {
+        s: yaml.safe_load((tmp_path / "r1" / s / "config.yaml").read_text())["policy"]
+        for s in ("cold_start", "rl", "sft_from_base", "rl_again")
+    }
     # the second SFT starts from the base, not from the RL weights; each RL stage from the stage before it
     assert starts["sft_from_base"] == starts["cold_start"] == "builtin:base"
     assert starts["rl"] == str(tmp_path / "r1" / "cold_start" / "final")
@@ -56,15 +65,20 @@ def test_the_pipeline_resumes_at_the_stage_it_stopped(tmp_path, monkeypatch, cap
     with pytest.raises(SystemExit) as stopped:
         run_pipeline(_cfg(tmp_path / "p"), progress=False)
     assert stopped.value.code == 130
-    assert ("veriloop pipeline: stopped by SIGINT during rejection_sample; continue with the same command, or: "
-            f"veriloop pipeline --config {tmp_path / 'p' / 'pipeline.yaml'}") in capsys.readouterr().err
+    assert (
+        "veriloop pipeline: stopped by SIGINT during rejection_sample; continue with the same command, or: "
+        f"veriloop pipeline --config {tmp_path / 'p' / 'pipeline.yaml'}"
+    ) in capsys.readouterr().err
     monkeypatch.undo()
     done = json.loads((tmp_path / "p" / "pipeline.json").read_text())["stages"]
     assert done["cold_start"]["status"] == done["rl"]["status"] == "done"
     trained = []
     real_train = pipeline._train
-    monkeypatch.setattr(pipeline, "_train", lambda root, stage, cfg, progress: trained.append(stage) or
-                        real_train(root, stage, cfg, progress))  # fmt: skip
+    monkeypatch.setattr(
+        pipeline,
+        "_train",
+        lambda root, stage, cfg, progress: trained.append(stage) or real_train(root, stage, cfg, progress),
+    )
     (tmp_path / "p" / "sft_from_base").mkdir()  # a stage killed before its first checkpoint
     (tmp_path / "p" / "sft_from_base" / "metrics.jsonl").write_text("")
     state = run_pipeline(_cfg(tmp_path / "p"), progress=False)
@@ -77,11 +91,22 @@ def test_the_pipeline_resumes_at_the_stage_it_stopped(tmp_path, monkeypatch, cap
 
 def test_sigterm_during_a_stage_stops_the_pipeline_cleanly_and_the_same_command_resumes(tmp_path):
     config = tmp_path / "r1.yaml"
-    data = {**TINY, "run_dir": str(tmp_path / "s"), "rl_steps": 16,
-            "rl": {**TINY["rl"], "checkpoint_every": 1}}  # a checkpoint every step: a signal always finds one
+    data = {
+        **TINY,
+        "run_dir": str(tmp_path / "s"),
+        "rl_steps": 16,
+        "rl": {**TINY["rl"], "checkpoint_every": 1},
+    }  # a checkpoint every step: a signal always finds one
     config.write_text(yaml.safe_dump(data))
-    command = [sys.executable, "-c", "import sys; from veriloop.cli import main; sys.exit(main(sys.argv[1:]))",
-               "pipeline", "--config", str(config), "--quiet"]  # fmt: skip
+    command = [
+        sys.executable,
+        "-c",
+        "import sys; from veriloop.cli import main; sys.exit(main(sys.argv[1:]))",
+        "pipeline",
+        "--config",
+        str(config),
+        "--quiet",
+    ]
     proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     metrics, deadline = tmp_path / "s" / "rl" / "metrics.jsonl", time.time() + 240
     try:
@@ -96,8 +121,10 @@ def test_sigterm_during_a_stage_stops_the_pipeline_cleanly_and_the_same_command_
     steps_before = len(metrics.read_text().splitlines())
     assert 1 <= steps_before < 16
     again = f"veriloop pipeline --config {tmp_path / 's' / 'pipeline.yaml'}"
-    assert (f"veriloop pipeline: stopped by SIGTERM during rl (checkpoint of step {steps_before} written); continue "
-            f"with the same command, or: {again}") in err.splitlines()  # one line, on stderr
+    assert (
+        f"veriloop pipeline: stopped by SIGTERM during rl (checkpoint of step {steps_before} written); continue "
+        f"with the same command, or: {again}"
+    ) in err.splitlines()  # one line, on stderr
     assert "veriloop train --resume" not in out + err  # not the stage's own command: the pipeline's
     stages = json.loads((tmp_path / "s" / "pipeline.json").read_text())["stages"]
     assert stages["cold_start"]["status"] == "done" and stages.get("rl", {}).get("status") != "done"
@@ -149,6 +176,9 @@ def test_a_stage_stopped_during_its_evaluation_is_only_evaluated_again(tmp_path,
 
     path = tmp_path / "z" / "pipeline.json"
     path.write_bytes(path.read_bytes()[:-40])
-    with pytest.raises(InputError, match=rf"{path} is damaged: it has \d+ bytes, manifest.json says \d+ .*; it "
-                                         "records which stages are done"):  # fmt: skip
+    with pytest.raises(
+        InputError,
+        match=rf"{path} is damaged: it has \d+ bytes, manifest.json says \d+ .*; it "
+        "records which stages are done",
+    ):
         run_pipeline(_cfg(tmp_path / "z", variant="r1-zero"), progress=False)

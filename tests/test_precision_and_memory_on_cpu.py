@@ -55,9 +55,11 @@ def test_device_and_dtype_names_are_checked():
 TOP_K_P = SamplingParams(temperature=0.8, top_k=5, top_p=0.9)
 
 
-@pytest.mark.parametrize("sampling", [SamplingParams(temperature=0.7), TOP_K_P,
-                                      SamplingParams(temperature=0.7, min_new_tokens=5)],
-                         ids=["full", "top-k-top-p", "min-new-tokens"])  # fmt: skip
+@pytest.mark.parametrize(
+    "sampling",
+    [SamplingParams(temperature=0.7), TOP_K_P, SamplingParams(temperature=0.7, min_new_tokens=5)],
+    ids=["full", "top-k-top-p", "min-new-tokens"],
+)
 @pytest.mark.parametrize("distribution", ["sampling", "model"])
 def test_the_chunked_lm_head_computes_the_plain_paths_numbers_and_gradients(sampling, distribution):
     policy, batch = small_policy(), random_batch(small_policy())
@@ -90,11 +92,24 @@ def test_token_budget_micro_batches_cover_every_row_once_within_the_budget(lengt
 
 
 def tiny_run(tmp_path, name, **over):
-    base = {"policy": "builtin:init", "model.hidden_size": 32, "model.intermediate_size": 64, "model.num_layers": 2,
-            "model.num_heads": 2, "run_dir": str(tmp_path / name), "steps": 1, "rollout.prompts_per_step": 4,
-            "rollout.group_size": 4, "sampling.max_new_tokens": 10, "kl.beta": 0.05,
-            "update.micro_batch_size": 16, "optim.lr": 1e-3, "save_rollouts": False, "device": "cpu",
-            "verifier": "test-digit-share"}  # fmt: skip
+    base = {
+        "policy": "builtin:init",
+        "model.hidden_size": 32,
+        "model.intermediate_size": 64,
+        "model.num_layers": 2,
+        "model.num_heads": 2,
+        "run_dir": str(tmp_path / name),
+        "steps": 1,
+        "rollout.prompts_per_step": 4,
+        "rollout.group_size": 4,
+        "sampling.max_new_tokens": 10,
+        "kl.beta": 0.05,
+        "update.micro_batch_size": 16,
+        "optim.lr": 1e-3,
+        "save_rollouts": False,
+        "device": "cpu",
+        "verifier": "test-digit-share",
+    }
     return Trainer(build_config(TrainConfig, {}, {**base, **over}), progress=False)
 
 
@@ -104,9 +119,15 @@ def after_one_step(tmp_path, name, **over):
     return trainer.policy.model.state_dict(), row
 
 
-@pytest.mark.parametrize("over", [{"update.max_tokens_per_micro_batch": 40}, {"update.gradient_checkpointing": True},
-                                  {"update.logprob_chunk_tokens": 7}],
-                         ids=["token-budget", "gradient-checkpointing", "chunked-head"])  # fmt: skip
+@pytest.mark.parametrize(
+    "over",
+    [
+        {"update.max_tokens_per_micro_batch": 40},
+        {"update.gradient_checkpointing": True},
+        {"update.logprob_chunk_tokens": 7},
+    ],
+    ids=["token-budget", "gradient-checkpointing", "chunked-head"],
+)
 def test_memory_options_change_no_update(tmp_path, over):
     want, want_stats = after_one_step(tmp_path, "plain")
     got, got_stats = after_one_step(tmp_path, "option", **over)

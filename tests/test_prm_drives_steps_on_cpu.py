@@ -43,8 +43,9 @@ def prm_dir(tmp_path_factory):
         files[split] = str(root / f"{split}.jsonl")
         label = LabelConfig(problems=problems, solutions=solutions, completions=4, split=split, output=files[split])
         label_steps(label, progress=False, policy=base, completer=completer)
-    cfg = PRMTrainConfig(data=files["train"], val_data=files["validation"], eval_data=files["heldout"],
-                         out=str(root / "prm"), epochs=3)  # fmt: skip
+    cfg = PRMTrainConfig(
+        data=files["train"], val_data=files["validation"], eval_data=files["heldout"], out=str(root / "prm"), epochs=3
+    )
     ev = train_prm(cfg, progress=False)["eval"]
     assert ev["auc_vs_exact_checker"] > 0.7, ev  # measured 0.755: the labels see the slips
     return cfg.out
@@ -53,11 +54,17 @@ def prm_dir(tmp_path_factory):
 def test_a_prm_driven_run_beats_outcome_alone_on_right_answer_wrong_steps(tmp_path, prm_dir):
     task = TaskConfig()
     problems = task.build().validation()[:200]
-    run = {"algo": "grpo", "steps": 20, "seed": 0, "rollout": {"prompts_per_step": 8, "group_size": 8},
-           "kl": {"beta": 0.0}}  # fmt: skip
+    run = {
+        "algo": "grpo",
+        "steps": 20,
+        "seed": 0,
+        "rollout": {"prompts_per_step": 8, "group_size": 8},
+        "kl": {"beta": 0.0},
+    }
     outcome = _train(tmp_path / "outcome", **run)
-    process = _train(tmp_path / "process", **{**run, "algo": "grpo_process",
-                                              "process": {"prm": prm_dir, "outcome_weight": 1.0}})  # fmt: skip
+    process = _train(
+        tmp_path / "process", **{**run, "algo": "grpo_process", "process": {"prm": prm_dir, "outcome_weight": 1.0}}
+    )
     greedy = EvalConfig(n_samples=0)
     o = evaluate(outcome, problems, task.eval_verifiers(), greedy)
     p = evaluate(process, problems, task.eval_verifiers(), greedy)

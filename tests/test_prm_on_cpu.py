@@ -70,8 +70,12 @@ def test_prm_losses_by_hand():
 
 
 def test_training_targets_per_step_and_cumulative():
-    row = {"steps": ["a", "b", "c", "d"], "soft_labels": [0.5, 0.0, 1.0, 1.0], "hard_labels": [1.0, 0.0, 1.0, 1.0],
-           "outcome": 1.0}  # fmt: skip
+    row = {
+        "steps": ["a", "b", "c", "d"],
+        "soft_labels": [0.5, 0.0, 1.0, 1.0],
+        "hard_labels": [1.0, 0.0, 1.0, 1.0],
+        "outcome": 1.0,
+    }
     assert targets(row, "soft") == [0.5, 0.0, 1.0, 1.0]
     # a later step that reaches the answer again (a repaired mistake) does not mend the path: running min
     assert targets(row, "soft", cumulative=True) == [0.5, 0.0, 0.0, 0.0]
@@ -135,15 +139,25 @@ class ScriptedCompleter:
 
 def test_math_shepherd_labels_by_hand():
     # (2+3)*4 = 20.  After "2+3=5;" 3 of 4 completions reach 20; after the wrong "2+3=5;5*4=21;" none does.
-    completer = ScriptedCompleter({
-        "2+3=5;": ["5*4=20;answer=20", "5*4=20;answer=20", "5*4=20;answer=20", "5*4=9;answer=9"],
-        "2+3=5;5*4=21;": ["answer=21"],
-        "2+3=5;5*4=20;": ["answer=20"],
-    })  # fmt: skip
+    completer = ScriptedCompleter(
+        {
+            "2+3=5;": ["5*4=20;answer=20", "5*4=20;answer=20", "5*4=20;answer=20", "5*4=9;answer=9"],
+            "2+3=5;5*4=21;": ["answer=21"],
+            "2+3=5;5*4=20;": ["answer=20"],
+        }
+    )
     p = make_problem("(2+3)*4")
     sols = [(p, "2+3=5;5*4=21;answer=21"), (p, "2+3=5;5*4=20;answer=20")]
-    rows = label_solutions(sols, completer, get("arithmetic-outcome"), 4, SamplingParams(), None, "semicolon",
-                           {"policy": "scripted", "task": "arithmetic"})  # fmt: skip
+    rows = label_solutions(
+        sols,
+        completer,
+        get("arithmetic-outcome"),
+        4,
+        SamplingParams(),
+        None,
+        "semicolon",
+        {"policy": "scripted", "task": "arithmetic"},
+    )
     assert rows[0]["soft_labels"] == [0.75, 0.0, 0.0] and rows[0]["hard_labels"] == [1.0, 0.0, 0.0]
     assert rows[1]["soft_labels"] == [0.75, 1.0, 1.0] and rows[1]["hard_labels"] == [1.0, 1.0, 1.0]
     assert rows[0]["outcome"] == 0.0 and rows[1]["outcome"] == 1.0
@@ -177,8 +191,9 @@ def test_the_epoch_is_chosen_on_validation_and_held_out_is_read_once(labelled):
     from veriloop.prm.train import evaluate_prm
 
     val = load_labels(str(root / "val.jsonl"))
-    assert evaluate_prm(load_prm(root / "prm"), val)["auc_vs_targets"] == pytest.approx(best["auc_vs_targets"],
-                                                                                         abs=1e-4)  # fmt: skip
+    assert evaluate_prm(load_prm(root / "prm"), val)["auc_vs_targets"] == pytest.approx(
+        best["auc_vs_targets"], abs=1e-4
+    )
     problems = {r["reference"] for r in val}
     assert not problems & {r["reference"] for r in load_labels(str(root / "held.jsonl"))}
     assert not problems & {r["reference"] for r in load_labels(str(root / "train.jsonl"))}
@@ -201,8 +216,11 @@ def test_trained_prm_reports_aucs_and_loads_as_a_verifier(labelled):
     ev = summary["eval"]
     # The reported AUCs are the ones the maths gives: recompute them from the saved PRM and the held-out file.
     held = load_labels(str(root / "held.jsonl"))
-    flat = [s for row in load_prm(root / "prm").score([r["prompt"] for r in held], [r["completion"] for r in held])
-            for s in row]  # fmt: skip
+    flat = [
+        s
+        for row in load_prm(root / "prm").score([r["prompt"] for r in held], [r["completion"] for r in held])
+        for s in row
+    ]
     truth = [x for r in held for x in sound_steps(r["completion"], r["reference"])]
     hard = [bool(x) for r in held for x in r["hard_labels"]]
     assert ev["steps"] == len(flat) == len(truth)
@@ -233,8 +251,13 @@ def test_a_prm_trained_on_shuffled_labels_stays_under_the_auc_floor(labelled):
     assert [len(r["soft_labels"]) for r in shuffled] == [len(r["steps"]) for r in rows]
     assert sum(r["soft_labels"] != s["soft_labels"] for r, s in zip(rows, shuffled)) > len(rows) // 2
     (root / "shuffled.jsonl").write_text("".join(json.dumps(r) + "\n" for r in shuffled))
-    cfg = PRMTrainConfig(data=str(root / "shuffled.jsonl"), eval_data=str(root / "held.jsonl"),
-                         val_data=str(root / "val.jsonl"), out=str(root / "prm-shuffled"), epochs=3)  # fmt: skip
+    cfg = PRMTrainConfig(
+        data=str(root / "shuffled.jsonl"),
+        eval_data=str(root / "held.jsonl"),
+        val_data=str(root / "val.jsonl"),
+        out=str(root / "prm-shuffled"),
+        epochs=3,
+    )
     assert train_prm(cfg, progress=False)["eval"]["auc_vs_exact_checker"] < AUC_FLOOR
 
 
@@ -251,8 +274,23 @@ def test_prm_cli_score_and_errors(labelled, tmp_path, capsys):
     root, _, _ = labelled
     inp = tmp_path / "in.jsonl"
     inp.write_text(json.dumps({"reference": "(2+3)*4", "completion": "2+3=5;5*4=20;answer=20"}) + "\n")
-    assert main(["prm", "score", "--prm", str(root / "prm"), "--input", str(inp), "--output", str(tmp_path / "o.jsonl"),
-                 "--aggregation", "prod"]) == 0  # fmt: skip
+    assert (
+        main(
+            [
+                "prm",
+                "score",
+                "--prm",
+                str(root / "prm"),
+                "--input",
+                str(inp),
+                "--output",
+                str(tmp_path / "o.jsonl"),
+                "--aggregation",
+                "prod",
+            ]
+        )
+        == 0
+    )
     row = json.loads((tmp_path / "o.jsonl").read_text())
     assert row["score"] == pytest.approx(math.prod(row["step_scores"]), rel=1e-5)
     assert main(["prm", "train", "--data", str(tmp_path / "missing.jsonl")]) == 2

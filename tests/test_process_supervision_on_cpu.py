@@ -45,9 +45,16 @@ def prm_dir(tmp_path_factory):
 
 
 def _cfg(run_dir, prm_dir, steps, **extra):
-    data = {"algo": "grpo_process", "run_dir": str(run_dir), "steps": steps, "checkpoint_every": 1,
-            "rollout": {"prompts_per_step": 4, "group_size": 4}, "kl": {"beta": 0.0},
-            "process": {"prm": prm_dir, "refresh_every": 1, "refresh_completions": 2}, **extra}  # fmt: skip
+    data = {
+        "algo": "grpo_process",
+        "run_dir": str(run_dir),
+        "steps": steps,
+        "checkpoint_every": 1,
+        "rollout": {"prompts_per_step": 4, "group_size": 4},
+        "kl": {"beta": 0.0},
+        "process": {"prm": prm_dir, "refresh_every": 1, "refresh_completions": 2},
+        **extra,
+    }
     return build_config(TrainConfig, data, {})
 
 
@@ -97,8 +104,25 @@ def test_search_run_directory(tmp_path, prm_dir):
 
 
 def test_search_cli(tmp_path, capsys):
-    assert main(["search", "--strategy", "single,majority", "--budgets", "3", "--problems", "2", "--bin_samples", "2",
-                 "--out", str(tmp_path / "s"), "--quiet"]) == 0  # fmt: skip
+    assert (
+        main(
+            [
+                "search",
+                "--strategy",
+                "single,majority",
+                "--budgets",
+                "3",
+                "--problems",
+                "2",
+                "--bin_samples",
+                "2",
+                "--out",
+                str(tmp_path / "s"),
+                "--quiet",
+            ]
+        )
+        == 0
+    )
     assert "| majority | 3 |" in capsys.readouterr().out
     assert main(["search", "--strategy", "beam", "--problems", "2", "--out", str(tmp_path / "t")]) == 2
     assert "--prm" in capsys.readouterr().err
@@ -122,8 +146,15 @@ def test_revision_pairs_and_the_revision_strategy(tmp_path, prm_dir):
         assert check.verify(r["attempt"], r["reference"]).score == float(kept)
         assert check.verify(r["completion"], r["reference"]).score == 1.0
         assert r["edit_distance"] == Levenshtein.distance(r["attempt"], r["completion"])
-    cfg = SearchConfig(prm=prm_dir, strategy="single,revision", budgets="3", problems=3, bin_samples=2,
-                       revision_policy="builtin:base", out=str(tmp_path / "s"))  # fmt: skip
+    cfg = SearchConfig(
+        prm=prm_dir,
+        strategy="single,revision",
+        budgets="3",
+        problems=3,
+        bin_samples=2,
+        revision_policy="builtin:base",
+        out=str(tmp_path / "s"),
+    )
     summary = run_search(cfg, progress=False)
     rev = summary["strategies"]["revision"]["3"]
     assert rev["mean_tokens"] > summary["strategies"]["single"]["1"]["mean_tokens"]  # three attempts cost more

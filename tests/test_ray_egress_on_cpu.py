@@ -34,7 +34,7 @@ def test_the_trace_reader_sees_an_attempt():
     trace = (
         '9615  connect(23, {sa_family=AF_INET, sin_port=htons(80), sin_addr=inet_addr("169.254.169.254")}, 16) = -1\n'
         '9576  connect(7, {sa_family=AF_INET, sin_port=htons(6379), sin_addr=inet_addr("127.0.0.1")}, 16) = 0\n'
-        '9577  connect(8, {sa_family=AF_INET6, sin6_port=htons(53), sin6_flowinfo=htonl(0), '
+        "9577  connect(8, {sa_family=AF_INET6, sin6_port=htons(53), sin6_flowinfo=htonl(0), "
         'inet_pton(AF_INET6, "2001:4860:4860::8888", &sin6_addr), sin6_scope_id=0}, 28) = -1\n'
         '9578  connect(9, {sa_family=AF_INET6, sin6_port=htons(1), inet_pton(AF_INET6, "::ffff:127.0.0.1", &x)}) = 0\n'
     )
@@ -51,23 +51,62 @@ def _loopback_wrapper() -> list[str]:
     if probe.returncode != 0:
         pytest.skip(f"this machine cannot make a loopback-only network namespace ({probe.stderr.decode().strip()})")
     # a new namespace's loopback starts down: bring it up (`ip link set lo up`) before the run starts
-    return ["unshare", "-rn", sys.executable, "-c",
-            "import fcntl, os, socket, struct, sys\n"
-            "s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n"
-            "fcntl.ioctl(s, 0x8914, struct.pack('16sH14s', b'lo', 0x49, bytes(14)))\n"
-            "os.execvp(sys.argv[1], sys.argv[1:])"]  # fmt: skip
+    return [
+        "unshare",
+        "-rn",
+        sys.executable,
+        "-c",
+        "import fcntl, os, socket, struct, sys\n"
+        "s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n"
+        "fcntl.ioctl(s, 0x8914, struct.pack('16sH14s', b'lo', 0x49, bytes(14)))\n"
+        "os.execvp(sys.argv[1], sys.argv[1:])",
+    ]
 
 
 def test_a_ray_backed_run_tries_to_reach_nothing_beyond_loopback(tiny_policy, tmp_path):
     if shutil.which("strace") is None:
         pytest.skip("strace is not installed: nothing here can see every process's connection attempts")
     log = tmp_path / "trace.log"
-    train = [sys.executable, "-m", "veriloop.cli", "train", "--policy", tiny_policy, "--run_dir", str(tmp_path / "run"),
-             "--steps", "2", "--rollout.engine", "ray", "--rollout.workers", "1", "--rollout.prompts_per_step", "2",
-             "--rollout.group_size", "2", "--sampling.max_new_tokens", "8", "--kl.beta", "0",
-             "--task.arithmetic.heldout_size", "10", "--threads", "1"]  # fmt: skip
-    strace = ["strace", "-f", "-qq", "--seccomp-bpf", "-e", "trace=connect,sendto,sendmsg", "-e", "signal=none",
-              "-o", str(log)]  # fmt: skip
+    train = [
+        sys.executable,
+        "-m",
+        "veriloop.cli",
+        "train",
+        "--policy",
+        tiny_policy,
+        "--run_dir",
+        str(tmp_path / "run"),
+        "--steps",
+        "2",
+        "--rollout.engine",
+        "ray",
+        "--rollout.workers",
+        "1",
+        "--rollout.prompts_per_step",
+        "2",
+        "--rollout.group_size",
+        "2",
+        "--sampling.max_new_tokens",
+        "8",
+        "--kl.beta",
+        "0",
+        "--task.arithmetic.heldout_size",
+        "10",
+        "--threads",
+        "1",
+    ]
+    strace = [
+        "strace",
+        "-f",
+        "-qq",
+        "--seccomp-bpf",
+        "-e",
+        "trace=connect,sendto,sendmsg",
+        "-e",
+        "signal=none",
+        "-o",
+        str(log),
+    ]
     out = subprocess.run([*_loopback_wrapper(), *strace, *train], capture_output=True, text=True, timeout=360)
     assert out.returncode == 0, out.stderr[-3000:]
     trace = log.read_text()

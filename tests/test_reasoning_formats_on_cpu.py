@@ -78,8 +78,11 @@ def test_a_program_verifier_needs_pot_and_pot_needs_one():
     with pytest.raises(ConfigError, match="set task.reasoning pot"):
         build_config(TrainConfig, {}, {"verifier": "gsm8k-pot"})
     with pytest.raises(ConfigError, match="prompt_style plain with pot"):
-        build_config(TrainConfig, {}, {"task.name": "gsm8k", "task.prompt_style": "boxed", "task.reasoning": "pot",
-                                       "verifier": "gsm8k-pot"})  # fmt: skip
+        build_config(
+            TrainConfig,
+            {},
+            {"task.name": "gsm8k", "task.prompt_style": "boxed", "task.reasoning": "pot", "verifier": "gsm8k-pot"},
+        )
     with pytest.raises(ConfigError, match="task.reasoning must be one of"):
         build_config(TrainConfig, {}, {"task.reasoning": "programs"})
     with pytest.raises(InputError, match="answer_format must contain"):
@@ -101,8 +104,13 @@ def test_gsm8k_pot_asks_for_a_program_on_the_same_split_and_grades_what_it_print
 
 
 def test_math_rows_as_programs_through_a_jsonl_task(tmp_path):
-    rows = [{"prompt": "What is 1/2 + 1/4?", "reference": "\\frac{3}{4}",
-             "completion": "```python\nfrom fractions import Fraction\nprint(Fraction(1, 2) + Fraction(1, 4))\n```"}]
+    rows = [
+        {
+            "prompt": "What is 1/2 + 1/4?",
+            "reference": "\\frac{3}{4}",
+            "completion": "```python\nfrom fractions import Fraction\nprint(Fraction(1, 2) + Fraction(1, 4))\n```",
+        }
+    ]
     path = tmp_path / "math.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     task = TaskConfig(name="jsonl", data=str(path), heldout_data=str(path), reasoning="pot", verifier="math-pot")
@@ -119,7 +127,8 @@ def test_evaluating_programs_reports_the_outcome_and_no_nan():
     from veriloop.models.loading import load_policy
 
     task = TaskConfig(reasoning="pot")
-    result = evaluate(load_policy("builtin:base"), task.build().heldout()[:4], task.eval_verifiers(),
-                      EvalConfig(n_samples=0))  # fmt: skip
+    result = evaluate(
+        load_policy("builtin:base"), task.build().heldout()[:4], task.eval_verifiers(), EvalConfig(n_samples=0)
+    )
     assert result.format_rate is None and result.process_rate is None and 0 <= result.greedy_accuracy <= 1
     json.dumps(result.as_dict(), allow_nan=False)  # a task without a format check writes null, never NaN

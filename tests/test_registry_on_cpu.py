@@ -41,9 +41,28 @@ def test_validation_reads_the_registries():
 
 def test_an_external_estimator_and_objective_train_from_the_cli(tmp_path, monkeypatch, capsys):
     monkeypatch.syspath_prepend(str(PLUGINS))
-    args = ["train", "--run_dir", str(tmp_path / "run"), "--steps", "2", "--rollout.prompts_per_step", "4",
-            "--rollout.group_size", "4", "--sampling.max_new_tokens", "32", "--kl.beta", "0", "--threads", "1",
-            "--advantage.estimator", "centred_sign", "--loss.policy_loss", "capped_pg", "--quiet"]  # fmt: skip
+    args = [
+        "train",
+        "--run_dir",
+        str(tmp_path / "run"),
+        "--steps",
+        "2",
+        "--rollout.prompts_per_step",
+        "4",
+        "--rollout.group_size",
+        "4",
+        "--sampling.max_new_tokens",
+        "32",
+        "--kl.beta",
+        "0",
+        "--threads",
+        "1",
+        "--advantage.estimator",
+        "centred_sign",
+        "--loss.policy_loss",
+        "capped_pg",
+        "--quiet",
+    ]
     assert cli.main(args) == 2  # without the plugin the names are unknown, and the message says so
     assert "unknown advantage estimator 'centred_sign'" in capsys.readouterr().err
     assert cli.main(["--plugin", "veriloop_example_plugin", *args]) == 0

@@ -24,23 +24,44 @@ from veriloop.training.token_values import record_key, token_value_rows
 
 def record(step: int, i: int, reward: float, words: str = "1+1=2;answer=2", finish="eos", tools=None) -> Record:
     ids = list(range(3, 3 + len(words)))
-    return Record(problem_id=f"p-{i % 3}", group_id=f"{step}-0-{i // 2}", prompt="1+1?", reference="2",
-                  prompt_ids=[1], completion_ids=ids, completion=words, behavior_logprobs=[-0.5] * len(ids),
-                  sampling={"seed": 1000 * step + i}, policy_version=step, finish_reason=finish, reward=reward,
-                  verdict_outcome="correct" if reward > 0 else "wrong", verifier="arithmetic@1",
-                  tool_calls=tools)  # fmt: skip
+    return Record(
+        problem_id=f"p-{i % 3}",
+        group_id=f"{step}-0-{i // 2}",
+        prompt="1+1?",
+        reference="2",
+        prompt_ids=[1],
+        completion_ids=ids,
+        completion=words,
+        behavior_logprobs=[-0.5] * len(ids),
+        sampling={"seed": 1000 * step + i},
+        policy_version=step,
+        finish_reason=finish,
+        reward=reward,
+        verdict_outcome="correct" if reward > 0 else "wrong",
+        verifier="arithmetic@1",
+        tool_calls=tools,
+    )
 
 
 def write_run(run_dir, steps: int = 8, per_step: int = 4) -> RecordStore:
     (run_dir / "rollouts").mkdir(parents=True)
     (run_dir / "config.yaml").write_text("algo: grpo\npolicy: builtin:base\noptim:\n  lr: 0.001\n")
-    rows = [{"step": s, "reward_mean": s / steps, "kl": 0.01, **({"validation_greedy_accuracy": 0.5} if s % 4 == 0
-             else {})} for s in range(1, steps + 1)]  # fmt: skip
+    rows = [
+        {"step": s, "reward_mean": s / steps, "kl": 0.01, **({"validation_greedy_accuracy": 0.5} if s % 4 == 0 else {})}
+        for s in range(1, steps + 1)
+    ]
     (run_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows) + '{"step": 9, "rew')
     store = RecordStore(run_dir / "rollouts", index=True)
     for s in range(1, steps + 1):
-        store.write(s, [record(s, i, float(i % 2), "answer=2" if i == 3 else "1+1=2;answer=2",
-                               finish="length" if i == 2 else "eos") for i in range(per_step)])  # fmt: skip
+        store.write(
+            s,
+            [
+                record(
+                    s, i, float(i % 2), "answer=2" if i == 3 else "1+1=2;answer=2", finish="length" if i == 2 else "eos"
+                )
+                for i in range(per_step)
+            ],
+        )
     return store
 
 
@@ -72,8 +93,12 @@ def test_the_served_filters_are_sql_of_the_index_and_bad_ones_are_refused(tmp_pa
     assert count({"step": "3-4", "reward_min": "0.5"}) == 4
     assert count({"truncated": "yes"}) == 8 and count({"truncated": "no"}) == 24
     assert count({"problem": "p-1"}) == 8 and count({"outcome": "wrong", "group": "1-0-0"}) == 1
-    for bad, said in [({"step": "x"}, "step filter must be N or A-B"), ({"reward_min": "high"}, "reward_min must"),
-                      ({"tools": "maybe"}, "tools must be one of"), ({"colour": "red"}, "unknown filter 'colour'")]:
+    for bad, said in [
+        ({"step": "x"}, "step filter must be N or A-B"),
+        ({"reward_min": "high"}, "reward_min must"),
+        ({"tools": "maybe"}, "tools must be one of"),
+        ({"colour": "red"}, "unknown filter 'colour'"),
+    ]:
         with pytest.raises(InputError, match=said):
             record_query(bad)
 
@@ -106,8 +131,9 @@ def test_token_value_rows_key_records_by_group_and_seed():
     records = [record(1, i, float(i)) for i in range(2)]
     mask = torch.ones(2, 3)
     advantages = torch.tensor([[-1.0, -1.0, -1.0], [0.5, 1.0, 1.5]])
-    rows = token_value_rows(records, advantages, mask, [records[1]], {"ratio": {0: [1.0, 1.1, 0.9]}},
-                            {id(records[1]): [[2, 0.75]]})  # fmt: skip
+    rows = token_value_rows(
+        records, advantages, mask, [records[1]], {"ratio": {0: [1.0, 1.1, 0.9]}}, {id(records[1]): [[2, 0.75]]}
+    )
     assert rows[0] == {"key": record_key(records[0]), "problem_id": "p-0", "advantage": -1.0}  # one value: GRPO's
     assert rows[1]["advantage"] == [0.5, 1.0, 1.5] and rows[1]["ratio"] == [1.0, 1.1, 0.9]
     assert rows[1]["prm_steps"] == [[2, 0.75]] and record_key(records[1]) == "1-0-0#1001"
@@ -163,16 +189,28 @@ def test_the_server_answers_on_loopback_and_refuses_bad_input(tmp_path):
         with pytest.raises(urllib.error.HTTPError) as e:
             urllib.request.urlopen(f"{url}/api/record?id=99:0")
         assert e.value.code == 400 and b"no record '99:0'" in e.value.read()
-        post = urllib.request.Request(f"{url}/api/marks", json.dumps({"id": "2:1", "mark": {"mark": "fine"}}).encode(),
-                                      {"Content-Type": "application/json"})  # fmt: skip
+        post = urllib.request.Request(
+            f"{url}/api/marks",
+            json.dumps({"id": "2:1", "mark": {"mark": "fine"}}).encode(),
+            {"Content-Type": "application/json"},
+        )
         urllib.request.urlopen(post)
         assert json.loads((tmp_path / "spot_check.json").read_text())["marks"]["2:1"]["mark"] == "fine"
     finally:
         httpd.shutdown()
 
 
-@pytest.mark.parametrize("text, chars", [("answer=2", 0), ("1+1=2;answer=2", 6), ("So \\boxed{54}.", 2),
-                                         ("#### 54", 0), ("no answer here", 12), ("The answer is 7", 0)])
+@pytest.mark.parametrize(
+    "text, chars",
+    [
+        ("answer=2", 0),
+        ("1+1=2;answer=2", 6),
+        ("So \\boxed{54}.", 2),
+        ("#### 54", 0),
+        ("no answer here", 12),
+        ("The answer is 7", 0),
+    ],
+)
 def test_reasoning_is_what_a_completion_says_besides_its_final_answer(text, chars):
     from veriloop.rollout.index import reasoning_chars
 

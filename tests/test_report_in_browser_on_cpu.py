@@ -30,11 +30,20 @@ from veriloop.training.token_values import TokenValueStore, record_key
 from veriloop.training.trainer import Trainer
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
-ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
-        "--disable-component-update", "--disable-sync"]  # fmt: skip
+ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
 if not Path(CHROMIUM).exists() and not os.environ.get("VERILOOP_REQUIRE_BROWSER"):
-    pytest.skip("no Chromium here (apt-get install chromium); VERILOOP_REQUIRE_BROWSER=1 makes this a failure",
-                allow_module_level=True)  # fmt: skip
+    pytest.skip(
+        "no Chromium here (apt-get install chromium); VERILOOP_REQUIRE_BROWSER=1 makes this a failure",
+        allow_module_level=True,
+    )
 sync_api = pytest.importorskip("playwright.sync_api") if not os.environ.get("VERILOOP_REQUIRE_BROWSER") else None
 from playwright.sync_api import sync_playwright  # noqa: E402
 
@@ -53,14 +62,30 @@ def browser():
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     root = tmp_path_factory.mktemp("runs")
-    base = {"policy": "builtin:base", "steps": 6, "rollout.prompts_per_step": 4, "rollout.group_size": 4,
-            "eval_every": 3, "eval_problems": 16, "task.arithmetic.heldout_size": 16, "checkpoint_every": 100,
-            "alarms.window": 4, "alarms.min_steps": 2, "threads": 1}  # fmt: skip
+    base = {
+        "policy": "builtin:base",
+        "steps": 6,
+        "rollout.prompts_per_step": 4,
+        "rollout.group_size": 4,
+        "eval_every": 3,
+        "eval_problems": 16,
+        "task.arithmetic.heldout_size": 16,
+        "checkpoint_every": 100,
+        "alarms.window": 4,
+        "alarms.min_steps": 2,
+        "threads": 1,
+    }
     for name, over in {"a": {}, "b": {"optim.lr": 3e-4, "sampling.max_new_tokens": 26}}.items():
         Trainer(build_config(TrainConfig, {}, {**base, **over, "run_dir": str(root / name)}), progress=False).train()
         write_report(root / name)
-    cfg = SearchConfig(strategy="single,best_of_n,mcts", scorer="verifier", mcts_value="verifier", budgets="2,4",
-                       problems=4, out=str(root / "search"))  # fmt: skip
+    cfg = SearchConfig(
+        strategy="single,best_of_n,mcts",
+        scorer="verifier",
+        mcts_value="verifier",
+        budgets="2,4",
+        problems=4,
+        out=str(root / "search"),
+    )
     run_search(cfg, progress=False)
     write_report(root / "search")
     write_compare([root / "a", root / "b"], root / "compare.html")
@@ -76,19 +101,46 @@ def tool_run(run_dir: Path) -> None:
     (run_dir / "metrics.jsonl").write_text(json.dumps({"step": 1, "reward_mean": 0.5, "accuracy": 0.5}) + "\n")
     ids = [ord(c) % 90 + 3 for c in "{a=2+3;a}[5]answer=5"]
     mask = [1] * 9 + [0] * 3 + [1] * 8
-    calls = [[{"code": "a=2+3;a", "output": "5", "status": "ok", "seconds": 0.01, "start": 9, "tokens": 3}],
-             [{"code": "1/0", "output": "ZeroDivisionError", "status": "error", "seconds": 0.01, "start": 9,
-               "tokens": 3}]]  # fmt: skip
-    records = [Record(problem_id="p-1", group_id="1-0-0", prompt="2+3?", reference="5", prompt_ids=[4, 5],
-                      completion_ids=ids, completion="{a=2+3;a}[5]answer=5", behavior_logprobs=[-0.1] * len(ids),
-                      sampling={"temperature": 1.0, "seed": 10 + k}, policy_version=0, finish_reason="eos",
-                      reward=1.0 - k, reward_components={"outcome": 1.0 - k}, verifier="arithmetic-tool@1",
-                      verdict_outcome="correct" if k == 0 else "wrong", model_mask=mask, tool_calls=calls[k])
-               for k in range(2)]  # fmt: skip
+    calls = [
+        [{"code": "a=2+3;a", "output": "5", "status": "ok", "seconds": 0.01, "start": 9, "tokens": 3}],
+        [{"code": "1/0", "output": "ZeroDivisionError", "status": "error", "seconds": 0.01, "start": 9, "tokens": 3}],
+    ]
+    records = [
+        Record(
+            problem_id="p-1",
+            group_id="1-0-0",
+            prompt="2+3?",
+            reference="5",
+            prompt_ids=[4, 5],
+            completion_ids=ids,
+            completion="{a=2+3;a}[5]answer=5",
+            behavior_logprobs=[-0.1] * len(ids),
+            sampling={"temperature": 1.0, "seed": 10 + k},
+            policy_version=0,
+            finish_reason="eos",
+            reward=1.0 - k,
+            reward_components={"outcome": 1.0 - k},
+            verifier="arithmetic-tool@1",
+            verdict_outcome="correct" if k == 0 else "wrong",
+            model_mask=mask,
+            tool_calls=calls[k],
+        )
+        for k in range(2)
+    ]
     RecordStore(run_dir / "rollouts", index=True).write(1, records)
-    TokenValueStore(run_dir / "rollouts").write(1, [
-        {"key": record_key(r, k), "advantage": 1.0 - 2 * k, "learner_logprob": [-0.2] * len(ids),
-         "ratio": [1.5] * len(ids), "prm_steps": [[8, 0.9], [19, 0.7 - k]]} for k, r in enumerate(records)])
+    TokenValueStore(run_dir / "rollouts").write(
+        1,
+        [
+            {
+                "key": record_key(r, k),
+                "advantage": 1.0 - 2 * k,
+                "learner_logprob": [-0.2] * len(ids),
+                "ratio": [1.5] * len(ids),
+                "prm_steps": [[8, 0.9], [19, 0.7 - k]],
+            }
+            for k, r in enumerate(records)
+        ],
+    )
 
 
 def open_page(browser, url: str):
@@ -149,8 +201,12 @@ def test_a_training_run_page_draws_filters_colours_and_keeps_marks(browser, runs
     assert json.loads(exported.read_text())["marks"][record_id]["mark"] == "suspicious"
     assert errors == []
 
-    done = subprocess.run([sys.executable, "-m", "veriloop.cli", "report", str(runs / "a"), "--marks", str(exported)],
-                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-m", "veriloop.cli", "report", str(runs / "a"), "--marks", str(exported)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr
     assert "1 suspicious" in done.stdout
     assert json.loads((runs / "a" / "spot_check.json").read_text())["marks"][record_id]["mark"] == "suspicious"

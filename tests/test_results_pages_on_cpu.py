@@ -24,8 +24,10 @@ def test_the_committed_results_pages_are_what_the_renderer_makes():
     render = _renderer()
     files = render.render_all(ROOT)
     stale = [f"{p.relative_to(ROOT)} ({'to delete' if files[p] is None else 'differs'})" for p in render.stale(files)]
-    assert not stale, ("the results pages are not what the committed results make: run `make results-pages` and "
-                       f"commit what it writes; stale: {', '.join(stale)}")  # fmt: skip
+    assert not stale, (
+        "the results pages are not what the committed results make: run `make results-pages` and "
+        f"commit what it writes; stale: {', '.join(stale)}"
+    )
     pages = sorted(p.name for p in files if p.parent == ROOT / "docs" / "results" and p.suffix == ".md")
     assert "index.md" in pages and all(render.PAGE_NAME.match(p[:-3]) for p in pages), pages
     index = files[ROOT / "docs" / "results" / "index.md"].decode()
@@ -42,7 +44,7 @@ def test_every_committed_result_is_stamped_and_no_quick_run():
 
 # ---------------------------------------------------------------- the renderer on a tree of its own
 
-TOY = '''
+TOY = """
 from matplotlib.figure import Figure
 
 from common import link, svg
@@ -66,12 +68,17 @@ def _table(results, where):
 
 figures = {"toy.svg": _figure}
 blocks = {"toy-table": _table}
-'''
+"""
 
 
 def _stamp(commit: str, **more) -> dict:
-    return {"commit": commit, "command": "python benchmarks/toy.py", "machine": "M, 2 CPUs",
-            "date": "2026-01-02 03:04 UTC", **more}  # fmt: skip
+    return {
+        "commit": commit,
+        "command": "python benchmarks/toy.py",
+        "machine": "M, 2 CPUs",
+        "date": "2026-01-02 03:04 UTC",
+        **more,
+    }
 
 
 @pytest.fixture
@@ -106,9 +113,11 @@ def test_pages_figures_index_and_blocks_are_made_from_the_results(tree):
     assert svg.startswith(b"<?xml") and svg == render.render_all(tree)[results / "toy.svg"]  # the same bytes again
     assert b"<dc:date>" not in svg
     readme = files[tree / "README.md"].decode()
-    assert readme == ("# Toy\n\nBefore.\n\n<!-- BEGIN generated: toy-table (make results-pages) -->\n"
-                      "| value |\n|---|\n| 5 |\n\n![plot](docs/results/toy.svg)\n"
-                      "<!-- END generated: toy-table -->\n\nAfter.\n")  # fmt: skip
+    assert readme == (
+        "# Toy\n\nBefore.\n\n<!-- BEGIN generated: toy-table (make results-pages) -->\n"
+        "| value |\n|---|\n| 5 |\n\n![plot](docs/results/toy.svg)\n"
+        "<!-- END generated: toy-table -->\n\nAfter.\n"
+    )
     guide = files[tree / "docs" / "guide" / "page.md"].decode()
     assert "![plot](../results/toy.svg)" in guide  # links relative to the file the block stands in
 

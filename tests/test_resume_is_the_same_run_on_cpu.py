@@ -40,10 +40,20 @@ class Digits(verifiers.Verifier):
         return self._verdict(score, {"digits": score})
 
 
-RUN = {"steps": 4, "checkpoint_every": 2, "verifier": "test-resume-digits", "rollout.prompts_per_step": 4,
-       "rollout.group_size": 2, "sampling.max_new_tokens": 12, "kl.beta": 0.05, "optim.lr": 1e-3,
-       "update.micro_batch_size": 6, "task.arithmetic.heldout_size": 10, "threads": 1,
-       "update.mask_truncated": False}  # fmt: skip  (the tiny model's cut completions are what it learns from)
+RUN = {
+    "steps": 4,
+    "checkpoint_every": 2,
+    "verifier": "test-resume-digits",
+    "rollout.prompts_per_step": 4,
+    "rollout.group_size": 2,
+    "sampling.max_new_tokens": 12,
+    "kl.beta": 0.05,
+    "optim.lr": 1e-3,
+    "update.micro_batch_size": 6,
+    "task.arithmetic.heldout_size": 10,
+    "threads": 1,
+    "update.mask_truncated": False,
+}  # (the tiny model's cut completions are what it learns from)
 
 
 def config(policy, run_dir, **over):
@@ -51,8 +61,10 @@ def config(policy, run_dir, **over):
 
 
 def rows(run_dir):
-    return [{k: v for k, v in json.loads(line).items() if k not in TIMING_KEYS}
-            for line in (Path(run_dir) / "metrics.jsonl").read_text().splitlines()]  # fmt: skip
+    return [
+        {k: v for k, v in json.loads(line).items() if k not in TIMING_KEYS}
+        for line in (Path(run_dir) / "metrics.jsonl").read_text().splitlines()
+    ]
 
 
 def assert_same_run(run_dir, straight_dir):
@@ -91,8 +103,7 @@ def stopped_copy(half, dest):
     return dest
 
 
-def test_a_resume_that_changes_what_the_steps_compute_is_refused_naming_each_key(tiny_policy, half, tmp_path,
-                                                                                 capsys):  # fmt: skip
+def test_a_resume_that_changes_what_the_steps_compute_is_refused_naming_each_key(tiny_policy, half, tmp_path, capsys):
     run_dir = stopped_copy(half, tmp_path / "run")
     before = {p: p.read_bytes() for p in (run_dir / "config.yaml", run_dir / "history.jsonl", run_dir / MANIFEST)}
     refused = r"cannot resume .* with another configuration: seed 0 -> 7; rollout\.prompts_per_step 4 -> 2 \(old: "
@@ -163,10 +174,11 @@ def test_a_cut_or_edited_config_yaml_is_named_with_what_to_do(tiny_policy, strai
     cut_at_line = b"".join(lines[: len(lines) // 2])  # valid YAML, half the options: it used to fall to defaults
     edited = whole.replace(b"lr: 0.001", b"lr: 0.009")
     assert len(edited) == len(whole) and edited != whole
-    for damaged, what in ((cut_at_line, f"it has {len(cut_at_line)} bytes, manifest.json says {len(whole)} (cut "
-                                        "short or changed)"),
-                          (whole[: len(whole) // 2 + 3], "bytes, manifest.json says"),  # cut inside a line
-                          (edited, "its content does not match its SHA-256 in manifest.json (changed on disk)")):
+    for damaged, what in (
+        (cut_at_line, f"it has {len(cut_at_line)} bytes, manifest.json says {len(whole)} (cut short or changed)"),
+        (whole[: len(whole) // 2 + 3], "bytes, manifest.json says"),  # cut inside a line
+        (edited, "its content does not match its SHA-256 in manifest.json (changed on disk)"),
+    ):
         path.write_bytes(damaged)
         assert cli.main(["train", "--quiet", "--resume", str(run_dir), "--steps", "4"]) == 2
         err = capsys.readouterr().err
@@ -219,7 +231,6 @@ def test_checked_files_survive_a_kill_between_the_file_and_its_manifest(tmp_path
     assert check_file(tmp_path, "state.json") == ("ok", "") and read_checked(tmp_path, "state.json", "")[1]
     real = io.atomic_write_bytes
     for kill_at in (tmp_path / "state.json", tmp_path / MANIFEST):  # before the file is replaced; after it
-
         calls = []
 
         def killed(path, data, kill_at=kill_at, calls=calls):
@@ -235,8 +246,10 @@ def test_checked_files_survive_a_kill_between_the_file_and_its_manifest(tmp_path
         assert check_file(tmp_path, "state.json") == ("ok", ""), kill_at  # old or new, either checks
         write_checked(tmp_path, "state.json", b"old")
     (tmp_path / "state.json").write_bytes(b"odd")
-    assert check_file(tmp_path, "state.json") == ("bad", "its content does not match its SHA-256 in manifest.json "
-                                                         "(changed on disk)")  # fmt: skip
+    assert check_file(tmp_path, "state.json") == (
+        "bad",
+        "its content does not match its SHA-256 in manifest.json (changed on disk)",
+    )
     with pytest.raises(InputError, match=r"state.json is damaged: .*; restore it"):
         read_checked(tmp_path, "state.json", "restore it")
     (tmp_path / "state.json").unlink()

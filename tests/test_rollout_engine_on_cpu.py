@@ -102,10 +102,21 @@ def test_load_weights_returns_a_sha256_of_the_weights(setup):
 
 
 def _one_step(tmp_path, name, request_groups):
-    cfg = build_config(TrainConfig, {}, {
-        "run_dir": str(tmp_path / name), "steps": 1, "rollout.prompts_per_step": 4, "rollout.group_size": 4,
-        "rollout.request_groups": request_groups, "sampling.max_new_tokens": 32, "kl.beta": 0.0,
-        "update.inner_updates": 1, "threads": 1})  # fmt: skip
+    cfg = build_config(
+        TrainConfig,
+        {},
+        {
+            "run_dir": str(tmp_path / name),
+            "steps": 1,
+            "rollout.prompts_per_step": 4,
+            "rollout.group_size": 4,
+            "rollout.request_groups": request_groups,
+            "sampling.max_new_tokens": 32,
+            "kl.beta": 0.0,
+            "update.inner_updates": 1,
+            "threads": 1,
+        },
+    )
     Trainer(cfg, progress=False).train()
     return RecordStore(tmp_path / name / "rollouts").read(1)
 

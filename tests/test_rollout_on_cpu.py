@@ -134,8 +134,17 @@ def test_stop_tokens_end_rows_and_stay_in_the_completion(engine):
 
     def cut(seed):
         g = torch.Generator().manual_seed(seed)
-        return generate(MODEL, PROMPTS, params, eos_id=TOK.eos_token_id, pad_id=TOK.pad_token_id, generator=g, n=4,
-                        engine=engine, stop_ids=(stop,))  # fmt: skip
+        return generate(
+            MODEL,
+            PROMPTS,
+            params,
+            eos_id=TOK.eos_token_id,
+            pad_id=TOK.pad_token_id,
+            generator=g,
+            n=4,
+            engine=engine,
+            stop_ids=(stop,),
+        )
 
     out = cut(5)
     assert "stop" in out.finish_reasons

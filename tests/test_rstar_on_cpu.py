@@ -78,12 +78,21 @@ def test_actions_follow_the_seeds_order_constraints():
 
 def test_a_sub_question_is_answered_as_a_problem_of_its_own_and_re_answered_by_majority():
     tree = {
-        "(1+1)*2?": {"": [("1+1=2;", 1.0)], "1+1=2;": [("2*2=4;", 1.0)], "1+1=2;2*2=4;": [("answer=4", 1.0)],
-                     "1+1=3;": [("3*2=6;", 1.0)], "1+1=3;3*2=6;": [("answer=6", 1.0)]},
+        "(1+1)*2?": {
+            "": [("1+1=2;", 1.0)],
+            "1+1=2;": [("2*2=4;", 1.0)],
+            "1+1=2;2*2=4;": [("answer=4", 1.0)],
+            "1+1=3;": [("3*2=6;", 1.0)],
+            "1+1=3;3*2=6;": [("answer=6", 1.0)],
+        },
         "1+1?": {"": [("1+1=2;", 0.5), ("1+1=3;", 0.5)], "1+1=2;": [("answer=2", 1.0)], "1+1=3;": [("answer=3", 1.0)]},
     }
-    s = Strategies(ScriptedProposer(tree, seed=1, per_prompt=True), None, SearchSettings(expand=2, rstar_reanswer=5),
-                   sub_questions=lambda p: ["1+1?"] if p == "(1+1)*2?" else [])
+    s = Strategies(
+        ScriptedProposer(tree, seed=1, per_prompt=True),
+        None,
+        SearchSettings(expand=2, rstar_reanswer=5),
+        sub_questions=lambda p: ["1+1?"] if p == "(1+1)*2?" else [],
+    )
     cost = Cost()
     search = RStar(s, "(1+1)*2?", cost)
     root = RNode("", "", 0)
@@ -118,8 +127,9 @@ def test_the_discriminators_tokens_count_and_an_unconfirmed_search_still_answers
     out = Strategies(policy, None, SearchSettings(), discriminator=disc).run("rstar", "1+1?", 4)
     assert disc.generated > 0 and out.cost.tokens == policy.generated + disc.generated
     without = _strategies(disc_tree=None)
-    without.discriminator = ScriptedProposer({"": [("answer=9", 1.0)], "1+1=2;": [("answer=9", 1.0)],
-                                              "1+1=3;": [("answer=9", 1.0)]}, seed=0)  # fmt: skip
+    without.discriminator = ScriptedProposer(
+        {"": [("answer=9", 1.0)], "1+1=2;": [("answer=9", 1.0)], "1+1=3;": [("answer=9", 1.0)]}, seed=0
+    )
     out = without.run("rstar", "1+1?", 2)
     assert out.candidates == 0 and out.answer in ("2", "3")  # nothing confirmed: the best-scored trajectory
 
@@ -132,8 +142,16 @@ def test_arithmetic_sub_questions_are_the_root_operands():
 
 
 def test_rstar_runs_on_the_built_in_policy_through_search(tmp_path):
-    cfg = SearchConfig(strategy="rstar", budgets="2", problems=3, split="validation", bin_samples=2,
-                       out=str(tmp_path / "a"), expand=2, threads=1)  # fmt: skip
+    cfg = SearchConfig(
+        strategy="rstar",
+        budgets="2",
+        problems=3,
+        split="validation",
+        bin_samples=2,
+        out=str(tmp_path / "a"),
+        expand=2,
+        threads=1,
+    )
     first = run_search(cfg, progress=False)
     cell = first["strategies"]["rstar"]["2"]
     assert cell["mean_tokens"] > 0 and cell["mean_prm_calls"] == 0  # no PRM: the outcome's self-consistency only
@@ -146,8 +164,9 @@ def test_rstar_runs_on_the_built_in_policy_through_search(tmp_path):
 
 
 def test_a_missing_discriminator_is_named(tmp_path):
-    cfg = SearchConfig(strategy="rstar", budgets="1", problems=1, discriminator=str(tmp_path / "nowhere"),
-                       out=str(tmp_path / "o"))  # fmt: skip
+    cfg = SearchConfig(
+        strategy="rstar", budgets="1", problems=1, discriminator=str(tmp_path / "nowhere"), out=str(tmp_path / "o")
+    )
     with pytest.raises(InputError, match="--discriminator: .*nowhere"):
         run_search(cfg, progress=False)
     with pytest.raises(InputError, match="rstar_reanswer"):

@@ -50,12 +50,28 @@ class Digits(verifiers.Verifier):
 # A command-line run: long enough (in steps) that a signal sent after its first step lands well before its end.
 # mask_truncated false: the random tiny model rarely ends within 8-12 tokens, and masked cut completions would leave
 # it nothing to learn from (the policy must move, or equal results would be trivially equal)
-LONG = {"steps": 40, "checkpoint_every": 1000, "verifier": "test-kill-digits", "rollout.prompts_per_step": 2,
-        "rollout.group_size": 2, "sampling.max_new_tokens": 8, "kl.beta": 0.05, "optim.lr": 1e-3,
-        "task.arithmetic.heldout_size": 10, "threads": 1, "update.mask_truncated": False}  # fmt: skip
+LONG = {
+    "steps": 40,
+    "checkpoint_every": 1000,
+    "verifier": "test-kill-digits",
+    "rollout.prompts_per_step": 2,
+    "rollout.group_size": 2,
+    "sampling.max_new_tokens": 8,
+    "kl.beta": 0.05,
+    "optim.lr": 1e-3,
+    "task.arithmetic.heldout_size": 10,
+    "threads": 1,
+    "update.mask_truncated": False,
+}
 # An in-process run with a checkpoint at steps 2 and 4.
-SHORT = {**LONG, "steps": 4, "checkpoint_every": 2, "rollout.prompts_per_step": 4, "update.micro_batch_size": 6,
-         "sampling.max_new_tokens": 12}  # fmt: skip
+SHORT = {
+    **LONG,
+    "steps": 4,
+    "checkpoint_every": 2,
+    "rollout.prompts_per_step": 4,
+    "update.micro_batch_size": 6,
+    "sampling.max_new_tokens": 12,
+}
 
 
 @pytest.fixture(scope="module")
@@ -84,8 +100,14 @@ def start_cli(plugin_dir, args):
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(plugin_dir), os.environ.get("PYTHONPATH", "")])}
     # Ctrl-C as a terminal delivers it: a run started in the background (`make test &`) inherits SIGINT ignored,
     # and the trainer rightly keeps an ignored SIGINT ignored
-    return subprocess.Popen([sys.executable, "-m", "veriloop.cli", *args], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=env, preexec_fn=_default_sigint)  # fmt: skip
+    return subprocess.Popen(
+        [sys.executable, "-m", "veriloop.cli", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        preexec_fn=_default_sigint,
+    )
 
 
 def _default_sigint():
@@ -150,8 +172,9 @@ def interrupted_copy(straight_dir, dest):
 
 
 @pytest.mark.timeout(420)
-def test_a_run_killed_before_its_first_checkpoint_starts_over_on_resume(tiny_policy, plugin_dir, straight_long,
-                                                                         tmp_path, capsys):  # fmt: skip
+def test_a_run_killed_before_its_first_checkpoint_starts_over_on_resume(
+    tiny_policy, plugin_dir, straight_long, tmp_path, capsys
+):
     run_dir = tmp_path / "run"
     proc = start_cli(plugin_dir, cli_args(tiny_policy, run_dir))
     try:
@@ -179,8 +202,9 @@ def test_a_run_killed_before_its_first_checkpoint_starts_over_on_resume(tiny_pol
     assert not list(run_dir.glob(".*.tmp")) and not list((run_dir / "rollouts").glob(".*.tmp"))
 
 
-def test_resume_without_a_checkpoint_starts_over_and_leaves_other_directories_alone(tiny_policy, plugin_dir,
-                                                                                     straight_short, tmp_path, caplog):
+def test_resume_without_a_checkpoint_starts_over_and_leaves_other_directories_alone(
+    tiny_policy, plugin_dir, straight_short, tmp_path, caplog
+):
     """In process: a run stopped after 3 steps (its checkpoints removed, as if killed before the first) starts
     over from step 0 and equals the uninterrupted run; an empty directory still has nothing to resume."""
     run_dir = tmp_path / "run"
@@ -227,13 +251,17 @@ def delete_manifest(step_dir):
     return "manifest.json is missing"
 
 
-DAMAGE = {"truncated safetensors": truncate_weights, "flipped bytes in optimizer.pt": flip_optimizer_bytes,
-          "deleted manifest": delete_manifest}  # fmt: skip
+DAMAGE = {
+    "truncated safetensors": truncate_weights,
+    "flipped bytes in optimizer.pt": flip_optimizer_bytes,
+    "deleted manifest": delete_manifest,
+}
 
 
 @pytest.mark.parametrize("damage", DAMAGE.values(), ids=DAMAGE.keys())
-def test_a_damaged_latest_checkpoint_is_named_and_the_one_before_it_used(tiny_policy, plugin_dir, straight_short,
-                                                                        tmp_path, caplog, damage):  # fmt: skip
+def test_a_damaged_latest_checkpoint_is_named_and_the_one_before_it_used(
+    tiny_policy, plugin_dir, straight_short, tmp_path, caplog, damage
+):
     run_dir = interrupted_copy(straight_short, tmp_path / "run")
     latest = run_dir / "checkpoints" / "step-000004"
     assert check_checkpoint(latest) == ("ok", "")
@@ -266,8 +294,9 @@ def test_every_checkpoint_damaged_starts_the_run_over(tiny_policy, plugin_dir, s
     assert_same_run(run_dir, straight_short)
 
 
-def test_a_checkpoint_without_a_manifest_from_an_older_version_loads_with_a_warning(tiny_policy, plugin_dir,
-                                                                                   straight_short, tmp_path, caplog):
+def test_a_checkpoint_without_a_manifest_from_an_older_version_loads_with_a_warning(
+    tiny_policy, plugin_dir, straight_short, tmp_path, caplog
+):
     run_dir = interrupted_copy(straight_short, tmp_path / "run")
     for step_dir in ckpt.list_checkpoints(run_dir):  # as an older veriloop wrote them
         (step_dir / "manifest.json").unlink()
@@ -301,8 +330,10 @@ def test_sigint_checkpoints_exits_0_and_resume_runs_each_step_once(tiny_policy, 
     (checkpoint,) = ckpt.list_checkpoints(run_dir)
     steps_done = json.loads((checkpoint / "trainer_state.json").read_text())["step"]
     assert 1 <= steps_done < 40 and not (run_dir / "final").exists()
-    assert f"SIGINT received: checkpoint of step {steps_done} written; continue with `veriloop train --resume " \
-           f"{run_dir}`" in out
+    assert (
+        f"SIGINT received: checkpoint of step {steps_done} written; continue with `veriloop train --resume "
+        f"{run_dir}`" in out
+    )
     assert "Ctrl-C again to quit at once" in err
     assert check_checkpoint(checkpoint) == ("ok", "")
     assert [r["step"] for r in metric_rows(run_dir)] == list(range(1, steps_done + 1))
@@ -348,8 +379,9 @@ def test_a_second_sigint_raises_keyboard_interrupt_and_the_handlers_are_put_back
 # ---------------------------------------------------------------------------------------------------- (d)
 
 
-def test_a_cut_metrics_line_and_other_leftovers_of_a_kill_past_the_checkpoint(tiny_policy, plugin_dir,
-                                                                            straight_short, tmp_path, caplog):
+def test_a_cut_metrics_line_and_other_leftovers_of_a_kill_past_the_checkpoint(
+    tiny_policy, plugin_dir, straight_short, tmp_path, caplog
+):
     """Killed during step 4 after step 2's checkpoint: metrics.jsonl's last line cut, a cut rollouts file and
     ledger line, step 4's temporary checkpoint and temporary files of atomic writes left behind."""
     run_dir = interrupted_copy(straight_short, tmp_path / "run")
@@ -361,8 +393,11 @@ def test_a_cut_metrics_line_and_other_leftovers_of_a_kill_past_the_checkpoint(ti
     rollouts.write_bytes(rollouts.read_bytes()[:40])
     with open(run_dir / "ledger.jsonl", "a") as f:
         f.write('{"event": "issued", "request_id": "5-0-')
-    leftovers = [run_dir / ".metrics.jsonl.x1y2.tmp", run_dir / "rollouts" / ".step-000005.jsonl.gz.ab12.tmp",
-                 run_dir / "rollouts" / "requests" / ".5-0-0.jsonl.gz.cd34.tmp"]  # fmt: skip
+    leftovers = [
+        run_dir / ".metrics.jsonl.x1y2.tmp",
+        run_dir / "rollouts" / ".step-000005.jsonl.gz.ab12.tmp",
+        run_dir / "rollouts" / "requests" / ".5-0-0.jsonl.gz.cd34.tmp",
+    ]
     for p in leftovers:
         p.write_bytes(b"half of something")
     partial = run_dir / "checkpoints" / ".step-000004.tmp"
@@ -387,8 +422,9 @@ def test_a_cut_metrics_line_and_other_leftovers_of_a_kill_past_the_checkpoint(ti
     assert_same_run(run_dir, straight_short)
 
 
-def test_a_kill_while_writing_a_checkpoint_keeps_the_previous_one(tiny_policy, plugin_dir, straight_short, tmp_path,
-                                                                 monkeypatch):  # fmt: skip
+def test_a_kill_while_writing_a_checkpoint_keeps_the_previous_one(
+    tiny_policy, plugin_dir, straight_short, tmp_path, monkeypatch
+):
     """keep_checkpoints 1: the kill comes while step 4's checkpoint is written (before its rename); step 2's is
     still there and whole, and the run resumes from it to the uninterrupted result."""
     run_dir = tmp_path / "run"
@@ -413,14 +449,17 @@ def test_a_kill_while_writing_a_checkpoint_keeps_the_previous_one(tiny_policy, p
     assert [p.name for p in ckpt.list_checkpoints(run_dir)] == ["step-000004"]  # pruned once step 4's was in place
     manifest = json.loads((run_dir / "checkpoints" / "step-000004" / "manifest.json").read_text())
     listed = {e["path"] for e in manifest["files"]}
-    on_disk = {p.relative_to(run_dir / "checkpoints" / "step-000004").as_posix()
-               for p in (run_dir / "checkpoints" / "step-000004").rglob("*") if p.is_file()}  # fmt: skip
+    on_disk = {
+        p.relative_to(run_dir / "checkpoints" / "step-000004").as_posix()
+        for p in (run_dir / "checkpoints" / "step-000004").rglob("*")
+        if p.is_file()
+    }
     assert listed == on_disk - {"manifest.json"} and "model/model.safetensors" in listed
 
 
-
-def test_a_kill_while_pruning_an_old_checkpoint_leaves_no_half_of_it(tiny_policy, plugin_dir, straight_short,
-                                                                    tmp_path, monkeypatch):  # fmt: skip
+def test_a_kill_while_pruning_an_old_checkpoint_leaves_no_half_of_it(
+    tiny_policy, plugin_dir, straight_short, tmp_path, monkeypatch
+):
     """keep_checkpoints 1: the kill comes while step 2's checkpoint is removed, once step 4's is in place (its
     trainer_state.json already gone, the rest not).  What is left is no checkpoint, under no checkpoint's name:
     the resume clears it, and it is not left behind for good."""
@@ -444,8 +483,9 @@ def test_a_kill_while_pruning_an_old_checkpoint_leaves_no_half_of_it(tiny_policy
     assert_same_run(run_dir, straight_short)
 
 
-def test_a_kill_while_final_is_written_leaves_no_half_final(tiny_policy, plugin_dir, straight_short, tmp_path,
-                                                          monkeypatch):  # fmt: skip
+def test_a_kill_while_final_is_written_leaves_no_half_final(
+    tiny_policy, plugin_dir, straight_short, tmp_path, monkeypatch
+):
     """final/ is built as .final.tmp and renamed into place: a kill after the weights, before the rest (the
     tokenizer's rewrite, veriloop_train.json), leaves no final/; the resume clears .final.tmp and writes it."""
     run_dir, real_save = interrupted_copy(straight_short, tmp_path / "run"), Policy.save_merged
@@ -463,12 +503,20 @@ def test_a_kill_while_final_is_written_leaves_no_half_final(tiny_policy, plugin_
     assert_same_run(run_dir, straight_short)
     assert not (run_dir / ".final.tmp").exists() and (run_dir / "final" / "veriloop_train.json").is_file()
 
+
 # ---------------------------------------------------------------------------------------------------- (e)
 # The kill drill: SIGKILL a `veriloop train` process again and again, at moments a seeded schedule draws, inside
 # each phase of a step, and `--resume` it until it completes; the result must be the uninterrupted run's.
 
-DRILL = {"steps": 6, "checkpoint_every": 1, "keep_checkpoints": 1, "rollout.prompts_per_step": 4,
-         "rollout.request_groups": 1, "update.micro_batch_size": 6, "sampling.max_new_tokens": 12}  # fmt: skip
+DRILL = {
+    "steps": 6,
+    "checkpoint_every": 1,
+    "keep_checkpoints": 1,
+    "rollout.prompts_per_step": 4,
+    "rollout.request_groups": 1,
+    "update.micro_batch_size": 6,
+    "sampling.max_new_tokens": 12,
+}
 PHASES = ("sampling", "verification", "update", "records", "checkpoint")  # each gets at least one kill
 FSYNC_DELAY = 0.02  # a slow disk: each fsync takes this long, so a write lasts long enough to be killed inside
 PAUSE = {"verification": 0.1, "update": 0.05}  # the phases that write nothing last this much longer
@@ -478,7 +526,7 @@ PAUSE = {"verification": 0.1, "update": 0.05}  # the phases that write nothing l
 # the `veriloop` command does; the only differences are the slow fsync and the marks: wrappers that append
 # "pid phase start|end step time" to a file around each phase, so that the test knows when a phase runs (to kill
 # inside it) and where each kill landed (the phases it started and never ended).
-ZYGOTE = r'''
+ZYGOTE = r"""
 import json, os, sys, time, traceback
 
 marks_path, fsync_delay, pauses = sys.argv[1], float(sys.argv[2]), json.loads(sys.argv[3])
@@ -553,7 +601,7 @@ for line in sys.stdin:
             os._exit(code)
     print(pid, flush=True)
     print(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]), flush=True)
-'''
+"""
 
 
 class Zygote:
@@ -561,11 +609,17 @@ class Zygote:
 
     def __init__(self, plugin_dir, marks: Path):
         env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(plugin_dir), os.environ.get("PYTHONPATH", "")])}
-        self.proc = subprocess.Popen([sys.executable, "-c", ZYGOTE, str(marks), str(FSYNC_DELAY), json.dumps(PAUSE)],
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)  # fmt: skip
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", ZYGOTE, str(marks), str(FSYNC_DELAY), json.dumps(PAUSE)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
         self.lines: queue.Queue = queue.Queue()
-        reader = threading.Thread(target=lambda: [self.lines.put(line.strip()) for line in self.proc.stdout],
-                                  daemon=True)
+        reader = threading.Thread(
+            target=lambda: [self.lines.put(line.strip()) for line in self.proc.stdout], daemon=True
+        )
         reader.start()
         self.ready = False
 
@@ -674,9 +728,9 @@ def drill_schedule(seed: int) -> list[tuple[str, float, float]]:
 
 
 @pytest.mark.timeout(300)
-def test_kill_drill_sigkill_at_seeded_moments_of_every_phase_and_resume_to_the_same_run(zygote, tiny_policy,
-                                                                                        plugin_dir, straight_drill,
-                                                                                        tmp_path):  # fmt: skip
+def test_kill_drill_sigkill_at_seeded_moments_of_every_phase_and_resume_to_the_same_run(
+    zygote, tiny_policy, plugin_dir, straight_drill, tmp_path
+):
     """A fresh run, then `--resume` again and again, each SIGKILLed at a moment of the seeded schedule: inside
     sampling, verification, the update, the write of a step's records and of a checkpoint (each at least once,
     again later if the phase ended before the kill), at random moments of a step, while a resumed run starts up
@@ -698,8 +752,15 @@ def test_kill_drill_sigkill_at_seeded_moments_of_every_phase_and_resume_to_the_s
         log = tmp_path / f"process-{len(landed)}.log"
         pid = zygote.start(cli_args(tiny_policy, run_dir, **DRILL) if not landed else resume, log)
         phase = {"random": "step", "startup": "process"}.get(kind, kind)
-        typical = {"step": 0.6, "process": 1.0, "final": 0.1, "checkpoint": 0.3, "records": 2 * FSYNC_DELAY,
-                   "sampling": 0.2, **PAUSE}  # fmt: skip
+        typical = {
+            "step": 0.6,
+            "process": 1.0,
+            "final": 0.1,
+            "checkpoint": 0.3,
+            "records": 2 * FSYNC_DELAY,
+            "sampling": 0.2,
+            **PAUSE,
+        }
         length = median(marks.durations("init" if phase == "process" else phase), typical[phase])
         if kind == "random":  # anywhere in the step or its checkpoint
             length += median(marks.durations("checkpoint"), typical["checkpoint"])

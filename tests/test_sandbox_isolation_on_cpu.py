@@ -35,7 +35,9 @@ def test_a_read_outside_the_run_directory_finds_nothing(tmp_path):
     for path in (str(secret), __file__, "/etc/hostname", "/proc/self/cmdline", str(Path.home())):
         res = bare(f"print(open({path!r}).read())")
         assert res.status == "crash" and ("FileNotFoundError" in res.detail or "IsADirectoryError" in res.detail), (
-            path, res)
+            path,
+            res,
+        )
     res = bare("import os\nprint(sorted(os.listdir('/')))")
     assert res.status == "ok", res
     # the top of the view is where the bound paths start (the interpreter's prefixes lie wherever the checkout is:
@@ -69,8 +71,12 @@ def test_a_connection_to_the_host_fails(layer):
     accepted = []
     t = threading.Thread(target=lambda: accepted.append(_accept(server)), daemon=True)
     t.start()
-    res = run_program(f"import socket\nsocket.create_connection(('127.0.0.1', {port}), timeout=2)\nprint('connected')",
-                      limits=LIMITS, audit_hook=False, isolation_=iso)  # fmt: skip
+    res = run_program(
+        f"import socket\nsocket.create_connection(('127.0.0.1', {port}), timeout=2)\nprint('connected')",
+        limits=LIMITS,
+        audit_hook=False,
+        isolation_=iso,
+    )
     t.join(timeout=5)
     server.close()
     assert res.status == "crash" and "connected" not in res.stdout, res
@@ -119,8 +125,9 @@ def test_the_layers_are_recorded_in_every_verdict_and_in_the_audit():
     v = get("code", workers=1).verify("def add(a, b):\n    return a + b", "assert add(1, 2) == 3")
     assert v.outcome == "pass" and f"sandbox: {ISO.layers}" in v.details, v
     assert ISO.layers.endswith("rlimits+audit-hook")
-    out = subprocess.run([sys.executable, "-m", "veriloop.cli", "audit", "code"], capture_output=True, text=True,
-                         timeout=300)  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, "-m", "veriloop.cli", "audit", "code"], capture_output=True, text=True, timeout=300
+    )
     assert out.returncode == 0 and f"sandbox layers: {ISO.layers}" in out.stdout, out.stdout[-500:]
 
 
@@ -140,16 +147,22 @@ def test_the_process_layer_is_the_fallback():
 @pytest.mark.sandbox_layer("audit-hook")
 def test_the_hostile_suite_holds_under_every_layer():
     """The process layer's own guarantees hold with the kernel layer under it (its messages are the hook's)."""
-    for program, status in [("import socket\nsocket.create_connection(('127.0.0.1', 9))", "violation"),
-                            ("import os\nos.fork()", "violation"), ("import ctypes", "violation"),
-                            ("print(open('/etc/hostname').read())", "violation")]:  # fmt: skip
+    for program, status in [
+        ("import socket\nsocket.create_connection(('127.0.0.1', 9))", "violation"),
+        ("import os\nos.fork()", "violation"),
+        ("import ctypes", "violation"),
+        ("print(open('/etc/hostname').read())", "violation"),
+    ]:
         assert run_program(program, limits=LIMITS).status == status, program
 
 
 @kernel
 def test_the_run_holds_no_capability_in_its_namespaces():
-    for program in ("import os\nos.chroot('.')", "import socket\nsocket.socket(socket.AF_INET, socket.SOCK_RAW, 1)",
-                    "import os\nos.mknod('dev', 0o600 | 0o020000, os.makedev(1, 3))"):
+    for program in (
+        "import os\nos.chroot('.')",
+        "import socket\nsocket.socket(socket.AF_INET, socket.SOCK_RAW, 1)",
+        "import os\nos.mknod('dev', 0o600 | 0o020000, os.makedev(1, 3))",
+    ):
         res = bare(program)
         assert res.status == "crash" and "PermissionError" in res.detail, (program, res)
 
@@ -167,11 +180,11 @@ def test_a_view_that_cannot_be_set_up_is_an_error_never_a_score(monkeypatch):
 # filter is what refuses them.  A nested user namespace is refused by both (the run's namespace counts are 0).
 FILTERED = {
     "unshare(CLONE_NEWUSER)": "import ctypes, os\nlibc = ctypes.CDLL(None, use_errno=True)\n"
-                              "print(libc.unshare(0x10000000), ctypes.get_errno())",
+    "print(libc.unshare(0x10000000), ctypes.get_errno())",
     "ptrace(PTRACE_TRACEME)": "import ctypes, os\nlibc = ctypes.CDLL(None, use_errno=True)\n"
-                              "print(libc.ptrace(0, 0, 0, 0), ctypes.get_errno())",
+    "print(libc.ptrace(0, 0, 0, 0), ctypes.get_errno())",
     "socket(AF_INET)": "import socket, errno\ntry:\n    socket.socket()\n    print(0, 0)\n"
-                       "except OSError as e:\n    print(-1, e.errno)",
+    "except OSError as e:\n    print(-1, e.errno)",
 }
 
 
@@ -188,9 +201,11 @@ def test_the_seccomp_filter_refuses_what_the_namespaces_allow():
         assert res.stdout.split()[:1] == ["0"], (what, res)  # succeeded
     # what a program needs still works: threads (clone3 refused with ENOSYS, so glibc falls back to clone), a fork,
     # a Unix socket pair
-    res = bare("import os, socket, threading\nr = []\nt = threading.Thread(target=lambda: r.append(1))\nt.start()\n"
-               "t.join()\npid = os.fork()\nif pid == 0:\n    os._exit(3)\na, b = socket.socketpair()\na.send(b'x')\n"
-               "print(r, os.waitpid(pid, 0)[1] >> 8, b.recv(1))")  # fmt: skip
+    res = bare(
+        "import os, socket, threading\nr = []\nt = threading.Thread(target=lambda: r.append(1))\nt.start()\n"
+        "t.join()\npid = os.fork()\nif pid == 0:\n    os._exit(3)\na, b = socket.socketpair()\na.send(b'x')\n"
+        "print(r, os.waitpid(pid, 0)[1] >> 8, b.recv(1))"
+    )
     assert (res.status, res.stdout) == ("ok", "[1] 3 b'x'\n"), res
     assert "seccomp" in ISO.layers and "seccomp filter (libseccomp)" in ISO.describe()
 

@@ -45,10 +45,14 @@ def _absent() -> tuple[str, str]:
 
     missing = plugin.missing_layers(_process_layers(PROCESS))
     assert "namespaces" in missing
-    unmarked = [f"{layer} (no test of it selected)" for layer in plugin.known_layers()
-                if layer not in missing and layer not in ("rlimits", "audit-hook")]  # fmt: skip
+    unmarked = [
+        f"{layer} (no test of it selected)"
+        for layer in plugin.known_layers()
+        if layer not in missing and layer not in ("rlimits", "audit-hook")
+    ]
     return "not available here: " + ", ".join(f"{layer} ({why})" for layer, why in missing.items()), "".join(
-        f"{u}, " for u in unmarked)
+        f"{u}, " for u in unmarked
+    )
 
 
 ABSENT, UNMARKED = _absent()
@@ -70,8 +74,10 @@ def inner(tmp_path, *args, expect=None, source=INNER):
 def test_the_summary_line_says_what_ran_and_what_this_machine_lacks(tmp_path):
     rc, out = inner(tmp_path)
     assert rc == 0, out
-    line = (f"sandbox layers exercised: audit-hook; {ABSENT}; not exercised: {UNMARKED}rlimits "
-            "(test_inner.py::test_limits_skipped_by_the_test_itself: the test's own reason)")  # fmt: skip
+    line = (
+        f"sandbox layers exercised: audit-hook; {ABSENT}; not exercised: {UNMARKED}rlimits "
+        "(test_inner.py::test_limits_skipped_by_the_test_itself: the test's own reason)"
+    )
     assert line in out.splitlines(), out
     # the plugin's skip names the missing layer and why
     assert f"SKIPPED [1] test_inner.py:4: sandbox layer not available here: namespaces ({PROCESS})" in out, out
@@ -88,8 +94,10 @@ def test_the_expectation_turns_a_skipped_layer_into_a_failure(tmp_path, workers)
     assert "FAILED: VERILOOP_EXPECT_SANDBOX_LAYERS=namespaces,audit-hook,rlimits" in out, out
     assert f"  namespaces: not available here ({PROCESS}); 1 test(s) skipped" in out, out
     # a skip the test made itself counts too: the layer was not exercised
-    assert ("  rlimits: no selected test of it ran (1 skipped: test_inner.py::test_limits_skipped_by_the_test_itself:"
-            " the test's own reason)") in out, out  # fmt: skip
+    assert (
+        "  rlimits: no selected test of it ran (1 skipped: test_inner.py::test_limits_skipped_by_the_test_itself:"
+        " the test's own reason)"
+    ) in out, out
     assert "audit-hook:" not in out, out  # exercised: no complaint
 
 
@@ -119,16 +127,22 @@ def test_a_wrong_layer_name_is_an_error_that_names_it(tmp_path):
 
 def test_missing_layers_name_each_layer_with_its_own_reason():
     assert plugin.known_layers() == ("namespaces", "seccomp", "pids-cgroup", "memory-cgroup", "rlimits", "audit-hook")
-    iso = Isolation(False, "", "namespaces unavailable: unshare failed; no seccomp filter: libseccomp is not "
-                    "installed (Debian: libseccomp2)", "")  # fmt: skip
+    iso = Isolation(
+        False,
+        "",
+        "namespaces unavailable: unshare failed; no seccomp filter: libseccomp is not installed (Debian: libseccomp2)",
+        "",
+    )
     assert plugin.missing_layers(iso) == {
         "namespaces": "namespaces unavailable: unshare failed",
         "seccomp": "no seccomp filter: libseccomp is not installed (Debian: libseccomp2)",
         "pids-cgroup": "isolation() found none on this machine and gives no reason",
-        "memory-cgroup": "isolation() found none on this machine and gives no reason"}  # fmt: skip
+        "memory-cgroup": "isolation() found none on this machine and gives no reason",
+    }
     assert plugin.missing_layers(Isolation(True, "/sys/fs/cgroup/x", "", "libseccomp.so.2", "/sys/fs/cgroup/m")) == {}
     assert plugin.missing_layers(Isolation(True, "/x", "no memory cgroup this process may make", "lib")) == {
-        "memory-cgroup": "no memory cgroup this process may make"}
+        "memory-cgroup": "no memory cgroup this process may make"
+    }
     assert plugin.parse_expected(" audit-hook,namespaces,,namespaces ") == ("namespaces", "audit-hook")
     assert plugin.parse_expected("") == ()
     with pytest.raises(pytest.UsageError, match="'pids' is not a sandbox layer; the layers are namespaces, seccomp"):
@@ -138,6 +152,11 @@ def test_missing_layers_name_each_layer_with_its_own_reason():
 def test_no_sandbox_test_skips_on_the_machine_but_through_the_marker():
     """A skip on the sandbox's isolation written by hand would hide from the summary line and from CI's check."""
     by_hand = re.compile(r"skip(if)?\(.*(\bISO\b|isolation\(\)|\.namespaces|\.seccomp|\.pids_cgroup|\.memory_cgroup)")
-    offenders = [f"{path.name}:{n}" for path in TESTS.glob("test_*.py") if path.name != Path(__file__).name
-                 for n, line in enumerate(path.read_text().splitlines(), 1) if by_hand.search(line)]  # fmt: skip
+    offenders = [
+        f"{path.name}:{n}"
+        for path in TESTS.glob("test_*.py")
+        if path.name != Path(__file__).name
+        for n, line in enumerate(path.read_text().splitlines(), 1)
+        if by_hand.search(line)
+    ]
     assert offenders == [], offenders

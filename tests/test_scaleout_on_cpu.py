@@ -28,8 +28,9 @@ RECORD_TIMES = ("created_at", "verified_at")
 @pytest.fixture(scope="module", autouse=True)
 def ray_cluster():
     """Four logical CPUs (two actors of one CPU each never wait), bound to 127.0.0.1, stopped after the module."""
-    ray.init(num_cpus=4, _node_ip_address="127.0.0.1", include_dashboard=False, configure_logging=False,
-             log_to_driver=False)  # fmt: skip
+    ray.init(
+        num_cpus=4, _node_ip_address="127.0.0.1", include_dashboard=False, configure_logging=False, log_to_driver=False
+    )
     yield
     ray.shutdown()
 
@@ -41,11 +42,22 @@ def runs(tmp_path_factory):
 
 
 def config(policy, run_dir, **over):
-    base = {"policy": policy, "run_dir": str(run_dir), "steps": 4, "checkpoint_every": 2,
-            "verifier": "test-digit-share", "rollout.prompts_per_step": 4, "rollout.group_size": 4,
-            "rollout.request_groups": 1, "update.micro_batch_size": 6, "kl.beta": 0.05,
-            "sampling.max_new_tokens": 12, "optim.lr": 1e-3, "task.arithmetic.heldout_size": 10,
-            "update.mask_truncated": False}  # fmt: skip
+    base = {
+        "policy": policy,
+        "run_dir": str(run_dir),
+        "steps": 4,
+        "checkpoint_every": 2,
+        "verifier": "test-digit-share",
+        "rollout.prompts_per_step": 4,
+        "rollout.group_size": 4,
+        "rollout.request_groups": 1,
+        "update.micro_batch_size": 6,
+        "kl.beta": 0.05,
+        "sampling.max_new_tokens": 12,
+        "optim.lr": 1e-3,
+        "task.arithmetic.heldout_size": 10,
+        "update.mask_truncated": False,
+    }
     # (a random tiny policy's completions are nearly all cut: they are learned from, the run is what is tested)
     base.update(over)
     if base.get("rollout.engine") == "ray":  # the engine's own bounds (options of the ray engine only)
@@ -67,8 +79,10 @@ def local_run(runs, policy, tmp_path_factory, lag: int):
 
 
 def records(run_dir, step):
-    return [{k: v for k, v in r.to_json().items() if k not in RECORD_TIMES}
-            for r in RecordStore(run_dir / "rollouts").read(step)]  # fmt: skip
+    return [
+        {k: v for k, v in r.to_json().items() if k not in RECORD_TIMES}
+        for r in RecordStore(run_dir / "rollouts").read(step)
+    ]
 
 
 def rows(run_dir):
@@ -117,8 +131,9 @@ def test_n_workers_all_sample_by_default(tiny_policy, tmp_path):
     assert RolloutConfig(engine="ray", workers=3).groups_per_request(4) == 2  # ceil(4 / 3): requests of 2, 2
     assert RolloutConfig().groups_per_request(32) == 0  # one engine: the round in one request
     assert RolloutConfig(engine="ray", workers=2, request_groups=1).groups_per_request(4) == 1  # as set
-    trainer = run(tiny_policy, tmp_path, steps=1, **{"rollout.engine": "ray", "rollout.workers": 2,
-                                                     "rollout.request_groups": 0})  # fmt: skip
+    trainer = run(
+        tiny_policy, tmp_path, steps=1, **{"rollout.engine": "ray", "rollout.workers": 2, "rollout.request_groups": 0}
+    )
     done = [e for e in Ledger(tmp_path).events() if e["event"] == "done"]
     assert sorted(e["engine"] for e in done) == [0, 1] and {e["records"] for e in done} == {8}
     assert trainer.state.step == 1
@@ -174,8 +189,10 @@ def test_after_every_push_digests_agree_and_a_wrong_version_is_refused(tiny_poli
 def test_a_killed_rollout_actor_loses_nothing(tiny_policy, tmp_path, tmp_path_factory, runs):
     """SIGKILL once while sampling (worker 0, its 2nd request) and once while loading weights (worker 1, its
     2nd push): the run finishes, every request is in the store once, the weights equal the uninterrupted run's."""
-    faults = [{"worker": 0, "call": "generate", "nth": 2, "marker": str(tmp_path / "kill-sampling")},
-              {"worker": 1, "call": "load_weights", "nth": 2, "marker": str(tmp_path / "kill-loading")}]  # fmt: skip
+    faults = [
+        {"worker": 0, "call": "generate", "nth": 2, "marker": str(tmp_path / "kill-sampling")},
+        {"worker": 1, "call": "load_weights", "nth": 2, "marker": str(tmp_path / "kill-loading")},
+    ]
     local = local_run(runs, tiny_policy, tmp_path_factory, 0)
     run_dir = tmp_path / "run"
     killed = run(tiny_policy, run_dir, **{"rollout.engine": "ray", "rollout.workers": 2, "_engine": {"faults": faults}})
@@ -188,8 +205,9 @@ def test_a_killed_rollout_actor_loses_nothing(tiny_policy, tmp_path, tmp_path_fa
     assert failed and all(e["engine"] == 0 for e in failed)  # the request that was being sampled, re-issued
 
 
-def test_resuming_a_crashed_distributed_run_equals_the_uninterrupted_run(tiny_policy, tmp_path, tmp_path_factory,
-                                                                         runs, monkeypatch):  # fmt: skip
+def test_resuming_a_crashed_distributed_run_equals_the_uninterrupted_run(
+    tiny_policy, tmp_path, tmp_path_factory, runs, monkeypatch
+):
     local = local_run(runs, tiny_policy, tmp_path_factory, 1)
     over = {"rollout.engine": "ray", "rollout.workers": 2, "rollout.lag": 1}
     crashing = Trainer(config(tiny_policy, tmp_path, **over), progress=False)
@@ -204,12 +222,36 @@ def test_resuming_a_crashed_distributed_run_equals_the_uninterrupted_run(tiny_po
 def test_sigterm_checkpoints_and_exits_cleanly(tiny_policy, tmp_path):
     """``veriloop train`` in its own process gets SIGTERM after its first step: it finishes the step, writes a
     checkpoint, exits 0; ``--resume`` then gives the uninterrupted run."""
+
     def args(run_dir):
-        return [sys.executable, "-m", "veriloop.cli", "train", "--policy", tiny_policy, "--run_dir", str(run_dir),
-                "--steps", "30", "--checkpoint_every", "30", "--rollout.prompts_per_step", "2",
-                "--rollout.group_size", "2", "--sampling.max_new_tokens", "8", "--kl.beta", "0",
-                "--task.arithmetic.heldout_size", "10", "--threads", "1",
-                "--update.mask_truncated", "false"]  # fmt: skip
+        return [
+            sys.executable,
+            "-m",
+            "veriloop.cli",
+            "train",
+            "--policy",
+            tiny_policy,
+            "--run_dir",
+            str(run_dir),
+            "--steps",
+            "30",
+            "--checkpoint_every",
+            "30",
+            "--rollout.prompts_per_step",
+            "2",
+            "--rollout.group_size",
+            "2",
+            "--sampling.max_new_tokens",
+            "8",
+            "--kl.beta",
+            "0",
+            "--task.arithmetic.heldout_size",
+            "10",
+            "--threads",
+            "1",
+            "--update.mask_truncated",
+            "false",
+        ]
 
     run_dir = tmp_path / "run"
     proc = subprocess.Popen(args(run_dir), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -238,8 +280,15 @@ def test_async_mode_keeps_every_record_within_the_staleness_bound(tiny_policy, t
     """Seeded random delays, longer for longer prompts; max_staleness 2 with one optimizer step per step. With
     the bound every consumed record is at most 2 versions old and every dispatched problem is learned from;
     without it (the admission switched off) older records are consumed: the bound is what holds them back."""
-    over = {"rollout.engine": "ray", "rollout.workers": 2, "rollout.mode": "async", "rollout.max_staleness": 2,
-            "update.inner_updates": 1, "steps": 6, "checkpoint_every": 3}  # fmt: skip
+    over = {
+        "rollout.engine": "ray",
+        "rollout.workers": 2,
+        "rollout.mode": "async",
+        "rollout.max_staleness": 2,
+        "update.inner_updates": 1,
+        "steps": 6,
+        "checkpoint_every": 3,
+    }
     delays = SeededDelays(seed=7, spread_s=0.2, per_prompt_char_s=0.005)
     trainer = Trainer(config(tiny_policy, tmp_path, **over), progress=False, engine_options={"delays": delays})
     trainer.collector.enforce_bound = bound
@@ -291,8 +340,15 @@ def test_lora_through_the_pipeline_equals_local_lora(tiny_policy, tmp_path):
 def test_ray_workers_and_ddp_learners_resume_exactly(tiny_policy, tmp_path, monkeypatch):
     """The whole distributed shape at once (2 Ray actors, lag-1 pipeline, 2 DDP learner ranks, PPO's critic on
     the ranks): a controller that dies after its step-2 checkpoint, resumed, equals the uninterrupted run."""
-    over = {"algo": "ppo", "rollout.engine": "ray", "rollout.workers": 2, "rollout.lag": 1,
-            "learner.strategy": "ddp", "learner.world_size": 2, "learner.timeout_s": 120}  # fmt: skip
+    over = {
+        "algo": "ppo",
+        "rollout.engine": "ray",
+        "rollout.workers": 2,
+        "rollout.lag": 1,
+        "learner.strategy": "ddp",
+        "learner.world_size": 2,
+        "learner.timeout_s": 120,
+    }
     whole = run(tiny_policy, tmp_path / "whole", **over)
     crashing = Trainer(config(tiny_policy, tmp_path / "run", **over), progress=False)
     crash_during_step(crashing, 3, monkeypatch)
@@ -310,13 +366,22 @@ def test_a_stuck_request_fails_the_run_naming_it(tiny_policy):
     from veriloop.models.loading import load_policy
 
     cfg = config(tiny_policy, "unused", **{"rollout.engine": "ray", "rollout.request_timeout_s": 1.5})
-    engine = RayEngine(load_policy(tiny_policy), 0, cfg.rollout, cfg.ray, threads=0,
-                       delays=SeededDelays(seed=0, spread_s=0.0, per_prompt_char_s=1.0))  # fmt: skip
+    engine = RayEngine(
+        load_policy(tiny_policy),
+        0,
+        cfg.rollout,
+        cfg.ray,
+        threads=0,
+        delays=SeededDelays(seed=0, spread_s=0.0, per_prompt_char_s=1.0),
+    )
     try:
         problems = cfg.task.build().train_batch(1, random.Random(0))
         started = time.time()
-        with pytest.raises(RuntimeError, match=r"rollout request\(s\) 1-0-0 \(worker 0\) ran past "
-                                               r"rollout.request_timeout_s=1.5"):  # fmt: skip
+        with pytest.raises(
+            RuntimeError,
+            match=r"rollout request\(s\) 1-0-0 \(worker 0\) ran past "
+            r"rollout.request_timeout_s=1.5",
+        ):
             engine.run(build_requests(0, 1, 0, problems, 2, cfg.sampling, 0, "policy"))
         assert time.time() - started < 10
     finally:
@@ -335,8 +400,14 @@ def test_ray_is_an_optional_install(monkeypatch):
 def test_async_mode_is_reproducible_whatever_the_delays(tiny_policy, tmp_path):
     """Requests go out at step boundaries with the version held then, as the admission rule allows: delays change
     the wall time, not which weights serve which request. Two runs with different delay seeds are identical."""
-    over = {"rollout.engine": "ray", "rollout.workers": 2, "rollout.mode": "async", "rollout.max_staleness": 2,
-            "update.inner_updates": 1, "steps": 4}  # fmt: skip
+    over = {
+        "rollout.engine": "ray",
+        "rollout.workers": 2,
+        "rollout.mode": "async",
+        "rollout.max_staleness": 2,
+        "update.inner_updates": 1,
+        "steps": 4,
+    }
     runs = []
     for seed in (1, 2):
         delays = SeededDelays(seed=seed, spread_s=0.1, per_prompt_char_s=0.002)
@@ -356,8 +427,11 @@ def test_tool_rollouts_through_ray_workers_equal_the_local_engine(tmp_path):
     from veriloop.tasks.base import BRACES
     from veriloop.verifiers.tools import run_block
 
-    cfg = config("builtin:init", tmp_path, **{"rollout.engine": "ray", "rollout.workers": 2,
-                                              "task.reasoning": "tool", "verifier": "arithmetic-tool"})  # fmt: skip
+    cfg = config(
+        "builtin:init",
+        tmp_path,
+        **{"rollout.engine": "ray", "rollout.workers": 2, "task.reasoning": "tool", "verifier": "arithmetic-tool"},
+    )
     policy = load_policy("builtin:init", seed=2)  # random weights that close a block now and then
     problems = cfg.task.build().train_batch(8, random.Random(1))
     sampling = cfg.sampling.__class__(max_new_tokens=64)

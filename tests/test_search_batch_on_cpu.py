@@ -37,25 +37,58 @@ def test_group_streams_draw_what_each_group_draws_alone(policy):
     prompts = [policy.encode_prompt(p) for p in ("3+4*2=?", "(7-2)*3+10=?", "9*9=?")]
     params = SamplingParams(temperature=1.0, max_new_tokens=24)
     stops = LMProposer(policy, params, "semicolon").stops
-    alone = [generate(policy.model, [p], params, eos_id=policy.end_ids, pad_id=policy.pad_id, n=4, stop_ids=stops,
-                      generator=torch.Generator().manual_seed(10 + k)).completion_ids
-             for k, p in enumerate(prompts)]  # fmt: skip
+    alone = [
+        generate(
+            policy.model,
+            [p],
+            params,
+            eos_id=policy.end_ids,
+            pad_id=policy.pad_id,
+            n=4,
+            stop_ids=stops,
+            generator=torch.Generator().manual_seed(10 + k),
+        ).completion_ids
+        for k, p in enumerate(prompts)
+    ]
     streams = GroupStreams([torch.Generator().manual_seed(10 + k) for k in range(3)], [4, 4, 4])
-    together = generate(policy.model, prompts, params, eos_id=policy.end_ids, pad_id=policy.pad_id, n=4,
-                        stop_ids=stops, generator=streams).completion_ids  # fmt: skip
+    together = generate(
+        policy.model,
+        prompts,
+        params,
+        eos_id=policy.end_ids,
+        pad_id=policy.pad_id,
+        n=4,
+        stop_ids=stops,
+        generator=streams,
+    ).completion_ids
     assert together == [c for group in alone for c in group]
     assert len({len(c) for c in together}) > 1  # rows did end at different steps
     # one stream for the whole batch (what batching without GroupStreams would do) draws other tokens
-    shared = generate(policy.model, prompts, params, eos_id=policy.end_ids, pad_id=policy.pad_id, n=4,
-                      stop_ids=stops, generator=torch.Generator().manual_seed(10)).completion_ids  # fmt: skip
+    shared = generate(
+        policy.model,
+        prompts,
+        params,
+        eos_id=policy.end_ids,
+        pad_id=policy.pad_id,
+        n=4,
+        stop_ids=stops,
+        generator=torch.Generator().manual_seed(10),
+    ).completion_ids
     assert shared != together
     with pytest.raises(ValueError, match="generators"):
         GroupStreams([torch.Generator()], [2, 2])
 
 
 def _search(tmp_path, policy, prm, batch, name):
-    data = {"strategy": BATCHED, "budgets": "1,4", "problems": 6, "bin_samples": 2, "max_steps": 6,
-            "batch_problems": batch, "out": str(tmp_path / name)}  # fmt: skip
+    data = {
+        "strategy": BATCHED,
+        "budgets": "1,4",
+        "problems": 6,
+        "bin_samples": 2,
+        "max_steps": 6,
+        "batch_problems": batch,
+        "out": str(tmp_path / name),
+    }
     cfg = build_config(SearchConfig, data, {})
     calls = []
     sample = policy.sample

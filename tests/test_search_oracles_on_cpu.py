@@ -15,17 +15,25 @@ from veriloop.verifiers import Verdict, get
 
 
 def cell(accuracy, tokens, oracle=False):
-    return {"accuracy": accuracy, "truncation_rate": 0.0, "mean_tokens": tokens, "mean_prm_calls": 0.0,
-            "mean_seconds": 0.0, "oracle": oracle,
-            "by_bin": [{"bin": "all", "problems": 10, "accuracy": accuracy, "truncation_rate": 0.0,
-                        "mean_tokens": tokens}]}  # fmt: skip
+    return {
+        "accuracy": accuracy,
+        "truncation_rate": 0.0,
+        "mean_tokens": tokens,
+        "mean_prm_calls": 0.0,
+        "mean_seconds": 0.0,
+        "oracle": oracle,
+        "by_bin": [{"bin": "all", "problems": 10, "accuracy": accuracy, "truncation_rate": 0.0, "mean_tokens": tokens}],
+    }
 
 
 def test_compute_optimal_never_picks_an_oracle():
     # best_of_n@4 with the verifier as scorer reads the reference: 1.0 at 40 tokens.  Within 40 tokens the best
     # test-time cell is majority@4 (0.6); the oracle sets no cost level of its own and is never chosen.
-    cells = {"single": {"1": cell(0.5, 10)}, "majority": {"4": cell(0.6, 40)},
-             "best_of_n": {"4": cell(1.0, 40, oracle=True), "8": cell(1.0, 35, oracle=True)}}  # fmt: skip
+    cells = {
+        "single": {"1": cell(0.5, 10)},
+        "majority": {"4": cell(0.6, 40)},
+        "best_of_n": {"4": cell(1.0, 40, oracle=True), "8": cell(1.0, 35, oracle=True)},
+    }
     picks = compute_optimal(cells, ["all"])["all"]
     assert [(p["strategy"], p["token_budget"]) for p in picks] == [("single", 10), ("majority", 40)]
     assert all(p["truncation_rate"] == 0.0 for p in picks)  # beside each chosen accuracy
@@ -45,9 +53,17 @@ def test_a_truncated_solution_is_not_answered_whatever_the_verdict():
 @pytest.mark.timeout(300)
 def test_search_tags_the_verifier_scorer_as_an_oracle_and_reports_truncation(tmp_path):
     # The built-in base writes ~27 tokens per solution: at 20 many are cut, and a cut one is not answered.
-    cfg = SearchConfig(strategy="single,majority,best_of_n", scorer="verifier", budgets="4", problems=6,
-                       bin_samples=2, split="validation", out=str(tmp_path / "s"), threads=1,
-                       sampling=SamplingParams(temperature=1.0, max_new_tokens=20))  # fmt: skip
+    cfg = SearchConfig(
+        strategy="single,majority,best_of_n",
+        scorer="verifier",
+        budgets="4",
+        problems=6,
+        bin_samples=2,
+        split="validation",
+        out=str(tmp_path / "s"),
+        threads=1,
+        sampling=SamplingParams(temperature=1.0, max_new_tokens=20),
+    )
     summary = run_search(cfg, progress=False)
     cells = summary["strategies"]
     assert cells["best_of_n"]["4"]["oracle"] and not cells["majority"]["4"]["oracle"]
@@ -86,9 +102,17 @@ def test_allocate_lists_an_oracle_as_an_upper_bound_and_never_chooses_it(tmp_pat
     task = _Task(30)
     tree = {"": [("answer=2", 0.4), ("answer=3", 0.2), ("answer=4", 0.2), ("answer=5", 0.2)]}
     strategies = Strategies(ScriptedProposer(tree), VerifierScorer(get("arithmetic-outcome")), SearchSettings())
-    cfg = AllocateConfig(strategy="single,majority,best_of_n", budgets="4,8", problems=30, heldout_problems=30,
-                         probe_samples=2, levels=2, token_budgets="4,8,16", scorer="verifier",
-                         out=str(tmp_path / "a"))  # fmt: skip
+    cfg = AllocateConfig(
+        strategy="single,majority,best_of_n",
+        budgets="4,8",
+        problems=30,
+        heldout_problems=30,
+        probe_samples=2,
+        levels=2,
+        token_budgets="4,8,16",
+        scorer="verifier",
+        out=str(tmp_path / "a"),
+    )
     s = run_allocate(cfg, progress=False, task=task, strategies=strategies)
     assert s["oracle_cells"] == ["best_of_n@4", "best_of_n@8"]
     assert s["validation_overall"]["best_of_n@8"]["accuracy"] > s["validation_overall"]["majority@8"]["accuracy"]

@@ -97,8 +97,12 @@ def test_mcts_with_verifier_values_needs_an_outcome_check_and_uses_it():
     s = strategies(expand=8, mcts_value="verifier")
     with pytest.raises(ValueError, match="outcome check"):
         s.run("mcts", "1+1?", 4)
-    s = Strategies(ScriptedProposer(ONE_RIGHT_BRANCH, 0), None, SearchSettings(expand=8, mcts_value="verifier"),
-                   outcome_check=lambda text: float(text.endswith("answer=2")))  # fmt: skip
+    s = Strategies(
+        ScriptedProposer(ONE_RIGHT_BRANCH, 0),
+        None,
+        SearchSettings(expand=8, mcts_value="verifier"),
+        outcome_check=lambda text: float(text.endswith("answer=2")),
+    )
     assert s.run("mcts", "1+1?", 8).answer == "2"
 
 
@@ -173,8 +177,12 @@ def test_revision_reads_its_history_and_splits_the_budget_into_chains():
     assert [len(c) for c in out.chains] == [3, 2] and out.candidates == 5
     assert out.cost.tokens == 2 * 14 + 3 * 14
     assert out.answer == "3"  # 3, 4, 2 | 3, 4: majority 3 (ties to the first seen)
-    last = Strategies(ScriptedProposer(wrong_only), None, SearchSettings(revision_select="last", revision_chains=2),
-                      reviser=HistoryReviser()).run("revision", "1+1?", 5)  # fmt: skip
+    last = Strategies(
+        ScriptedProposer(wrong_only),
+        None,
+        SearchSettings(revision_select="last", revision_chains=2),
+        reviser=HistoryReviser(),
+    ).run("revision", "1+1?", 5)
     assert last.answer == "2"  # the chains' last attempts: 2 and 4, a tie to the first
 
 
@@ -215,12 +223,14 @@ def test_a_scripted_budget_cuts_a_text_as_the_sampler_does():
     from veriloop.search.strategies import Truncated, answer_of, is_truncated
 
     cost = Cost()
-    cut, ended = ScriptedProposer({"": [("answer=33333", 1.0)]}, max_new_tokens=9).complete("q", [""], 1, cost)[0], \
-        ScriptedProposer({"": [("answer=2", 1.0)]}, max_new_tokens=9).complete("q", [""], 1, cost)[0]  # fmt: skip
+    cut, ended = (
+        ScriptedProposer({"": [("answer=33333", 1.0)]}, max_new_tokens=9).complete("q", [""], 1, cost)[0],
+        ScriptedProposer({"": [("answer=2", 1.0)]}, max_new_tokens=9).complete("q", [""], 1, cost)[0],
+    )
     assert cut == "answer=33" and is_truncated(cut) and isinstance(cut, Truncated) and cost.tokens == 9 + 8
     assert answer_key(cut) == "33" and answer_of(cut) is None  # the cut text reads as 33; it is no answer
     assert not is_truncated(ended) and answer_of(ended) == "2"
-    (step, finished), = ScriptedProposer({"": [("1+1=2222;", 1.0)]}, max_new_tokens=4).step("q", [""], 1, Cost())
+    ((step, finished),) = ScriptedProposer({"": [("1+1=2222;", 1.0)]}, max_new_tokens=4).step("q", [""], 1, Cost())
     assert step == "1+1=" and is_truncated(step) and finished  # a cut step ends the solution, unanswered
 
 
@@ -267,8 +277,13 @@ def test_strategies_that_read_the_reference_are_oracles():
     from veriloop.verifiers import get
 
     oracle = Strategies(ScriptedProposer(ONE_RIGHT_BRANCH), VerifierScorer(get("arithmetic-outcome")), SearchSettings())
-    assert [oracle.uses_reference(n) for n in ("single", "majority", "best_of_n", "weighted_vote", "mcts")] == \
-        [False, False, True, True, True]  # fmt: skip
+    assert [oracle.uses_reference(n) for n in ("single", "majority", "best_of_n", "weighted_vote", "mcts")] == [
+        False,
+        False,
+        True,
+        True,
+        True,
+    ]
     learned = strategies()  # a PRM scores: a test-time method
     assert not any(learned.uses_reference(n) for n in ("best_of_n", "weighted_vote", "beam", "mcts"))
     assert strategies(mcts_value="verifier").uses_reference("mcts")  # the verifier values its nodes

@@ -16,7 +16,8 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def test_the_shipped_base_matches_its_committed_sums():
     # A changed, added or removed file of the shipped base fails here; after a deliberate replacement
-    # (docs/concepts/builtin-task.md: which remake, chosen how), regenerate the sums with `sha256sum * > ../base.sha256` in the directory.
+    # (docs/concepts/builtin-task.md: which remake, chosen how), regenerate the sums with
+    # `sha256sum * > ../base.sha256` in the directory.
     assert shipped_base_sums() == SUMS_FILE.read_text()
     names = [line.split("  ", 1)[1] for line in SUMS_FILE.read_text().splitlines()]
     assert "model.safetensors" in names and "config.json" in names

@@ -40,7 +40,7 @@ class ScriptedTrace:
         out, lps, fin = [], [], []
         for ids in (p for p in prompt_ids for _ in range(n)):
             written = self.tokenizer.decode(ids).split("?", 1)[1]
-            rest = "20" if "answer=" in written and not self.TRACE.startswith(written) else self.TRACE[len(written):]
+            rest = "20" if "answer=" in written and not self.TRACE.startswith(written) else self.TRACE[len(written) :]
             new = self.tokenizer(rest, add_special_tokens=False).input_ids + [self.tokenizer.eos_token_id]
             why = "eos"
             if len(new) > params.max_new_tokens:
@@ -100,9 +100,18 @@ def test_options_that_would_do_nothing_are_refused():
 
 
 def test_training_with_a_budget_records_the_forced_tokens(tmp_path):
-    cfg = build_config(TrainConfig, {}, {
-        "run_dir": str(tmp_path), "steps": 1, "rollout.prompts_per_step": 4, "rollout.group_size": 4,
-        "sampling.max_thinking_tokens": 10, "task.arithmetic.heldout_size": 10})  # fmt: skip
+    cfg = build_config(
+        TrainConfig,
+        {},
+        {
+            "run_dir": str(tmp_path),
+            "steps": 1,
+            "rollout.prompts_per_step": 4,
+            "rollout.group_size": 4,
+            "sampling.max_thinking_tokens": 10,
+            "task.arithmetic.heldout_size": 10,
+        },
+    )
     Trainer(cfg, progress=False).train()
     row = json.loads((tmp_path / "metrics.jsonl").read_text().splitlines()[0])
     assert row["thinking_forced_rate"] > 0.5  # the base's traces run ~18 tokens before answer=
@@ -118,9 +127,18 @@ def test_training_with_a_budget_records_the_forced_tokens(tmp_path):
 
 
 def test_a_sampled_token_budget_stops_the_run(tmp_path):
-    cfg = build_config(TrainConfig, {}, {
-        "run_dir": str(tmp_path), "steps": 5, "rollout.prompts_per_step": 2, "rollout.group_size": 2,
-        "max_sampled_tokens": 150, "task.arithmetic.heldout_size": 10})  # fmt: skip
+    cfg = build_config(
+        TrainConfig,
+        {},
+        {
+            "run_dir": str(tmp_path),
+            "steps": 5,
+            "rollout.prompts_per_step": 2,
+            "rollout.group_size": 2,
+            "max_sampled_tokens": 150,
+            "task.arithmetic.heldout_size": 10,
+        },
+    )
     trainer = Trainer(cfg, progress=False)
     trainer.train()
     counts = [r["sampled_tokens"] for r in trainer.metrics.rows]  # ~110 tokens a step (4 completions of ~28)
@@ -131,9 +149,18 @@ def test_eval_reports_accuracy_against_the_budget():
     task = TaskConfig().build()
     problems = task.validation()[:40]
     verifiers = {"outcome": "arithmetic-outcome"}
-    r = evaluate(load_policy("builtin:base"), problems, verifiers, EvalConfig(n_samples=0, thinking_budgets="4,40"),
-                 thinking_end=task.thinking_end)  # fmt: skip
+    r = evaluate(
+        load_policy("builtin:base"),
+        problems,
+        verifiers,
+        EvalConfig(n_samples=0, thinking_budgets="4,40"),
+        thinking_end=task.thinking_end,
+    )
     small, large = r.by_thinking_budget["4"], r.by_thinking_budget["40"]
     assert small["forced_rate"] == 1.0 and small["greedy_accuracy"] < r.greedy_accuracy
-    assert large == {"greedy_accuracy": r.greedy_accuracy, "mean_completion_tokens": r.mean_completion_tokens,
-                     "forced_rate": 0.0, "truncation_rate": r.truncation_rate}  # a budget over every trace forces nothing and changes nothing
+    assert large == {
+        "greedy_accuracy": r.greedy_accuracy,
+        "mean_completion_tokens": r.mean_completion_tokens,
+        "forced_rate": 0.0,
+        "truncation_rate": r.truncation_rate,
+    }  # a budget over every trace forces nothing and changes nothing

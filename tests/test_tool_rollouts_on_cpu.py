@@ -40,7 +40,12 @@ def test_a_block_closes_only_inside_an_open_block():
     assert closed_block("text\n```python\nprint(1)\n```", FENCES) == "print(1)"
     assert closed_block("text\n```python\nprint(1)\n`", FENCES) is None  # the fence's first backtick is not a close
     assert split_segments("{a=2+3;a}[5]{a*4}[20]answer=20", BRACES) == [
-        ("{a=2+3;a}", True), ("[5]", False), ("{a*4}", True), ("[20]", False), ("answer=20", True)]
+        ("{a=2+3;a}", True),
+        ("[5]", False),
+        ("{a*4}", True),
+        ("[20]", False),
+        ("answer=20", True),
+    ]
 
 
 def test_a_block_shows_its_last_expression_and_keeps_the_earlier_blocks_state():
@@ -51,10 +56,17 @@ def test_a_block_shows_its_last_expression_and_keeps_the_earlier_blocks_state():
     assert run_block([], "print('x');None", SETTINGS)[:2] == ("ok", "x")  # None shows nothing
 
 
-@pytest.mark.parametrize("code,status", [
-    ("1/0", "crash"), ("a=///", "crash"), ("undefined_name", "crash"), ("while True: pass", "timeout"),
-    pytest.param("import os;os.system('ls')", "violation", marks=pytest.mark.sandbox_layer("audit-hook")),
-    ("print('x'*100000)", "output_limit")])  # fmt: skip
+@pytest.mark.parametrize(
+    "code,status",
+    [
+        ("1/0", "crash"),
+        ("a=///", "crash"),
+        ("undefined_name", "crash"),
+        ("while True: pass", "timeout"),
+        pytest.param("import os;os.system('ls')", "violation", marks=pytest.mark.sandbox_layer("audit-hook")),
+        ("print('x'*100000)", "output_limit"),
+    ],
+)
 def test_a_failing_block_is_shown_as_its_failure(code, status):
     got, shown, seconds = run_block([], code, ToolSettings(BRACES, run_block, wall_seconds=2.0))
     assert got == status and shown.startswith(status + ":") and seconds > 0
@@ -88,20 +100,25 @@ def test_the_teachers_tool_traces_show_what_the_sandbox_prints():
 
 def test_tool_verifiers_and_formats_are_refused_where_they_would_score_nothing():
     base = {"task.reasoning": "tool"}
-    with pytest.raises(ConfigError, match="task.reasoning tool: verifier 'arithmetic' reads a text trace.*use "
-                                          "verifier 'arithmetic-tool'"):
+    with pytest.raises(
+        ConfigError,
+        match="task.reasoning tool: verifier 'arithmetic' reads a text trace.*use verifier 'arithmetic-tool'",
+    ):
         build_config(TrainConfig, {}, {**base, "verifier": "arithmetic"})
-    with pytest.raises(ConfigError, match="verifier 'arithmetic-tool' reads a tool-integrated trace: set "
-                                          "task.reasoning tool"):
+    with pytest.raises(
+        ConfigError, match="verifier 'arithmetic-tool' reads a tool-integrated trace: set task.reasoning tool"
+    ):
         build_config(TrainConfig, {}, {"verifier": "arithmetic-tool"})
     with pytest.raises(ConfigError, match="vllm engine does not run tool calls"):
         build_config(TrainConfig, {}, {**base, "verifier": "arithmetic-tool", "rollout.engine": "vllm"})
     with pytest.raises(ConfigError, match="rollout.max_tool_calls=2 is not read by the reasoning format 'cot'"):
         build_config(TrainConfig, {}, {"rollout.max_tool_calls": 2})
-    with pytest.raises(ConfigError, match="advantage.estimator process with task.reasoning tool: the PRM scores "
-                                          "text steps"):
-        build_config(TrainConfig, {}, {**base, "verifier": "arithmetic-tool", "algo": "grpo_process",
-                                       "process.prm": "x"})  # fmt: skip
+    with pytest.raises(
+        ConfigError, match="advantage.estimator process with task.reasoning tool: the PRM scores text steps"
+    ):
+        build_config(
+            TrainConfig, {}, {**base, "verifier": "arithmetic-tool", "algo": "grpo_process", "process.prm": "x"}
+        )
     from veriloop.search.run import SearchConfig
 
     with pytest.raises(InputError, match="veriloop search samples without running tools"):
@@ -165,8 +182,14 @@ class ScriptedPolicy:
 def tool_rows(segments, max_new_tokens=64, **settings):
     policy = ScriptedPolicy(segments)
     prompt = policy.tokenizer("(2+3)*4?run:", add_special_tokens=False).input_ids
-    gen = generate_with_tools(policy, [prompt], SamplingParams(max_new_tokens=max_new_tokens),
-                              ToolSettings(BRACES, run_block, **settings), row_seeds=[7], n=1)  # fmt: skip
+    gen = generate_with_tools(
+        policy,
+        [prompt],
+        SamplingParams(max_new_tokens=max_new_tokens),
+        ToolSettings(BRACES, run_block, **settings),
+        row_seeds=[7],
+        n=1,
+    )
     text = policy.tokenizer.decode(gen.completion_ids[0])
     return gen, text, policy
 
@@ -210,10 +233,10 @@ def test_fenced_blocks_pause_on_their_last_backtick():
     """GSM8K's format with the built-in character tokenizer: each backtick may end a fence, so sampling pauses on
     it, and only the one that closes an open ```python block runs it."""
     policy = ScriptedPolicy(["Six sevens.\n```python\nx=6*7\nx\n```", "\n#### 42"], FENCES, "block.\n")
-    prompt = policy.tokenizer("Q?" + TaskConfig(name="gsm8k", reasoning="tool").build().heldout()[0].prompt[-80:],
-                              add_special_tokens=False).input_ids  # fmt: skip
-    gen = generate_with_tools(policy, [prompt], SamplingParams(max_new_tokens=120), SETTINGS_FENCES, row_seeds=[1],
-                              n=1)  # fmt: skip
+    prompt = policy.tokenizer(
+        "Q?" + TaskConfig(name="gsm8k", reasoning="tool").build().heldout()[0].prompt[-80:], add_special_tokens=False
+    ).input_ids
+    gen = generate_with_tools(policy, [prompt], SamplingParams(max_new_tokens=120), SETTINGS_FENCES, row_seeds=[1], n=1)
     text = policy.tokenizer.decode(gen.completion_ids[0])
     assert text == "Six sevens.\n```python\nx=6*7\nx\n```\n```output\n42\n```\n\n#### 42<eos>"
     assert [(c.code, c.output) for c in gen.tool_calls[0]] == [("x=6*7\nx", "42")]
@@ -222,18 +245,31 @@ def test_fenced_blocks_pause_on_their_last_backtick():
 
 
 def test_gsm8k_trains_with_tools_and_with_a_thinking_budget(tmp_path):
-    base = {"policy": "builtin:init", "model.max_positions": 1280, "task.name": "gsm8k", "verifier": "gsm8k",
-            "steps": 1, "rollout.prompts_per_step": 2, "rollout.group_size": 2, "sampling.max_new_tokens": 24,
-            "kl.beta": 0.0}  # (a context that holds GSM8K's prompts)
+    base = {
+        "policy": "builtin:init",
+        "model.max_positions": 1280,
+        "task.name": "gsm8k",
+        "verifier": "gsm8k",
+        "steps": 1,
+        "rollout.prompts_per_step": 2,
+        "rollout.group_size": 2,
+        "sampling.max_new_tokens": 24,
+        "kl.beta": 0.0,
+    }  # (a context that holds GSM8K's prompts)
     from veriloop.rollout.records import RecordStore
 
-    Trainer(build_config(TrainConfig, {}, {**base, "task.reasoning": "tool", "run_dir": str(tmp_path / "t")}),
-            progress=False).train()  # fmt: skip
+    Trainer(
+        build_config(TrainConfig, {}, {**base, "task.reasoning": "tool", "run_dir": str(tmp_path / "t")}),
+        progress=False,
+    ).train()
     records = RecordStore(tmp_path / "t" / "rollouts").read(1)
-    assert all(r.tool_calls is not None and r.model_mask is not None and r.sampling["tool_format"] == "fences"
-               for r in records)  # fmt: skip
-    Trainer(build_config(TrainConfig, {}, {**base, "sampling.max_thinking_tokens": 8, "run_dir": str(tmp_path / "b")}),
-            progress=False).train()  # fmt: skip
+    assert all(
+        r.tool_calls is not None and r.model_mask is not None and r.sampling["tool_format"] == "fences" for r in records
+    )
+    Trainer(
+        build_config(TrainConfig, {}, {**base, "sampling.max_thinking_tokens": 8, "run_dir": str(tmp_path / "b")}),
+        progress=False,
+    ).train()
     records = RecordStore(tmp_path / "b" / "rollouts").read(1)
     forced = [r for r in records if not all(r.model_mask)]
     assert forced and all("\n#### " in r.completion for r in forced)  # the random model never ends its thinking
@@ -249,9 +285,23 @@ def tool_record(text: str, reward: float, tok, group: str = "1-0-0") -> Record:
         ids, mask = ids + part, mask + [int(by_model)] * len(part)
     ids, mask = ids + [tok.eos_token_id], mask + [1]
     prompt = tok("(2+3)*4?run:", add_special_tokens=False).input_ids
-    return Record("p", group, "(2+3)*4?run:", "(2+3)*4", prompt, ids, text, [-1.0 * m for m in mask],
-                  {"temperature": 1.0}, 0, "eos", reward=reward, reward_components={"outcome": reward},
-                  model_mask=mask, tool_calls=[])  # fmt: skip
+    return Record(
+        "p",
+        group,
+        "(2+3)*4?run:",
+        "(2+3)*4",
+        prompt,
+        ids,
+        text,
+        [-1.0 * m for m in mask],
+        {"temperature": 1.0},
+        0,
+        "eos",
+        reward=reward,
+        reward_components={"outcome": reward},
+        model_mask=mask,
+        tool_calls=[],
+    )
 
 
 def test_holes_in_the_mask_keep_the_last_token_and_the_width():
@@ -264,7 +314,8 @@ def test_holes_in_the_mask_keep_the_last_token_and_the_width():
         build_policy_batch([[1]], [[5, 6, 7]], 0, [[1, 0]])
     with pytest.raises(ValueError, match="model_mask must hold one 0/1"):
         tool_record("{a}[5]answer=5", 1.0, load_policy("builtin:base").tokenizer).__class__(
-            "p", "g", "x", "y", [1], [5, 6], "t", None, {}, 0, "eos", model_mask=[1])
+            "p", "g", "x", "y", [1], [5, 6], "t", None, {}, 0, "eos", model_mask=[1]
+        )
 
 
 def test_gae_over_a_row_with_holes_equals_gae_over_its_model_tokens():
@@ -285,13 +336,26 @@ def test_gae_over_a_row_with_holes_equals_gae_over_its_model_tokens():
 def test_no_tool_token_reaches_the_loss_or_the_kl(tmp_path, masked):
     """The learner's gradient with respect to the logits that predict each tool token is exactly 0 (policy loss,
     KL in the loss and entropy bonus together); without the mask (the control) it is not."""
-    cfg = build_config(TrainConfig, {}, {
-        "run_dir": str(tmp_path), "policy": "builtin:base", "task.reasoning": "tool", "verifier": "arithmetic-tool",
-        "rollout.prompts_per_step": 1, "rollout.group_size": 2, "kl.beta": 0.1, "loss.entropy_coef": 0.01})  # fmt: skip
+    cfg = build_config(
+        TrainConfig,
+        {},
+        {
+            "run_dir": str(tmp_path),
+            "policy": "builtin:base",
+            "task.reasoning": "tool",
+            "verifier": "arithmetic-tool",
+            "rollout.prompts_per_step": 1,
+            "rollout.group_size": 2,
+            "kl.beta": 0.1,
+            "loss.entropy_coef": 0.01,
+        },
+    )
     trainer = Trainer(cfg, progress=False)
     tok = trainer.policy.tokenizer
-    records = [tool_record("{a=2+3;a}[5]{a*4}[20]answer=20", 1.0, tok),
-               tool_record("{a=2+3;a}[5]{a*5}[25]answer=25", 0.0, tok)]  # fmt: skip
+    records = [
+        tool_record("{a=2+3;a}[5]{a*4}[20]answer=20", 1.0, tok),
+        tool_record("{a=2+3;a}[5]{a*5}[25]answer=25", 0.0, tok),
+    ]
     if not masked:
         for r in records:
             r.model_mask = None
@@ -309,8 +373,9 @@ def test_no_tool_token_reaches_the_loss_or_the_kl(tmp_path, masked):
     trainer.learner.update(signal.batch, trainer.kl_control.beta, torch.Generator().manual_seed(0))
     logits, batch = next((lg, b) for lg, b in seen if lg.grad is not None)
     per_token = logits.grad.abs().sum(dim=-1)  # [N, T]
-    tool = torch.tensor([[m == 0 for m in r.model_mask or tool_record(r.completion, 0, tok).model_mask]
-                         for r in records])  # fmt: skip
+    tool = torch.tensor(
+        [[m == 0 for m in r.model_mask or tool_record(r.completion, 0, tok).model_mask] for r in records]
+    )
     assert (per_token[~tool] > 0).any()
     if masked:
         assert (per_token[tool] == 0).all(), "a tool token reached the loss"
@@ -324,8 +389,7 @@ def test_no_tool_token_reaches_the_loss_or_the_kl(tmp_path, masked):
 def test_demonstrations_in_the_tool_format_carry_the_mask():
     task = TaskConfig(reasoning="tool").build()
     policy = load_policy("builtin:base")
-    [request] = build_requests(0, 1, 0, task.train_batch(2, random.Random(0)), 2, SamplingParams(), -1,
-                               "task-teacher")  # fmt: skip
+    [request] = build_requests(0, 1, 0, task.train_batch(2, random.Random(0)), 2, SamplingParams(), -1, "task-teacher")
     for r in TaskTeacherEngine(task, policy).generate(request):
         shown = "".join(ch for ch, m in zip(r.completion + "\0", r.model_mask) if m == 0)
         assert shown == "".join(s for s, by_model in split_segments(r.completion, BRACES) if not by_model)
@@ -336,8 +400,17 @@ def test_the_local_engine_records_every_call():
     each call where its tokens are."""
     policy = load_policy("builtin:init", seed=2)
     task = TaskConfig(reasoning="tool").build()
-    requests = build_requests(0, 1, 0, task.train_batch(8, random.Random(1)), 4,
-                              SamplingParams(max_new_tokens=64), 0, "policy", tools=SETTINGS)  # fmt: skip
+    requests = build_requests(
+        0,
+        1,
+        0,
+        task.train_batch(8, random.Random(1)),
+        4,
+        SamplingParams(max_new_tokens=64),
+        0,
+        "policy",
+        tools=SETTINGS,
+    )
     records = LocalEngine(policy).run(requests)[0]
     assert all(r.model_mask is not None and r.tool_calls is not None for r in records)
     calls = [(r, c) for r in records for c in r.tool_calls]

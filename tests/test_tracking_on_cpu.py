@@ -35,10 +35,19 @@ CONFIG = {
 }
 # Each row also holds what must be skipped: a string, None, a list.
 ROWS = [
-    (step, {"reward_mean": 0.1 * step, "eval": {"accuracy": 0.5}, "done": step == 3, "note": "x", "seed": None,
-            "lengths": [1, 2]})
+    (
+        step,
+        {
+            "reward_mean": 0.1 * step,
+            "eval": {"accuracy": 0.5},
+            "done": step == 3,
+            "note": "x",
+            "seed": None,
+            "lengths": [1, 2],
+        },
+    )
     for step in (1, 2, 3)
-]  # fmt: skip
+]
 EXPECTED = {
     "reward_mean": [(1, 0.1), (2, 0.2), (3, 0.3)],
     "eval/accuracy": [(1, 0.5), (2, 0.5), (3, 0.5)],
@@ -208,8 +217,16 @@ def test_each_backend_gives_back_the_rows_and_the_config(backend, tmp_path):
     if backend == "tensorboard":
         history, config, hparams = _read_tensorboard(run_dir)
         # numbers, strings and bools as they are; anything else as JSON text
-        assert hparams == {"algo": "grpo", "lr": 1e-6, "use_kl": False, "model/name": "tiny", "model/layers": 2,
-                           "stages": "[1, 2]", "seed": "null", "long": "x" * 10_000}  # fmt: skip
+        assert hparams == {
+            "algo": "grpo",
+            "lr": 1e-6,
+            "use_kl": False,
+            "model/name": "tiny",
+            "model/layers": 2,
+            "stages": "[1, 2]",
+            "seed": "null",
+            "long": "x" * 10_000,
+        }
     elif backend == "wandb":
         (run,) = _read_wandb(run_dir)
         history, config = run
@@ -219,8 +236,16 @@ def test_each_backend_gives_back_the_rows_and_the_config(backend, tmp_path):
         ((name, history, config, params),) = _read_mlflow(run_dir, tmp_path)
         assert name == "run-1"
         assert MAX_PARAM_VAL_LENGTH < 10_000  # else "long" tests no truncation
-        assert params == {"algo": "grpo", "lr": "1e-06", "use_kl": "false", "model/name": "tiny", "model/layers": "2",
-                          "stages": "[1, 2]", "seed": "null", "long": "x" * MAX_PARAM_VAL_LENGTH}  # fmt: skip
+        assert params == {
+            "algo": "grpo",
+            "lr": "1e-06",
+            "use_kl": "false",
+            "model/name": "tiny",
+            "model/layers": "2",
+            "stages": "[1, 2]",
+            "seed": "null",
+            "long": "x" * MAX_PARAM_VAL_LENGTH,
+        }
     _assert_history(history)
     assert config == CONFIG
 
@@ -259,8 +284,14 @@ def test_none_writes_nothing(tmp_path, local_env):
 
 
 def test_numeric_row_flattens_and_keeps_only_numbers():
-    metrics = {"a": 1, "b": True, "c": {"d": 2.5, "e": "s", "f": {"g": np.float32(0.25)}}, "h": None, "i": [1.0],
-               "j": np.int64(7)}  # fmt: skip
+    metrics = {
+        "a": 1,
+        "b": True,
+        "c": {"d": 2.5, "e": "s", "f": {"g": np.float32(0.25)}},
+        "h": None,
+        "i": [1.0],
+        "j": np.int64(7),
+    }
     row = numeric_row(metrics)
     assert row == {"a": 1, "b": 1, "c/d": 2.5, "c/f/g": 0.25, "j": 7}
     assert type(row["b"]) is int and type(row["c/f/g"]) is float and type(row["j"]) is int
@@ -271,8 +302,15 @@ def test_check_report_to_accepts(report_to):
     check_report_to(report_to)
 
 
-@pytest.mark.parametrize("report_to, named", [("neptune", "'neptune'"), ("tensorboard,neptune", "'neptune'"),
-                                              ("", "''"), ("none,wandb", "'none' cannot be combined")])  # fmt: skip
+@pytest.mark.parametrize(
+    "report_to, named",
+    [
+        ("neptune", "'neptune'"),
+        ("tensorboard,neptune", "'neptune'"),
+        ("", "''"),
+        ("none,wandb", "'none' cannot be combined"),
+    ],
+)
 def test_check_report_to_rejects(report_to, named):
     with pytest.raises(ValueError) as caught:
         check_report_to(report_to)
@@ -283,12 +321,18 @@ def test_check_report_to_rejects(report_to, named):
         assert f"'{allowed}'" in message, message
 
 
-@pytest.mark.parametrize("report_to, missing, extra", [("tensorboard", "tensorboard", "tensorboard"),
-                                                       ("wandb", "wandb", "wandb"),
-                                                       ("mlflow", "mlflow", "mlflow"),
-                                                       ("tensorboard,wandb", "wandb", "wandb")])  # fmt: skip
-def test_a_missing_package_is_an_input_error_naming_the_extra(report_to, missing, extra, tmp_path, monkeypatch,
-                                                             local_env):  # fmt: skip
+@pytest.mark.parametrize(
+    "report_to, missing, extra",
+    [
+        ("tensorboard", "tensorboard", "tensorboard"),
+        ("wandb", "wandb", "wandb"),
+        ("mlflow", "mlflow", "mlflow"),
+        ("tensorboard,wandb", "wandb", "wandb"),
+    ],
+)
+def test_a_missing_package_is_an_input_error_naming_the_extra(
+    report_to, missing, extra, tmp_path, monkeypatch, local_env
+):
     if report_to != missing:
         pytest.importorskip(report_to.split(",")[0])
     monkeypatch.setitem(sys.modules, missing, None)  # how `import` sees a package that is not installed
@@ -346,11 +390,41 @@ def test_a_training_run_reports_every_metrics_row_and_its_evaluation_curve(tmp_p
     from veriloop import cli
 
     run_dir = tmp_path / "run"
-    code = cli.main(["train", "--policy", "builtin:init", "--model.hidden_size", "32", "--model.num_layers", "1",
-                     "--model.intermediate_size", "64", "--model.num_heads", "2", "--steps", "4", "--eval_every", "2",
-                     "--eval_problems", "4", "--rollout.prompts_per_step", "2", "--rollout.group_size", "2",
-                     "--sampling.max_new_tokens", "8", "--run_dir", str(run_dir), "--report_to", "tensorboard",
-                     "--device", "cpu", "--task.arithmetic.heldout_size", "4"])  # fmt: skip
+    code = cli.main(
+        [
+            "train",
+            "--policy",
+            "builtin:init",
+            "--model.hidden_size",
+            "32",
+            "--model.num_layers",
+            "1",
+            "--model.intermediate_size",
+            "64",
+            "--model.num_heads",
+            "2",
+            "--steps",
+            "4",
+            "--eval_every",
+            "2",
+            "--eval_problems",
+            "4",
+            "--rollout.prompts_per_step",
+            "2",
+            "--rollout.group_size",
+            "2",
+            "--sampling.max_new_tokens",
+            "8",
+            "--run_dir",
+            str(run_dir),
+            "--report_to",
+            "tensorboard",
+            "--device",
+            "cpu",
+            "--task.arithmetic.heldout_size",
+            "4",
+        ]
+    )
     assert code in (0, None)
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     events = EventAccumulator(str(run_dir / "tensorboard")).Reload()
@@ -370,7 +444,27 @@ def test_a_missing_tracker_package_stops_the_run_before_its_directory_exists(tmp
 
     monkeypatch.setitem(sys.modules, "wandb", None)
     run_dir = tmp_path / "run"
-    code = cli.main(["train", "--policy", "builtin:init", "--model.hidden_size", "32", "--model.num_layers", "1",
-                     "--model.intermediate_size", "64", "--model.num_heads", "2", "--steps", "1",
-                     "--run_dir", str(run_dir), "--report_to", "wandb", "--device", "cpu"])  # fmt: skip
+    code = cli.main(
+        [
+            "train",
+            "--policy",
+            "builtin:init",
+            "--model.hidden_size",
+            "32",
+            "--model.num_layers",
+            "1",
+            "--model.intermediate_size",
+            "64",
+            "--model.num_heads",
+            "2",
+            "--steps",
+            "1",
+            "--run_dir",
+            str(run_dir),
+            "--report_to",
+            "wandb",
+            "--device",
+            "cpu",
+        ]
+    )
     assert code == 2 and not run_dir.exists()

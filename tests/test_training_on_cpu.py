@@ -292,14 +292,23 @@ def test_run_directory_contents(tiny_policy, tmp_path):
     assert records[-1].group_id == "1-0-3"  # step 1, sampling round 0, prompt 3
     assert RecordStore(tmp_path / "rollouts").read(2)[0].policy_version > 0
     saved = tmp_path / "checkpoints" / "step-000002"
-    assert {p.name for p in saved.iterdir()} == {"ledger.jsonl", "manifest.json", "model", "optimizer.pt", "rng.pt",
-                                                  "trainer_state.json", "config.yaml", "metrics.jsonl"}  # fmt: skip
+    assert {p.name for p in saved.iterdir()} == {
+        "ledger.jsonl",
+        "manifest.json",
+        "model",
+        "optimizer.pt",
+        "rng.pt",
+        "trainer_state.json",
+        "config.yaml",
+        "metrics.jsonl",
+    }
     # the ledger: each request of each step issued and done once, its records (as sampled, before the
     # verdicts the step's file adds) written once
     assert Ledger(tmp_path).done_counts() == {"1-0-0": 1, "2-0-0": 1}
     served = Ledger(tmp_path).read_request("1-0-0")
     assert [(r.completion_ids, r.behavior_logprobs) for r in served] == [
-        (r.completion_ids, r.behavior_logprobs) for r in records] and served[0].reward is None
+        (r.completion_ids, r.behavior_logprobs) for r in records
+    ] and served[0].reward is None
     assert (saved / "model" / "model.safetensors").is_file() and (tmp_path / "config.yaml").is_file()
 
 
@@ -364,21 +373,37 @@ def test_critic_warmup_trains_only_the_critic(tiny_policy, tmp_path):
 
 @pytest.mark.parametrize(
     "over, message",
-    [({"algo": "dr_grpo", "advantage.std": "sample"},
-      "advantage.std='sample' is not read by the advantage estimator 'dr_grpo'.*Dr. GRPO .* only centres"),
-     ({"algo": "rloo", "advantage.eps": 0.1}, "advantage.eps=0.1 is not read by the advantage estimator 'rloo'"),
-     ({"algo": "grpo", "advantage.baseline": "constant"},
-      "advantage.baseline='constant' is not read by the advantage estimator 'grpo'.*advantage.estimator reinforce"),
-     ({"algo": "dpo", "loss.aggregation": "token-mean"}, "loss.aggregation='token-mean' is not read by the policy "
-                                                          "objective 'dpo'"),
-     ({"algo": "dpo", "loss.entropy_coef": 0.01}, "loss.entropy_coef=0.01 is not read by the policy objective 'dpo'"),
-     ({"algo": "dpo", "loss.tis_cap": 2.0}, "loss.tis_cap=2.0 is not read by the policy objective 'dpo'"),
-     ({"algo": "dpo", "kl.beta": 0.1}, "kl.beta does not apply to loss.policy_loss=dpo"),
-     ({"algo": "grpo", "critic.warmup_steps": 3},
-      "critic.warmup_steps=3 is not read by the advantage estimator 'grpo'.*advantage.estimator gae"),
-     ({"algo": "grpo", "process.outcome_weight": 1.0},
-      "process.outcome_weight=1.0 is not read by the advantage estimator 'grpo'.*advantage.estimator process")],
-)  # fmt: skip
+    [
+        (
+            {"algo": "dr_grpo", "advantage.std": "sample"},
+            "advantage.std='sample' is not read by the advantage estimator 'dr_grpo'.*Dr. GRPO .* only centres",
+        ),
+        ({"algo": "rloo", "advantage.eps": 0.1}, "advantage.eps=0.1 is not read by the advantage estimator 'rloo'"),
+        (
+            {"algo": "grpo", "advantage.baseline": "constant"},
+            "advantage.baseline='constant' is not read by the advantage estimator 'grpo'"
+            ".*advantage.estimator reinforce",
+        ),
+        (
+            {"algo": "dpo", "loss.aggregation": "token-mean"},
+            "loss.aggregation='token-mean' is not read by the policy objective 'dpo'",
+        ),
+        (
+            {"algo": "dpo", "loss.entropy_coef": 0.01},
+            "loss.entropy_coef=0.01 is not read by the policy objective 'dpo'",
+        ),
+        ({"algo": "dpo", "loss.tis_cap": 2.0}, "loss.tis_cap=2.0 is not read by the policy objective 'dpo'"),
+        ({"algo": "dpo", "kl.beta": 0.1}, "kl.beta does not apply to loss.policy_loss=dpo"),
+        (
+            {"algo": "grpo", "critic.warmup_steps": 3},
+            "critic.warmup_steps=3 is not read by the advantage estimator 'grpo'.*advantage.estimator gae",
+        ),
+        (
+            {"algo": "grpo", "process.outcome_weight": 1.0},
+            "process.outcome_weight=1.0 is not read by the advantage estimator 'grpo'.*advantage.estimator process",
+        ),
+    ],
+)
 def test_options_that_would_do_nothing_are_refused(over, message):
     with pytest.raises(ConfigError, match=message):
         build_config(TrainConfig, {}, over)
@@ -404,8 +429,9 @@ def test_refuses_to_overwrite_a_run(tiny_policy, tmp_path):
 def test_non_finite_reward_stops_and_keeps_what_was_written(tiny_policy, tmp_path):
     Trainer(config(tiny_policy, tmp_path, steps=2), progress=False).train()
     # the same run resumed (a changed verifier would be refused), its reward made non-finite by the object given
-    trainer = Trainer(config(tiny_policy, tmp_path, steps=3), resume=True, progress=False,
-                      verifier=verifiers.get("test-nan"))
+    trainer = Trainer(
+        config(tiny_policy, tmp_path, steps=3), resume=True, progress=False, verifier=verifiers.get("test-nan")
+    )
     with pytest.raises(ValueError, match="non-finite reward"):
         trainer.train()
     assert (tmp_path / "checkpoints" / "step-000002" / "trainer_state.json").is_file()
@@ -485,9 +511,27 @@ def test_cli_algo_recipes(tiny_policy, tmp_path, capsys):
     assert all(name in listed for name in ("grpo", "ppo", "rloo", "dpo", "distill", "sft"))
 
     run_dir = tmp_path / "rloo"
-    args = ["train", "--algo", "rloo", "--policy", tiny_policy, "--run_dir", str(run_dir), "--steps", "1",
-            "--rollout.prompts_per_step", "2", "--rollout.group_size", "2", "--sampling.max_new_tokens", "8",
-            "--verifier", "test-digit-share", "--loss.policy_loss", "clip"]  # fmt: skip
+    args = [
+        "train",
+        "--algo",
+        "rloo",
+        "--policy",
+        tiny_policy,
+        "--run_dir",
+        str(run_dir),
+        "--steps",
+        "1",
+        "--rollout.prompts_per_step",
+        "2",
+        "--rollout.group_size",
+        "2",
+        "--sampling.max_new_tokens",
+        "8",
+        "--verifier",
+        "test-digit-share",
+        "--loss.policy_loss",
+        "clip",
+    ]
     assert cli.main(args) == 0
     saved = (run_dir / "config.yaml").read_text()
     # the recipe's defaults, under the user's flag
@@ -502,8 +546,10 @@ def test_cli_algo_recipes(tiny_policy, tmp_path, capsys):
 
 def test_sft_on_a_jsonl_task_reads_demonstrations(tiny_policy, tmp_path):
     data = tmp_path / "demos.jsonl"
-    data.write_text('{"prompt": "1+1?", "reference": "1+1", "completion": "1+1=2;answer=2"}\n'
-                    '{"prompt": "2+2?", "reference": "2+2", "completion": "2+2=4;answer=4"}\n')  # fmt: skip
+    data.write_text(
+        '{"prompt": "1+1?", "reference": "1+1", "completion": "1+1=2;answer=2"}\n'
+        '{"prompt": "2+2?", "reference": "2+2", "completion": "2+2=4;answer=4"}\n'
+    )
     over = {
         "algo": "sft",
         "task.name": "jsonl",
@@ -517,8 +563,10 @@ def test_sft_on_a_jsonl_task_reads_demonstrations(tiny_policy, tmp_path):
     texts = {r.completion for r in RecordStore(tmp_path / "ok" / "rollouts").read(1)}
     assert texts <= {"1+1=2;answer=2", "2+2=4;answer=4"} and metric_rows(tmp_path / "ok")[0]["update_records"] == 4
 
-    data.write_text('{"prompt": "1+1?", "reference": "1+1", "completion": "1+1=2;answer=2"}\n'
-                    '{"prompt": "2+2?", "reference": "2+2"}\n')  # fmt: skip
+    data.write_text(
+        '{"prompt": "1+1?", "reference": "1+1", "completion": "1+1=2;answer=2"}\n'
+        '{"prompt": "2+2?", "reference": "2+2"}\n'
+    )
     over["rollout.prompts_per_step"] = 8
     with pytest.raises(ValueError, match=r"demos.jsonl:2: no 'completion' field"):
         Trainer(config(tiny_policy, tmp_path / "missing", steps=1, **over), progress=False).train()
@@ -529,10 +577,25 @@ def test_eval_reads_the_split_it_is_told_and_jsonl_tasks_take_a_validation_file(
     val.write_text('{"prompt": "1+1?", "reference": "1+1"}\n{"prompt": "2+3?", "reference": "2+3"}\n')
     held = tmp_path / "held.jsonl"
     held.write_text('{"prompt": "4+4?", "reference": "4+4"}\n')
-    common = ["--policy", tiny_policy, "--task.name", "jsonl", "--task.heldout_data", str(held),
-              "--task.verifier", "arithmetic-outcome", "--eval.n_samples", "0", "--out"]  # fmt: skip
-    assert cli.main(["eval", *common, str(tmp_path / "v.json"), "--split", "validation",
-                     "--task.validation_data", str(val)]) == 0  # fmt: skip
+    common = [
+        "--policy",
+        tiny_policy,
+        "--task.name",
+        "jsonl",
+        "--task.heldout_data",
+        str(held),
+        "--task.verifier",
+        "arithmetic-outcome",
+        "--eval.n_samples",
+        "0",
+        "--out",
+    ]
+    assert (
+        cli.main(
+            ["eval", *common, str(tmp_path / "v.json"), "--split", "validation", "--task.validation_data", str(val)]
+        )
+        == 0
+    )
     assert "2 validation problems" in capsys.readouterr().out
     assert json.loads((tmp_path / "v.json").read_text())["split"] == "validation"
     assert cli.main(["eval", *common, str(tmp_path / "h.json")]) == 0

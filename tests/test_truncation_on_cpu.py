@@ -44,22 +44,30 @@ def test_a_cut_completion_is_no_point_of_comparison_in_its_group():
 def test_leave_one_out_over_the_ended_and_a_group_with_one_ended_member_gets_nothing():
     # Group 1 [1, 0, 0 | cut]: r_i - mean of the other ended: 1 - 0 = 1, 0 - 1/2, 0 - 1/2.  Group 2: one ended member,
     # nothing to compare it with (rloo compares >= 2), so 0.  Group 3 ended whole: [1, 1, 0, 0] -> 1 - 1/3 = 2/3 ...
-    got = advantages("rloo", [[1.0, 0.0, 0.0, 1.0], [1.0, 0.0, 0.0, 0.0], [1.0, 1.0, 0.0, 0.0]],
-                     [[True, True, True, False], [True, False, False, False], [True] * 4])  # fmt: skip
+    got = advantages(
+        "rloo",
+        [[1.0, 0.0, 0.0, 1.0], [1.0, 0.0, 0.0, 0.0], [1.0, 1.0, 0.0, 0.0]],
+        [[True, True, True, False], [True, False, False, False], [True] * 4],
+    )
     assert got.tolist() == pytest.approx([1, -0.5, -0.5, 0, 0, 0, 0, 0, 2 / 3, 2 / 3, -2 / 3, -2 / 3], abs=1e-12)
 
 
 def test_the_batch_baseline_is_the_mean_of_every_ended_completion():
     # reinforce, baseline batch: rewards [[1, 0], [1, 1]], the last cut: mean of 1, 0, 1 = 2/3.
-    got = advantages("reinforce", [[1.0, 0.0], [1.0, 1.0]], [[True, True], [True, False]],
-                     **{"algo": "reinforce", "advantage.baseline": "batch"})  # fmt: skip
+    got = advantages(
+        "reinforce",
+        [[1.0, 0.0], [1.0, 1.0]],
+        [[True, True], [True, False]],
+        **{"algo": "reinforce", "advantage.baseline": "batch"},
+    )
     assert got.tolist() == pytest.approx([1 / 3, -2 / 3, 1 / 3, 0.0], abs=1e-12)
 
 
 def test_nothing_changes_when_every_completion_ended():
     cfg = build_config(TrainConfig, {}, {})
-    x = EstimatorInput(torch.tensor([[0.3, 1.0, 0.0], [2.0, 2.0, 1.0]], dtype=torch.float64), torch.ones(6, 4), None,
-                       None)  # fmt: skip
+    x = EstimatorInput(
+        torch.tensor([[0.3, 1.0, 0.0], [2.0, 2.0, 1.0]], dtype=torch.float64), torch.ones(6, 4), None, None
+    )
     est = ESTIMATORS.get("grpo")
     assert torch.equal(ended_advantages(est, x, cfg, torch.ones(2, 3, dtype=torch.bool)), est(x, cfg))
 
@@ -94,10 +102,13 @@ def test_the_cli_names_the_contradiction_without_a_traceback(tmp_path, capsys):
     assert "update.mask_truncated" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("over, message", [
-    ({"algo": "sft", "kl.beta": 0.1}, "task-teacher: the task's traces were sampled by no policy"),
-    ({"algo": "online_rft", "kl.beta": 0.1}, "loss.policy_loss=likelihood: its log-probs are the model's"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "over, message",
+    [
+        ({"algo": "sft", "kl.beta": 0.1}, "task-teacher: the task's traces were sampled by no policy"),
+        ({"algo": "online_rft", "kl.beta": 0.1}, "loss.policy_loss=likelihood: its log-probs are the model's"),
+    ],
+)
 def test_the_importance_weighted_kl_needs_behaviour_logprobs_of_the_sampling_distribution(over, message):
     with pytest.raises(ConfigError, match=message):  # refused when the configuration is built
         build_config(TrainConfig, {}, {**over, "kl.importance_weighted": True})
@@ -132,10 +143,21 @@ def test_dpo_pairs_only_completions_that_ended(tmp_path):
 def test_by_default_a_run_reports_its_truncation_and_learns_from_the_ended_completions(tiny_policy, tmp_path):
     from veriloop.training.trainer import Trainer
 
-    cfg = build_config(TrainConfig, {}, {
-        "policy": tiny_policy, "run_dir": str(tmp_path), "steps": 2, "verifier": "test-digit-share",
-        "rollout.prompts_per_step": 4, "rollout.group_size": 4, "update.skip_zero_advantage": False,
-        "sampling.max_new_tokens": 40, "task.arithmetic.heldout_size": 10})  # fmt: skip
+    cfg = build_config(
+        TrainConfig,
+        {},
+        {
+            "policy": tiny_policy,
+            "run_dir": str(tmp_path),
+            "steps": 2,
+            "verifier": "test-digit-share",
+            "rollout.prompts_per_step": 4,
+            "rollout.group_size": 4,
+            "update.skip_zero_advantage": False,
+            "sampling.max_new_tokens": 40,
+            "task.arithmetic.heldout_size": 10,
+        },
+    )
     Trainer(cfg, progress=False).train()
     store = RecordStore(tmp_path / "rollouts")
     for line in (tmp_path / "metrics.jsonl").read_text().splitlines():

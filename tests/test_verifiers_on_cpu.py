@@ -244,12 +244,17 @@ def test_negative_operands_in_steps_parse():
     assert (v.components["format"], v.components["outcome"], v.score) == (1.0, 1.0, 0.0)
 
 
-@pytest.mark.parametrize("bad, says", [("(2+3", "is not a valid expression: expected '\\)'"),
-                                       ("2++3", "is not a valid expression: expected a number"),
-                                       ("", "is not a valid expression: empty expression"),
-                                       ("7/2", "has the non-integer value 7/2"),
-                                       ("abc", "is not a valid expression: unexpected 'a'"),
-                                       ("4/(2-2)", "is not a valid expression: division by zero")])
+@pytest.mark.parametrize(
+    "bad, says",
+    [
+        ("(2+3", "is not a valid expression: expected '\\)'"),
+        ("2++3", "is not a valid expression: expected a number"),
+        ("", "is not a valid expression: empty expression"),
+        ("7/2", "has the non-integer value 7/2"),
+        ("abc", "is not a valid expression: unexpected 'a'"),
+        ("4/(2-2)", "is not a valid expression: division by zero"),
+    ],
+)
 def test_invalid_reference_is_an_error_not_a_reward(bad, says):
     for v in (OUT, FMT, PROC):
         with pytest.raises(VerifierError, match=f"reference {re.escape(repr(bad))} {says}"):
@@ -259,10 +264,21 @@ def test_invalid_reference_is_an_error_not_a_reward(bad, says):
 def test_every_arithmetic_verdict_names_its_outcome():
     # Records store Verdict.outcome and metrics count each kind: one vocabulary (base.Verdict).
     answers = {"correct", "wrong", "no_answer", "ambiguous"}
-    vocabulary = {"arithmetic-outcome": answers, "arithmetic-process": answers | {"wrong_steps"},
-                  "arithmetic-format": {"correct", "bad_format"}, "arithmetic": answers}  # fmt: skip
-    completions = ["2+3=5;5*4=20;answer=20", "2+3=6;6*4=20;answer=20", "2+3=5;5+4=9;answer=9", "answer=20 or 9",
-                   "2+3=5;5*4=20", "2+3=5;5*4=20;得数为20", ""]  # fmt: skip
+    vocabulary = {
+        "arithmetic-outcome": answers,
+        "arithmetic-process": answers | {"wrong_steps"},
+        "arithmetic-format": {"correct", "bad_format"},
+        "arithmetic": answers,
+    }
+    completions = [
+        "2+3=5;5*4=20;answer=20",
+        "2+3=6;6*4=20;answer=20",
+        "2+3=5;5+4=9;answer=9",
+        "answer=20 or 9",
+        "2+3=5;5*4=20",
+        "2+3=5;5*4=20;得数为20",
+        "",
+    ]
     seen = {}
     for name, allowed in vocabulary.items():
         seen[name] = [verifiers.get(name).verify(c, "(2+3)*4").outcome for c in completions]

@@ -34,8 +34,9 @@ try:
 except ImportError:
     HAVE_VLLM = False
 
-needs_vllm = pytest.mark.skipif(not HAVE_VLLM, reason="vLLM is not installed here (make vllm-env; make test runs "
-                                "this file in .venv-vllm)")  # fmt: skip
+needs_vllm = pytest.mark.skipif(
+    not HAVE_VLLM, reason="vLLM is not installed here (make vllm-env; make test runs this file in .venv-vllm)"
+)
 pytestmark = pytest.mark.timeout(600)
 # Sampled behaviour log-probs against the learner's recomputation of the same tokens (float32, CPU):
 # measured max 3.6e-6 per token here; the bound leaves room for other CPUs' kernels.
@@ -101,8 +102,9 @@ def test_vllm_options_without_a_vllm_engine_are_refused():
     with pytest.raises(ValueError, match="task-teacher samples nothing"):
         build_config(TrainConfig, {}, {"rollout.engine": "vllm", "rollout.source": "task-teacher", "algo": "sft"})
     build_config(TrainConfig, {}, {"rollout.engine": "vllm", "vllm.kv_cache_gib": 2.0})
-    build_config(TrainConfig, {}, {"rollout.engine": "ray", "ray.worker_engine": "vllm", "vllm.lora": "merged",
-                                   "lora.r": 4})
+    build_config(
+        TrainConfig, {}, {"rollout.engine": "ray", "ray.worker_engine": "vllm", "vllm.lora": "merged", "lora.r": 4}
+    )
     with pytest.raises(ValueError, match="vllm.lora='merged' is not read by the adapters 'off'"):  # no adapters
         build_config(TrainConfig, {}, {"rollout.engine": "vllm", "vllm.lora": "merged"})
     with pytest.raises(ValueError, match="vllm.lora must be auto, adapter or merged"):
@@ -179,13 +181,16 @@ def test_sampled_behavior_logprobs_agree_with_the_learner(base, engine, problems
     for i, r in enumerate(records):
         behavior[i, : len(r.behavior_logprobs)] = torch.tensor(r.behavior_logprobs)
     diff = (learner - behavior).abs()[mask]
-    print(f"\nvLLM behaviour log-probs vs the learner's: max {diff.max():.2e}, mean {diff.mean():.2e} "
-          f"over {int(mask.sum())} tokens")  # fmt: skip
+    print(
+        f"\nvLLM behaviour log-probs vs the learner's: max {diff.max():.2e}, mean {diff.mean():.2e} "
+        f"over {int(mask.sum())} tokens"
+    )
     assert float(diff.max()) <= LOGPROB_BOUND
     # the same request again: the same records (per-row seeds)
     again = engine.run(requests(problems[:8], sampling, group_size=4))[0]
     assert [(r.completion_ids, r.behavior_logprobs) for r in again] == [
-        (r.completion_ids, r.behavior_logprobs) for r in records]  # fmt: skip
+        (r.completion_ids, r.behavior_logprobs) for r in records
+    ]
 
 
 @needs_vllm
@@ -216,7 +221,8 @@ def test_a_reload_changes_the_outputs_and_restoring_restores_them_exactly(base, 
     assert engine.load_weights(original, 2) == weights_digest(base.model.state_dict().items())
     restored = engine.run(reqs(2))[0]
     assert [(r.completion_ids, r.behavior_logprobs) for r in restored] == [
-        (r.completion_ids, r.behavior_logprobs) for r in before]  # fmt: skip
+        (r.completion_ids, r.behavior_logprobs) for r in before
+    ]
     engine.load_weights(original, 0)  # back to the fixture's version for the other tests
 
 
@@ -243,8 +249,16 @@ def test_lora_policies_sample_what_the_learner_computes(base, problems, mode, sh
         e.close()
 
 
-GRPO = {"steps": 40, "seed": 0, "checkpoint_every": 100, "rollout.prompts_per_step": 16, "rollout.group_size": 8,
-        "task.arithmetic.heldout_size": 200, "rollout.engine": "vllm", "vllm.kv_cache_gib": 0.25}  # fmt: skip
+GRPO = {
+    "steps": 40,
+    "seed": 0,
+    "checkpoint_every": 100,
+    "rollout.prompts_per_step": 16,
+    "rollout.group_size": 8,
+    "task.arithmetic.heldout_size": 200,
+    "rollout.engine": "vllm",
+    "vllm.kv_cache_gib": 0.25,
+}
 
 
 @needs_vllm
@@ -261,8 +275,10 @@ def test_grpo_with_vllm_rollouts_learns(tmp_path):
     first = sum(r["reward_mean"] for r in rows[:half]) / half
     last = sum(r["reward_mean"] for r in rows[half:]) / (len(rows) - half)
     mismatch = max(r["logprob_mismatch"] for r in rows)
-    print(f"\nGRPO with vLLM rollouts: reward {first:.3f} -> {last:.3f}, held-out greedy accuracy "
-          f"{before.greedy_accuracy:.3f} -> {after.greedy_accuracy:.3f}, logprob_mismatch max {mismatch:.2e}")
+    print(
+        f"\nGRPO with vLLM rollouts: reward {first:.3f} -> {last:.3f}, held-out greedy accuracy "
+        f"{before.greedy_accuracy:.3f} -> {after.greedy_accuracy:.3f}, logprob_mismatch max {mismatch:.2e}"
+    )
     assert last > first + 0.04, (first, last)
     assert after.greedy_accuracy > before.greedy_accuracy + 0.12, (before.greedy_accuracy, after.greedy_accuracy)
     assert all(0 <= r["logprob_mismatch"] <= LOGPROB_BOUND for r in rows)  # reported every step
@@ -270,9 +286,17 @@ def test_grpo_with_vllm_rollouts_learns(tmp_path):
     assert {r.sampling["engine"] for r in store.read(40)} == {"vllm"}
 
 
-SHORT = {"steps": 3, "seed": 1, "checkpoint_every": 100, "rollout.prompts_per_step": 4, "rollout.group_size": 4,
-         "rollout.request_groups": 1, "sampling.max_new_tokens": 48, "task.arithmetic.heldout_size": 10,
-         "vllm.kv_cache_gib": 0.25}  # fmt: skip
+SHORT = {
+    "steps": 3,
+    "seed": 1,
+    "checkpoint_every": 100,
+    "rollout.prompts_per_step": 4,
+    "rollout.group_size": 4,
+    "rollout.request_groups": 1,
+    "sampling.max_new_tokens": 48,
+    "task.arithmetic.heldout_size": 10,
+    "vllm.kv_cache_gib": 0.25,
+}
 RAY_BOUNDS = {"rollout.request_timeout_s": 120, "ray.timeout_s": 120}  # options of the ray engine only
 
 
@@ -286,8 +310,9 @@ def test_ray_actors_holding_vllm_serve_every_request_once(tmp_path):
             trainer.close()
         return RecordStore(run_dir / "rollouts")
 
-    ray_store = run(tmp_path / "ray", **{"rollout.engine": "ray", "rollout.workers": 2, "ray.worker_engine": "vllm",
-                                         **RAY_BOUNDS})  # fmt: skip
+    ray_store = run(
+        tmp_path / "ray", **{"rollout.engine": "ray", "rollout.workers": 2, "ray.worker_engine": "vllm", **RAY_BOUNDS}
+    )
     ledger = Ledger(tmp_path / "ray")
     assert sorted(ledger.done_counts().items()) == [(f"{s}-0-{g}", 1) for s in range(1, 4) for g in range(4)]
     assert {e["engine"] for e in ledger.events()} == {0, 1}
@@ -295,7 +320,8 @@ def test_ray_actors_holding_vllm_serve_every_request_once(tmp_path):
     for step in range(1, 4):  # which process served a request changes nothing
         a, b = ray_store.read(step), in_process.read(step)
         assert [(r.completion_ids, r.behavior_logprobs, r.policy_version) for r in a] == [
-            (r.completion_ids, r.behavior_logprobs, r.policy_version) for r in b]  # fmt: skip
+            (r.completion_ids, r.behavior_logprobs, r.policy_version) for r in b
+        ]
 
 
 @needs_vllm
@@ -305,9 +331,29 @@ def test_the_engines_benchmark_prints_its_table(tmp_path):
     from pathlib import Path
 
     script = Path(__file__).resolve().parent.parent / "benchmarks" / "engines.py"
-    out = subprocess.run([sys.executable, str(script), "--models", "base", "--prompts", "2", "--group", "2",
-                          "--max-new-tokens", "8", "--repeats", "1", "--kv-cache-gib", "0.25", "--json",
-                          str(tmp_path / "engines.json")], capture_output=True, text=True, timeout=300)  # fmt: skip
+    out = subprocess.run(
+        [
+            sys.executable,
+            str(script),
+            "--models",
+            "base",
+            "--prompts",
+            "2",
+            "--group",
+            "2",
+            "--max-new-tokens",
+            "8",
+            "--repeats",
+            "1",
+            "--kv-cache-gib",
+            "0.25",
+            "--json",
+            str(tmp_path / "engines.json"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     rows = json.loads((tmp_path / "engines.json").read_text())["results"]
     assert [r["engine"] for r in rows] == ["local", "generate", "vllm"]

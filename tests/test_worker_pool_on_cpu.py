@@ -115,8 +115,9 @@ def test_a_timeout_is_still_a_timeout():
         assert time.monotonic() - started < 30
 
 
-@pytest.mark.parametrize("broken", [{"preload": ("veriloop_no_such_module",)}, {"python": "/bin/false"},
-                                    {"python": "/nonexistent/python3"}])  # fmt: skip
+@pytest.mark.parametrize(
+    "broken", [{"preload": ("veriloop_no_such_module",)}, {"python": "/bin/false"}, {"python": "/nonexistent/python3"}]
+)
 def test_a_pool_whose_workers_cannot_start_raises(broken):
     pool = WorkerPool(2, **broken)
     with pytest.raises(WorkerPoolError, match="cannot start") as e:
@@ -145,8 +146,10 @@ def test_functions_from_main_are_refused():
 
 
 def test_workers_exit_when_the_parent_dies():
-    code = ("import operator, os, sys; from veriloop.verifiers.pool import WorkerPool; p = WorkerPool(2); "
-            "p.map(operator.add, [(1, 2)], 30); print(*p.pids()); sys.stdout.flush(); os._exit(0)")  # fmt: skip
+    code = (
+        "import operator, os, sys; from veriloop.verifiers.pool import WorkerPool; p = WorkerPool(2); "
+        "p.map(operator.add, [(1, 2)], 30); print(*p.pids()); sys.stdout.flush(); os._exit(0)"
+    )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     pids = [int(p) for p in done.stdout.split()]
     assert len(pids) == 2, done.stderr

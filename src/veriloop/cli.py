@@ -36,15 +36,26 @@ log = logging.getLogger("veriloop.cli")  # not __name__: `python -m veriloop.cli
 def _parser(only: set[str] | None = None) -> argparse.ArgumentParser:
     """The command line's parser.  With ``only``, the other commands get no options of their own: building them
     imports the training stack, which ``veriloop --help`` or ``veriloop verify`` has no need of."""
-    parser = argparse.ArgumentParser(prog="veriloop", usage=USAGE, description=INTRO + _listing(), epilog=EPILOG,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    parser = argparse.ArgumentParser(
+        prog="veriloop",
+        usage=USAGE,
+        description=INTRO + _listing(),
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--version", action="version", version=f"veriloop {__version__}")
-    parser.add_argument("--plugin", action="append", default=[], metavar="MODULE",
-                        help="import MODULE first (repeatable): it may register tasks, verifiers, estimators, "
-                        "objectives or search strategies (veriloop.registry)")  # fmt: skip
+    parser.add_argument(
+        "--plugin",
+        action="append",
+        default=[],
+        metavar="MODULE",
+        help="import MODULE first (repeatable): it may register tasks, verifiers, estimators, "
+        "objectives or search strategies (veriloop.registry)",
+    )
     _add_output_options(parser, top=True)
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", prog="veriloop",
-                                help=argparse.SUPPRESS)  # listed by group in the description  # fmt: skip
+    sub = parser.add_subparsers(
+        dest="command", required=True, metavar="COMMAND", prog="veriloop", help=argparse.SUPPRESS
+    )  # listed by group in the description
     for name in COMMANDS:
         if only is None or name in only:
             _build(sub, name)
@@ -58,14 +69,24 @@ def _add_output_options(p: argparse.ArgumentParser, top: bool = False) -> None:
     before or after the command (a command's own leaves the top-level value alone unless given)."""
     default = (lambda value: value) if top else (lambda value: argparse.SUPPRESS)
     g = p.add_argument_group("output (before or after the command)")
-    g.add_argument("-q", "--quiet", action="store_true", default=default(False),
-                   help="warnings and errors only, no progress")  # fmt: skip
+    g.add_argument(
+        "-q", "--quiet", action="store_true", default=default(False), help="warnings and errors only, no progress"
+    )
     g.add_argument("-v", "--verbose", action="store_true", default=default(False), help="debug messages too")
-    g.add_argument("--log_level", choices=tuple(logs.LEVELS), default=default(None),
-                   help="what is shown on stderr (default info; -q is warning, -v is debug); the run's own log "
-                   "file keeps everything")  # fmt: skip
-    g.add_argument("--log_every", type=int, metavar="N", default=default(0),
-                   help="off a terminal, a progress line every N steps (default: 10 to 20 lines a run)")  # fmt: skip
+    g.add_argument(
+        "--log_level",
+        choices=tuple(logs.LEVELS),
+        default=default(None),
+        help="what is shown on stderr (default info; -q is warning, -v is debug); the run's own log "
+        "file keeps everything",
+    )
+    g.add_argument(
+        "--log_every",
+        type=int,
+        metavar="N",
+        default=default(0),
+        help="off a terminal, a progress line every N steps (default: 10 to 20 lines a run)",
+    )
 
 
 def _command(sub, name: str, cls, help_text: str, defaults=None) -> argparse.ArgumentParser:
@@ -113,22 +134,40 @@ def _build(sub, name: str) -> None:
     if config is not None:
         p = _command(sub, name, config[0], COMMANDS[name][1], config[1])
         if name == "train":
-            p.add_argument("--resume", metavar="RUN_DIR", help="continue the run in RUN_DIR from its latest "
-                           "checkpoint that matches its manifest; with none (killed before its first), start it "
-                           "over from step 0")  # fmt: skip
+            p.add_argument(
+                "--resume",
+                metavar="RUN_DIR",
+                help="continue the run in RUN_DIR from its latest "
+                "checkpoint that matches its manifest; with none (killed before its first), start it "
+                "over from step 0",
+            )
         if name in ("train", "sft", "pipeline"):
-            p.add_argument("--dry-run", action="store_true", help="print what the run would do (samples and "
-                           "tokens per step, optimizer steps and micro-batches per batch, staleness, estimated "
-                           "memory) from its config, the model's shapes and the data; train nothing, make no run "
-                           "directory")  # fmt: skip
+            p.add_argument(
+                "--dry-run",
+                action="store_true",
+                help="print what the run would do (samples and "
+                "tokens per step, optimizer steps and micro-batches per batch, staleness, estimated "
+                "memory) from its config, the model's shapes and the data; train nothing, make no run "
+                "directory",
+            )
         if name == "search":
-            p.add_argument("--dry-run", action="store_true", help="print what the search would cost (per strategy "
-                           "and budget: generations, tokens, PRM and verifier calls per problem and in all; estimated "
-                           "memory) from its config, the models' shapes and the problems; draw nothing, make no run "
-                           "directory")  # fmt: skip
+            p.add_argument(
+                "--dry-run",
+                action="store_true",
+                help="print what the search would cost (per strategy "
+                "and budget: generations, tokens, PRM and verifier calls per problem and in all; estimated "
+                "memory) from its config, the models' shapes and the problems; draw nothing, make no run "
+                "directory",
+            )
         return
-    builders = {"report": _add_report, "compare": _add_compare, "verify": _add_verify, "audit": _add_audit,
-                "prm": _add_prm, "completion": _add_completion}  # fmt: skip
+    builders = {
+        "report": _add_report,
+        "compare": _add_compare,
+        "verify": _add_verify,
+        "audit": _add_audit,
+        "prm": _add_prm,
+        "completion": _add_completion,
+    }
     if name in builders:
         builders[name](sub, COMMANDS[name][1])
     elif name in ("algos", "verifiers", "doctor"):
@@ -140,11 +179,19 @@ def _build(sub, name: str) -> None:
 def _add_report(sub, help_text: str) -> None:
     p = sub.add_parser("report", help=help_text, description=help_text)
     p.add_argument("run_dir", help="a training run, a search run, or a directory of runs (a demo's, a pipeline's)")
-    p.add_argument("--serve", action="store_true", help="serve the page on 127.0.0.1 with every record read on "
-                   "demand (a long run), and spot-check marks saved to the run directory; Ctrl-C stops it")
+    p.add_argument(
+        "--serve",
+        action="store_true",
+        help="serve the page on 127.0.0.1 with every record read on "
+        "demand (a long run), and spot-check marks saved to the run directory; Ctrl-C stops it",
+    )
     p.add_argument("--port", type=int, default=0, help="--serve's port (0: a free one)")
-    p.add_argument("--marks", metavar="FILE", help="spot-check marks exported from a report page (its 'Export "
-                   "marks' button): merged into the run's spot_check.json before the page is written")
+    p.add_argument(
+        "--marks",
+        metavar="FILE",
+        help="spot-check marks exported from a report page (its 'Export "
+        "marks' button): merged into the run's spot_check.json before the page is written",
+    )
     _add_output_options(p)
 
 
@@ -160,8 +207,13 @@ def _add_verify(sub, help_text: str) -> None:
     p.add_argument("--verifier", required=True, help="verifier name (see `veriloop verifiers`)")
     p.add_argument("--input", required=True, metavar="IN.jsonl", help="rows with completion and reference")
     p.add_argument("--output", required=True, metavar="OUT.jsonl", help="the rows with score, outcome, components")
-    p.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
-                   help="verifier option (repeatable), e.g. percent=either, partial_credit=true")  # fmt: skip
+    p.add_argument(
+        "--option",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="verifier option (repeatable), e.g. percent=either, partial_credit=true",
+    )
     p.add_argument("--workers", type=int, default=0, help="processes; 0 = every core")
     _add_output_options(p)
 
@@ -169,11 +221,20 @@ def _add_verify(sub, help_text: str) -> None:
 def _add_audit(sub, help_text: str) -> None:
     p = sub.add_parser("audit", help=help_text, description=help_text)
     p.add_argument("verifier", help="verifier name")
-    p.add_argument("--part", choices=("development", "heldout", "all"), default="all",
-                   help="built-in cases: development (the reader is tuned on them), heldout (written from reading, "
-                        "never edited), all")
-    p.add_argument("--cases", action="append", default=[], metavar="FILE.jsonl",
-                   help="your cases {completion, reference, expect: accept|reject, family} (repeatable; part user)")
+    p.add_argument(
+        "--part",
+        choices=("development", "heldout", "all"),
+        default="all",
+        help="built-in cases: development (the reader is tuned on them), heldout (written from reading, "
+        "never edited), all",
+    )
+    p.add_argument(
+        "--cases",
+        action="append",
+        default=[],
+        metavar="FILE.jsonl",
+        help="your cases {completion, reference, expect: accept|reject, family} (repeatable; part user)",
+    )
     p.add_argument("--no-builtin", action="store_true", help="only the cases given with --cases")
     p.add_argument("--option", action="append", default=[], metavar="KEY=VALUE", help="verifier option")
     p.add_argument("--json", metavar="FILE", help="also write the report as JSON (totals per part, every failure)")
@@ -198,8 +259,11 @@ def _add_prm(sub, help_text: str) -> None:
 
 
 def _add_completion(sub, help_text: str) -> None:
-    p = sub.add_parser("completion", help=help_text, description=help_text + " (or add it to ~/.bashrc; zsh: "
-                       "veriloop completion zsh > ~/.zfunc/_veriloop)")  # fmt: skip
+    p = sub.add_parser(
+        "completion",
+        help=help_text,
+        description=help_text + " (or add it to ~/.bashrc; zsh: veriloop completion zsh > ~/.zfunc/_veriloop)",
+    )
     p.add_argument("shell", choices=("bash", "zsh", "tcsh"))
     _add_output_options(p)
 
@@ -361,8 +425,10 @@ def _search(args: argparse.Namespace, progress: bool) -> int:
             summary = run_search(cfg, progress=progress)
             write_report(cfg.out)
         print(open(f"{cfg.out}/table.md").read())
-        print(f"wrote {cfg.out}/summary.json, table.md, accuracy_vs_tokens.png, results.jsonl, report.html "
-              f"({summary['seconds']} s)")  # fmt: skip
+        print(
+            f"wrote {cfg.out}/summary.json, table.md, accuracy_vs_tokens.png, results.jsonl, report.html "
+            f"({summary['seconds']} s)"
+        )
     elif args.command == "allocate":
         from veriloop.search.allocate import AllocateConfig, run_allocate
 
@@ -447,12 +513,18 @@ def _resume_config(args: argparse.Namespace):
 
     overrides = overrides_from_args(args)
     if overrides.get("run_dir", args.resume) != args.resume:
-        raise InputError(f"--run_dir {overrides['run_dir']} with --resume {args.resume}: a resumed run stays in "
-                         "its own directory; give only --resume")  # fmt: skip
+        raise InputError(
+            f"--run_dir {overrides['run_dir']} with --resume {args.resume}: a resumed run stays in "
+            "its own directory; give only --resume"
+        )
     data = read_run_config(Path(args.resume))
     extra = flatten(load_yaml(args.config)) if args.config else {}  # as if each of its keys were a flag
-    return build_config(TrainConfig, data, {**extra, **overrides, "run_dir": args.resume},
-                        source=f"{args.resume}/config.yaml" + (f" + {args.config}" if args.config else ""))  # fmt: skip
+    return build_config(
+        TrainConfig,
+        data,
+        {**extra, **overrides, "run_dir": args.resume},
+        source=f"{args.resume}/config.yaml" + (f" + {args.config}" if args.config else ""),
+    )
 
 
 def _sft_defaults():
@@ -516,8 +588,11 @@ def _main(argv: list[str]) -> int:
             return 0
         except Exception:  # anything else is a bug in veriloop: show where, and do not blame the input
             traceback.print_exc()
-            print(f"veriloop {args.command}: internal error (a bug in veriloop, not in your input): please report "
-                  "it with the command line and the traceback above", file=sys.stderr)  # fmt: skip
+            print(
+                f"veriloop {args.command}: internal error (a bug in veriloop, not in your input): please report "
+                "it with the command line and the traceback above",
+                file=sys.stderr,
+            )
             return EXIT_BUG
 
 

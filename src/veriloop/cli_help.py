@@ -29,27 +29,41 @@ GROUPS = {
 COMMANDS = {
     "demo": ("train", "evaluate the shipped base, train it with GRPO, evaluate again, print the table"),
     "train": ("train", "train a policy with any recipe (--algo, default grpo); resumable run directory"),
-    "sft": ("train", "supervised fine-tuning on the task's teacher traces: the sft recipe from a new built-in "
-                     "model (makes the base)"),
-    "pipeline": ("train", "the R1 recipe: cold start, RL, rejection sampling, SFT from the base, RL again (or "
-                          "R1-Zero); one run directory per stage, resumable"),
+    "sft": (
+        "train",
+        "supervised fine-tuning on the task's teacher traces: the sft recipe from a new built-in "
+        "model (makes the base)",
+    ),
+    "pipeline": (
+        "train",
+        "the R1 recipe: cold start, RL, rejection sampling, SFT from the base, RL again (or "
+        "R1-Zero); one run directory per stage, resumable",
+    ),
     "algos": ("train", "list the training recipes (--algo NAME) and what each sets"),
     "eval": ("evaluate", "held-out evaluation: greedy/sampled accuracy, pass@k, format, process, wrong steps"),
-    "report": ("evaluate", "the run browser: report.html (curves, rollouts, spot-check, search) for a run "
-                           "directory, or --serve it on 127.0.0.1 for a long run"),
+    "report": (
+        "evaluate",
+        "the run browser: report.html (curves, rollouts, spot-check, search) for a run "
+        "directory, or --serve it on 127.0.0.1 for a long run",
+    ),
     "compare": ("evaluate", "several runs' curves overlaid and their config differences: compare.html"),
     "search": ("search", "test-time strategies at several budgets: summary.json, table, plot"),
-    "allocate": ("search", "compute-optimal allocation: difficulty bins and a strategy per bin chosen on "
-                           "validation, applied to held-out"),
+    "allocate": (
+        "search",
+        "compute-optimal allocation: difficulty bins and a strategy per bin chosen on validation, applied to held-out",
+    ),
     "revision-pairs": ("search", "wrong -> right demonstrations (nearest by edit distance) for a revision model"),
     "verifiers": ("verifiers", "list the registered verifiers"),
     "verify": ("verifiers", "grade a JSONL file of {completion, reference} rows with a verifier"),
     "audit": ("verifiers", "false accepts and false rejects of a verifier, by part and family"),
     "prm": ("verifiers", "process reward models: label steps, train, score (veriloop prm label|train|score)"),
-    "doctor": ("tools", "what this machine offers veriloop (Python, torch, GPU, the base, disk, Ray, vLLM, peft, the "
-                        "code sandbox) and what a command would miss; exit 3 if a required one is missing"),
+    "doctor": (
+        "tools",
+        "what this machine offers veriloop (Python, torch, GPU, the base, disk, Ray, vLLM, peft, the "
+        "code sandbox) and what a command would miss; exit 3 if a required one is missing",
+    ),
     "completion": ("tools", "print a shell completion script: source <(veriloop completion bash)"),
-}  # fmt: skip
+}
 
 USAGE = "veriloop [-h] [--version] [-q] [-v] [--log_level LEVEL] [--log_every N] [--plugin MODULE] COMMAND ..."
 EPILOG = """\

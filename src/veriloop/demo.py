@@ -57,26 +57,64 @@ log = logging.getLogger(__name__)
 # KL, their length and learning rate: the control has --sft_lr and a wall time) are named once when set
 # (GRPO_ONLY).  REFUSED: options no run of the demo can honour.  The longest matching prefix decides; the test
 # walks every option of TrainConfig, so a new one must be placed here.
-CONTROL_PASSES = ("policy", "seed", "task", "device", "dtype", "threads", "report_to", "checkpoint_every",
-                  "keep_checkpoints", "eval_every", "eval_problems", "eval_split", "update", "optim", "lora",
-                  "learner", "model", "alarms")  # fmt: skip
-GRPO_ONLY = ("algo", "reference", "verifier", "steps", "max_minutes", "max_samples", "max_sampled_tokens",
-             "save_rollouts", "optim.lr", "optim.schedule", "sampling", "rollout", "advantage", "loss", "kl", "critic",
-             "process", "ray", "vllm")  # fmt: skip
+CONTROL_PASSES = (
+    "policy",
+    "seed",
+    "task",
+    "device",
+    "dtype",
+    "threads",
+    "report_to",
+    "checkpoint_every",
+    "keep_checkpoints",
+    "eval_every",
+    "eval_problems",
+    "eval_split",
+    "update",
+    "optim",
+    "lora",
+    "learner",
+    "model",
+    "alarms",
+)
+GRPO_ONLY = (
+    "algo",
+    "reference",
+    "verifier",
+    "steps",
+    "max_minutes",
+    "max_samples",
+    "max_sampled_tokens",
+    "save_rollouts",
+    "optim.lr",
+    "optim.schedule",
+    "sampling",
+    "rollout",
+    "advantage",
+    "loss",
+    "kl",
+    "critic",
+    "process",
+    "ray",
+    "vllm",
+)
 REFUSED = {
     "run_dir": "the demo's runs go under --run_dir (grpo/, grpo-process/, sft-control/); set --run_dir instead",
     "export": "each of the demo's runs would save its final model there, one over the other; each run's is in its "
-              "own final/ under --run_dir",
-}  # fmt: skip
+    "own final/ under --run_dir",
+}
 # Options that may differ when a demo is continued: where it is and how many CPU threads it uses
 CONTINUE_MAY_CHANGE = ("run_dir", "threads", "train.threads")
 
 
 def control_reach(key: str) -> str:
     """``passes`` | ``grpo-only`` | ``refused``: what the train.* option ``key`` (dotted) is to the SFT control."""
-    found = [(len(p), kind) for kind, prefixes in (("passes", CONTROL_PASSES), ("grpo-only", GRPO_ONLY),
-                                                   ("refused", tuple(REFUSED)))
-             for p in prefixes if key == p or key.startswith(p + ".")]  # fmt: skip
+    found = [
+        (len(p), kind)
+        for kind, prefixes in (("passes", CONTROL_PASSES), ("grpo-only", GRPO_ONLY), ("refused", tuple(REFUSED)))
+        for p in prefixes
+        if key == p or key.startswith(p + ".")
+    ]
     if not found:
         raise KeyError(f"train.{key} is not placed in demo.py's CONTROL_PASSES, GRPO_ONLY or REFUSED")
     return max(found)[1]
@@ -87,8 +125,14 @@ def control_reach(key: str) -> str:
 # (docs/getting-started/demo.md).  kl.beta 0 (as DAPO and Dr. GRPO): no reference pass, and the groups whose
 # completions all scored the same (advantage 0 for every one) carry no gradient, so the update skips them - it
 # costs a quarter of the KL-anchored one's; one pass per batch at a higher, warmed-up and decaying learning rate.
-DEMO_TRAIN = {"steps": 140, "kl.beta": 0.0, "update.inner_updates": 1, "optim.lr": 3e-4, "optim.warmup_steps": 10,
-              "optim.schedule": "cosine"}  # fmt: skip
+DEMO_TRAIN = {
+    "steps": 140,
+    "kl.beta": 0.0,
+    "update.inner_updates": 1,
+    "optim.lr": 3e-4,
+    "optim.warmup_steps": 10,
+    "optim.schedule": "cosine",
+}
 
 
 def demo_train() -> TrainConfig:
@@ -102,9 +146,11 @@ class DemoConfig:
 
     run_dir: str = field(
         default="runs/demo",
-        metadata={"help": "demo directory: an unfinished demo of this configuration there (or at D-2, D-3, ...) is "
-                  "continued; else a new one is numbered if it exists"},
-    )  # fmt: skip
+        metadata={
+            "help": "demo directory: an unfinished demo of this configuration there (or at D-2, D-3, ...) is "
+            "continued; else a new one is numbered if it exists"
+        },
+    )
     process_run: bool = field(default=True, metadata={"help": "also train from the same base with the process reward"})
     process_verifier: str = field(default="arithmetic-process", metadata={"help": "reward of the process run"})
     sft_control: bool = field(
@@ -114,10 +160,12 @@ class DemoConfig:
     threads: int = field(default=0, metadata={"help": "torch CPU threads; 0 = torch's default"})
     side_by_side: bool = field(
         default=True,
-        metadata={"help": "train the GRPO run, the SFT control and the process run at once, one process each with "
-                  "an equal share of the threads (the control stops when the GRPO run has finished); false = one "
-                  "after the other, the control for the GRPO run's wall time"},
-    )  # fmt: skip
+        metadata={
+            "help": "train the GRPO run, the SFT control and the process run at once, one process each with "
+            "an equal share of the threads (the control stops when the GRPO run has finished); false = one "
+            "after the other, the control for the GRPO run's wall time"
+        },
+    )
     train: TrainConfig = field(default_factory=demo_train)
     eval: EvalConfig = field(default_factory=EvalConfig)
 
@@ -129,12 +177,32 @@ class DemoConfig:
         check_declared(self)
 
 
-declare(DemoConfig, [
-    toggled("process-reward run", "process_run", ("process_verifier",), lambda cfg: cfg.process_run,
-            "process_run true", "process_run false", {"process_run": True}, {"process_run": False}),
-    toggled("SFT control", "sft_control", ("sft_lr",), lambda cfg: cfg.sft_control, "sft_control true",
-            "sft_control false", {"sft_control": True}, {"sft_control": False}),
-], ("run_dir", "process_run", "sft_control", "threads", "side_by_side", "train", "eval"))  # fmt: skip
+declare(
+    DemoConfig,
+    [
+        toggled(
+            "process-reward run",
+            "process_run",
+            ("process_verifier",),
+            lambda cfg: cfg.process_run,
+            "process_run true",
+            "process_run false",
+            {"process_run": True},
+            {"process_run": False},
+        ),
+        toggled(
+            "SFT control",
+            "sft_control",
+            ("sft_lr",),
+            lambda cfg: cfg.sft_control,
+            "sft_control true",
+            "sft_control false",
+            {"sft_control": True},
+            {"sft_control": False},
+        ),
+    ],
+    ("run_dir", "process_run", "sft_control", "threads", "side_by_side", "train", "eval"),
+)
 
 
 def demo_defaults() -> DemoConfig:
@@ -144,8 +212,10 @@ def demo_defaults() -> DemoConfig:
 def set_options(train: TrainConfig, defaults: dict | None = None) -> dict:
     """The train.* options (dotted) whose values differ from ``defaults`` (dotted; by default those of the recipe
     ``train.algo``)."""
-    defaults = {**(TrainConfig.recipe_defaults(train.algo) if defaults is None else defaults),
-                "verifier": train.task.reward_verifier()}  # '' resolved  # fmt: skip
+    defaults = {
+        **(TrainConfig.recipe_defaults(train.algo) if defaults is None else defaults),
+        "verifier": train.task.reward_verifier(),
+    }  # '' resolved
     return {k: v for k, v in flatten(to_dict(train)).items() if v != defaults.get(k) and k != "run_dir"}
 
 
@@ -158,9 +228,18 @@ def demo_set_options(train: TrainConfig) -> dict:
 def control_config(cfg: DemoConfig, run_dir: Path, seconds: float) -> TrainConfig:
     """The SFT control: the sft recipe from the same base for ``seconds`` of wall time (0: until the demo stops it),
     with every train.* option set that means the same in SFT (``control_reach``)."""
-    own = {"algo": "sft", "policy": cfg.train.policy, "run_dir": str(run_dir), "seed": cfg.train.seed,
-           "steps": 10**7, "max_minutes": seconds / 60, "save_rollouts": False, "checkpoint_every": 10**7,
-           "optim.lr": cfg.sft_lr, "optim.weight_decay": 0.01}  # fmt: skip
+    own = {
+        "algo": "sft",
+        "policy": cfg.train.policy,
+        "run_dir": str(run_dir),
+        "seed": cfg.train.seed,
+        "steps": 10**7,
+        "max_minutes": seconds / 60,
+        "save_rollouts": False,
+        "checkpoint_every": 10**7,
+        "optim.lr": cfg.sft_lr,
+        "optim.weight_decay": 0.01,
+    }
     passed = {k: v for k, v in demo_set_options(cfg.train).items() if control_reach(k) == "passes"}
     return build_config(TrainConfig, {"task": to_dict(cfg.train.task)}, {**own, **passed})
 
@@ -169,8 +248,10 @@ def _control_note(cfg: DemoConfig) -> str:
     unused = [k for k in demo_set_options(cfg.train) if control_reach(k) == "grpo-only"]
     if not cfg.sft_control or not unused:
         return ""
-    return (f"the SFT control does not use {', '.join('train.' + k for k in unused)}: settings of the GRPO runs "
-            "(the control trains on the task's traces with --sft_lr for the GRPO run's wall time)")  # fmt: skip
+    return (
+        f"the SFT control does not use {', '.join('train.' + k for k in unused)}: settings of the GRPO runs "
+        "(the control trains on the task's traces with --sft_lr for the GRPO run's wall time)"
+    )
 
 
 # ---------------------------------------------------------------------------------------------------- directory
@@ -313,8 +394,11 @@ class _Demo:
         phase = "train " + ", ".join(names)
         threads = max(1, (self.cfg.threads or torch.get_num_threads()) // len(names))
         control = "; the SFT control stops when the GRPO run has finished" if "sft-control" in names else ""
-        self.say(phase, f"training {', '.join(names)} side by side (a process each, {threads} thread"
-                        f"{'s' if threads > 1 else ''}){control} ...")
+        self.say(
+            phase,
+            f"training {', '.join(names)} side by side (a process each, {threads} thread"
+            f"{'s' if threads > 1 else ''}){control} ...",
+        )
         return self.phase(phase, lambda _: {"runs": self._side_by_side(phase, names, threads)})["runs"]
 
     def _side_by_side(self, phase: str, names: list[str], threads: int) -> dict:
@@ -339,11 +423,17 @@ class _Demo:
         note = _control_note(cfg)
         if note:
             log.warning(note)
-        self.say("evaluate base and teacher",
-                 f"evaluating the base ({cfg.train.policy}) on {len(self.problems)} held-out problems ...")  # fmt: skip
-        first = self.phase("evaluate base and teacher", lambda _: {
-            "result": self.evaluate(cfg.train.policy),
-            "teacher": evaluate_teacher(self.task, self.problems, self.verifiers)})  # fmt: skip
+        self.say(
+            "evaluate base and teacher",
+            f"evaluating the base ({cfg.train.policy}) on {len(self.problems)} held-out problems ...",
+        )
+        first = self.phase(
+            "evaluate base and teacher",
+            lambda _: {
+                "result": self.evaluate(cfg.train.policy),
+                "teacher": evaluate_teacher(self.task, self.problems, self.verifiers),
+            },
+        )
         results, teacher = {"base": EvalResult(**first["result"])}, first["teacher"]
         names = ["grpo"] + ["sft-control"] * cfg.sft_control + ["grpo-process"] * cfg.process_run
         if cfg.side_by_side and len(names) > 1:
@@ -351,19 +441,30 @@ class _Demo:
             runs = self.side_by_side(names)
             for name in names:
                 results[name] = self.evaluated(name, runs[name]["model"])
-            summary_extra = {"side_by_side": True, **{f"{n.replace('-', '_')}_cpu_seconds": runs[n]["cpu_seconds"]
-                                                      for n in names}}  # fmt: skip
+            summary_extra = {
+                "side_by_side": True,
+                **{f"{n.replace('-', '_')}_cpu_seconds": runs[n]["cpu_seconds"] for n in names},
+            }
             return self.finish(results, teacher, runs["grpo"]["seconds"], summary_extra)
-        self.say("train grpo", f"base greedy accuracy {results['base'].greedy_accuracy:.3f}; training with GRPO "
-                               f"({cfg.train.verifier} reward) ...")  # fmt: skip
+        self.say(
+            "train grpo",
+            f"base greedy accuracy {results['base'].greedy_accuracy:.3f}; training with GRPO "
+            f"({cfg.train.verifier} reward) ...",
+        )
         grpo = self.grpo("grpo", cfg.train.verifier)
         results["grpo"] = self.evaluated("grpo", grpo["model"])
         if cfg.sft_control:
-            self.say("train sft-control",
-                     f"continuing SFT from the same base for {grpo['seconds'] / 60:.1f} minutes (the control) ...")
+            self.say(
+                "train sft-control",
+                f"continuing SFT from the same base for {grpo['seconds'] / 60:.1f} minutes (the control) ...",
+            )
             # a control stopped part way trains for what is left of that time (a step at least) when continued
-            control = self.phase("train sft-control", lambda spent: self.train(control_config(
-                cfg, self.out / "sft-control", max(grpo["seconds"] - spent, 1.0))))  # fmt: skip
+            control = self.phase(
+                "train sft-control",
+                lambda spent: self.train(
+                    control_config(cfg, self.out / "sft-control", max(grpo["seconds"] - spent, 1.0))
+                ),
+            )
             results["sft-control"] = self.evaluated("sft-control", control["model"])
         if cfg.process_run:
             self.say("train grpo-process", f"training from the same base with the {cfg.process_verifier} reward ...")

@@ -48,9 +48,16 @@ def _train_in_child(name: str, cfg_dict: dict, resume: bool, threads: int, stop,
             trainer.stop_when = lambda: "the GRPO run beside it has finished" if stop.is_set() else ""
         trainer.train()
         # said as soon as the training ends (the GRPO run's report stops the control), the run's report after
-        reports.put({"name": name, "done": not trainer.stop_signal, "steps": trainer.state.step,
-                     "seconds": time.time() - started, "cpu_seconds": time.process_time() - cpu,
-                     "model": str(Path(cfg.run_dir) / "final")})  # fmt: skip
+        reports.put(
+            {
+                "name": name,
+                "done": not trainer.stop_signal,
+                "steps": trainer.state.step,
+                "seconds": time.time() - started,
+                "cpu_seconds": time.process_time() - cpu,
+                "model": str(Path(cfg.run_dir) / "final"),
+            }
+        )
         if not trainer.stop_signal:
             write_report(cfg.run_dir)
     sys.exit(STOPPED_EXIT if trainer.stop_signal else 0)
@@ -64,10 +71,7 @@ def _steps_done(run_dir: str) -> int:
         return 0
 
 
-
-
-def train_side_by_side(runs: dict, configs: dict[str, TrainConfig], threads: int, steps: int,
-                       progress: bool) -> dict:
+def train_side_by_side(runs: dict, configs: dict[str, TrainConfig], threads: int, steps: int, progress: bool) -> dict:
     """Train ``configs`` (by name: grpo, sft-control, grpo-process) at once, one spawned process each with
     ``threads`` threads; the SFT control until the GRPO run's training has ended.  ``runs`` (the demo's record,
     updated in place and saved with its state if it stops): each run's model, steps, wall and CPU seconds; a run
@@ -81,13 +85,21 @@ def train_side_by_side(runs: dict, configs: dict[str, TrainConfig], threads: int
         if runs.get(name, {}).get("done"):
             continue
         run_dir = Path(configs[name].run_dir)
-        procs[name] = ctx.Process(target=_train_in_child, name=f"veriloop-demo-{name}", args=(
-            name, to_dict(configs[name]), (run_dir / "config.yaml").is_file(), threads,
-            stop if name == "sft-control" else None, reports))  # fmt: skip
+        procs[name] = ctx.Process(
+            target=_train_in_child,
+            name=f"veriloop-demo-{name}",
+            args=(
+                name,
+                to_dict(configs[name]),
+                (run_dir / "config.yaml").is_file(),
+                threads,
+                stop if name == "sft-control" else None,
+                reports,
+            ),
+        )
         procs[name].start()
     done = _steps_done(configs["grpo"].run_dir)  # a continued demo: the steps its GRPO run had done
-    bar = logs.progress(desc="grpo", unit="step", total=steps, initial=done,
-                        enabled=progress, logger=log)  # fmt: skip
+    bar = logs.progress(desc="grpo", unit="step", total=steps, initial=done, enabled=progress, logger=log)
     try:
         while True:
             _collect(reports, runs)
@@ -111,8 +123,9 @@ def train_side_by_side(runs: dict, configs: dict[str, TrainConfig], threads: int
         _collect(reports, runs)
         bar.close()
         if isinstance(e, (Stopped, KeyboardInterrupt)):
-            where = ", ".join(f"{n} step {_steps_done(configs[n].run_dir)}" for n in names
-                              if not runs.get(n, {}).get("done"))  # fmt: skip
+            where = ", ".join(
+                f"{n} step {_steps_done(configs[n].run_dir)}" for n in names if not runs.get(n, {}).get("done")
+            )
             raise Stopped(getattr(e, "signum", signal.SIGINT), f"checkpoints written: {where}") from None
         raise
     bar.close()
@@ -121,6 +134,7 @@ def train_side_by_side(runs: dict, configs: dict[str, TrainConfig], threads: int
     if stopped:  # a run ended by a signal sent to it alone: the demo stops as if it had received it
         raise Stopped(signal.SIGTERM, f"{', '.join(stopped)} stopped by a signal; checkpoints written")
     return runs
+
 
 def _collect(reports, runs: dict) -> None:
     """What the side-by-side runs reported, added up over the attempts of a continued demo."""
@@ -133,9 +147,13 @@ def _collect(reports, runs: dict) -> None:
         if "error" in got:
             entry["error"] = got["error"]
             continue
-        entry.update(done=got["done"], steps=got["steps"], model=got["model"],
-                     seconds=round(entry["seconds"] + got["seconds"], 1),
-                     cpu_seconds=round(entry["cpu_seconds"] + got["cpu_seconds"], 1))  # fmt: skip
+        entry.update(
+            done=got["done"],
+            steps=got["steps"],
+            model=got["model"],
+            seconds=round(entry["seconds"] + got["seconds"], 1),
+            cpu_seconds=round(entry["cpu_seconds"] + got["cpu_seconds"], 1),
+        )
 
 
 def _raise_failure(runs: dict, procs: dict, configs: dict) -> None:
@@ -146,5 +164,7 @@ def _raise_failure(runs: dict, procs: dict, configs: dict) -> None:
         raise InputError(f"the demo's {wrong[0]} run: {runs[wrong[0]]['error']}")
     failed = [n for n, p in procs.items() if p.exitcode not in (None, 0, 2, STOPPED_EXIT)]
     if failed:
-        raise RuntimeError(f"the demo's {failed[0]} run failed (exit status {procs[failed[0]].exitcode}); "
-                           f"its log: {Path(configs[failed[0]].run_dir) / 'train.log'}")  # fmt: skip
+        raise RuntimeError(
+            f"the demo's {failed[0]} run failed (exit status {procs[failed[0]].exitcode}); "
+            f"its log: {Path(configs[failed[0]].run_dir) / 'train.log'}"
+        )

@@ -67,8 +67,16 @@ def _no_carriage_returns(text: str) -> str:
 # ---------------------------------------------------------------------------------------------------- progress
 
 
-def progress(iterable: Iterable | None = None, *, desc: str = "", total: float | None = None, unit: str = "it",
-             initial: int = 0, enabled: bool = True, logger: logging.Logger | None = None) -> Progress:  # fmt: skip
+def progress(
+    iterable: Iterable | None = None,
+    *,
+    desc: str = "",
+    total: float | None = None,
+    unit: str = "it",
+    initial: int = 0,
+    enabled: bool = True,
+    logger: logging.Logger | None = None,
+) -> Progress:
     """A progress display with tqdm's interface (iterate it, or ``update(n)``; ``set_postfix``, ``write``,
     ``close``): a live tqdm bar on a terminal, plain lines through ``logger`` (INFO) off one, nothing shown if
     not ``enabled``.  Each update is also a DEBUG line (the run's log keeps every step).  ``total``: None reads
@@ -80,8 +88,7 @@ def progress(iterable: Iterable | None = None, *, desc: str = "", total: float |
         from tqdm import tqdm
 
         bar = tqdm(desc=desc, total=total, unit=unit, initial=initial, dynamic_ncols=True)
-    return Progress(iterable, desc=desc, total=total, unit=unit, initial=initial, logger=logger, shown=enabled,
-                    bar=bar)  # fmt: skip
+    return Progress(iterable, desc=desc, total=total, unit=unit, initial=initial, logger=logger, shown=enabled, bar=bar)
 
 
 def nice_every(count: float, lines: int = LINES_PER_RUN) -> int:
@@ -109,8 +116,9 @@ class Progress:
     way every update is a DEBUG line (only in the run's log while a bar is live), and not ``shown``: nothing but
     those DEBUG lines."""
 
-    def __init__(self, iterable=None, *, desc="", total=None, unit="it", initial=0, logger=None, every=0,
-                 shown=True, bar=None):  # fmt: skip
+    def __init__(
+        self, iterable=None, *, desc="", total=None, unit="it", initial=0, logger=None, every=0, shown=True, bar=None
+    ):
         self.iterable, self.desc, self.unit, self.n, self.initial = iterable, desc, unit, initial, initial
         self.total = total if total is not None and math.isfinite(total) else None
         self.every = every or _Settings.every or (nice_every(self.total - initial) if self.total else 0)
@@ -189,8 +197,13 @@ class Progress:
 
 def training_postfix(row: dict) -> dict:
     """A training step's key metrics, as the progress display shows them (those the row has)."""
-    shown = {"reward": ("reward_mean", ".3f"), "acc": ("accuracy", ".3f"), "kl": ("kl", ".4g"),
-             "loss": ("loss", ".4g"), "tok/s": ("tokens_per_s", ".0f")}  # fmt: skip
+    shown = {
+        "reward": ("reward_mean", ".3f"),
+        "acc": ("accuracy", ".3f"),
+        "kl": ("kl", ".4g"),
+        "loss": ("loss", ".4g"),
+        "tok/s": ("tokens_per_s", ".0f"),
+    }
     return {name: format(row[key], spec) for name, (key, spec) in shown.items() if row.get(key) is not None}
 
 

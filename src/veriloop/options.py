@@ -61,8 +61,9 @@ def _flatten(obj: Any, prefix: str) -> dict[str, Any]:
     for f in dataclasses.fields(obj):
         if f.init:
             value = getattr(obj, f.name)
-            out.update(_flatten(value, f"{prefix}{f.name}.") if dataclasses.is_dataclass(value) else
-                       {prefix + f.name: value})  # fmt: skip
+            out.update(
+                _flatten(value, f"{prefix}{f.name}.") if dataclasses.is_dataclass(value) else {prefix + f.name: value}
+            )
     return out
 
 
@@ -73,8 +74,9 @@ def covers(names: Collection[str], key: str) -> bool:
     def within(n: str) -> bool:
         return key == n or key.startswith(n + ".")
 
-    return any(within(n) for n in names if not n.startswith("-")) and not any(within(n[1:]) for n in names
-                                                                              if n.startswith("-"))  # fmt: skip
+    return any(within(n) for n in names if not n.startswith("-")) and not any(
+        within(n[1:]) for n in names if n.startswith("-")
+    )
 
 
 @functools.lru_cache(maxsize=1024)
@@ -141,8 +143,10 @@ def unread_message(scope: OptionScope, key: str, value: Any, default: Any, name:
         instead = f"it is read with {' or '.join(scope.selecting(n) for n in readers)}: set that"
     else:
         instead = f"no {scope.kind} reads it"
-    return (f"{p}{key}={value!r} is not read by the {scope.kind} {name!r} ({scope.selecting(name)}), so it would do "
-            f"nothing; {instead}, or leave {p}{key} at its default {default!r}")
+    return (
+        f"{p}{key}={value!r} is not read by the {scope.kind} {name!r} ({scope.selecting(name)}), so it would do "
+        f"nothing; {instead}, or leave {p}{key} at its default {default!r}"
+    )
 
 
 # config class -> (its scopes, the options it reads whatever is chosen): what the declarations test walks
@@ -185,15 +189,35 @@ def refuse_unread(cfg: Any, scopes: Iterable[OptionScope], defaults: Mapping[str
 def not_read_by(command: str, options: tuple[str, ...], hint: str = "") -> OptionScope:
     """A scope of one component, the command itself, that reads none of ``options`` (``sampling.max_thinking_tokens``
     in a command that samples without budget forcing)."""
-    return OptionScope("command", "command", options, {command: ()}, component=lambda cfg: command,
-                       choose=lambda name: {}, when={command: f"`veriloop {command}`"},
-                       hint={o: hint for o in options} if hint else {})  # fmt: skip
+    return OptionScope(
+        "command",
+        "command",
+        options,
+        {command: ()},
+        component=lambda cfg: command,
+        choose=lambda name: {},
+        when={command: f"`veriloop {command}`"},
+        hint={o: hint for o in options} if hint else {},
+    )
 
 
-def toggled(kind: str, selector: str, options: tuple[str, ...], on: Callable[[Any], bool], when_on: str,
-            when_off: str, choose_on: dict, choose_off: dict) -> OptionScope:
+def toggled(
+    kind: str,
+    selector: str,
+    options: tuple[str, ...],
+    on: Callable[[Any], bool],
+    when_on: str,
+    when_off: str,
+    choose_on: dict,
+    choose_off: dict,
+) -> OptionScope:
     """A scope whose options are read only when a setting is on (``select`` with ``val_data``)."""
-    return OptionScope(kind, selector, options, {"on": options, "off": ()},
-                       component=lambda cfg: "on" if on(cfg) else "off",
-                       choose=lambda name: dict(choose_on if name == "on" else choose_off),
-                       when={"on": when_on, "off": when_off})  # fmt: skip
+    return OptionScope(
+        kind,
+        selector,
+        options,
+        {"on": options, "off": ()},
+        component=lambda cfg: "on" if on(cfg) else "off",
+        choose=lambda name: dict(choose_on if name == "on" else choose_off),
+        when={"on": when_on, "off": when_off},
+    )

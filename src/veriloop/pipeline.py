@@ -102,8 +102,15 @@ class PipelineConfig:
         self.rl.task.refuse_tools("veriloop pipeline (its rejection sampling)")
         if self.variant == "rl-long" and self.max_minutes <= 0:
             raise InputError("variant rl-long needs --max_minutes (the wall time of the pipeline it is compared with)")
-        for name in ("cold_start_steps", "rl_steps", "rs_problems", "rs_samples", "sft_steps", "rl_again_steps",
-                     "eval_problems"):  # fmt: skip
+        for name in (
+            "cold_start_steps",
+            "rl_steps",
+            "rs_problems",
+            "rs_samples",
+            "sft_steps",
+            "rl_again_steps",
+            "eval_problems",
+        ):
             if getattr(self, name) < 1:
                 raise InputError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.rl.run_dir != TrainConfig().run_dir or self.rl.policy != TrainConfig().policy:
@@ -112,10 +119,22 @@ class PipelineConfig:
 
 
 # What each variant reads of the pipeline's own options (rl.* is TrainConfig's and checks itself).
-_R1_OPTIONS = ("cold_start_steps", "rl_steps", "rs_problems", "rs_samples", "mix_data", "sft_steps", "rl_again_steps",
-               "sft_lr")  # fmt: skip
-VARIANT_SCOPE = OptionScope("pipeline variant", "variant", (*_R1_OPTIONS, "max_minutes"),
-                            {"r1": _R1_OPTIONS, "r1-zero": ("rl_steps",), "rl-long": ("max_minutes",)})
+_R1_OPTIONS = (
+    "cold_start_steps",
+    "rl_steps",
+    "rs_problems",
+    "rs_samples",
+    "mix_data",
+    "sft_steps",
+    "rl_again_steps",
+    "sft_lr",
+)
+VARIANT_SCOPE = OptionScope(
+    "pipeline variant",
+    "variant",
+    (*_R1_OPTIONS, "max_minutes"),
+    {"r1": _R1_OPTIONS, "r1-zero": ("rl_steps",), "rl-long": ("max_minutes",)},
+)
 declare(PipelineConfig, [VARIANT_SCOPE], ("run_dir", "variant", "base", "seed", "threads", "eval_problems", "rl"))
 
 
@@ -177,14 +196,19 @@ def _open(root: Path, cfg: PipelineConfig) -> dict:
     """The pipeline's state: a new one, or the one in ``root`` if it was started with this configuration."""
     config = to_dict(cfg)
     if (root / STATE).is_file():
-        data, _ = read_checked(root, STATE, "it records which stages are done; restore it, or start the pipeline "
-                               "again with another --run_dir")  # fmt: skip
+        data, _ = read_checked(
+            root,
+            STATE,
+            "it records which stages are done; restore it, or start the pipeline again with another --run_dir",
+        )
         state = json.loads(data)
         changed = config_changes(state["config"], config)
         if changed:
             differ = "; ".join(f"{k} {o!r} -> {n!r}" for k, (o, n) in changed.items())
-            raise InputError(f"{str(root)!r} holds a pipeline with another configuration ({differ}); run it with "
-                             "its own configuration to resume, or choose another --run_dir")  # fmt: skip
+            raise InputError(
+                f"{str(root)!r} holds a pipeline with another configuration ({differ}); run it with "
+                "its own configuration to resume, or choose another --run_dir"
+            )
         if not (root / CONFIG).is_file():  # started by a veriloop before pipeline.yaml
             write_checked(root, CONFIG, config_bytes(config))
         return state
@@ -216,18 +240,34 @@ def _train(root: Path, stage: str, cfg: TrainConfig, progress: bool) -> Path:
 def _sft(cfg: PipelineConfig, steps: int, task: dict) -> TrainConfig:
     """An SFT stage from the base, with the rl.* options that mean the same in SFT (the model's dtype and device,
     adapters, how the update is split: ``demo.control_reach``) but those the stage sets itself."""
-    data = {"algo": "sft", "policy": cfg.base, "seed": cfg.seed, "steps": steps, "task": task,
-            "checkpoint_every": max(1, steps // 4), "save_rollouts": False,
-            "optim": {"lr": cfg.sft_lr, "weight_decay": 0.01}}  # fmt: skip
+    data = {
+        "algo": "sft",
+        "policy": cfg.base,
+        "seed": cfg.seed,
+        "steps": steps,
+        "task": task,
+        "checkpoint_every": max(1, steps // 4),
+        "save_rollouts": False,
+        "optim": {"lr": cfg.sft_lr, "weight_decay": 0.01},
+    }
     own = ("policy", "seed", "task", "checkpoint_every", "optim.lr", "optim.weight_decay")
-    carried = {k: v for k, v in set_options(cfg.rl).items()
-               if control_reach(k) == "passes" and not any(k == o or k.startswith(o + ".") for o in own)}  # fmt: skip
+    carried = {
+        k: v
+        for k, v in set_options(cfg.rl).items()
+        if control_reach(k) == "passes" and not any(k == o or k.startswith(o + ".") for o in own)
+    }
     return build_config(TrainConfig, data, carried)
 
 
 def _rl(cfg: PipelineConfig, policy: str, steps: int, max_minutes: float = 0.0) -> TrainConfig:
-    return dataclasses.replace(cfg.rl, policy=policy, seed=cfg.seed, steps=steps, max_minutes=max_minutes,
-                               checkpoint_every=max(1, min(cfg.rl.checkpoint_every, steps // 4)))  # fmt: skip
+    return dataclasses.replace(
+        cfg.rl,
+        policy=policy,
+        seed=cfg.seed,
+        steps=steps,
+        max_minutes=max_minutes,
+        checkpoint_every=max(1, min(cfg.rl.checkpoint_every, steps // 4)),
+    )
 
 
 def _cold_start(cfg: PipelineConfig, root: Path, state: dict, progress: bool) -> Path:
@@ -267,18 +307,31 @@ def _rejection_sample(cfg: PipelineConfig, root: Path, state: dict, progress: bo
             counts["readable"] += ok and readable
             if ok and readable and (p.id, text) not in seen:
                 seen.add((p.id, text))
-                rows.append({"prompt": p.prompt, "reference": p.reference, "completion": text, "id": f"{p.id}-{j}",
-                             "provenance": {"source": "rejection_sample", "policy": source, "problem_id": p.id,
-                                            "seed": cfg.seed, "sampling": params.as_dict(),
-                                            "verifiers": {r: v.tag for r, v in roles.items()}}})  # fmt: skip
+                rows.append(
+                    {
+                        "prompt": p.prompt,
+                        "reference": p.reference,
+                        "completion": text,
+                        "id": f"{p.id}-{j}",
+                        "provenance": {
+                            "source": "rejection_sample",
+                            "policy": source,
+                            "problem_id": p.id,
+                            "seed": cfg.seed,
+                            "sampling": params.as_dict(),
+                            "verifiers": {r: v.tag for r, v in roles.items()},
+                        },
+                    }
+                )
     counts["kept"] = len(rows)
     mixed = _mix_rows(cfg.mix_data)
     if not rows:
         raise InputError("rejection sampling kept nothing: the RL model solved none of the problems readably")
     out = root / "rejection_sample"
     atomic_write_jsonl(out / "data.jsonl", rows + mixed)
-    atomic_write_jsonl(out / "heldout.jsonl", [{"prompt": p.prompt, "reference": p.reference}
-                                               for p in task.heldout()[:64]])  # fmt: skip
+    atomic_write_jsonl(
+        out / "heldout.jsonl", [{"prompt": p.prompt, "reference": p.reference} for p in task.heldout()[:64]]
+    )
     state["stages"]["rejection_sample"].update(counts=counts, mixed=len(mixed), data=str(out / "data.jsonl"))
     return None
 
@@ -303,8 +356,12 @@ def _mix_rows(path: str) -> list[dict]:
 
 def _sft_from_base(cfg: PipelineConfig, root: Path, state: dict, progress: bool) -> Path:
     data = state["stages"]["rejection_sample"]["data"]
-    task = {"name": "jsonl", "data": data, "heldout_data": str(Path(data).with_name("heldout.jsonl")),
-            "verifier": cfg.rl.task.build().default_verifier}  # fmt: skip
+    task = {
+        "name": "jsonl",
+        "data": data,
+        "heldout_data": str(Path(data).with_name("heldout.jsonl")),
+        "verifier": cfg.rl.task.build().default_verifier,
+    }
     return _train(root, "sft_from_base", _sft(cfg, cfg.sft_steps, task), progress)
 
 
@@ -320,16 +377,22 @@ def dry_run(cfg: PipelineConfig) -> str:
 
     task = to_dict(cfg.rl.task)
     rl_steps, minutes = (10**9, cfg.max_minutes) if cfg.variant == "rl-long" else (cfg.rl_steps, 0.0)
-    trainings = {"cold_start": _sft(cfg, cfg.cold_start_steps, task), "rl": _rl(cfg, cfg.base, rl_steps, minutes),
-                 "sft_from_base": _sft(cfg, cfg.sft_steps, task),
-                 "rl_again": _rl(cfg, cfg.base, cfg.rl_again_steps)}  # fmt: skip
+    trainings = {
+        "cold_start": _sft(cfg, cfg.cold_start_steps, task),
+        "rl": _rl(cfg, cfg.base, rl_steps, minutes),
+        "sft_from_base": _sft(cfg, cfg.sft_steps, task),
+        "rl_again": _rl(cfg, cfg.base, cfg.rl_again_steps),
+    }
     lines = [f"veriloop pipeline --dry-run, variant {cfg.variant}: nothing is sampled or trained, no directory is made"]
     for stage in VARIANTS[cfg.variant]:
         if stage == "rejection_sample":
             n, new = cfg.rs_problems * cfg.rs_samples, cfg.rl.sampling.max_new_tokens
-            lines += ["", f"{stage}: {cfg.rs_problems} training problems x {cfg.rs_samples} samples = {n} "
-                          f"completions of up to {new} new tokens from the rl stage's model, verified; kept once per "
-                          "problem"]  # fmt: skip
+            lines += [
+                "",
+                f"{stage}: {cfg.rs_problems} training problems x {cfg.rs_samples} samples = {n} "
+                f"completions of up to {new} new tokens from the rl stage's model, verified; kept once per "
+                "problem",
+            ]
             continue
         train = trainings[stage]
         budget = f"{minutes} minutes" if stage == "rl" and minutes else f"{train.steps} steps"
@@ -339,21 +402,37 @@ def dry_run(cfg: PipelineConfig) -> str:
     return "\n".join(lines)
 
 
-STAGES = {"cold_start": _cold_start, "rl": _first_rl, "rejection_sample": _rejection_sample,
-          "sft_from_base": _sft_from_base, "rl_again": _rl_again}  # fmt: skip
+STAGES = {
+    "cold_start": _cold_start,
+    "rl": _first_rl,
+    "rejection_sample": _rejection_sample,
+    "sft_from_base": _sft_from_base,
+    "rl_again": _rl_again,
+}
 
 
 def _evaluate(cfg: PipelineConfig, task, model: Path) -> dict:
     problems = task.heldout()[: cfg.eval_problems]
-    r = evaluate(load_policy(str(model)), problems, cfg.rl.task.eval_verifiers(), EvalConfig(n_samples=0),
-                 tools=tool_settings(task, cfg.rl.rollout.max_tool_calls, cfg.rl.rollout.tool_timeout_s))
-    return {"greedy_accuracy": r.greedy_accuracy, "wrong_steps_rate": r.wrong_steps_rate,
-            "format_rate": r.format_rate, "problems": r.num_problems}  # format_rate None: no format check  # fmt: skip
+    r = evaluate(
+        load_policy(str(model)),
+        problems,
+        cfg.rl.task.eval_verifiers(),
+        EvalConfig(n_samples=0),
+        tools=tool_settings(task, cfg.rl.rollout.max_tool_calls, cfg.rl.rollout.tool_timeout_s),
+    )
+    return {
+        "greedy_accuracy": r.greedy_accuracy,
+        "wrong_steps_rate": r.wrong_steps_rate,
+        "format_rate": r.format_rate,
+        "problems": r.num_problems,
+    }  # format_rate None: no format check
 
 
 def pipeline_table(state: dict) -> str:
-    lines = ["| stage | held-out greedy accuracy | right answer, wrong steps | seconds | notes |",
-             "|---|---:|---:|---:|---|"]
+    lines = [
+        "| stage | held-out greedy accuracy | right answer, wrong steps | seconds | notes |",
+        "|---|---:|---:|---:|---|",
+    ]
     for stage, e in state["stages"].items():
         h = e.get("heldout") or {}
         acc = "" if h.get("greedy_accuracy") is None else f"{h['greedy_accuracy']:.3f}"

@@ -76,7 +76,6 @@ OBJECTIVES = Registry("policy objective")
 STRATEGIES = Registry("strategy")  # search strategies
 
 
-
 def import_plugins(modules: str | list[str]) -> None:
     """Import modules (comma-separated names) that register entries; a missing one is an input error."""
     names = [m.strip() for m in modules.split(",")] if isinstance(modules, str) else list(modules)

@@ -53,18 +53,25 @@ class EvalConfig:
     seed: int = field(default=0, metadata={"help": "seed of the sampled evaluation"})
     max_problems: int = field(default=0, metadata={"help": "evaluate only the first N held-out problems; 0 = all"})
     thinking_budgets: str = field(
-        default="", metadata={"help": "comma-separated thinking budgets (tokens): greedy accuracy with budget forcing "
-                              "at each (sampling.max_thinking_tokens), beside the unbudgeted one; empty = none"})
-    thinking_end: str = field(default="", metadata={"help": "end-of-thinking marker for thinking_budgets; empty = "
-                                                            "the task's"})  # fmt: skip
+        default="",
+        metadata={
+            "help": "comma-separated thinking budgets (tokens): greedy accuracy with budget forcing "
+            "at each (sampling.max_thinking_tokens), beside the unbudgeted one; empty = none"
+        },
+    )
+    thinking_end: str = field(
+        default="", metadata={"help": "end-of-thinking marker for thinking_budgets; empty = the task's"}
+    )
 
     def __post_init__(self):
         if self.n_samples < 0:
             raise InputError(f"eval.n_samples must be >= 0, got {self.n_samples}")
         budgets = self.budgets()
         if any(not 0 < b < self.max_new_tokens for b in budgets):
-            raise InputError(f"eval.thinking_budgets must be in (0, eval.max_new_tokens={self.max_new_tokens}), got "
-                             f"{self.thinking_budgets!r}")  # fmt: skip
+            raise InputError(
+                f"eval.thinking_budgets must be in (0, eval.max_new_tokens={self.max_new_tokens}), got "
+                f"{self.thinking_budgets!r}"
+            )
         if self.temperature <= 0 and self.n_samples > 0:
             raise InputError("eval.temperature must be > 0 for sampled evaluation (or eval.n_samples 0: greedy only)")
         check_declared(self)
@@ -73,17 +80,37 @@ class EvalConfig:
         try:
             return [int(b) for b in self.thinking_budgets.split(",") if b.strip()]
         except ValueError:
-            raise InputError(f"eval.thinking_budgets must be comma-separated integers, got "
-                             f"{self.thinking_budgets!r}") from None
+            raise InputError(
+                f"eval.thinking_budgets must be comma-separated integers, got {self.thinking_budgets!r}"
+            ) from None
 
 
-declare(EvalConfig, [
-    toggled("sampled evaluation", "n_samples", ("temperature", "seed"), lambda cfg: cfg.n_samples > 0,
-            "eval.n_samples > 0", "eval.n_samples 0", {"n_samples": 4}, {"n_samples": 0}),
-    toggled("thinking budgets", "thinking_budgets", ("thinking_end",), lambda cfg: bool(cfg.thinking_budgets.strip()),
-            "eval.thinking_budgets N,...", "no eval.thinking_budgets", {"thinking_budgets": "8"},
-            {"thinking_budgets": ""}),
-], ("n_samples", "max_new_tokens", "batch_size", "max_problems", "thinking_budgets"))  # fmt: skip
+declare(
+    EvalConfig,
+    [
+        toggled(
+            "sampled evaluation",
+            "n_samples",
+            ("temperature", "seed"),
+            lambda cfg: cfg.n_samples > 0,
+            "eval.n_samples > 0",
+            "eval.n_samples 0",
+            {"n_samples": 4},
+            {"n_samples": 0},
+        ),
+        toggled(
+            "thinking budgets",
+            "thinking_budgets",
+            ("thinking_end",),
+            lambda cfg: bool(cfg.thinking_budgets.strip()),
+            "eval.thinking_budgets N,...",
+            "no eval.thinking_budgets",
+            {"thinking_budgets": "8"},
+            {"thinking_budgets": ""},
+        ),
+    ],
+    ("n_samples", "max_new_tokens", "batch_size", "max_problems", "thinking_budgets"),
+)
 
 
 @dataclass
@@ -109,8 +136,16 @@ class EvalResult:
         return asdict(self)
 
 
-def _complete(policy: Policy, problems: list[Problem], params: SamplingParams, n: int, batch: int, seed: int,
-              tools: ToolSettings | None = None, calls: list | None = None):  # fmt: skip
+def _complete(
+    policy: Policy,
+    problems: list[Problem],
+    params: SamplingParams,
+    n: int,
+    batch: int,
+    seed: int,
+    tools: ToolSettings | None = None,
+    calls: list | None = None,
+):
     """Completions' texts, lengths and whether each was cut by ``max_new_tokens`` (finish ``length``); with
     ``tools`` (task.reasoning tool) each pauses for its code blocks (row ``j`` of problem ``i`` draws from
     ``derive_seed(seed, "eval", i, j)``) and ``calls`` collects each one's calls; with
@@ -203,43 +238,61 @@ def _by_thinking_budget(policy, problems: list[Problem], verifier, cfg: EvalConf
     if cfg.budgets() and not marker:
         raise InputError("eval.thinking_budgets: this task names no end-of-thinking marker; set eval.thinking_end")
     for budget in cfg.budgets():
-        params = SamplingParams(temperature=0.0, max_new_tokens=cfg.max_new_tokens, max_thinking_tokens=budget,
-                                thinking_end=marker)  # fmt: skip
+        params = SamplingParams(
+            temperature=0.0, max_new_tokens=cfg.max_new_tokens, max_thinking_tokens=budget, thinking_end=marker
+        )
         forced: list[bool] = []
         texts, lengths, cut = _complete(policy, problems, params, 1, cfg.batch_size, cfg.seed, calls=forced)
         ok = answered(verifier.verify_batch(texts, [p.reference for p in problems]), cut)
-        out[str(budget)] = {"greedy_accuracy": _mean(ok), "mean_completion_tokens": _mean(lengths),
-                            "forced_rate": _mean(forced), "truncation_rate": _mean(cut)}  # fmt: skip
+        out[str(budget)] = {
+            "greedy_accuracy": _mean(ok),
+            "mean_completion_tokens": _mean(lengths),
+            "forced_rate": _mean(forced),
+            "truncation_rate": _mean(cut),
+        }
     return out
 
 
 def _tool_stats(calls: list[list]) -> dict:
     """The greedy completions' code blocks: calls per problem and the share that failed."""
     flat = [c for row in calls for c in row]
-    return {"calls_per_problem": len(flat) / max(len(calls), 1),
-            "failure_rate": sum(c.status != "ok" for c in flat) / len(flat) if flat else 0.0}  # fmt: skip
+    return {
+        "calls_per_problem": len(flat) / max(len(calls), 1),
+        "failure_rate": sum(c.status != "ok" for c in flat) / len(flat) if flat else 0.0,
+    }
 
 
 def _mean(xs) -> float:
     return sum(xs) / len(xs) if xs else float("nan")
 
 
-def _by_tag(problems: list[Problem], outcome: list[bool], wrong_steps: list[bool] | None,
-            cut: list[bool]) -> dict[str, dict]:  # fmt: skip
+def _by_tag(
+    problems: list[Problem], outcome: list[bool], wrong_steps: list[bool] | None, cut: list[bool]
+) -> dict[str, dict]:
     """Greedy accuracy and truncation rate (and wrong-steps rate) of each problem class."""
     by_tag: dict[str, dict[str, float]] = {}
     for tag in sorted({t for p in problems for t in p.tags}):
         idx = [i for i, p in enumerate(problems) if tag in p.tags]
-        row = {"count": len(idx), "greedy_accuracy": _mean([outcome[i] for i in idx]),
-               "truncation_rate": _mean([cut[i] for i in idx])}  # fmt: skip
+        row = {
+            "count": len(idx),
+            "greedy_accuracy": _mean([outcome[i] for i in idx]),
+            "truncation_rate": _mean([cut[i] for i in idx]),
+        }
         if wrong_steps:
             row["wrong_steps_rate"] = _mean([wrong_steps[i] for i in idx])
         by_tag[tag] = row
     return by_tag
 
 
-def _sampled(policy: Policy, problems: list[Problem], verifier, cfg: EvalConfig, ks: tuple[int, ...],
-             by_tag: dict[str, dict], tools=None) -> tuple[float, dict, dict, float]:  # fmt: skip
+def _sampled(
+    policy: Policy,
+    problems: list[Problem],
+    verifier,
+    cfg: EvalConfig,
+    ks: tuple[int, ...],
+    by_tag: dict[str, dict],
+    tools=None,
+) -> tuple[float, dict, dict, float]:
     """Sampled accuracy, pass@k, maj@k and the truncation rate over ``cfg.n_samples`` samples per problem; adds
     pass@k and maj@k to ``by_tag``.  A cut sample is not correct and does not vote."""
     n, refs = len(problems), [p.reference for p in problems]
@@ -289,8 +342,14 @@ def _examples(problems, texts, outcome, proc, verdicts, cut) -> list[dict]:
     ]
 
 
-def validation_metrics(policy, task, verifiers: dict[str, str], max_problems: int, split: str = "validation",
-                       tools: ToolSettings | None = None) -> dict:  # fmt: skip
+def validation_metrics(
+    policy,
+    task,
+    verifiers: dict[str, str],
+    max_problems: int,
+    split: str = "validation",
+    tools: ToolSettings | None = None,
+) -> dict:
     """Greedy accuracy (and the wrong-steps rate where the task has one) on the first ``max_problems`` of the
     task's ``split`` (validation, or heldout for a test-set curve), for monitoring during training; {} when
     the task has no such split.  Keys: ``<split>_greedy_accuracy``, ``<split>_truncation_rate``,

@@ -61,10 +61,14 @@ def format_result(name: str, r: EvalResult, split: str = "heldout") -> str:
     if r.by_thinking_budget:
         lines.append("  thinking budget  greedy accuracy  tokens  forced  truncated")
         for budget, row in r.by_thinking_budget.items():
-            lines.append(f"  {budget:>15}  {row['greedy_accuracy']:15.3f}  {row['mean_completion_tokens']:6.1f}  "
-                         f"{row['forced_rate']:6.3f}  {row['truncation_rate']:9.3f}")  # fmt: skip
-        lines.append(f"  {'none':>15}  {r.greedy_accuracy:15.3f}  {r.mean_completion_tokens:6.1f}  {0:6.3f}  "
-                     f"{r.truncation_rate or 0:9.3f}")  # fmt: skip
+            lines.append(
+                f"  {budget:>15}  {row['greedy_accuracy']:15.3f}  {row['mean_completion_tokens']:6.1f}  "
+                f"{row['forced_rate']:6.3f}  {row['truncation_rate']:9.3f}"
+            )
+        lines.append(
+            f"  {'none':>15}  {r.greedy_accuracy:15.3f}  {r.mean_completion_tokens:6.1f}  {0:6.3f}  "
+            f"{r.truncation_rate or 0:9.3f}"
+        )
     for k, v in r.tool_stats.items():
         lines.append(f"  tool {k.replace('_', ' '):<15} {v:.3f}")
     for tag, row in r.by_tag.items():
@@ -83,8 +87,9 @@ def run_eval(cfg: EvalRunConfig) -> dict:
     verifiers = cfg.task.eval_verifiers()
     prompts = PromptFormat(cfg.task.chat_template, cfg.task.system_prompt)
     policy = load_policy(cfg.policy, placement=Placement.of(cfg.device, cfg.dtype), prompts=prompts)
-    result = evaluate(policy, problems, verifiers, cfg.eval, tools=tool_settings(task),
-                      thinking_end=getattr(task, "thinking_end", ""))
+    result = evaluate(
+        policy, problems, verifiers, cfg.eval, tools=tool_settings(task), thinking_end=getattr(task, "thinking_end", "")
+    )
     print(format_result(cfg.policy, result, cfg.split))
     teacher = evaluate_teacher(task, problems, verifiers)
     if teacher:

@@ -25,8 +25,12 @@ class PolicyBatch(NamedTuple):
         return int(self.completion_mask.sum())
 
 
-def build_policy_batch(prompts: list[list[int]], completions: list[list[int]], pad_id: int,
-                       model_masks: list[list[int] | None] | None = None) -> PolicyBatch:  # fmt: skip
+def build_policy_batch(
+    prompts: list[list[int]],
+    completions: list[list[int]],
+    pad_id: int,
+    model_masks: list[list[int] | None] | None = None,
+) -> PolicyBatch:
     """``model_masks`` (tool-integrated rollouts): per completion token 1 if the model sampled it; a tool's output
     stays in the sequence (the context the model read) with ``completion_mask`` 0, so no loss reads it."""
     if len(prompts) != len(completions) or not prompts:
@@ -84,8 +88,9 @@ def completion_hidden(model: torch.nn.Module, batch: PolicyBatch) -> torch.Tenso
     """``[N, Tc, H]`` final hidden states (after the last norm) at the positions that predict each
     completion token: what the LM head turns into ``completion_logits``."""
     batch = to_device(batch, model.get_input_embeddings().weight.device)
-    hidden = model.get_decoder()(input_ids=batch.input_ids, attention_mask=batch.attention_mask,
-                                 use_cache=False).last_hidden_state  # fmt: skip
+    hidden = model.get_decoder()(
+        input_ids=batch.input_ids, attention_mask=batch.attention_mask, use_cache=False
+    ).last_hidden_state
     idx = batch.logit_index[:, :, None].expand(-1, -1, hidden.shape[-1])
     return torch.gather(hidden, 1, idx)
 

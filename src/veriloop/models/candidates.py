@@ -51,20 +51,29 @@ class CandidatePolicy(torch.nn.Module):
         return [0]  # the distribution does not depend on the prompt
 
     @torch.no_grad()
-    def sample(self, prompt_ids: list[list[int]], params: SamplingParams, *, generator=None, n: int,
-               row_seeds: list[int] | None = None) -> Generation:  # fmt: skip
+    def sample(
+        self,
+        prompt_ids: list[list[int]],
+        params: SamplingParams,
+        *,
+        generator=None,
+        n: int,
+        row_seeds: list[int] | None = None,
+    ) -> Generation:
         """``row_seeds``: one stream per completion (as the sampler's), else ``generator`` for the batch."""
         if params.min_new_tokens:
-            raise ValueError("sampling.min_new_tokens: a candidates policy draws whole solutions (one token each); "
-                             "leave it at 0")  # fmt: skip
+            raise ValueError(
+                "sampling.min_new_tokens: a candidates policy draws whole solutions (one token each); leave it at 0"
+            )
         if params.temperature == 0:
             idx = torch.full((len(prompt_ids) * n,), int(self.logits.argmax()))
             lps = torch.zeros(idx.shape[0], dtype=self.logits.dtype)
         else:
             lp = sampling_logprobs(self.logits.detach(), params.temperature, params.top_k, params.top_p)
             if row_seeds is not None:
-                idx = torch.cat([torch.multinomial(lp.exp(), 1, generator=torch.Generator().manual_seed(s))
-                                 for s in row_seeds])  # fmt: skip
+                idx = torch.cat(
+                    [torch.multinomial(lp.exp(), 1, generator=torch.Generator().manual_seed(s)) for s in row_seeds]
+                )
             else:
                 idx = torch.multinomial(lp.exp(), len(prompt_ids) * n, replacement=True, generator=generator)
             lps = lp[idx]

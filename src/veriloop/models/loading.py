@@ -63,8 +63,10 @@ class PromptFormat:
     def check(self, tokenizer, where: str) -> None:
         """Refuse a system prompt that would be dropped (checked when the policy loads, before any run starts)."""
         if self.system_prompt and not self.uses_template(tokenizer):
-            raise InputError(f"task.system_prompt needs a chat template, and the tokenizer of {where!r} has none "
-                             "(or task.chat_template is none)")  # fmt: skip
+            raise InputError(
+                f"task.system_prompt needs a chat template, and the tokenizer of {where!r} has none "
+                "(or task.chat_template is none)"
+            )
 
     def encode(self, tokenizer, text: str) -> list[int]:
         if not self.uses_template(tokenizer):
@@ -117,10 +119,27 @@ class Policy:
     def encode_prompt(self, text: str) -> list[int]:
         return self.prompts.encode(self.tokenizer, text)
 
-    def sample(self, prompt_ids: list[list[int]], params, *, generator: torch.Generator | None = None, n: int,
-               stop_ids: tuple[int, ...] = (), row_seeds: list[int] | None = None) -> Generation:  # fmt: skip
-        return generate(self.model, prompt_ids, params, eos_id=self.end_ids, pad_id=self.pad_id, generator=generator,
-                        row_seeds=row_seeds, n=n, stop_ids=stop_ids)  # fmt: skip
+    def sample(
+        self,
+        prompt_ids: list[list[int]],
+        params,
+        *,
+        generator: torch.Generator | None = None,
+        n: int,
+        stop_ids: tuple[int, ...] = (),
+        row_seeds: list[int] | None = None,
+    ) -> Generation:
+        return generate(
+            self.model,
+            prompt_ids,
+            params,
+            eos_id=self.end_ids,
+            pad_id=self.pad_id,
+            generator=generator,
+            row_seeds=row_seeds,
+            n=n,
+            stop_ids=stop_ids,
+        )
 
     def completion_text(self, ids: list[int], finish_reason: str) -> str:
         return completion_text(self.tokenizer, ids, finish_reason)
@@ -169,8 +188,14 @@ def resolve_path(path: str) -> str:
     return path
 
 
-def load_policy(path: str, seed: int = 0, init_config=None, *, placement: Placement | None = None,
-                prompts: PromptFormat | None = None):  # fmt: skip
+def load_policy(
+    path: str,
+    seed: int = 0,
+    init_config=None,
+    *,
+    placement: Placement | None = None,
+    prompts: PromptFormat | None = None,
+):
     """Load model + tokenizer from ``path`` (``placement``: device and dtype, default float32 on CPU),
     checking they fit together.
 

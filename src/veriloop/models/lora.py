@@ -35,8 +35,9 @@ class LoraConfig:
     dropout: float = field(default=0.0, metadata={"help": "dropout on the adapters' input"})
     target_modules: str = field(
         default="all-linear",
-        metadata={"help": "comma-separated module names (q_proj,v_proj,...) or all-linear (every linear but the "
-                  "LM head)"},
+        metadata={
+            "help": "comma-separated module names (q_proj,v_proj,...) or all-linear (every linear but the LM head)"
+        },
     )
 
     def __post_init__(self):
@@ -69,8 +70,14 @@ def is_adapted(model: torch.nn.Module) -> bool:
 def add_adapters(model: torch.nn.Module, cfg: LoraConfig, seed: int) -> torch.nn.Module:
     """``model`` wrapped with fresh trainable adapters (the base weights frozen); ``A`` drawn from ``seed``."""
     peft = _peft()
-    config = peft.LoraConfig(r=cfg.r, lora_alpha=cfg.alpha, lora_dropout=cfg.dropout, target_modules=cfg.targets(),
-                             task_type="CAUSAL_LM", bias="none")  # fmt: skip
+    config = peft.LoraConfig(
+        r=cfg.r,
+        lora_alpha=cfg.alpha,
+        lora_dropout=cfg.dropout,
+        target_modules=cfg.targets(),
+        task_type="CAUSAL_LM",
+        bias="none",
+    )
     try:
         with torch.random.fork_rng(devices=[]):  # the adapters' init, not the caller's stream, reads this seed
             torch.manual_seed(seed)

@@ -42,8 +42,16 @@ from veriloop.errors import InputError
 from veriloop.io import atomic_write_json
 
 ARCHITECTURES = ("llama", "qwen2", "qwen3", "mistral", "gemma2", "gemma3", "phi3", "gpt2")
-CONFIG_CLASSES = dict(llama=LlamaConfig, qwen2=Qwen2Config, qwen3=Qwen3Config, mistral=MistralConfig,
-                      gemma2=Gemma2Config, gemma3=Gemma3TextConfig, phi3=Phi3Config, gpt2=GPT2Config)  # fmt: skip
+CONFIG_CLASSES = dict(
+    llama=LlamaConfig,
+    qwen2=Qwen2Config,
+    qwen3=Qwen3Config,
+    mistral=MistralConfig,
+    gemma2=Gemma2Config,
+    gemma3=Gemma3TextConfig,
+    phi3=Phi3Config,
+    gpt2=GPT2Config,
+)
 
 END_OF_TEXT, IM_START, IM_END = "<|endoftext|>", "<|im_start|>", "<|im_end|>"
 SPECIAL_TOKENS = (END_OF_TEXT, IM_START, IM_END)
@@ -158,8 +166,16 @@ def config_for(
     # gradient, and the padding token is also the base model's EOS.  The pad id lives in generation_config.
     if arch == "gpt2":
         # No dropout (GPT-2 has 0.1): the learner's train-mode forward must give the sampler's log-probs.
-        fields = dict(n_embd=hidden_size, n_layer=num_layers, n_head=num_heads, n_inner=intermediate_size,
-                      n_positions=max_positions, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)  # fmt: skip
+        fields = dict(
+            n_embd=hidden_size,
+            n_layer=num_layers,
+            n_head=num_heads,
+            n_inner=intermediate_size,
+            n_positions=max_positions,
+            resid_pdrop=0.0,
+            embd_pdrop=0.0,
+            attn_pdrop=0.0,
+        )
         return _make(GPT2Config, {**ids, **fields}, overrides)
     fields = dict(
         hidden_size=hidden_size,

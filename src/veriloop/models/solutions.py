@@ -9,8 +9,9 @@ import torch
 from veriloop.tasks.base import Problem
 
 
-def sample_solutions(policy, problems: list[Problem], sampling, generator: torch.Generator, n: int,
-                     batch: int) -> Iterator[tuple[list[Problem], list[str], list[str]]]:  # fmt: skip
+def sample_solutions(
+    policy, problems: list[Problem], sampling, generator: torch.Generator, n: int, batch: int
+) -> Iterator[tuple[list[Problem], list[str], list[str]]]:
     """``(problems of the batch, texts, finish reasons)`` per ``batch`` problems; solution ``j`` of a batch
     is problem ``j // n``'s.  Batches are drawn in order from ``generator``, one as each is asked for."""
     for i in range(0, len(problems), batch):

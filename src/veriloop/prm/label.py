@@ -45,7 +45,9 @@ class LabelConfig:
     policy: str = field(default="builtin:base", metadata={"help": "policy that writes the solutions to label"})
     completer: str = field(default="", metadata={"help": "policy that completes each step prefix; '' = the policy"})
     output: str = field(default="runs/prm-labels.jsonl", metadata={"help": "labelled steps, one solution per row"})
-    split: str = field(default="train", metadata={"help": "problems from the task's train, validation or heldout split"})
+    split: str = field(
+        default="train", metadata={"help": "problems from the task's train, validation or heldout split"}
+    )
     problems: int = field(default=200, metadata={"help": "problems to draw (heldout: the first N)"})
     solutions: int = field(default=4, metadata={"help": "sampled solutions per problem"})
     completions: int = field(default=8, metadata={"help": "N: completions of each step prefix"})
@@ -67,10 +69,30 @@ class LabelConfig:
 
 
 # Solutions and completions are sampled whole, without budget forcing.
-declare(LabelConfig, [not_read_by("prm label", ("sampling.max_thinking_tokens", "sampling.thinking_end"),
-                                   "solutions and step completions are sampled whole, without budget forcing")],
-        ("policy", "completer", "output", "split", "problems", "solutions", "completions", "verifier", "seed",
-         "batch_prompts", "task", "sampling"))  # fmt: skip
+declare(
+    LabelConfig,
+    [
+        not_read_by(
+            "prm label",
+            ("sampling.max_thinking_tokens", "sampling.thinking_end"),
+            "solutions and step completions are sampled whole, without budget forcing",
+        )
+    ],
+    (
+        "policy",
+        "completer",
+        "output",
+        "split",
+        "problems",
+        "solutions",
+        "completions",
+        "verifier",
+        "seed",
+        "batch_prompts",
+        "task",
+        "sampling",
+    ),
+)
 
 
 def label_solutions(
@@ -105,27 +127,42 @@ def label_solutions(
             ids = completer.encode_prompt(solutions[s][0].prompt)
             prompt_ids.append(ids + completer.tokenizer(prefix, add_special_tokens=False).input_ids)
         out = completer.sample(prompt_ids, sampling, generator=generator, n=N)
-        texts = [chunk[j // N][2] + completer.completion_text(ids, f)
-                 for j, (ids, f) in enumerate(zip(out.completion_ids, out.finish_reasons))]  # fmt: skip
+        texts = [
+            chunk[j // N][2] + completer.completion_text(ids, f)
+            for j, (ids, f) in enumerate(zip(out.completion_ids, out.finish_reasons))
+        ]
         refs = [solutions[chunk[j // N][0]][0].reference for j in range(len(texts))]
         for j, v in enumerate(verifier.verify_batch(texts, refs)):
             s, k, _ = chunk[j // N]
             hits[s][k] += is_correct(v)
         bar.update(len(texts))
     bar.close()
-    provenance = {**provenance, "completions": N, "verifier": verifier.tag, "sampling": sampling.as_dict(),
-                  "splitter": splitter}  # fmt: skip
+    provenance = {
+        **provenance,
+        "completions": N,
+        "verifier": verifier.tag,
+        "sampling": sampling.as_dict(),
+        "splitter": splitter,
+    }
     rows = []
     for s, ((problem, text), steps) in enumerate(zip(solutions, split)):
         if not steps:
             continue
         soft = [hits[s][k] / N for k in range(len(steps) - 1)] + [float(is_correct(outcomes[s]))]
-        rows.append({
-            "problem_id": problem.id, "prompt": problem.prompt, "reference": problem.reference,
-            "completion": text, "steps": [st.text for st in steps], "step_spans": [[st.start, st.end] for st in steps],
-            "soft_labels": soft, "hard_labels": [float(x > 0) for x in soft],
-            "outcome": float(is_correct(outcomes[s])), "provenance": provenance,
-        })  # fmt: skip
+        rows.append(
+            {
+                "problem_id": problem.id,
+                "prompt": problem.prompt,
+                "reference": problem.reference,
+                "completion": text,
+                "steps": [st.text for st in steps],
+                "step_spans": [[st.start, st.end] for st in steps],
+                "soft_labels": soft,
+                "hard_labels": [float(x > 0) for x in soft],
+                "outcome": float(is_correct(outcomes[s])),
+                "provenance": provenance,
+            }
+        )
     return rows
 
 
@@ -140,8 +177,9 @@ def label_steps(cfg: LabelConfig, progress: bool = True, *, policy=None, complet
     problems = draw_problems(task, cfg.split, cfg.problems, cfg.seed)
     gen = torch.Generator().manual_seed(cfg.seed)
     solutions = []  # (problem, completion text): S per problem from the policy
-    for chunk, texts, finishes in sample_solutions(policy, problems, cfg.sampling, gen, cfg.solutions,
-                                                   cfg.batch_prompts):  # fmt: skip
+    for chunk, texts, finishes in sample_solutions(
+        policy, problems, cfg.sampling, gen, cfg.solutions, cfg.batch_prompts
+    ):
         for j, (text, finish) in enumerate(zip(texts, finishes)):
             if finish == "eos":  # a truncated solution has no final answer to label the last step with
                 solutions.append((chunk[j // cfg.solutions], text))
@@ -154,8 +192,18 @@ def label_steps(cfg: LabelConfig, progress: bool = True, *, policy=None, complet
         "prompt_template": getattr(task, "prompt_template", ""),
         "created_at": time.time(),
     }
-    rows = label_solutions(solutions, completer, verifier, cfg.completions, cfg.sampling, gen, splitter, provenance,
-                           cfg.batch_prompts, progress)  # fmt: skip
+    rows = label_solutions(
+        solutions,
+        completer,
+        verifier,
+        cfg.completions,
+        cfg.sampling,
+        gen,
+        splitter,
+        provenance,
+        cfg.batch_prompts,
+        progress,
+    )
     atomic_write_jsonl(cfg.output, rows)
     n_steps = sum(len(r["steps"]) for r in rows)
     return {

@@ -77,20 +77,46 @@ class ProcessSupervisor:
             return {"prm_refresh_solutions": 0}
         solutions = [(Problem(r.problem_id, r.prompt, r.reference), r.completion) for r in recent]
         gen = torch.Generator().manual_seed(derive_seed(self.seed, step, "prm-refresh"))
-        provenance = {"policy": f"{self.run_dir}@version{policy_version}", "completer": "same policy",
-                      "task": self.task.name, "step": step, "prompt_template": self.prm.prompt_template}  # fmt: skip
-        rows = label_solutions(solutions, self.policy, get_verifier(self.task.default_verifier),
-                               pc.refresh_completions, self.sampling, gen, self.prm.splitter, provenance)  # fmt: skip
+        provenance = {
+            "policy": f"{self.run_dir}@version{policy_version}",
+            "completer": "same policy",
+            "task": self.task.name,
+            "step": step,
+            "prompt_template": self.prm.prompt_template,
+        }
+        rows = label_solutions(
+            solutions,
+            self.policy,
+            get_verifier(self.task.default_verifier),
+            pc.refresh_completions,
+            self.sampling,
+            gen,
+            self.prm.splitter,
+            provenance,
+        )
         n_replay = round(len(rows) * pc.refresh_replay / (1 - pc.refresh_replay))  # replay = this share of the mix
         rng = random.Random(derive_seed(self.seed, step, "prm-replay"))
         replay = rng.sample(self.label_pool, min(n_replay, len(self.label_pool)))
         meta = self.prm.meta  # refit the way the PRM was trained
-        losses = fit_prm(self.prm, rows + replay, meta.get("labels", "hard"), meta.get("loss", "bce"),
-                         pc.refresh_epochs, 32, pc.refresh_lr, derive_seed(self.seed, step, "prm-order"),
-                         cumulative=meta.get("cumulative", False))  # fmt: skip
+        losses = fit_prm(
+            self.prm,
+            rows + replay,
+            meta.get("labels", "hard"),
+            meta.get("loss", "bce"),
+            pc.refresh_epochs,
+            32,
+            pc.refresh_lr,
+            derive_seed(self.seed, step, "prm-order"),
+            cumulative=meta.get("cumulative", False),
+        )
         self.label_pool += rows
         atomic_write_jsonl(self.where / step_name(step, "labels-step-", ".jsonl"), rows)
-        self.prm.save(self.where / step_name(step), {"refreshed_at_step": step, "refresh_rows": len(rows),
-                                                     "replayed_rows": len(replay)})  # fmt: skip
-        return {"prm_refresh_solutions": len(rows), "prm_refresh_replayed": len(replay),
-                "prm_refresh_loss": sum(losses) / max(len(losses), 1)}  # fmt: skip
+        self.prm.save(
+            self.where / step_name(step),
+            {"refreshed_at_step": step, "refresh_rows": len(rows), "replayed_rows": len(replay)},
+        )
+        return {
+            "prm_refresh_solutions": len(rows),
+            "prm_refresh_replayed": len(replay),
+            "prm_refresh_loss": sum(losses) / max(len(losses), 1),
+        }

@@ -47,9 +47,11 @@ class PRMTrainConfig:
     )
     select: str = field(
         default="targets",
-        metadata={"help": "with val_data, keep the epoch of best validation AUC against: targets (the labels "
-                  "it trains on) | exact_checker (arithmetic's ground truth) | last (no choice)"},
-    )  # fmt: skip
+        metadata={
+            "help": "with val_data, keep the epoch of best validation AUC against: targets (the labels "
+            "it trains on) | exact_checker (arithmetic's ground truth) | last (no choice)"
+        },
+    )
     backbone: str = field(default="builtin:base", metadata={"help": "causal LM to start from"})
     out: str = field(default="runs/prm", metadata={"help": "directory of the trained PRM"})
     labels: str = field(default="hard", metadata={"help": "step targets: hard | soft | outcome (an ORM)"})
@@ -82,10 +84,37 @@ class PRMTrainConfig:
 
 
 # select chooses the epoch on the validation labels: without val_data there is no choice to make
-declare(PRMTrainConfig, [toggled("epoch choice", "val_data", ("select",), lambda cfg: bool(cfg.val_data),
-                                 "val_data FILE", "no val_data", {"val_data": "val.jsonl"}, {"val_data": ""})],
-        ("data", "eval_data", "val_data", "backbone", "out", "labels", "loss", "cumulative", "aggregation", "epochs",
-         "batch_size", "lr", "seed", "threads"))  # fmt: skip
+declare(
+    PRMTrainConfig,
+    [
+        toggled(
+            "epoch choice",
+            "val_data",
+            ("select",),
+            lambda cfg: bool(cfg.val_data),
+            "val_data FILE",
+            "no val_data",
+            {"val_data": "val.jsonl"},
+            {"val_data": ""},
+        )
+    ],
+    (
+        "data",
+        "eval_data",
+        "val_data",
+        "backbone",
+        "out",
+        "labels",
+        "loss",
+        "cumulative",
+        "aggregation",
+        "epochs",
+        "batch_size",
+        "lr",
+        "seed",
+        "threads",
+    ),
+)
 
 
 def load_labels(path: str) -> list[dict]:
@@ -100,8 +129,10 @@ def load_labels(path: str) -> list[dict]:
         if missing:
             raise InputError(f"{path}: row {i} lacks {missing}")
         if not (len(r["steps"]) == len(r["soft_labels"]) == len(r["hard_labels"])):
-            raise InputError(f"{path}: row {i} has {len(r['steps'])} steps but {len(r['soft_labels'])} soft and "
-                             f"{len(r['hard_labels'])} hard labels")  # fmt: skip
+            raise InputError(
+                f"{path}: row {i} has {len(r['steps'])} steps but {len(r['soft_labels'])} soft and "
+                f"{len(r['hard_labels'])} hard labels"
+            )
     return rows
 
 
@@ -204,8 +235,10 @@ def fit_prm(
     for i, r in enumerate(rows, start=1):
         seq, reads = prm.encode(r["prompt"], r["completion"])
         if len(reads) != len(r["steps"]):
-            raise InputError(f"{where}: row {i}: the {prm.splitter!r} splitter finds {len(reads)} steps, the file "
-                             f"labels {len(r['steps'])}")  # fmt: skip
+            raise InputError(
+                f"{where}: row {i}: the {prm.splitter!r} splitter finds {len(reads)} steps, the file "
+                f"labels {len(r['steps'])}"
+            )
         encoded.append((seq, reads, torch.tensor(targets(r, labels, cumulative), dtype=torch.float32)))
     params = list(prm.parameters())
     opt = torch.optim.AdamW(params, lr=lr, weight_decay=0.0)
@@ -260,20 +293,45 @@ def train_prm(cfg: PRMTrainConfig, progress: bool = True) -> dict:
         if not best or value > best["value"]:
             best.update(value=value, epoch=epoch, state={k: v.clone() for k, v in prm.state_dict().items()})
 
-    losses = fit_prm(prm, rows, cfg.labels, cfg.loss, cfg.epochs, cfg.batch_size, cfg.lr, cfg.seed, progress,
-                     where=cfg.data, cumulative=cfg.cumulative, after_epoch=validate if val_rows else None)  # fmt: skip
-    summary = {"train_solutions": len(rows), "train_steps": sum(len(r["steps"]) for r in rows),
-               "final_loss": round(sum(losses[-20:]) / len(losses[-20:]), 5)}  # fmt: skip
+    losses = fit_prm(
+        prm,
+        rows,
+        cfg.labels,
+        cfg.loss,
+        cfg.epochs,
+        cfg.batch_size,
+        cfg.lr,
+        cfg.seed,
+        progress,
+        where=cfg.data,
+        cumulative=cfg.cumulative,
+        after_epoch=validate if val_rows else None,
+    )
+    summary = {
+        "train_solutions": len(rows),
+        "train_steps": sum(len(r["steps"]) for r in rows),
+        "final_loss": round(sum(losses[-20:]) / len(losses[-20:]), 5),
+    }
     if val_rows:
         prm.load_state_dict(best["state"])
         summary.update(validation_by_epoch=history, selected_epoch=best["epoch"], select=cfg.select)
     if eval_rows:
         summary["eval"] = evaluate_prm(prm, eval_rows, cfg.labels, cfg.cumulative)
     summary["seconds"] = round(time.time() - t0, 1)
-    prm.save(cfg.out, {"kind": "orm" if cfg.labels == "outcome" else "prm", "aggregation": cfg.aggregation,
-                       "labels": cfg.labels, "loss": cfg.loss, "cumulative": cfg.cumulative,
-                       "backbone": cfg.backbone, "data": cfg.data,
-                       "label_provenance": provenance, "metrics": summary})  # fmt: skip
+    prm.save(
+        cfg.out,
+        {
+            "kind": "orm" if cfg.labels == "outcome" else "prm",
+            "aggregation": cfg.aggregation,
+            "labels": cfg.labels,
+            "loss": cfg.loss,
+            "cumulative": cfg.cumulative,
+            "backbone": cfg.backbone,
+            "data": cfg.data,
+            "label_provenance": provenance,
+            "metrics": summary,
+        },
+    )
     atomic_write_json(Path(cfg.out) / "train_summary.json", summary)
     return summary
 

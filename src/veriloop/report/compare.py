@@ -27,8 +27,14 @@ def compare_data(run_dirs: list[Path]) -> dict:
     keys = sorted(set().union(*configs))
     differ = [k for k in keys if len({repr(c.get(k, MISSING)) for c in configs}) > 1]
     diff = [[k, *(c.get(k, MISSING) for c in configs)] for k in differ]
-    return {"kind": "compare", "title": " vs ".join(r["name"] for r in runs), "run_dir": "", "runs": runs,
-            "config_diff": diff, "config_keys": len(keys)}  # fmt: skip
+    return {
+        "kind": "compare",
+        "title": " vs ".join(r["name"] for r in runs),
+        "run_dir": "",
+        "runs": runs,
+        "config_diff": diff,
+        "config_keys": len(keys),
+    }
 
 
 def write_compare(run_dirs: list[str | Path], out: str | Path) -> Path:

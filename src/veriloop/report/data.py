@@ -26,8 +26,17 @@ from veriloop.training.token_values import TokenValueStore, record_key
 # other numeric metric is offered under "more metrics".
 PANELS = [
     ("reward", "Reward and accuracy", ["reward_mean", "accuracy", "reward_*"], "reward / rate"),
-    ("evaluation", "Held-out evaluations", ["validation_greedy_accuracy", "heldout_greedy_accuracy",
-                                            "validation_wrong_steps_rate", "heldout_wrong_steps_rate"], "rate"),
+    (
+        "evaluation",
+        "Held-out evaluations",
+        [
+            "validation_greedy_accuracy",
+            "heldout_greedy_accuracy",
+            "validation_wrong_steps_rate",
+            "heldout_wrong_steps_rate",
+        ],
+        "rate",
+    ),
     ("kl_entropy", "KL and entropy", ["kl", "entropy"], "nats per token"),
     ("clipping", "Clip fractions", ["clip_frac_low", "clip_frac_high"], "fraction of tokens"),
     ("ratios", "Ratio extremes", ["ratio_min", "ratio_max"], "pi_theta / pi_behavior"),
@@ -36,7 +45,7 @@ PANELS = [
     ("mismatch", "Behaviour / learner log-prob mismatch", ["logprob_mismatch"], "nats per token"),
     ("throughput", "Throughput", ["tokens_per_s", "gen_tokens_per_s"], "tokens / s"),
     ("time", "Time per phase", ["time_generate_s", "time_verify_s", "time_update_s", "time_step_s"], "seconds"),
-]  # fmt: skip
+]
 EVAL_KEYS = PANELS[1][2]
 SECONDARY = {"truncation_rate"}  # drawn against a right-hand axis (a rate beside token counts)
 NOT_CURVES = {"step", "update_started_at", "update_ended_at"}
@@ -54,8 +63,9 @@ def run_kind(run_dir: Path) -> str:
         return "search"
     if any(run_dir.glob("*/metrics.jsonl")) or any(run_dir.glob("*/results.jsonl")):
         return "group"
-    raise InputError(f"{run_dir}: not a run directory (no metrics.jsonl, rollouts/, search results.jsonl, or runs "
-                     "inside it)")  # fmt: skip
+    raise InputError(
+        f"{run_dir}: not a run directory (no metrics.jsonl, rollouts/, search results.jsonl, or runs inside it)"
+    )
 
 
 def _json(path: Path):
@@ -99,11 +109,23 @@ def curves(rows: list[dict]) -> dict:
         found = [k for k in dict.fromkeys(found) if k not in placed]
         if found:
             placed.update(found)
-            panels.append({"id": pid, "title": title, "keys": found, "ytitle": ytitle,
-                           "secondary": [k for k in found if k in SECONDARY]})  # fmt: skip
+            panels.append(
+                {
+                    "id": pid,
+                    "title": title,
+                    "keys": found,
+                    "ytitle": ytitle,
+                    "secondary": [k for k in found if k in SECONDARY],
+                }
+            )
     evals = [r["step"] for r in rows if any(r.get(k) is not None for k in EVAL_KEYS)]
-    return {"steps": [r["step"] for r in rows], "series": series, "panels": panels,
-            "more": [k for k in keys if k not in placed], "eval_steps": evals}  # fmt: skip
+    return {
+        "steps": [r["step"] for r in rows],
+        "series": series,
+        "panels": panels,
+        "more": [k for k in keys if k not in placed],
+        "eval_steps": evals,
+    }
 
 
 def alarms(run_dir: Path) -> list[dict]:
@@ -122,8 +144,10 @@ def load_tokenizer(run_dir: Path, config: dict):
     policy = str(config.get("policy") or "")
     # builtin:base is the shipped base (models/loading.py's BUILTIN_BASE; not imported: it imports torch)
     shipped = Path(__file__).resolve().parent.parent / "assets" / "base"
-    places = [run_dir / "final", shipped if policy == "builtin:base" else Path(policy) if policy and
-              policy != "builtin:init" else None]  # fmt: skip
+    places = [
+        run_dir / "final",
+        shipped if policy == "builtin:base" else Path(policy) if policy and policy != "builtin:init" else None,
+    ]
     for place in filter(None, places):
         if (place / "tokenizer.json").is_file():
             from tokenizers import Tokenizer
@@ -179,12 +203,12 @@ class TokenText:
             if pending:
                 out.append("")
             elif now.startswith(stem):
-                out.append(now[len(stem):])
+                out.append(now[len(stem) :])
             else:  # a tokenizer whose window decodes differently: the token alone
                 out.append(self.decode(ids[i : i + 1]))
         if pending and out:  # bytes no later token finished: the last token shows what the whole text ends with
             whole, head = self.tokenizer.decode(list(ids), skip_special_tokens=False), "".join(out[:-1])
-            out[-1] = whole[len(head):] if whole.startswith(head) else "\ufffd"
+            out[-1] = whole[len(head) :] if whole.startswith(head) else "\ufffd"
         return out
 
 
@@ -192,16 +216,35 @@ def record_view(r: Record, step: int, i: int, values: dict | None, text: TokenTe
     """One record as the rollout browser shows it: its verdict, provenance and per-token values."""
     v = values or {}
     return {
-        "id": f"{step}:{i}", "step": step, "i": i, "problem_id": r.problem_id, "group_id": r.group_id,
-        "prompt": r.prompt, "completion": r.completion, "reference": r.reference, "pieces": text(r.completion_ids),
-        "mask": r.model_mask, "behavior": [round(x, 5) for x in r.behavior_logprobs] if r.behavior_logprobs else None,
-        "learner": v.get("learner_logprob"), "ratio": v.get("ratio"), "advantage": v.get("advantage"),
-        "prm_steps": v.get("prm_steps"), "reward": r.reward, "components": r.reward_components,
-        "outcome": r.verdict_outcome, "details": r.verdict_details, "verifier": r.verifier,
-        "finish_reason": r.finish_reason, "truncated": r.truncated, "tool_calls": r.tool_calls or [],
-        "failed_tool_calls": r.failed_tool_calls, "policy_version": r.policy_version, "sampling": r.sampling,
-        "tokens": len(r.completion_ids), "reasoning_chars": reasoning_chars(r.completion),
-    }  # fmt: skip
+        "id": f"{step}:{i}",
+        "step": step,
+        "i": i,
+        "problem_id": r.problem_id,
+        "group_id": r.group_id,
+        "prompt": r.prompt,
+        "completion": r.completion,
+        "reference": r.reference,
+        "pieces": text(r.completion_ids),
+        "mask": r.model_mask,
+        "behavior": [round(x, 5) for x in r.behavior_logprobs] if r.behavior_logprobs else None,
+        "learner": v.get("learner_logprob"),
+        "ratio": v.get("ratio"),
+        "advantage": v.get("advantage"),
+        "prm_steps": v.get("prm_steps"),
+        "reward": r.reward,
+        "components": r.reward_components,
+        "outcome": r.verdict_outcome,
+        "details": r.verdict_details,
+        "verifier": r.verifier,
+        "finish_reason": r.finish_reason,
+        "truncated": r.truncated,
+        "tool_calls": r.tool_calls or [],
+        "failed_tool_calls": r.failed_tool_calls,
+        "policy_version": r.policy_version,
+        "sampling": r.sampling,
+        "tokens": len(r.completion_ids),
+        "reasoning_chars": reasoning_chars(r.completion),
+    }
 
 
 class RunRecords:
@@ -238,8 +281,11 @@ class RunRecords:
 
     def views(self, step: int, positions: list[int]) -> list[dict]:
         records, values = self.read(step), self.token_values(step)
-        return [record_view(records[i], step, i, values.get(record_key(records[i], i)), self.text) for i in positions
-                if 0 <= i < len(records)]  # fmt: skip
+        return [
+            record_view(records[i], step, i, values.get(record_key(records[i], i)), self.text)
+            for i in positions
+            if 0 <= i < len(records)
+        ]
 
     def sample(self, budget: int = STATIC_RECORDS, seed: int = 0) -> list[dict]:
         """Whole groups from every step, as evenly as ``budget`` allows (a fixed seed picks which)."""
@@ -286,8 +332,12 @@ def spot_check(db, seed: int = SPOT_CHECK_SEED) -> list[dict]:
         shortest, longest = extremes.fetchone()
         if shortest is None:
             continue
-        rows = {db.execute(f"SELECT {columns} FROM records WHERE {where} AND tokens = ? ORDER BY step, i LIMIT 1",
-                           (lo, hi, n)).fetchone() for n in (shortest, longest)}  # always shown: the extremes
+        rows = {
+            db.execute(
+                f"SELECT {columns} FROM records WHERE {where} AND tokens = ? ORDER BY step, i LIMIT 1", (lo, hi, n)
+            ).fetchone()
+            for n in (shortest, longest)
+        }  # always shown: the extremes
         rng = random.Random(f"{seed}:{lo}")
         for _ in range(8 * SPOT_CHECK_PER_RANGE):  # a bounded number of draws: a range may have few rewarded steps
             if len(rows) >= SPOT_CHECK_PER_RANGE + 2:
@@ -297,8 +347,15 @@ def spot_check(db, seed: int = SPOT_CHECK_SEED) -> list[dict]:
             if rewarded:
                 rows.add(rng.choice(rewarded))
         for step, i, tokens, reasoning in sorted(rows):
-            flags = [f for f, on in (("shortest", tokens == shortest), ("longest", tokens == longest),
-                                     ("answer-only", reasoning <= ANSWER_ONLY_CHARS)) if on]  # fmt: skip
+            flags = [
+                f
+                for f, on in (
+                    ("shortest", tokens == shortest),
+                    ("longest", tokens == longest),
+                    ("answer-only", reasoning <= ANSWER_ONLY_CHARS),
+                )
+                if on
+            ]
             items.append({"id": f"{step}:{i}", "step": step, "i": i, "range": f"{lo}-{hi}", "flags": flags})
     return items
 
@@ -315,8 +372,9 @@ def check_marks(data, where: str) -> dict:
         raise InputError(f"{where}: expected an object with a 'marks' object")
     for rid, m in marks.items():
         if not (isinstance(m, dict) and m.get("mark") in MARKS and isinstance(m.get("note", ""), str)):
-            raise InputError(f"{where}: mark of record {rid!r} must be {{'mark': 'fine'|'suspicious', 'note': "
-                             f"'...'}}, got {m!r}")  # fmt: skip
+            raise InputError(
+                f"{where}: mark of record {rid!r} must be {{'mark': 'fine'|'suspicious', 'note': '...'}}, got {m!r}"
+            )
     return {"marks": marks}
 
 
@@ -351,10 +409,18 @@ def page_data(run_dir: Path, served: bool = False) -> dict:
     """Everything one run's page shows.  ``served``: records come from the server on demand (none inlined)."""
     kind = run_kind(run_dir)
     config_text, config = config_of(run_dir)
-    data = {"title": run_dir.name or str(run_dir), "run_dir": str(run_dir), "kind": kind, "served": served,
-            "summary": _json(run_dir / "summary.json") if kind != "search" else None, "config": config_text,
-            "alarms": alarms(run_dir), "alarm_table": alarm_table(), "runs": child_runs(run_dir),
-            "table": (run_dir / "table.txt").read_text() if (run_dir / "table.txt").is_file() else ""}  # fmt: skip
+    data = {
+        "title": run_dir.name or str(run_dir),
+        "run_dir": str(run_dir),
+        "kind": kind,
+        "served": served,
+        "summary": _json(run_dir / "summary.json") if kind != "search" else None,
+        "config": config_text,
+        "alarms": alarms(run_dir),
+        "alarm_table": alarm_table(),
+        "runs": child_runs(run_dir),
+        "table": (run_dir / "table.txt").read_text() if (run_dir / "table.txt").is_file() else "",
+    }
     if kind == "search":
         data["search"] = search_view(run_dir)
     if kind != "train":
@@ -371,8 +437,13 @@ def page_data(run_dir: Path, served: bool = False) -> dict:
         items = spot_check(db)
     finally:
         db.close()
-    data["spot_check"] = {"items": items, "per_range": SPOT_CHECK_PER_RANGE, "seed": SPOT_CHECK_SEED,
-                          "answer_only_chars": ANSWER_ONLY_CHARS, **read_marks(run_dir)}  # fmt: skip
+    data["spot_check"] = {
+        "items": items,
+        "per_range": SPOT_CHECK_PER_RANGE,
+        "seed": SPOT_CHECK_SEED,
+        "answer_only_chars": ANSWER_ONLY_CHARS,
+        **read_marks(run_dir),
+    }
     if not served:
         sample = records.sample()
         have = {r["id"] for r in sample}

@@ -24,8 +24,16 @@ PANELS = [
     ("time", ["time_generate_s", "time_verify_s", "time_update_s"], "seconds per step"),
 ]
 # measured every eval_every steps only: drawn as points at those steps, and only when a run has them
-EVAL_PANEL = ("evaluation", ["validation_greedy_accuracy", "validation_wrong_steps_rate", "heldout_greedy_accuracy",
-                             "heldout_wrong_steps_rate"], "greedy accuracy / rate")  # fmt: skip
+EVAL_PANEL = (
+    "evaluation",
+    [
+        "validation_greedy_accuracy",
+        "validation_wrong_steps_rate",
+        "heldout_greedy_accuracy",
+        "heldout_wrong_steps_rate",
+    ],
+    "greedy accuracy / rate",
+)
 
 
 def write_plots(run_dir: Path, rows: list[dict]) -> list[Path]:

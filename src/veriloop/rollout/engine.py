@@ -59,19 +59,31 @@ class RolloutRequest:
 
     def __post_init__(self):
         if len(self.group_indices) != len(self.problems):
-            raise ValueError(f"request {self.request_id}: {len(self.group_indices)} group indices for "
-                             f"{len(self.problems)} problems")  # fmt: skip
+            raise ValueError(
+                f"request {self.request_id}: {len(self.group_indices)} group indices for {len(self.problems)} problems"
+            )
         if len(self.row_seeds) != len(self.problems) * self.group_size:
-            raise ValueError(f"request {self.request_id}: {len(self.row_seeds)} row seeds for "
-                             f"{len(self.problems)} x {self.group_size} completions")  # fmt: skip
+            raise ValueError(
+                f"request {self.request_id}: {len(self.row_seeds)} row seeds for "
+                f"{len(self.problems)} x {self.group_size} completions"
+            )
 
     def group_id(self, b: int) -> str:
         return f"{self.step}-{self.round}-{self.group_indices[b]}"
 
 
-def build_requests(seed: int, step: int, round_: int, problems: list[Problem], group_size: int,
-                   sampling: SamplingParams, weights_version: int, source: str,
-                   request_groups: int = 0, tools: ToolSettings | None = None) -> list[RolloutRequest]:  # fmt: skip
+def build_requests(
+    seed: int,
+    step: int,
+    round_: int,
+    problems: list[Problem],
+    group_size: int,
+    sampling: SamplingParams,
+    weights_version: int,
+    source: str,
+    request_groups: int = 0,
+    tools: ToolSettings | None = None,
+) -> list[RolloutRequest]:
     """A round's work as requests of ``request_groups`` groups each (0: one request for the round).
 
     The cut depends only on the configuration, never on how many engines there are, and each
@@ -83,11 +95,21 @@ def build_requests(seed: int, step: int, round_: int, problems: list[Problem], g
     for first in range(0, len(problems), per):
         groups = tuple(range(first, min(first + per, len(problems))))
         seeds = tuple(derive_seed(seed, step, f"rollout/{round_}", g, k) for g in groups for k in range(group_size))
-        requests.append(RolloutRequest(
-            request_id=f"{step}-{round_}-{first}", step=step, round=round_,
-            problems=tuple(problems[g] for g in groups), group_indices=groups, group_size=group_size,
-            sampling=sampling, row_seeds=seeds, weights_version=weights_version, source=source,
-            tools=tools))  # fmt: skip
+        requests.append(
+            RolloutRequest(
+                request_id=f"{step}-{round_}-{first}",
+                step=step,
+                round=round_,
+                problems=tuple(problems[g] for g in groups),
+                group_indices=groups,
+                group_size=group_size,
+                sampling=sampling,
+                row_seeds=seeds,
+                weights_version=weights_version,
+                source=source,
+                tools=tools,
+            )
+        )
     return requests
 
 
@@ -146,30 +168,75 @@ class LocalEngine(SequentialEngine):
         prompt_ids = [self.policy.encode_prompt(p.prompt) for p in request.problems]
         created = time.time()
         if request.tools is not None:
-            gen = generate_with_tools(self.policy, prompt_ids, request.sampling, request.tools,
-                                      row_seeds=list(request.row_seeds), n=request.group_size)  # fmt: skip
-            return sampled_records(request, self.policy, prompt_ids, gen.completion_ids, gen.logprobs,
-                                   gen.finish_reasons, self.version, created, model_masks=gen.model_masks,
-                                   tool_calls=gen.tool_calls)  # fmt: skip
+            gen = generate_with_tools(
+                self.policy,
+                prompt_ids,
+                request.sampling,
+                request.tools,
+                row_seeds=list(request.row_seeds),
+                n=request.group_size,
+            )
+            return sampled_records(
+                request,
+                self.policy,
+                prompt_ids,
+                gen.completion_ids,
+                gen.logprobs,
+                gen.finish_reasons,
+                self.version,
+                created,
+                model_masks=gen.model_masks,
+                tool_calls=gen.tool_calls,
+            )
         if request.sampling.max_thinking_tokens:
-            gen = generate_with_thinking_budget(self.policy, prompt_ids, request.sampling,
-                                                row_seeds=list(request.row_seeds), n=request.group_size)  # fmt: skip
-            return sampled_records(request, self.policy, prompt_ids, gen.completion_ids, gen.logprobs,
-                                   gen.finish_reasons, self.version, created, model_masks=gen.model_masks)  # fmt: skip
+            gen = generate_with_thinking_budget(
+                self.policy, prompt_ids, request.sampling, row_seeds=list(request.row_seeds), n=request.group_size
+            )
+            return sampled_records(
+                request,
+                self.policy,
+                prompt_ids,
+                gen.completion_ids,
+                gen.logprobs,
+                gen.finish_reasons,
+                self.version,
+                created,
+                model_masks=gen.model_masks,
+            )
         gen = self.policy.sample(prompt_ids, request.sampling, row_seeds=list(request.row_seeds), n=request.group_size)
-        return sampled_records(request, self.policy, prompt_ids, gen.completion_ids, gen.logprobs, gen.finish_reasons,
-                               self.version, created)  # fmt: skip
+        return sampled_records(
+            request,
+            self.policy,
+            prompt_ids,
+            gen.completion_ids,
+            gen.logprobs,
+            gen.finish_reasons,
+            self.version,
+            created,
+        )
 
 
 def check_version(request: RolloutRequest, version: int) -> None:
     """An engine serves a request only with exactly the weights version it names."""
     if request.weights_version != version:
-        raise WeightsVersionError(f"request {request.request_id} wants weights version "
-                                  f"{request.weights_version}; this engine holds {version}")  # fmt: skip
+        raise WeightsVersionError(
+            f"request {request.request_id} wants weights version {request.weights_version}; this engine holds {version}"
+        )
 
 
-def sampled_records(request: RolloutRequest, policy, prompt_ids, completions, logprobs, finishes, version: int,
-                    created: float, model_masks=None, tool_calls=None, **provenance) -> list[Record]:  # fmt: skip
+def sampled_records(
+    request: RolloutRequest,
+    policy,
+    prompt_ids,
+    completions,
+    logprobs,
+    finishes,
+    version: int,
+    created: float,
+    model_masks=None,
+    tool_calls=None,
+    **provenance,
+) -> list[Record]:
     """The records of a request's completions (row ``i`` of prompt ``i // group_size``), stamped with ``version``;
     ``model_masks`` / ``tool_calls``: a tool-integrated rollout's (``rollout/tools.py``); ``provenance``: extra
     sampling settings (which engine, which weights)."""
@@ -177,15 +244,32 @@ def sampled_records(request: RolloutRequest, policy, prompt_ids, completions, lo
     tools = request.tools.as_dict() if request.tools is not None else {}
     for i, (ids, lps, finish) in enumerate(zip(completions, logprobs, finishes)):
         b, p = i // G, request.problems[i // G]
-        sampling = {**request.sampling.as_dict(), "seed": request.row_seeds[i], "source": request.source,
-                    **tools, **provenance}  # fmt: skip
-        records.append(Record(
-            problem_id=p.id, group_id=request.group_id(b), prompt=p.prompt, reference=p.reference,
-            prompt_ids=prompt_ids[b], completion_ids=ids, completion=policy.completion_text(ids, finish),
-            behavior_logprobs=lps, sampling=sampling, policy_version=version, finish_reason=finish,
-            created_at=created, finish_token=ids[-1] if finish in ("eos", "stop") and ids else None,
-            model_mask=list(model_masks[i]) if model_masks is not None else None,
-            tool_calls=[c.as_dict() for c in tool_calls[i]] if tool_calls is not None else None))  # fmt: skip
+        sampling = {
+            **request.sampling.as_dict(),
+            "seed": request.row_seeds[i],
+            "source": request.source,
+            **tools,
+            **provenance,
+        }
+        records.append(
+            Record(
+                problem_id=p.id,
+                group_id=request.group_id(b),
+                prompt=p.prompt,
+                reference=p.reference,
+                prompt_ids=prompt_ids[b],
+                completion_ids=ids,
+                completion=policy.completion_text(ids, finish),
+                behavior_logprobs=lps,
+                sampling=sampling,
+                policy_version=version,
+                finish_reason=finish,
+                created_at=created,
+                finish_token=ids[-1] if finish in ("eos", "stop") and ids else None,
+                model_mask=list(model_masks[i]) if model_masks is not None else None,
+                tool_calls=[c.as_dict() for c in tool_calls[i]] if tool_calls is not None else None,
+            )
+        )
     return records
 
 
@@ -240,12 +324,24 @@ class TaskTeacherEngine(SequentialEngine):
             p = request.problems[i // G]
             text = self.task.teacher_completion(p, random.Random(seed))
             ids, mask = self.encode(text)
-            records.append(Record(
-                problem_id=p.id, group_id=request.group_id(i // G), prompt=p.prompt, reference=p.reference,
-                prompt_ids=self.policy.encode_prompt(p.prompt), completion_ids=ids + [self.policy.eos_id],
-                completion=text, behavior_logprobs=None, sampling={"source": "task-teacher", "seed": seed},
-                policy_version=FROZEN, finish_reason="eos", created_at=time.time(),
-                finish_token=self.policy.eos_id, model_mask=mask + [1] if mask is not None else None))  # fmt: skip
+            records.append(
+                Record(
+                    problem_id=p.id,
+                    group_id=request.group_id(i // G),
+                    prompt=p.prompt,
+                    reference=p.reference,
+                    prompt_ids=self.policy.encode_prompt(p.prompt),
+                    completion_ids=ids + [self.policy.eos_id],
+                    completion=text,
+                    behavior_logprobs=None,
+                    sampling={"source": "task-teacher", "seed": seed},
+                    policy_version=FROZEN,
+                    finish_reason="eos",
+                    created_at=time.time(),
+                    finish_token=self.policy.eos_id,
+                    model_mask=mask + [1] if mask is not None else None,
+                )
+            )
         return records
 
     def encode(self, text: str) -> tuple[list[int], list[int] | None]:

@@ -18,10 +18,20 @@ from pathlib import Path
 INDEX_FILE = "index.sqlite"
 SCHEMA = 1  # PRAGMA user_version: an index of another version is rebuilt
 COLUMNS = (  # (name, SQL type): what a filter or a list needs of a record without opening its step file
-    ("step", "INTEGER"), ("i", "INTEGER"), ("problem_id", "TEXT"), ("group_id", "TEXT"), ("reward", "REAL"),
-    ("outcome", "TEXT"), ("finish_reason", "TEXT"), ("tokens", "INTEGER"), ("reasoning_chars", "INTEGER"),
-    ("tool_calls", "INTEGER"), ("failed_tool_calls", "INTEGER"), ("verifier", "TEXT"), ("policy_version", "INTEGER"),
-)  # fmt: skip
+    ("step", "INTEGER"),
+    ("i", "INTEGER"),
+    ("problem_id", "TEXT"),
+    ("group_id", "TEXT"),
+    ("reward", "REAL"),
+    ("outcome", "TEXT"),
+    ("finish_reason", "TEXT"),
+    ("tokens", "INTEGER"),
+    ("reasoning_chars", "INTEGER"),
+    ("tool_calls", "INTEGER"),
+    ("failed_tool_calls", "INTEGER"),
+    ("verifier", "TEXT"),
+    ("policy_version", "INTEGER"),
+)
 NAMES = tuple(n for n, _ in COLUMNS)
 
 
@@ -33,16 +43,27 @@ FINAL_ANSWER = re.compile(r"(answer\s*[=:]\s*\S+|\\boxed\{[^{}]*\}|####\s*\S+|th
 def reasoning_chars(completion: str) -> int:
     """Non-space characters of ``completion`` outside its final answer (all of them when none is found)."""
     text = completion.strip()
-    match = None
-    for match in FINAL_ANSWER.finditer(text):
-        pass
-    kept = text[: match.start()] if match is not None else text
+    matches = list(FINAL_ANSWER.finditer(text))
+    kept = text[: matches[-1].start()] if matches else text  # the last final-answer marker
     return len("".join(kept.split()))
 
 
 def index_row(step: int, i: int, r) -> tuple:
-    return (step, i, r.problem_id, r.group_id, r.reward, r.verdict_outcome, r.finish_reason, len(r.completion_ids),
-            reasoning_chars(r.completion), len(r.tool_calls or ()), r.failed_tool_calls, r.verifier, r.policy_version)
+    return (
+        step,
+        i,
+        r.problem_id,
+        r.group_id,
+        r.reward,
+        r.verdict_outcome,
+        r.finish_reason,
+        len(r.completion_ids),
+        reasoning_chars(r.completion),
+        len(r.tool_calls or ()),
+        r.failed_tool_calls,
+        r.verifier,
+        r.policy_version,
+    )
 
 
 class RolloutIndex:
@@ -61,8 +82,10 @@ class RolloutIndex:
         db.execute(f"PRAGMA user_version = {SCHEMA}")
         db.execute("PRAGMA journal_mode=WAL")
         db.execute("PRAGMA synchronous=NORMAL")  # WAL + NORMAL: a crash loses at most the last steps' rows
-        db.execute(f"CREATE TABLE IF NOT EXISTS records ({', '.join(f'{n} {t}' for n, t in COLUMNS)}, "
-                   "PRIMARY KEY (step, i)) WITHOUT ROWID")  # fmt: skip
+        db.execute(
+            f"CREATE TABLE IF NOT EXISTS records ({', '.join(f'{n} {t}' for n, t in COLUMNS)}, "
+            "PRIMARY KEY (step, i)) WITHOUT ROWID"
+        )
         for column in ("problem_id", "group_id", "reward", "outcome"):
             db.execute(f"CREATE INDEX IF NOT EXISTS by_{column} ON records ({column}, step)")
         return db
@@ -74,8 +97,10 @@ class RolloutIndex:
         try:
             with db:
                 db.execute("DELETE FROM records WHERE step = ?", (step,))
-                db.executemany(f"INSERT INTO records VALUES ({', '.join('?' * len(COLUMNS))})",
-                               [index_row(step, i, r) for i, r in enumerate(records)])  # fmt: skip
+                db.executemany(
+                    f"INSERT INTO records VALUES ({', '.join('?' * len(COLUMNS))})",
+                    [index_row(step, i, r) for i, r in enumerate(records)],
+                )
         finally:
             if own:
                 db.close()

@@ -29,9 +29,17 @@ class Ledger:
         self.requests_dir = Path(run_dir) / "rollouts" / "requests"
 
     def event(self, kind: str, request, engine: int | str, attempt: int = 0, **extra) -> None:
-        row = {"event": kind, "request_id": request.request_id, "step": request.step, "round": request.round,
-               "engine": engine, "weights_version": request.weights_version, "attempt": attempt,
-               "time": time.time(), **extra}  # fmt: skip
+        row = {
+            "event": kind,
+            "request_id": request.request_id,
+            "step": request.step,
+            "round": request.round,
+            "engine": engine,
+            "weights_version": request.weights_version,
+            "attempt": attempt,
+            "time": time.time(),
+            **extra,
+        }
         with open(self.path, "a") as f:  # one short line per event: a crash loses at most the line being written
             f.write(json.dumps(row) + "\n")
             f.flush()

@@ -81,8 +81,10 @@ def _loopback_only(ray):
     start_api_server = getattr(services, "start_api_server", None)
     before = os.environ.get("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER")
     if start_api_server is None:  # another Ray than the one this was measured on (2.60): say what may happen
-        log.warning(f"Ray {ray.__version__} has no start_api_server: its dashboard process may start and probe "
-                    "the cloud metadata address")  # fmt: skip
+        log.warning(
+            f"Ray {ray.__version__} has no start_api_server: its dashboard process may start and probe "
+            "the cloud metadata address"
+        )
     else:
         services.start_api_server = lambda *args, **kwargs: (None, None)
     os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
@@ -189,19 +191,21 @@ class Ticket:
 class RayEngine:
     name = "ray"
 
-    def __init__(self, policy, version: int, rollout_cfg, ray_cfg, threads: int, faults=(), delays=None,
-                 vllm_cfg=None):  # fmt: skip
+    def __init__(self, policy, version: int, rollout_cfg, ray_cfg, threads: int, faults=(), delays=None, vllm_cfg=None):
         ray = self.ray = require_ray()
         self.rollout_cfg, self.ray_cfg, self.version = rollout_cfg, ray_cfg, version
         self.vllm_cfg = vllm_cfg if ray_cfg.worker_engine == "vllm" else None
         self.dtype = next(policy.model.parameters()).dtype
         self.started_cluster = connect(ray_cfg, rollout_cfg.workers)
         actor = ray.remote(RolloutWorker).options(
-            max_restarts=-1, max_task_retries=0, num_cpus=ray_cfg.cpus_per_worker, num_gpus=ray_cfg.gpus_per_worker)
+            max_restarts=-1, max_task_retries=0, num_cpus=ray_cfg.cpus_per_worker, num_gpus=ray_cfg.gpus_per_worker
+        )
         policy_ref = self.policy_ref = ray.put(policy)  # kept alive: a restarted actor is built from it
         threads = ray_cfg.worker_threads or threads or torch.get_num_threads()
-        self.actors = [actor.remote(policy_ref, version, threads, i, tuple(faults), delays, self.vllm_cfg)
-                       for i in range(rollout_cfg.workers)]  # fmt: skip
+        self.actors = [
+            actor.remote(policy_ref, version, threads, i, tuple(faults), delays, self.vllm_cfg)
+            for i in range(rollout_cfg.workers)
+        ]
         self.weights = {}  # version -> ObjectRef of its trainable tensors (while a request in flight names it)
         self.outstanding: Counter = Counter()  # weights version -> requests in flight naming it
         self.held = [version] * len(self.actors)
@@ -232,8 +236,10 @@ class RayEngine:
         if expected is not None:
             for i, d in enumerate(digests):
                 if d != expected:
-                    raise RuntimeError(f"rollout worker {i}: weights digest {d[:12]} after loading version {version}, "
-                                       f"the learner's is {expected[:12]}")  # fmt: skip
+                    raise RuntimeError(
+                        f"rollout worker {i}: weights digest {d[:12]} after loading version {version}, "
+                        f"the learner's is {expected[:12]}"
+                    )
         self.version = version
         return digests[0]
 
@@ -244,14 +250,17 @@ class RayEngine:
                 ref, load = load or self.actors[i].load_weights.remote(self.weights[version], version), None
                 # the load runs after the requests already queued on the actor (Ray keeps a caller's order)
                 queued = 1 + sum(self.outstanding.values())
-                digest = self._get(ref, self.rollout_cfg.request_timeout_s * queued, f"loading weights {version} on "
-                                   f"worker {i}")  # fmt: skip
+                digest = self._get(
+                    ref, self.rollout_cfg.request_timeout_s * queued, f"loading weights {version} on worker {i}"
+                )
                 self.held[i] = version
                 return digest
             except self._actor_died() as e:
                 self._recover(i, e, f"loading weights version {version}")
-        raise RuntimeError(f"rollout worker {i} died {self.rollout_cfg.max_request_retries + 1} times loading "
-                           f"weights version {version}")  # fmt: skip
+        raise RuntimeError(
+            f"rollout worker {i} died {self.rollout_cfg.max_request_retries + 1} times loading "
+            f"weights version {version}"
+        )
 
     # ------------------------------------------------------------------ requests
 
@@ -286,8 +295,10 @@ class RayEngine:
                 if ledger is not None:
                     ledger.event("failed", t.request, t.worker, t.attempt, error=type(e).__name__)
                 if t.attempt >= self.rollout_cfg.max_request_retries:
-                    raise RuntimeError(f"request {t.request.request_id} failed {t.attempt + 1} times: its rollout "
-                                       f"worker {t.worker} died each time") from e  # fmt: skip
+                    raise RuntimeError(
+                        f"request {t.request.request_id} failed {t.attempt + 1} times: its rollout "
+                        f"worker {t.worker} died each time"
+                    ) from e
                 self._recover(t.worker, e, f"request {t.request.request_id}")
                 live[k] = self.submit(t.request, t.worker, ledger, t.attempt + 1)
                 continue
@@ -330,8 +341,10 @@ class RayEngine:
                 return
             except self._actor_died() + (self.ray.exceptions.GetTimeoutError,) as e:
                 if time.time() > deadline:
-                    raise RuntimeError(f"rollout worker {i} died ({doing}: {type(error).__name__}) and was not "
-                                       f"restarted within ray.timeout_s={self.ray_cfg.timeout_s:g}") from e  # fmt: skip
+                    raise RuntimeError(
+                        f"rollout worker {i} died ({doing}: {type(error).__name__}) and was not "
+                        f"restarted within ray.timeout_s={self.ray_cfg.timeout_s:g}"
+                    ) from e
                 time.sleep(0.1)
 
     def close(self) -> None:

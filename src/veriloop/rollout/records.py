@@ -60,11 +60,15 @@ class Record:
             )
         if self.model_mask is not None:
             if len(self.model_mask) != len(self.completion_ids) or not set(self.model_mask) <= {0, 1}:
-                raise ValueError(f"record {self.group_id}/{self.problem_id}: model_mask must hold one 0/1 per "
-                                 f"completion token ({len(self.completion_ids)}), got {len(self.model_mask)} entries")
+                raise ValueError(
+                    f"record {self.group_id}/{self.problem_id}: model_mask must hold one 0/1 per "
+                    f"completion token ({len(self.completion_ids)}), got {len(self.model_mask)} entries"
+                )
             if self.completion_ids and not any(self.model_mask):
-                raise ValueError(f"record {self.group_id}/{self.problem_id}: no token of the completion is the "
-                                 "model's (model_mask all 0)")
+                raise ValueError(
+                    f"record {self.group_id}/{self.problem_id}: no token of the completion is the "
+                    "model's (model_mask all 0)"
+                )
 
     @property
     def loss_mask(self) -> list[int]:
@@ -97,19 +101,33 @@ class Record:
             raise InputError(f"{where}: expected a JSON object, got {type(row).__name__}")
         names = {f.name: f for f in dataclasses.fields(cls)}
         unknown = sorted(set(row) - set(names))
-        missing = sorted(n for n, f in names.items() if n not in row and f.default is dataclasses.MISSING
-                         and f.default_factory is dataclasses.MISSING)  # fmt: skip
+        missing = sorted(
+            n
+            for n, f in names.items()
+            if n not in row and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+        )
         if unknown or missing:
-            raise InputError(f"{where}: not a rollout record (" + "; ".join(
-                filter(None, [f"unknown fields {unknown}" if unknown else "",
-                              f"missing fields {missing}" if missing else ""])) + ")")  # fmt: skip
+            raise InputError(
+                f"{where}: not a rollout record ("
+                + "; ".join(
+                    filter(
+                        None,
+                        [
+                            f"unknown fields {unknown}" if unknown else "",
+                            f"missing fields {missing}" if missing else "",
+                        ],
+                    )
+                )
+                + ")"
+            )
         for name in ("problem_id", "group_id", "prompt", "reference", "completion", "finish_reason"):
             if not isinstance(row[name], str):
                 raise InputError(f"{where}: field {name!r} must be a string, got {type(row[name]).__name__}")
         for name in ("prompt_ids", "completion_ids", "behavior_logprobs", "model_mask"):
             value = row.get(name)
-            if value is not None and not (isinstance(value, list) and all(
-                    isinstance(x, (int, float)) and not isinstance(x, bool) for x in value)):  # fmt: skip
+            if value is not None and not (
+                isinstance(value, list) and all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in value)
+            ):
                 raise InputError(f"{where}: field {name!r} must be a list of numbers")
         try:
             return cls(**row)

@@ -36,15 +36,27 @@ class SamplingParams:
     top_k: int = field(default=0, metadata={"help": "keep the k most likely tokens; 0 = off"})
     top_p: float = field(default=1.0, metadata={"help": "nucleus: smallest set reaching this mass; 1 = off"})
     max_new_tokens: int = field(default=64, metadata={"help": "completion length limit, in tokens"})
-    min_new_tokens: int = field(default=0, metadata={
-        "help": "no end token before this many new tokens (fixed-length work); the learner's sampling "
-                "distribution masks them too"})  # fmt: skip
-    max_thinking_tokens: int = field(default=0, metadata={
-        "help": "cap on the reasoning part: at the cap the end-of-thinking marker is forced and the model answers "
-                "(budget forcing; rollout/thinking.py); 0 = off"})  # fmt: skip
-    thinking_end: str = field(default="", metadata={
-        "help": "the end-of-thinking marker budget forcing appends; empty = the task's (;answer= for the built-in "
-                "task, \\n#### for GSM8K)"})  # fmt: skip
+    min_new_tokens: int = field(
+        default=0,
+        metadata={
+            "help": "no end token before this many new tokens (fixed-length work); the learner's sampling "
+            "distribution masks them too"
+        },
+    )
+    max_thinking_tokens: int = field(
+        default=0,
+        metadata={
+            "help": "cap on the reasoning part: at the cap the end-of-thinking marker is forced and the model answers "
+            "(budget forcing; rollout/thinking.py); 0 = off"
+        },
+    )
+    thinking_end: str = field(
+        default="",
+        metadata={
+            "help": "the end-of-thinking marker budget forcing appends; empty = the task's (;answer= for the built-in "
+            "task, \\n#### for GSM8K)"
+        },
+    )
 
     def __post_init__(self):
         if self.temperature < 0:
@@ -56,12 +68,16 @@ class SamplingParams:
         if self.max_new_tokens < 1:
             raise ValueError(f"sampling.max_new_tokens must be >= 1, got {self.max_new_tokens}")
         if not 0 <= self.min_new_tokens <= self.max_new_tokens:
-            raise ValueError(f"sampling.min_new_tokens must be in [0, max_new_tokens={self.max_new_tokens}], "
-                             f"got {self.min_new_tokens}")  # fmt: skip
+            raise ValueError(
+                f"sampling.min_new_tokens must be in [0, max_new_tokens={self.max_new_tokens}], "
+                f"got {self.min_new_tokens}"
+            )
         if not 0 <= self.max_thinking_tokens < self.max_new_tokens:
-            raise ValueError(f"sampling.max_thinking_tokens must be in [0, max_new_tokens={self.max_new_tokens}) "
-                             "(a cap at the completion limit never forces), "
-                             f"got {self.max_thinking_tokens}")  # fmt: skip
+            raise ValueError(
+                f"sampling.max_thinking_tokens must be in [0, max_new_tokens={self.max_new_tokens}) "
+                "(a cap at the completion limit never forces), "
+                f"got {self.max_thinking_tokens}"
+            )
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -252,8 +268,14 @@ def generate(
     ids, mask = (t.to(device) for t in _left_pad(prompts, pad_id))
     positions = (mask.cumsum(dim=1) - 1).clamp(min=0)
     cache = DynamicCache()
-    out = model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True, logits_to_keep=1,
-                **cache_argument(model, cache))  # fmt: skip
+    out = model(
+        input_ids=ids,
+        attention_mask=mask,
+        position_ids=positions,
+        use_cache=True,
+        logits_to_keep=1,
+        **cache_argument(model, cache),
+    )
     logits = out.logits[:, -1].float()
     if n > 1:  # share the prefill across the group
         cache.batch_repeat_interleave(n)
@@ -271,8 +293,10 @@ def _decoder(model, engine: str, cache, mask: torch.Tensor, max_len: int):
     use_static = engine != "hf" and static_decode.supports(model, max_len)
     if engine == "static" and not use_static:
         kind = getattr(getattr(model, "config", None), "model_type", type(model).__name__)
-        raise ValueError(f"engine static does not serve {kind!r} at this length (families: "
-                         f"{', '.join(static_decode.SUPPORTED_MODEL_TYPES)}); use engine auto or hf")  # fmt: skip
+        raise ValueError(
+            f"engine static does not serve {kind!r} at this length (families: "
+            f"{', '.join(static_decode.SUPPORTED_MODEL_TYPES)}); use engine auto or hf"
+        )
     if use_static:
         return static_decode.StaticDecoder(model, mask.shape[0], max_len, cache, mask)
     return _HFDecoder(model, cache, mask)

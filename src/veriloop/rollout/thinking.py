@@ -21,8 +21,10 @@ from veriloop.rollout.sampler import Generation
 from veriloop.seeding import derive_seed
 
 SEPARATORS = " ;\n\t"
-THINKING_UNSUPPORTED = ("the vllm engine does not force the end of thinking (sampling.max_thinking_tokens): use "
-                        "rollout.engine local, or ray with ray.worker_engine local")  # fmt: skip
+THINKING_UNSUPPORTED = (
+    "the vllm engine does not force the end of thinking (sampling.max_thinking_tokens): use "
+    "rollout.engine local, or ray with ray.worker_engine local"
+)
 
 
 @dataclass
@@ -37,9 +39,11 @@ def with_thinking_end(params, task):
         return params
     marker = getattr(task, "thinking_end", "")
     if not marker:
-        raise InputError(f"sampling.max_thinking_tokens: task {task.name!r} (reasoning "
-                         f"{getattr(task, 'reasoning', 'cot')!r}) names no end-of-thinking marker; set "
-                         "sampling.thinking_end (e.g. '</think>')")  # fmt: skip
+        raise InputError(
+            f"sampling.max_thinking_tokens: task {task.name!r} (reasoning "
+            f"{getattr(task, 'reasoning', 'cot')!r}) names no end-of-thinking marker; set "
+            "sampling.thinking_end (e.g. '</think>')"
+        )
     return replace(params, thinking_end=marker)
 
 
@@ -55,8 +59,9 @@ def marker_rest(text: str, marker: str) -> str:
     return marker
 
 
-def generate_with_thinking_budget(policy, prompt_ids: list[list[int]], params, *, row_seeds: list[int],
-                                  n: int) -> ForcedGeneration:  # fmt: skip
+def generate_with_thinking_budget(
+    policy, prompt_ids: list[list[int]], params, *, row_seeds: list[int], n: int
+) -> ForcedGeneration:
     """``n`` completions per prompt under ``params.max_thinking_tokens`` (see the module docstring).  Round 0 draws
     from ``row_seeds`` as ``policy.sample`` does; a row continued after the cap draws from
     ``derive_seed(row_seeds[i], "thinking", 1)``."""
@@ -65,8 +70,7 @@ def generate_with_thinking_budget(policy, prompt_ids: list[list[int]], params, *
         raise ValueError("generate_with_thinking_budget needs sampling.max_thinking_tokens > 0 and thinking_end")
     tok = policy.tokenizer
     plain = replace(params, max_thinking_tokens=0)  # each call below is plain sampling; this loop does the forcing
-    first = policy.sample(prompt_ids, replace(plain, max_new_tokens=min(budget, limit)), row_seeds=list(row_seeds),
-                          n=n)  # fmt: skip
+    first = policy.sample(prompt_ids, replace(plain, max_new_tokens=min(budget, limit)), row_seeds=list(row_seeds), n=n)
     ids = [list(c) for c in first.completion_ids]
     lps = [list(lp) for lp in first.logprobs]
     masks = [[1] * len(c) for c in ids]
@@ -86,9 +90,12 @@ def generate_with_thinking_budget(policy, prompt_ids: list[list[int]], params, *
             go_on.append(i)
     if go_on:
         prompts = [p for p in prompt_ids for _ in range(n)]
-        more = policy.sample([prompts[i] + ids[i] for i in go_on],
-                             replace(plain, max_new_tokens=max(limit - len(ids[i]) for i in go_on)), n=1,
-                             row_seeds=[derive_seed(row_seeds[i], "thinking", 1) for i in go_on])  # fmt: skip
+        more = policy.sample(
+            [prompts[i] + ids[i] for i in go_on],
+            replace(plain, max_new_tokens=max(limit - len(ids[i]) for i in go_on)),
+            n=1,
+            row_seeds=[derive_seed(row_seeds[i], "thinking", 1) for i in go_on],
+        )
         for k, i in enumerate(go_on):
             room = limit - len(ids[i])
             new, new_lp, why = more.completion_ids[k], more.logprobs[k], more.finish_reasons[k]

@@ -34,9 +34,11 @@ from veriloop.rollout.sampler import Generation
 from veriloop.seeding import derive_seed
 from veriloop.tasks.base import ToolFormat
 
-TOOLS_UNSUPPORTED = ("the vllm engine does not run tool calls (task.reasoning tool): it samples each completion in "
-                     "one call, with no pause for the sandbox; use rollout.engine local, or ray with "
-                     "ray.worker_engine local")  # fmt: skip
+TOOLS_UNSUPPORTED = (
+    "the vllm engine does not run tool calls (task.reasoning tool): it samples each completion in "
+    "one call, with no pause for the sandbox; use rollout.engine local, or ray with "
+    "ray.worker_engine local"
+)
 
 
 @dataclass(frozen=True)
@@ -52,8 +54,11 @@ class ToolSettings:
     output_chars: int = 200  # the output shown to the model is cut to this many characters (the record says so)
 
     def as_dict(self) -> dict:
-        return {"tool_format": self.format.name, "max_tool_calls": self.max_tool_calls,
-                "tool_timeout_s": self.wall_seconds}  # fmt: skip
+        return {
+            "tool_format": self.format.name,
+            "max_tool_calls": self.max_tool_calls,
+            "tool_timeout_s": self.wall_seconds,
+        }
 
 
 @dataclass(frozen=True)
@@ -68,8 +73,14 @@ class ToolCall:
     tokens: int  # how many tool tokens were appended (fewer than the block's when the budget ran out)
 
     def as_dict(self) -> dict:
-        return {"code": self.code, "output": self.output, "status": self.status, "seconds": round(self.seconds, 4),
-                "start": self.start, "tokens": self.tokens}  # fmt: skip
+        return {
+            "code": self.code,
+            "output": self.output,
+            "status": self.status,
+            "seconds": round(self.seconds, 4),
+            "start": self.start,
+            "tokens": self.tokens,
+        }
 
 
 @dataclass
@@ -114,13 +125,22 @@ def stop_tokens(tokenizer, fmt: ToolFormat) -> tuple[int, ...]:
     vocab = tokenizer.get_vocab()
     ids = [i for i in vocab.values() if last in tokenizer.decode([i])]
     if not ids:
-        raise ValueError(f"no token of this tokenizer holds {last!r}: the tool format {fmt.name!r} cannot close a "
-                         "code block")  # fmt: skip
+        raise ValueError(
+            f"no token of this tokenizer holds {last!r}: the tool format {fmt.name!r} cannot close a code block"
+        )
     return tuple(sorted(ids))
 
 
-def generate_with_tools(policy, prompt_ids: list[list[int]], params, settings: ToolSettings, *, row_seeds: list[int],
-                        n: int, workers: int = 0) -> ToolGeneration:  # fmt: skip
+def generate_with_tools(
+    policy,
+    prompt_ids: list[list[int]],
+    params,
+    settings: ToolSettings,
+    *,
+    row_seeds: list[int],
+    n: int,
+    workers: int = 0,
+) -> ToolGeneration:
     """``n`` completions per prompt, each pausing at its code blocks for the sandbox (see the module docstring).
 
     Round 0 samples like ``policy.sample`` (one prefill per prompt, shared by its group); every later round
@@ -128,8 +148,9 @@ def generate_with_tools(policy, prompt_ids: list[list[int]], params, settings: T
     ``derive_seed(row_seeds[i], "tool-round", r)`` (round 0: ``row_seeds[i]``), so a row's tokens depend on its
     seed and the tool's outputs only, never on the rows beside it."""
     if params.min_new_tokens:
-        raise ValueError("sampling.min_new_tokens does not combine with tool calls (a tool output would count "
-                         "towards it)")  # fmt: skip
+        raise ValueError(
+            "sampling.min_new_tokens does not combine with tool calls (a tool output would count towards it)"
+        )
     rows = _ToolRows(policy.tokenizer, settings, len(prompt_ids) * n, params.max_new_tokens)
     stops = stop_tokens(policy.tokenizer, settings.format)
     prompts = [p for p in prompt_ids for _ in range(n)]
@@ -140,8 +161,9 @@ def generate_with_tools(policy, prompt_ids: list[list[int]], params, settings: T
             round_params = replace(params, max_new_tokens=max(budget.values()))
             can_call = [i for i in active if len(rows.calls[i]) < settings.max_tool_calls]
             if round_ == 0:
-                gen = policy.sample(prompt_ids, round_params, row_seeds=list(row_seeds), n=n,
-                                    stop_ids=stops if can_call else ())  # fmt: skip
+                gen = policy.sample(
+                    prompt_ids, round_params, row_seeds=list(row_seeds), n=n, stop_ids=stops if can_call else ()
+                )
             else:  # rows that cannot call any more sample without the stop tokens
                 gen = _resample(policy, prompts, rows.ids, active, can_call, round_params, row_seeds, round_, stops)
             paused = rows.take(gen, active, budget)
@@ -182,8 +204,9 @@ class _ToolRows:
             if why != "stop":
                 self.finish[i] = why
             elif not self.full(i):  # a marker's character outside a block (None): nothing runs, sampling goes on
-                paused.append((i, closed_block(self.tok.decode(self.ids[i], skip_special_tokens=False),
-                                               self.settings.format)))  # fmt: skip
+                paused.append(
+                    (i, closed_block(self.tok.decode(self.ids[i], skip_special_tokens=False), self.settings.format))
+                )
         return paused
 
     def run(self, pool: ThreadPoolExecutor, blocks: list[tuple[int, str]]) -> None:
@@ -209,8 +232,13 @@ def _resample(policy, prompts, ids, active, can_call, params, row_seeds, round_,
     for part, stop in (([i for i in active if i in calling], stops), ([i for i in active if i not in calling], ())):
         if not part:
             continue
-        gen = policy.sample([prompts[i] + ids[i] for i in part], params, n=1, stop_ids=stop,
-                            row_seeds=[derive_seed(row_seeds[i], "tool-round", round_) for i in part])  # fmt: skip
+        gen = policy.sample(
+            [prompts[i] + ids[i] for i in part],
+            params,
+            n=1,
+            stop_ids=stop,
+            row_seeds=[derive_seed(row_seeds[i], "tool-round", round_) for i in part],
+        )
         for k, i in enumerate(part):
             j = active.index(i)
             out_ids[j], out_lp[j], out_fin[j] = gen.completion_ids[k], gen.logprobs[k], gen.finish_reasons[k]

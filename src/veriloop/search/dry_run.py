@@ -75,8 +75,13 @@ def _majority(cfg: SearchConfig, st: SearchSettings, b: int, task) -> CellCost:
 def _ranked(choice: str):
     def cost(cfg: SearchConfig, st: SearchSettings, b: int, task) -> CellCost:
         prm = cfg.scorer == "prm"  # else the verifier scores each sample against the reference
-        return CellCost(f"{_n(b, 'sample')}, {choice} by the {'PRM' if prm else 'verifier'}", b, b if prm else 0,
-                        1 + (0 if prm else b), b)  # fmt: skip
+        return CellCost(
+            f"{_n(b, 'sample')}, {choice} by the {'PRM' if prm else 'verifier'}",
+            b,
+            b if prm else 0,
+            1 + (0 if prm else b),
+            b,
+        )
 
     return cost
 
@@ -86,8 +91,10 @@ def _beam(cfg: SearchConfig, st: SearchSettings, b: int, task, lookahead: int = 
     width = max(1, b // expand)
     candidates = expand + (st.max_steps - 1) * width * expand  # one beam at the first step
     ahead = f", each valued {_n(lookahead, 'greedy step')} ahead" if lookahead else ""
-    draws = (f"{_n(width, 'beam')} x {_n(expand, 'step')} = {_n(width * expand, 'candidate')} per step{ahead}, "
-             f"depth <= {st.max_steps}; the best finished by the PRM")  # fmt: skip
+    draws = (
+        f"{_n(width, 'beam')} x {_n(expand, 'step')} = {_n(width * expand, 'candidate')} per step{ahead}, "
+        f"depth <= {st.max_steps}; the best finished by the PRM"
+    )
     # the beams still open after max_steps are completed greedily: width more generations, each scored
     return CellCost(draws, candidates * (1 + lookahead) + width, candidates + width, 1, width * expand, st.max_steps)
 
@@ -98,16 +105,26 @@ def _lookahead(cfg: SearchConfig, st: SearchSettings, b: int, task) -> CellCost:
 
 def _mcts(cfg: SearchConfig, st: SearchSettings, b: int, task) -> CellCost:
     verifier = st.mcts_value == "verifier"  # a node is completed (one more generation) and judged
-    draws = (f"{_n(b, 'simulation')}, each expanding a node by {_n(st.expand, 'step')}, depth <= {st.max_steps}, "
-             f"valued by the {'verifier' if verifier else 'PRM'}; the most visited path")  # fmt: skip
-    return CellCost(draws, b * st.expand + (b if verifier else 0) + 1, 0 if verifier else b, 1 + (b if verifier else 0),
-                    st.expand, st.max_steps)  # fmt: skip
+    draws = (
+        f"{_n(b, 'simulation')}, each expanding a node by {_n(st.expand, 'step')}, depth <= {st.max_steps}, "
+        f"valued by the {'verifier' if verifier else 'PRM'}; the most visited path"
+    )
+    return CellCost(
+        draws,
+        b * st.expand + (b if verifier else 0) + 1,
+        0 if verifier else b,
+        1 + (b if verifier else 0),
+        st.expand,
+        st.max_steps,
+    )
 
 
 def _revision(cfg: SearchConfig, st: SearchSettings, b: int, task) -> CellCost:
     chains = min(st.revision_chains, b)
-    draws = (f"{_n(chains, 'chain')}, {_n(b, 'attempt')} in all ({chains} sampled, {b - chains} revised, each "
-             f"reading up to {st.revision_history}); chosen by {st.revision_select}")  # fmt: skip
+    draws = (
+        f"{_n(chains, 'chain')}, {_n(b, 'attempt')} in all ({chains} sampled, {b - chains} revised, each "
+        f"reading up to {st.revision_history}); chosen by {st.revision_select}"
+    )
     # every attempt is judged against the reference for the drift report (right -> wrong, wrong -> right)
     return CellCost(draws, b, b if st.revision_select == "prm" else 0, 1 + b, chains, st.revision_history)
 
@@ -118,15 +135,25 @@ def _rstar(cfg: SearchConfig, st: SearchSettings, b: int, task) -> CellCost:
     expansions = b * st.max_steps
     terminals = expansions * 2 * st.expand  # A1's finished steps and A2's solutions, each confirmed once
     actions = "A1, A2, A3 x expand, A4 x rstar_reanswer" if subs else "A1, A2 x expand"
-    draws = (f"{_n(b, 'rollout')}, up to {_n(expansions, 'expansion')} ({actions}: up to {_n(per_node, 'sample')} "
-             "each); each terminal trajectory completed once by the discriminator; a loose bound")  # fmt: skip
+    draws = (
+        f"{_n(b, 'rollout')}, up to {_n(expansions, 'expansion')} ({actions}: up to {_n(per_node, 'sample')} "
+        "each); each terminal trajectory completed once by the discriminator; a loose bound"
+    )
     rows = max(st.expand, st.rstar_reanswer if subs else 1)
     return CellCost(draws, expansions * per_node + terminals + 1, 0, 1, rows, st.max_steps)
 
 
-COSTS = {"single": _single, "majority": _majority, "best_of_n": _ranked("the best"),
-         "weighted_vote": _ranked("a vote weighted"), "beam": _beam, "lookahead": _lookahead, "mcts": _mcts,
-         "revision": _revision, "rstar": _rstar}  # fmt: skip
+COSTS = {
+    "single": _single,
+    "majority": _majority,
+    "best_of_n": _ranked("the best"),
+    "weighted_vote": _ranked("a vote weighted"),
+    "beam": _beam,
+    "lookahead": _lookahead,
+    "mcts": _mcts,
+    "revision": _revision,
+    "rstar": _rstar,
+}
 
 
 def oracle(cfg: SearchConfig, st: SearchSettings, strategy: str) -> bool:
@@ -169,8 +196,15 @@ def _engine(cfg: SearchConfig, policy, prm) -> Engine:
         others["discriminator"] = _bytes(discriminator_model(cfg, policy).model)
     model = policy.model
     first, params = next(model.parameters()), sum(p.numel() for p in model.parameters())
-    return Engine(_shapes(model), context_of(model), str(first.dtype).removeprefix("torch."), first.element_size(),
-                  params, _bytes(model), others)  # fmt: skip
+    return Engine(
+        _shapes(model),
+        context_of(model),
+        str(first.dtype).removeprefix("torch."),
+        first.element_size(),
+        params,
+        _bytes(model),
+        others,
+    )
 
 
 def _cell(cfg: SearchConfig, inputs, engine: Engine, longest: int, strategy: str, budget: int) -> dict:
@@ -183,19 +217,37 @@ def _cell(cfg: SearchConfig, inputs, engine: Engine, longest: int, strategy: str
     c = estimate(cfg, st, budget, inputs.task)
     rows = min(problems_per_call(cfg, strategy, cfg.scorer == "verifier"), n) * c.rows_per_call
     tokens = engine.row_tokens(longest, new, c.carried)
-    return {"strategy": name, "budget": budget, "problems": n, "generations": c.generations,
-            "tokens": c.generations * new, "all tokens": n * c.generations * new, "PRM calls": c.prm_calls,
-            "verifier calls": c.verifier_calls, "rows": rows, "row tokens": tokens,
-            "KV cache": engine.kv_cache(rows, tokens), "draws": c.draws}  # fmt: skip
+    return {
+        "strategy": name,
+        "budget": budget,
+        "problems": n,
+        "generations": c.generations,
+        "tokens": c.generations * new,
+        "all tokens": n * c.generations * new,
+        "PRM calls": c.prm_calls,
+        "verifier calls": c.verifier_calls,
+        "rows": rows,
+        "row tokens": tokens,
+        "KV cache": engine.kv_cache(rows, tokens),
+        "draws": c.draws,
+    }
 
 
 def _bins(cfg: SearchConfig, inputs, engine: Engine, longest: int) -> dict:
     """The difficulty bins' draws, as a cell's row: ``bin_samples`` whole solutions per problem, each judged."""
     n, k, new = len(inputs.problems), cfg.bin_samples, cfg.sampling.max_new_tokens
     rows, tokens = min(BIN_BATCH, n) * k, engine.row_tokens(longest, new, 0)
-    return {"problems": n, "generations": k, "tokens": k * new, "all tokens": n * k * new, "PRM calls": 0,
-            "verifier calls": k, "rows": rows, "row tokens": tokens,
-            "KV cache": engine.kv_cache(rows, tokens)}  # fmt: skip
+    return {
+        "problems": n,
+        "generations": k,
+        "tokens": k * new,
+        "all tokens": n * k * new,
+        "PRM calls": 0,
+        "verifier calls": k,
+        "rows": rows,
+        "row tokens": tokens,
+        "KV cache": engine.kv_cache(rows, tokens),
+    }
 
 
 def plan(cfg: SearchConfig, *, policy=None, prm=None, task=None) -> tuple[list[tuple[str, str]], list[dict]]:
@@ -214,23 +266,36 @@ def _summary(cfg: SearchConfig, inputs, engine: Engine, longest: int, cells: lis
     names = bin_names(cfg.edge_list())
     context = f"context {engine.context} positions" if engine.context else "no context limit named"
     known = [c for c in cells if "generations" in c] + [bins]
-    total = {k: sum(c["problems"] * c[k] for c in known) for k in ("generations", "tokens", "PRM calls",
-                                                                      "verifier calls")}  # fmt: skip
+    total = {
+        k: sum(c["problems"] * c[k] for c in known) for k in ("generations", "tokens", "PRM calls", "verifier calls")
+    }
     unknown = [f"{c['strategy']}@{c['budget']}" for c in cells if "generations" not in c]
     return [
-        ("policy", f"{cfg.policy}: {engine.params / 1e6:.2f}M parameters, hidden {sh['hidden']}, {sh['layers']} "
-                   f"layers, vocabulary {sh['vocab']}, {context}, {engine.dtype}"),
-        ("problems", f"{n} of task {inputs.task.name}'s {split} {cfg.split} problems; longest prompt {longest} "
-                     f"tokens; a generation is at most {cfg.sampling.max_new_tokens} tokens (sampling.max_new_tokens)"),
-        ("difficulty bins", f"{len(names)} ({', '.join(names)}): {cfg.bin_samples} samples per problem, "
-                            f"{n * bins['generations']:,} in all, at most {bins['all tokens']:,} tokens"),
+        (
+            "policy",
+            f"{cfg.policy}: {engine.params / 1e6:.2f}M parameters, hidden {sh['hidden']}, {sh['layers']} "
+            f"layers, vocabulary {sh['vocab']}, {context}, {engine.dtype}",
+        ),
+        (
+            "problems",
+            f"{n} of task {inputs.task.name}'s {split} {cfg.split} problems; longest prompt {longest} "
+            f"tokens; a generation is at most {cfg.sampling.max_new_tokens} tokens (sampling.max_new_tokens)",
+        ),
+        (
+            "difficulty bins",
+            f"{len(names)} ({', '.join(names)}): {cfg.bin_samples} samples per problem, "
+            f"{n * bins['generations']:,} in all, at most {bins['all tokens']:,} tokens",
+        ),
         ("scorer", _scorer(cfg, inputs)),
         ("cells", f"{len(cells)} (strategies x budgets; single at budget 1 only)"),
-        ("in all, at most", f"{total['generations']:,} generations, {total['tokens']:,} tokens, "
-                            f"{total['PRM calls']:,} PRM calls, {total['verifier calls']:,} verifier calls (the bins' "
-                            "included)" + (f"; not counted: {', '.join(unknown)}" if unknown else "")),
+        (
+            "in all, at most",
+            f"{total['generations']:,} generations, {total['tokens']:,} tokens, "
+            f"{total['PRM calls']:,} PRM calls, {total['verifier calls']:,} verifier calls (the bins' "
+            "included)" + (f"; not counted: {', '.join(unknown)}" if unknown else ""),
+        ),
         ("memory, estimated", _memory(engine, cells, bins)),
-    ]  # fmt: skip
+    ]
 
 
 def _scorer(cfg: SearchConfig, inputs) -> str:
@@ -240,8 +305,10 @@ def _scorer(cfg: SearchConfig, inputs) -> str:
     if cfg.scorer == "verifier":
         return f"the outcome verifier ranks {', '.join(ranked)}: it reads the reference (an oracle, an upper bound)"
     params = sum(p.numel() for p in inputs.prm.parameters())
-    return (f"PRM {cfg.prm} ({params / 1e6:.2f}M parameters, aggregation {inputs.settings.aggregation}) ranks "
-            f"{', '.join(ranked)}")  # fmt: skip
+    return (
+        f"PRM {cfg.prm} ({params / 1e6:.2f}M parameters, aggregation {inputs.settings.aggregation}) ranks "
+        f"{', '.join(ranked)}"
+    )
 
 
 def _memory(engine: Engine, cells: list[dict], bins: dict) -> str:
@@ -249,12 +316,25 @@ def _memory(engine: Engine, cells: list[dict], bins: dict) -> str:
     where, big = max(calls, key=lambda x: x[1]["KV cache"])  # the first of the largest
     total = engine.weights + big["KV cache"] + sum(engine.others.values())
     others = "".join(f", {name} weights {_gib(b)}" for name, b in engine.others.items())
-    return (f"{_gib(total)}: policy weights {_gib(engine.weights)}, KV cache {_gib(big['KV cache'])} of its largest "
-            f"call ({where}: {big['rows']} rows of up to {big['row tokens']} tokens){others}")  # fmt: skip
+    return (
+        f"{_gib(total)}: policy weights {_gib(engine.weights)}, KV cache {_gib(big['KV cache'])} of its largest "
+        f"call ({where}: {big['rows']} rows of up to {big['row tokens']} tokens){others}"
+    )
 
 
-COLUMNS = ("strategy", "budget", "problems", "generations", "tokens", "all tokens", "PRM calls", "verifier calls",
-           "largest call", "KV cache", "draws")  # fmt: skip
+COLUMNS = (
+    "strategy",
+    "budget",
+    "problems",
+    "generations",
+    "tokens",
+    "all tokens",
+    "PRM calls",
+    "verifier calls",
+    "largest call",
+    "KV cache",
+    "draws",
+)
 
 
 def _table(cells: list[dict]) -> list[str]:
@@ -278,6 +358,10 @@ def dry_run(cfg: SearchConfig) -> str:
     width = max(len(k) for k, _ in rows)
     lines = ["veriloop search --dry-run: nothing is sampled, scored or written, no run directory is made", ""]
     lines += [f"{k:<{width}}  {v}" for k, v in rows]
-    lines += ["", "per (strategy, budget); generations, tokens, PRM and verifier calls per problem, all tokens over "
-              "every problem, each at most; largest call: rows x tokens of one sampler call", ""]  # fmt: skip
+    lines += [
+        "",
+        "per (strategy, budget); generations, tokens, PRM and verifier calls per problem, all tokens over "
+        "every problem, each at most; largest call: rows x tokens of one sampler call",
+        "",
+    ]
     return "\n".join(lines + _table(cells))

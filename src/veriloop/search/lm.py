@@ -34,9 +34,12 @@ class LMProposer:
         self.stops = separator_ids(policy.tokenizer, splitter)
         self.generator = torch.Generator().manual_seed(seed)
         self.generators: list[torch.Generator] = []  # one per problem of a batch (reseed_many)
-        self.greedy_params = SamplingParams(temperature=0.0, max_new_tokens=sampling.max_new_tokens,
-                                            max_thinking_tokens=sampling.max_thinking_tokens,
-                                            thinking_end=sampling.thinking_end)  # fmt: skip
+        self.greedy_params = SamplingParams(
+            temperature=0.0,
+            max_new_tokens=sampling.max_new_tokens,
+            max_thinking_tokens=sampling.max_thinking_tokens,
+            thinking_end=sampling.thinking_end,
+        )
 
     def reseed(self, seed: int) -> None:
         self.generator.manual_seed(seed)
@@ -57,14 +60,21 @@ class LMProposer:
         params = self.greedy_params if greedy else self.sampling  # max_new_tokens bounds each call
         whole = not stop and not any(x for _, prefixes in jobs for x in prefixes)
         if params.max_thinking_tokens and whole:  # budget forcing: each row's seed drawn from its problem's stream
-            seeds = [0] * sum(sizes) if greedy else [
-                s for g, size in zip(generators, sizes) for s in torch.randint(0, 2**62, (size,), generator=g)]
-            out = generate_with_thinking_budget(p, ids, params, row_seeds=[int(s) for s in seeds],
-                                                n=1 if greedy else n)  # fmt: skip
+            seeds = (
+                [0] * sum(sizes)
+                if greedy
+                else [s for g, size in zip(generators, sizes) for s in torch.randint(0, 2**62, (size,), generator=g)]
+            )
+            out = generate_with_thinking_budget(p, ids, params, row_seeds=[int(s) for s in seeds], n=1 if greedy else n)
         else:
             gen = generators[0] if len(jobs) == 1 else None if greedy else GroupStreams(generators, sizes)
-            out = p.sample(ids, replace(params, max_thinking_tokens=0), generator=gen, n=1 if greedy else n,
-                           stop_ids=self.stops if stop else ())  # fmt: skip
+            out = p.sample(
+                ids,
+                replace(params, max_thinking_tokens=0),
+                generator=gen,
+                n=1 if greedy else n,
+                stop_ids=self.stops if stop else (),
+            )
         reps = 1 if greedy else n
         results, row = [], 0
         for (_, prefixes), size, cost in zip(jobs, sizes, costs):

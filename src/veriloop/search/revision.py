@@ -50,8 +50,9 @@ def revision_prompt(prompt: str, attempts: str | list[str]) -> str:
     return prompt + "".join(f"{a}{REVISION_SEPARATOR}" for a in attempts)
 
 
-def revision_chains(wrong: list[str], right: list[str], history: int,
-                    rng: random.Random) -> list[tuple[list[str], str, int]]:  # fmt: skip
+def revision_chains(
+    wrong: list[str], right: list[str], history: int, rng: random.Random
+) -> list[tuple[list[str], str, int]]:
     """(attempts, target, edit distance of the last attempt to the target) for every distinct wrong
     attempt: up to ``history - 1`` other wrong attempts drawn at random join it, and the chain is
     ordered by decreasing distance to the target (the right solution nearest the wrong attempt; ties:
@@ -117,10 +118,17 @@ class RevisionPairsConfig:
         check_declared(self)
 
 
-declare(RevisionPairsConfig, [not_read_by("revision-pairs", ("sampling.max_thinking_tokens", "sampling.thinking_end"),
-                                          "attempts are sampled whole, without budget forcing")],
-        ("policy", "output", "split", "problems", "samples", "keep_right", "history", "seed", "task",
-         "sampling"))  # fmt: skip
+declare(
+    RevisionPairsConfig,
+    [
+        not_read_by(
+            "revision-pairs",
+            ("sampling.max_thinking_tokens", "sampling.thinking_end"),
+            "attempts are sampled whole, without budget forcing",
+        )
+    ],
+    ("policy", "output", "split", "problems", "samples", "keep_right", "history", "seed", "task", "sampling"),
+)
 
 
 def make_revision_pairs(cfg: RevisionPairsConfig, progress: bool = True, *, policy=None, task=None) -> dict:
@@ -143,18 +151,37 @@ def make_revision_pairs(cfg: RevisionPairsConfig, progress: bool = True, *, poli
             if cfg.keep_right and chains:  # only where the problem also has wrong attempts: a balanced lesson
                 chains += [(kept_chain(wrong, r, cfg.history, rng), r, 0) for r in dict.fromkeys(right)]
             for attempts, r, d in chains:
-                rows.append({"prompt": revision_prompt(p.prompt, attempts), "reference": p.reference, "completion": r,
-                             "problem_id": p.id, "attempt": attempts[-1], "attempts": attempts, "edit_distance": d,
-                             "provenance": {"policy": getattr(policy, "source", cfg.policy), "samples": cfg.samples,
-                                            "seed": cfg.seed, "verifier": verifier.tag, "history": cfg.history,
-                                            "sampling": cfg.sampling.as_dict()}})  # fmt: skip
+                rows.append(
+                    {
+                        "prompt": revision_prompt(p.prompt, attempts),
+                        "reference": p.reference,
+                        "completion": r,
+                        "problem_id": p.id,
+                        "attempt": attempts[-1],
+                        "attempts": attempts,
+                        "edit_distance": d,
+                        "provenance": {
+                            "policy": getattr(policy, "source", cfg.policy),
+                            "samples": cfg.samples,
+                            "seed": cfg.seed,
+                            "verifier": verifier.tag,
+                            "history": cfg.history,
+                            "sampling": cfg.sampling.as_dict(),
+                        },
+                    }
+                )
     if not rows:
         raise InputError(
             "no wrong/right pairs: every problem was all right or all wrong; draw more problems or samples"
         )
     atomic_write_jsonl(cfg.output, rows)
-    return {"output": cfg.output, "pairs": len(rows), "kept_right": sum(r["edit_distance"] == 0 for r in rows),
-            "problems_with_pairs": with_pair, "problems": len(problems),
-            "mean_edit_distance": sum(r["edit_distance"] for r in rows) / len(rows),
-            "mean_attempts": sum(len(r["attempts"]) for r in rows) / len(rows),
-            "seconds": round(time.time() - t0, 1)}  # fmt: skip
+    return {
+        "output": cfg.output,
+        "pairs": len(rows),
+        "kept_right": sum(r["edit_distance"] == 0 for r in rows),
+        "problems_with_pairs": with_pair,
+        "problems": len(problems),
+        "mean_edit_distance": sum(r["edit_distance"] for r in rows) / len(rows),
+        "mean_attempts": sum(len(r["attempts"]) for r in rows) / len(rows),
+        "seconds": round(time.time() - t0, 1),
+    }

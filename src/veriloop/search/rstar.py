@@ -125,8 +125,10 @@ class RStar:
             elif act == "A3":
                 q = self.subs[node.sub_done]
                 answers = p.complete(q, [""], st.expand, self.cost)
-                kids += [RNode(node.text + sub_steps(a, self.splitter), "A3", node.depth + 1, False,
-                               node.sub_done + 1, q) for a in answers]  # fmt: skip
+                kids += [
+                    RNode(node.text + sub_steps(a, self.splitter), "A3", node.depth + 1, False, node.sub_done + 1, q)
+                    for a in answers
+                ]
             elif act == "A4":
                 answers = p.complete(node.sub_question, [""], st.rstar_reanswer, self.cost)
                 key_of = [answer_of(a) for a in answers]
@@ -134,8 +136,16 @@ class RStar:
                 best = max(counted, key=counted.count) if counted else None  # ties: the first seen
                 a = answers[key_of.index(best)] if best is not None else answers[0]
                 base = node.parent.text if node.parent is not None else ""
-                kids.append(RNode(base + sub_steps(a, self.splitter), "A4", node.depth + 1, False, node.sub_done,
-                                  node.sub_question))  # fmt: skip
+                kids.append(
+                    RNode(
+                        base + sub_steps(a, self.splitter),
+                        "A4",
+                        node.depth + 1,
+                        False,
+                        node.sub_done,
+                        node.sub_question,
+                    )
+                )
         for k in kids:  # every terminal sample votes, repeats included
             if k.terminal:
                 key = answer_of(k.text)
@@ -213,5 +223,6 @@ def _rstar(self: Strategies, prompt: str, budget: int, cost: Cost) -> Outcome:
     return RStar(self, prompt, cost).run(budget)
 
 
-STRATEGIES.register("rstar", Strategy(_rstar, reads=("expand", "max_steps", "uct_c", "rstar_reanswer",
-                                                     "discriminator")))
+STRATEGIES.register(
+    "rstar", Strategy(_rstar, reads=("expand", "max_steps", "uct_c", "rstar_reanswer", "discriminator"))
+)

@@ -50,8 +50,14 @@ from veriloop.tasks.base import split_problems
 from veriloop.verifiers import get as get_verifier
 from veriloop.verifiers import is_correct
 
-__all__ = ["SEARCH_COMMON", "STRATEGY_OPTIONS", "STRATEGY_SCOPE", "WHOLE_SOLUTION_STRATEGIES", "SearchConfig",
-           "run_search"]  # fmt: skip
+__all__ = [
+    "SEARCH_COMMON",
+    "STRATEGY_OPTIONS",
+    "STRATEGY_SCOPE",
+    "WHOLE_SOLUTION_STRATEGIES",
+    "SearchConfig",
+    "run_search",
+]
 
 
 def bin_names(edges: list[float]) -> list[str]:
@@ -85,20 +91,34 @@ def compute_optimal(cells: dict, names: list[str]) -> dict:
     Oracle cells (``oracle``: they read the reference) are never chosen, nor set a cost level.  Ties in
     accuracy go to the cheaper cell, then to the one listed first (``single`` before the rest).
     """
-    points = [(c["mean_tokens"], i, s, b) for i, (s, per) in enumerate(cells.items()) for b, c in per.items()
-              if not c.get("oracle")]  # fmt: skip
+    points = [
+        (c["mean_tokens"], i, s, b)
+        for i, (s, per) in enumerate(cells.items())
+        for b, c in per.items()
+        if not c.get("oracle")
+    ]
     levels = sorted({t for t, _, _, _ in points})
     out = {}
     for k, name in enumerate(names):
         rows = []
         for level in levels:
-            fits = [(cells[s][b]["by_bin"][k]["accuracy"], -t, -i, s, b) for t, i, s, b in points
-                    if t <= level and cells[s][b]["by_bin"][k]["problems"]]  # fmt: skip
+            fits = [
+                (cells[s][b]["by_bin"][k]["accuracy"], -t, -i, s, b)
+                for t, i, s, b in points
+                if t <= level and cells[s][b]["by_bin"][k]["problems"]
+            ]
             if fits:
                 acc, neg_t, _, s, b = max(fits)
-                rows.append({"token_budget": level, "strategy": s, "budget": int(b), "accuracy": acc,
-                             "truncation_rate": cells[s][b]["by_bin"][k].get("truncation_rate"),
-                             "mean_tokens": -neg_t})  # fmt: skip
+                rows.append(
+                    {
+                        "token_budget": level,
+                        "strategy": s,
+                        "budget": int(b),
+                        "accuracy": acc,
+                        "truncation_rate": cells[s][b]["by_bin"][k].get("truncation_rate"),
+                        "mean_tokens": -neg_t,
+                    }
+                )
         out[name] = rows
     return out
 
@@ -114,14 +134,25 @@ def run_search(cfg: SearchConfig, progress: bool = True, *, policy=None, prm=Non
     bins = [bin_of(r, edges) for r in rates]
     results, cells = _run_cells(cfg, strategies, verifier, problems, rates, bins, progress)
     summary = {
-        "policy": cfg.policy, "prm": cfg.prm, "scorer": cfg.scorer, "task": task.name, "problems": len(problems),
-        "bins": {n: {"problems": bins.count(k), "mean_pass_rate": _mean([r for r, x in zip(rates, bins) if x == k])}
-                 for k, n in enumerate(names)},
-        "strategies": cells, "compute_optimal": compute_optimal(cells, names),
-        "settings": {**settings.__dict__, "sampling": cfg.sampling.as_dict(), "bin_samples": cfg.bin_samples,
-                     "seed": cfg.seed},
+        "policy": cfg.policy,
+        "prm": cfg.prm,
+        "scorer": cfg.scorer,
+        "task": task.name,
+        "problems": len(problems),
+        "bins": {
+            n: {"problems": bins.count(k), "mean_pass_rate": _mean([r for r, x in zip(rates, bins) if x == k])}
+            for k, n in enumerate(names)
+        },
+        "strategies": cells,
+        "compute_optimal": compute_optimal(cells, names),
+        "settings": {
+            **settings.__dict__,
+            "sampling": cfg.sampling.as_dict(),
+            "bin_samples": cfg.bin_samples,
+            "seed": cfg.seed,
+        },
         "seconds": round(time.time() - t0, 1),
-    }  # fmt: skip
+    }
     out_dir = Path(cfg.out)
     atomic_write_json(out_dir / "summary.json", summary)
     atomic_write_jsonl(out_dir / "results.jsonl", results)
@@ -174,8 +205,15 @@ def _strategies(cfg: SearchConfig, task, policy, prm, verifier, settings: Search
     discriminator = None
     if "rstar" in cfg.strategy_list():
         discriminator = LMProposer(discriminator_model(cfg, policy), cfg.sampling, splitter)
-    return Strategies(proposer, scorer, settings, reviser=reviser, discriminator=discriminator,
-                      sub_questions=getattr(task, "sub_questions", None), splitter=splitter)  # fmt: skip
+    return Strategies(
+        proposer,
+        scorer,
+        settings,
+        reviser=reviser,
+        discriminator=discriminator,
+        sub_questions=getattr(task, "sub_questions", None),
+        splitter=splitter,
+    )
 
 
 def revision_model(cfg: SearchConfig):
@@ -196,9 +234,18 @@ def search_plan(cfg: SearchConfig) -> list[tuple[str, int]]:
     return [(s, b) for s in cfg.strategy_list() for b in ([1] if s == "single" else cfg.budget_list())]
 
 
-def _run_cells(cfg: SearchConfig, strategies: Strategies, verifier, problems, rates: list[float], bins: list[int],
-               progress: bool, *, plan: list[tuple[str, int]] | None = None,
-               names: list[str] | None = None) -> tuple[list[dict], dict]:  # fmt: skip
+def _run_cells(
+    cfg: SearchConfig,
+    strategies: Strategies,
+    verifier,
+    problems,
+    rates: list[float],
+    bins: list[int],
+    progress: bool,
+    *,
+    plan: list[tuple[str, int]] | None = None,
+    names: list[str] | None = None,
+) -> tuple[list[dict], dict]:
     """Every (strategy, budget) of ``plan`` (default: the search's) on every problem: the result rows, and
     per strategy and budget its cell (bins named ``names``, default those of ``cfg.bin_edges``)."""
     names = names or bin_names(cfg.edge_list())
@@ -210,11 +257,23 @@ def _run_cells(cfg: SearchConfig, strategies: Strategies, verifier, problems, ra
         size = problems_per_call(cfg, s, isinstance(strategies.scorer, VerifierScorer))
         for start in range(0, len(problems), size):
             chunk = problems[start : start + size]
-            solved = _solve_many(cfg, strategies, verifier, s, b, chunk) if size > 1 else \
-                [_solve(cfg, strategies, verifier, s, b, chunk[0])]  # fmt: skip
+            solved = (
+                _solve_many(cfg, strategies, verifier, s, b, chunk)
+                if size > 1
+                else [_solve(cfg, strategies, verifier, s, b, chunk[0])]
+            )
             for i, row in enumerate(solved, start):
-                rows.append({"strategy": s, "budget": b, "problem_id": problems[i].id, "bin": names[bins[i]],
-                             "pass_rate": rates[i], "oracle": oracle, **row})  # fmt: skip
+                rows.append(
+                    {
+                        "strategy": s,
+                        "budget": b,
+                        "problem_id": problems[i].id,
+                        "bin": names[bins[i]],
+                        "pass_rate": rates[i],
+                        "oracle": oracle,
+                        **row,
+                    }
+                )
             bar.update(len(chunk))
         results += rows
         cells.setdefault(s, {})[str(b)] = {**_cell(rows, bins, names), "oracle": oracle}
@@ -285,9 +344,17 @@ def judged(text: str, verdict) -> dict:
 
 def _result_row(out, verdict) -> dict:
     """One problem's result: the chosen solution, whether the verifier accepts it, and its cost."""
-    return {"answer": out.answer, "completion": out.text, **judged(out.text, verdict), "tokens": out.cost.tokens,
-            "prm_calls": out.cost.prm_calls, "seconds": round(out.cost.seconds, 4), "candidates": out.candidates,
-            **({"considered": out.considered} if out.considered else {}), **({"tree": out.tree} if out.tree else {})}
+    return {
+        "answer": out.answer,
+        "completion": out.text,
+        **judged(out.text, verdict),
+        "tokens": out.cost.tokens,
+        "prm_calls": out.cost.prm_calls,
+        "seconds": round(out.cost.seconds, 4),
+        "candidates": out.candidates,
+        **({"considered": out.considered} if out.considered else {}),
+        **({"tree": out.tree} if out.tree else {}),
+    }
 
 
 def _mean(xs) -> float | None:
@@ -309,9 +376,15 @@ def _cell(rows: list[dict], bins: list[int], names: list[str]) -> dict:
         cell["wrong_to_right_rate"] = round(sum(r["wrong_to_right"] for r in rows) / wrong, 4) if wrong else None
     for k in range(len(names)):
         sub = [r for r, x in zip(rows, bins) if x == k]
-        cell["by_bin"].append({"bin": names[k], "problems": len(sub), "accuracy": _mean([r["correct"] for r in sub]),
-                               "truncation_rate": _mean([r["truncated"] for r in sub]),
-                               "mean_tokens": _mean([r["tokens"] for r in sub])})  # fmt: skip
+        cell["by_bin"].append(
+            {
+                "bin": names[k],
+                "problems": len(sub),
+                "accuracy": _mean([r["correct"] for r in sub]),
+                "truncation_rate": _mean([r["truncated"] for r in sub]),
+                "mean_tokens": _mean([r["tokens"] for r in sub]),
+            }
+        )
     return cell
 
 
@@ -322,22 +395,30 @@ def tagged(strategy: str, cell: dict) -> str:
 
 def table(summary: dict) -> str:
     names = list(summary["bins"])
-    head = ("| strategy | budget | accuracy | truncated | mean tokens | PRM calls | s/problem | " + " | ".join(names)
-            + " |")  # fmt: skip
+    head = (
+        "| strategy | budget | accuracy | truncated | mean tokens | PRM calls | s/problem | " + " | ".join(names) + " |"
+    )
     lines = [head, "|" + "---|" * (7 + len(names))]
     for s, per in summary["strategies"].items():
         for b, c in per.items():
             accs = " | ".join("-" if x["accuracy"] is None else f"{x['accuracy']:.3f}" for x in c["by_bin"])
-            lines.append(f"| {tagged(s, c)} | {b} | {c['accuracy']:.3f} | {_rate(c.get('truncation_rate'))} | "
-                         f"{c['mean_tokens']:.1f} | {c['mean_prm_calls']:.1f} | {c['mean_seconds']:.3f} | {accs} |")
+            lines.append(
+                f"| {tagged(s, c)} | {b} | {c['accuracy']:.3f} | {_rate(c.get('truncation_rate'))} | "
+                f"{c['mean_tokens']:.1f} | {c['mean_prm_calls']:.1f} | {c['mean_seconds']:.3f} | {accs} |"
+            )
     oracles = sorted({s for s, per in summary["strategies"].items() for c in per.values() if c.get("oracle")})
     if oracles:
-        lines += ["", f"[oracle]: {', '.join(oracles)} read the problem's reference answer (scorer=verifier or "
-                      "mcts_value=verifier): an upper bound, not a test-time method; never chosen below."]
-    drift = [f"{s}@{b}: right -> wrong {_rate(c['right_to_wrong_rate'])}, "
-             f"wrong -> right {_rate(c['wrong_to_right_rate'])}"
-             for s, per in summary["strategies"].items() for b, c in per.items()
-             if "right_to_wrong_rate" in c]  # fmt: skip
+        lines += [
+            "",
+            f"[oracle]: {', '.join(oracles)} read the problem's reference answer (scorer=verifier or "
+            "mcts_value=verifier): an upper bound, not a test-time method; never chosen below.",
+        ]
+    drift = [
+        f"{s}@{b}: right -> wrong {_rate(c['right_to_wrong_rate'])}, wrong -> right {_rate(c['wrong_to_right_rate'])}"
+        for s, per in summary["strategies"].items()
+        for b, c in per.items()
+        if "right_to_wrong_rate" in c
+    ]
     if drift:
         lines += ["", "Revisions, judged against the reference: " + "; ".join(drift) + "."]
     sizes = ", ".join(f"{n}: {v['problems']} problems" for n, v in summary["bins"].items())
@@ -347,8 +428,10 @@ def table(summary: dict) -> str:
         picks, last = [], None
         for r in rows:
             if (r["strategy"], r["budget"]) != last:
-                picks.append(f"<= {r['token_budget']:.1f} tokens: {r['strategy']}@{r['budget']} ({r['accuracy']:.3f}, "
-                             f"truncated {_rate(r.get('truncation_rate'))})")  # fmt: skip
+                picks.append(
+                    f"<= {r['token_budget']:.1f} tokens: {r['strategy']}@{r['budget']} ({r['accuracy']:.3f}, "
+                    f"truncated {_rate(r.get('truncation_rate'))})"
+                )
                 last = (r["strategy"], r["budget"])
         lines.append(f"- {n}: " + "; ".join(picks))
     return "\n".join(lines) + "\n"
@@ -377,8 +460,13 @@ def plot(summary: dict, path: Path) -> None:
                     pts.append((tok, acc))
             pts.sort()
             oracle = any(c.get("oracle") for c in per.values())
-            ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=tagged(s, {"oracle": oracle}),
-                    linestyle="--" if oracle else "-")  # fmt: skip
+            ax.plot(
+                [p[0] for p in pts],
+                [p[1] for p in pts],
+                marker="o",
+                label=tagged(s, {"oracle": oracle}),
+                linestyle="--" if oracle else "-",
+            )
         ax.set_xscale("log")
         ax.xaxis.set_major_formatter(ScalarFormatter())
         ax.xaxis.set_minor_formatter(NullFormatter())

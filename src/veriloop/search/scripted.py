@@ -76,7 +76,7 @@ class ScriptedProposer:
             for _ in range(n):
                 text, done = prefix, False
                 while not done and not self.max_new_tokens:
-                    (text, done), = self.step(prompt, [text], 1, cost, greedy)  # fmt: skip
+                    ((text, done),) = self.step(prompt, [text], 1, cost, greedy)
                 while not done:  # with a budget: the whole completion's, not one step's
                     s = self._next(prompt, text, greedy)
                     room = self.max_new_tokens - (len(text) - len(prefix))

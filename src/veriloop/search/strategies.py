@@ -68,7 +68,6 @@ def answer_of(text: str) -> str | None:
     return None if is_truncated(text) else answer_key(text)
 
 
-
 @dataclass(frozen=True)
 class Strategy:
     """A registered strategy: ``run(strategies, prompt, budget, cost) -> Outcome`` and what it needs."""
@@ -212,8 +211,10 @@ class Strategies:
         scores = [aggregate(sc, self.settings.aggregation) for sc in step_scores]
         best = max(range(len(texts)), key=lambda i: (not is_truncated(texts[i]), scores[i]))  # first of the ties
         # every copy of the chosen text is marked: which of identical samples won a tie is float noise
-        considered = [{"text": t, "answer": answer_of(t), "score": round(sc, 5), "chosen": t == texts[best]}
-                      for t, sc in zip(texts, scores)]  # fmt: skip
+        considered = [
+            {"text": t, "answer": answer_of(t), "score": round(sc, 5), "chosen": t == texts[best]}
+            for t, sc in zip(texts, scores)
+        ]
         return Outcome(texts[best], answer_of(texts[best]), cost, len(texts), considered=considered)
 
     # -------------------------------------------------------------- whole-solution strategies
@@ -244,8 +245,10 @@ class Strategies:
     def _weighted_vote_many(self, prompts, budget, costs):
         texts = self._samples_many(prompts, budget, costs)
         scores = self._scores_many(list(zip(prompts, texts)), costs)
-        return [self._vote(t, [aggregate(x, self.settings.aggregation) for x in sc], c)
-                for t, sc, c in zip(texts, scores, costs)]  # fmt: skip
+        return [
+            self._vote(t, [aggregate(x, self.settings.aggregation) for x in sc], c)
+            for t, sc, c in zip(texts, scores, costs)
+        ]
 
     def _vote(self, texts: list[str], weights: list[float], cost: Cost) -> Outcome:
         """The answer of the largest total weight; a sample without an answer (a truncated one included) does not
@@ -260,8 +263,9 @@ class Strategies:
             first.setdefault(key, t)
         considered = [{"text": t, "answer": answer_of(t), "score": round(w, 5)} for t, w in zip(texts, weights)]
         if not totals:
-            return Outcome(next((t for t in texts if not is_truncated(t)), texts[0]), None, cost, len(texts),
-                           considered=considered)  # fmt: skip
+            return Outcome(
+                next((t for t in texts if not is_truncated(t)), texts[0]), None, cost, len(texts), considered=considered
+            )
         best = max(totals, key=lambda k: totals[k])  # dicts keep insertion order: ties go to the first seen
         for c in considered:  # every sample of the winning answer is chosen (its first one is the text shown)
             total = totals.get(c["answer"])
@@ -349,8 +353,9 @@ class Strategies:
         # problems still searching after max_steps finish their beams greedily, as does one that finished nothing
         rest = sorted(set(live) | {k for k in range(len(prompts)) if not finished[k]})
         if rest:
-            done = self.proposer.complete_many([(k, prompts[k], beams[k]) for k in rest], 1, [costs[k] for k in rest],
-                                               greedy=True)  # fmt: skip
+            done = self.proposer.complete_many(
+                [(k, prompts[k], beams[k]) for k in rest], 1, [costs[k] for k in rest], greedy=True
+            )
             for k, texts in zip(rest, done):
                 finished[k] += trees[k].finish(beams[k], texts)
         scores = self._scores_many([(prompts[k], finished[k]) for k in range(len(prompts))], costs)
@@ -370,8 +375,12 @@ class Strategies:
             todo = [j for j in range(len(jobs)) if live[j]]
             if not todo:
                 break
-            ext = self.proposer.step_many([(jobs[j][0], jobs[j][1], [out[j][i] for i in live[j]]) for j in todo], 1,
-                                          [costs[jobs[j][0]] for j in todo], greedy=True)  # fmt: skip
+            ext = self.proposer.step_many(
+                [(jobs[j][0], jobs[j][1], [out[j][i] for i in live[j]]) for j in todo],
+                1,
+                [costs[jobs[j][0]] for j in todo],
+                greedy=True,
+            )
             for j, rows in zip(todo, ext):
                 for i, (t, f) in zip(list(live[j]), rows):
                     out[j][i] = t
@@ -497,8 +506,12 @@ class SearchTree:
 
     def _node(self, text: str, parent: str, finished: bool) -> dict:
         if text not in self.by_text:
-            node = {"id": len(self.order), "parent": self.by_text.get(parent, {"id": -1})["id"],
-                    "step": text[len(parent):], "finished": finished}  # fmt: skip
+            node = {
+                "id": len(self.order),
+                "parent": self.by_text.get(parent, {"id": -1})["id"],
+                "step": text[len(parent) :],
+                "finished": finished,
+            }
             self.by_text[text] = node
             self.order.append(node)
         return self.by_text[text]
@@ -531,9 +544,17 @@ def mcts_nodes(root, chosen) -> list[dict]:
     while queue:
         node, parent = queue.pop(0)
         for child in node.children:
-            out.append({"id": len(out), "parent": parent, "step": child.text[len(node.text):], "visits": child.visits,
-                        "value": round(child.q, 5), "finished": child.finished,
-                        "chosen": chosen.text.startswith(child.text)})  # fmt: skip
+            out.append(
+                {
+                    "id": len(out),
+                    "parent": parent,
+                    "step": child.text[len(node.text) :],
+                    "visits": child.visits,
+                    "value": round(child.q, 5),
+                    "finished": child.finished,
+                    "chosen": chosen.text.startswith(child.text),
+                }
+            )
             queue.append((child, out[-1]["id"]))
     return out
 
@@ -546,18 +567,37 @@ SCORED = ("prm", "scorer", "aggregation")  # what a strategy that ranks with a s
 STRATEGIES.register("single", Strategy(Strategies._single, Strategies._single_many))
 STRATEGIES.register("best_of_n", Strategy(Strategies._best_of_n, Strategies._best_of_n_many, _always, reads=SCORED))
 STRATEGIES.register("majority", Strategy(Strategies._majority, Strategies._majority_many))
-STRATEGIES.register("weighted_vote", Strategy(Strategies._weighted_vote, Strategies._weighted_vote_many, _always,
-                                              reads=SCORED))  # fmt: skip
-STRATEGIES.register("beam", Strategy(Strategies._beam, Strategies._beam_many, _always,
-                                     reads=(*SCORED, "expand", "max_steps")))  # fmt: skip
-STRATEGIES.register("lookahead", Strategy(Strategies._lookahead, Strategies._lookahead_many, _always,
-                                          reads=(*SCORED, "expand", "max_steps", "lookahead")))  # fmt: skip
-STRATEGIES.register("mcts", Strategy(Strategies._mcts, None, lambda s: s.mcts_value == "prm",
-                                     needs_outcome_check=lambda s: s.mcts_value == "verifier",
-                                     reads=(*SCORED, "expand", "max_steps", "uct_c", "mcts_value")))  # fmt: skip
 STRATEGIES.register(
-    "revision", Strategy(Strategies._revision, None, lambda s: s.revision_select == "prm", needs_reviser=True,
-                         reads=(*SCORED, "revision_policy", "revision_select", "revision_history", "revision_chains"))
+    "weighted_vote", Strategy(Strategies._weighted_vote, Strategies._weighted_vote_many, _always, reads=SCORED)
+)
+STRATEGIES.register(
+    "beam", Strategy(Strategies._beam, Strategies._beam_many, _always, reads=(*SCORED, "expand", "max_steps"))
+)
+STRATEGIES.register(
+    "lookahead",
+    Strategy(
+        Strategies._lookahead, Strategies._lookahead_many, _always, reads=(*SCORED, "expand", "max_steps", "lookahead")
+    ),
+)
+STRATEGIES.register(
+    "mcts",
+    Strategy(
+        Strategies._mcts,
+        None,
+        lambda s: s.mcts_value == "prm",
+        needs_outcome_check=lambda s: s.mcts_value == "verifier",
+        reads=(*SCORED, "expand", "max_steps", "uct_c", "mcts_value"),
+    ),
+)
+STRATEGIES.register(
+    "revision",
+    Strategy(
+        Strategies._revision,
+        None,
+        lambda s: s.revision_select == "prm",
+        needs_reviser=True,
+        reads=(*SCORED, "revision_policy", "revision_select", "revision_history", "revision_chains"),
+    ),
 )
 
 from veriloop.search import rstar as _rstar  # noqa: E402,F401  (registers "rstar"; it builds on this module)

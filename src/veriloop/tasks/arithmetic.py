@@ -119,9 +119,11 @@ class ArithmeticConfig:
     validation_seed: int = field(default=4321, metadata={"help": "seed that draws the validation set"})
     validation_share: float = field(
         default=0.05,
-        metadata={"help": "share of the problem space (by hash, next to held-out) reserved for validation: "
-                  "choices and tuning read it, never the held-out set"},
-    )  # fmt: skip
+        metadata={
+            "help": "share of the problem space (by hash, next to held-out) reserved for validation: "
+            "choices and tuning read it, never the held-out set"
+        },
+    )
 
     def __post_init__(self):
         if self.digits < 1 or self.digits > 4:
@@ -297,11 +299,13 @@ class ArithmeticTask:
     prompt_template = "{reference}" + PROMPT_SUFFIX  # the prompt from the reference (a PRM verifier needs it)
     default_verifier = "arithmetic-outcome"
 
-    def __init__(self, config: ArithmeticConfig | None = None, teacher: TeacherConfig | None = None,
-                 reasoning: str = "cot"):  # fmt: skip
+    def __init__(
+        self, config: ArithmeticConfig | None = None, teacher: TeacherConfig | None = None, reasoning: str = "cot"
+    ):
         if reasoning not in PROMPT_SUFFIXES:
-            raise InputError(f"task.reasoning for the arithmetic task must be one of {tuple(PROMPT_SUFFIXES)}, "
-                             f"got {reasoning!r}")  # fmt: skip
+            raise InputError(
+                f"task.reasoning for the arithmetic task must be one of {tuple(PROMPT_SUFFIXES)}, got {reasoning!r}"
+            )
         self.config = config or ArithmeticConfig()
         self.teacher = teacher or TeacherConfig()
         self.reasoning = reasoning
@@ -368,11 +372,13 @@ class ArithmeticTask:
             return []  # not one of this task's prompts: nothing to decompose
         if node.is_leaf:
             return []
-        return [make_problem(render(child), self.reasoning).prompt for child in (node.left, node.right)
-                if not child.is_leaf]  # fmt: skip
+        return [
+            make_problem(render(child), self.reasoning).prompt for child in (node.left, node.right) if not child.is_leaf
+        ]
 
 
 @register_task("arithmetic")
-def _arithmetic(arithmetic: ArithmeticConfig | None = None, teacher: TeacherConfig | None = None,
-                reasoning: str = "cot", **_):  # fmt: skip
+def _arithmetic(
+    arithmetic: ArithmeticConfig | None = None, teacher: TeacherConfig | None = None, reasoning: str = "cot", **_
+):
     return ArithmeticTask(arithmetic, teacher, reasoning)

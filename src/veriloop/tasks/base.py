@@ -46,11 +46,14 @@ class Task(Protocol):
 BOXED_INSTRUCTION = "\nPlease reason step by step, and put your final answer within \\boxed{}."
 PROMPT_STYLES = ("plain", "boxed")
 # task.reasoning pot (program of thought): the program's printed output is the answer (verifiers/program.py)
-PROGRAM_INSTRUCTION = ("\nWrite a Python program that computes the answer and prints only the final answer. "
-                       "Put the program in one ```python block.\n")  # fmt: skip
+PROGRAM_INSTRUCTION = (
+    "\nWrite a Python program that computes the answer and prints only the final answer. "
+    "Put the program in one ```python block.\n"
+)
 # task.reasoning tool (tool-integrated): code blocks run mid-sampling, their output fed back (rollout/tools.py)
-TOOL_INSTRUCTION = ("\nYou can run Python: write code in a ```python block, and what it prints comes back in an "
-                    "```output block.\n")  # fmt: skip
+TOOL_INSTRUCTION = (
+    "\nYou can run Python: write code in a ```python block, and what it prints comes back in an ```output block.\n"
+)
 REASONING_FORMATS = ("cot", "pot", "tool")
 
 
@@ -77,8 +80,10 @@ def prompt_suffix(prompt_style: str, reasoning: str, plain: str = "") -> str:
     format adds how to run code to the first two."""
     if reasoning == "pot":
         if prompt_style != "plain":
-            raise InputError(f"task.prompt_style {prompt_style!r} asks for a boxed answer, task.reasoning pot for a "
-                             "printed one: use prompt_style plain with pot")  # fmt: skip
+            raise InputError(
+                f"task.prompt_style {prompt_style!r} asks for a boxed answer, task.reasoning pot for a "
+                "printed one: use prompt_style plain with pot"
+            )
         return PROGRAM_INSTRUCTION
     asked = BOXED_INSTRUCTION if prompt_style == "boxed" else plain
     return asked + TOOL_INSTRUCTION if reasoning == "tool" else asked

@@ -31,24 +31,35 @@ class TaskConfig:
     )
     heldout_size: int = field(default=0, metadata={"help": "gsm8k: evaluate on the first N test rows; 0 = all"})
     verifier: str = field(
-        default="", metadata={"help": "the verifier of the task's references (jsonl: required, it has none of its own; "
-                              "gsm8k: default gsm8k)"})  # fmt: skip
+        default="",
+        metadata={
+            "help": "the verifier of the task's references (jsonl: required, it has none of its own; "
+            "gsm8k: default gsm8k)"
+        },
+    )
     chat_template: str = field(
-        default="auto", metadata={"help": "auto: prompts go through the tokenizer's chat template when it has one "
-                                  "(user turn, generation prompt); none: plain text"},
+        default="auto",
+        metadata={
+            "help": "auto: prompts go through the tokenizer's chat template when it has one "
+            "(user turn, generation prompt); none: plain text"
+        },
     )
     system_prompt: str = field(default="", metadata={"help": "system turn before each prompt (needs a chat template)"})
     prompt_style: str = field(
         default="plain",
-        metadata={"help": "gsm8k, jsonl: plain | boxed (an instruction to put the final answer in \\boxed{}, for "
-                  "instruct models and MATH rows)"},
+        metadata={
+            "help": "gsm8k, jsonl: plain | boxed (an instruction to put the final answer in \\boxed{}, for "
+            "instruct models and MATH rows)"
+        },
     )
     reasoning: str = field(
         default="cot",
-        metadata={"help": "cot: the completion reasons in text | pot: the completion is a program, its printed output "
-                  "the answer (verifiers arithmetic-pot, gsm8k-pot, math-pot run it in the sandbox) | tool: text "
-                  "with code blocks the sandbox runs during sampling, their output fed back (rollout.max_tool_calls; "
-                  "verifier arithmetic-tool on the built-in task)"},
+        metadata={
+            "help": "cot: the completion reasons in text | pot: the completion is a program, its printed output "
+            "the answer (verifiers arithmetic-pot, gsm8k-pot, math-pot run it in the sandbox) | tool: text "
+            "with code blocks the sandbox runs during sampling, their output fed back (rollout.max_tool_calls; "
+            "verifier arithmetic-tool on the built-in task)"
+        },
     )
     arithmetic: ArithmeticConfig = field(default_factory=ArithmeticConfig)
     teacher: TeacherConfig = field(default_factory=TeacherConfig)
@@ -61,22 +72,28 @@ class TaskConfig:
         if self.reasoning not in REASONING_FORMATS:
             raise ValueError(f"task.reasoning must be one of {REASONING_FORMATS}, got {self.reasoning!r}")
         if self.reasoning == "pot" and self.prompt_style != "plain":
-            raise ValueError(f"task.prompt_style {self.prompt_style!r} asks for a boxed answer, task.reasoning pot "
-                             "for a printed one: use prompt_style plain with pot")  # fmt: skip
+            raise ValueError(
+                f"task.prompt_style {self.prompt_style!r} asks for a boxed answer, task.reasoning pot "
+                "for a printed one: use prompt_style plain with pot"
+            )
         check_declared(self)
 
     def refuse_tools(self, command: str) -> None:
         """``command`` samples whole completions without pausing for code blocks: a tool trace would be scored
         without its tool's output."""
         if self.reasoning == "tool":
-            raise InputError(f"{command} samples without running tools; task.reasoning tool is served by `veriloop "
-                             "train`, `veriloop eval` and the trainer's validation")  # fmt: skip
+            raise InputError(
+                f"{command} samples without running tools; task.reasoning tool is served by `veriloop "
+                "train`, `veriloop eval` and the trainer's validation"
+            )
 
     def build(self):
         """The task, given exactly the options it declares (its registered factory's parameters)."""
         if self.reasoning != "cot" and "reasoning" not in task_reads(self.name):
-            raise ValueError(f"task.reasoning {self.reasoning!r} applies to tasks that read it "
-                             f"({', '.join(readers('reasoning'))}), not {self.name!r}")  # fmt: skip
+            raise ValueError(
+                f"task.reasoning {self.reasoning!r} applies to tasks that read it "
+                f"({', '.join(readers('reasoning'))}), not {self.name!r}"
+            )
         return get_task(self.name, **{k: getattr(self, k) for k in sorted(task_reads(self.name))})
 
     def reward_verifier(self) -> str:

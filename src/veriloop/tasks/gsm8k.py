@@ -50,9 +50,16 @@ class GSM8KTask:
     default_verifier = "gsm8k"
     step_splitter = "lines"  # veriloop.prm.split_steps: one step per non-blank line
 
-    def __init__(self, data: str = "", heldout_data: str = "", prompt_suffix: str = DEFAULT_SUFFIX,
-                 heldout_size: int = 0, prompt_style: str = "plain", reasoning: str = "cot",
-                 verifier: str = ""):  # fmt: skip
+    def __init__(
+        self,
+        data: str = "",
+        heldout_data: str = "",
+        prompt_suffix: str = DEFAULT_SUFFIX,
+        heldout_size: int = 0,
+        prompt_style: str = "plain",
+        reasoning: str = "cot",
+        verifier: str = "",
+    ):
         self.prompt_style, self.reasoning = prompt_style, reasoning
         self.default_verifier = verifier or ("gsm8k-pot" if reasoning == "pot" else "gsm8k")
         self.tool_format = FENCES  # task.reasoning tool: ToRA's ```python / ```output blocks
@@ -81,9 +88,11 @@ class GSM8KTask:
     def teacher_completion(self, problem: Problem, rng: random.Random) -> str:
         """The dataset's worked solution (SFT data); in the boxed style its ``#### N`` line becomes a box."""
         if self.reasoning in ("pot", "tool"):
-            raise DatasetError(f"task gsm8k with task.reasoning {self.reasoning}: GSM8K's solutions are text, not "
-                               "programs or code blocks, so there is nothing to imitate (rollout.source task-teacher); "
-                               "give demonstrations in that format as a jsonl task's 'completion' fields")  # fmt: skip
+            raise DatasetError(
+                f"task gsm8k with task.reasoning {self.reasoning}: GSM8K's solutions are text, not "
+                "programs or code blocks, so there is nothing to imitate (rollout.source task-teacher); "
+                "give demonstrations in that format as a jsonl task's 'completion' fields"
+            )
         solution = self.solutions[problem.id]
         if self.prompt_style != "boxed":
             return solution
@@ -92,7 +101,15 @@ class GSM8KTask:
 
 
 @register_task("gsm8k")
-def _gsm8k(data: str = "", heldout_data: str = "", heldout_size: int = 0, prompt_style: str = "plain",
-           reasoning: str = "cot", verifier: str = "", **_):  # fmt: skip
-    return GSM8KTask(data, heldout_data, heldout_size=heldout_size, prompt_style=prompt_style, reasoning=reasoning,
-                     verifier=verifier)
+def _gsm8k(
+    data: str = "",
+    heldout_data: str = "",
+    heldout_size: int = 0,
+    prompt_style: str = "plain",
+    reasoning: str = "cot",
+    verifier: str = "",
+    **_,
+):
+    return GSM8KTask(
+        data, heldout_data, heldout_size=heldout_size, prompt_style=prompt_style, reasoning=reasoning, verifier=verifier
+    )

@@ -80,8 +80,15 @@ class JsonlTask:
     name = "jsonl"
     step_splitter = "lines"
 
-    def __init__(self, data: str, heldout_data: str = "", verifier: str = "",
-                 validation_data: str = "", prompt_style: str = "plain", reasoning: str = "cot"):  # fmt: skip
+    def __init__(
+        self,
+        data: str,
+        heldout_data: str = "",
+        verifier: str = "",
+        validation_data: str = "",
+        prompt_style: str = "plain",
+        reasoning: str = "cot",
+    ):
         if not data and not heldout_data:
             raise DatasetError("task jsonl needs task.data (train rows) and/or task.heldout_data (eval rows)")
         self.demonstrations: dict[str, tuple[str | None, str]] = {}
@@ -98,8 +105,10 @@ class JsonlTask:
     def default_verifier(self) -> str:
         """The verifier of the rows' references: the one named, never a guess (rows can hold anything)."""
         if not self.verifier:
-            raise InputError("task jsonl has no verifier of its own: name the verifier of its references with "
-                             "--task.verifier (e.g. gsm8k, math, arithmetic-outcome, code; see `veriloop verifiers`)")
+            raise InputError(
+                "task jsonl has no verifier of its own: name the verifier of its references with "
+                "--task.verifier (e.g. gsm8k, math, arithmetic-outcome, code; see `veriloop verifiers`)"
+            )
         return self.verifier
 
     def train_batch(self, n: int, rng: random.Random) -> list[Problem]:
@@ -126,6 +135,13 @@ class JsonlTask:
 
 
 @register_task("jsonl")
-def _jsonl(data: str = "", heldout_data: str = "", verifier: str = "", validation_data: str = "",
-           prompt_style: str = "plain", reasoning: str = "cot", **_):  # fmt: skip
+def _jsonl(
+    data: str = "",
+    heldout_data: str = "",
+    verifier: str = "",
+    validation_data: str = "",
+    prompt_style: str = "plain",
+    reasoning: str = "cot",
+    **_,
+):
     return JsonlTask(data, heldout_data, verifier, validation_data, prompt_style, reasoning)

@@ -39,9 +39,11 @@ class AlarmsConfig:
     )
     reward_hacking_accuracy_drop: float = field(
         default=0.05,
-        metadata={"help": "reward_hacking: fall of validation (or held-out) greedy accuracy between its last two "
-                  "evaluations, at least"},
-    )  # fmt: skip
+        metadata={
+            "help": "reward_hacking: fall of validation (or held-out) greedy accuracy between its last two "
+            "evaluations, at least"
+        },
+    )
     length_rise: float = field(
         default=0.3, metadata={"help": "length_without_success: completion_len_mean late / early - 1 above this"}
     )
@@ -62,9 +64,11 @@ class AlarmsConfig:
     )
     entropy_fraction: float = field(
         default=0.25,
-        metadata={"help": "entropy_collapse: ... or below this fraction of the run's early entropy (mean of its "
-                  "first `window` values)"},
-    )  # fmt: skip
+        metadata={
+            "help": "entropy_collapse: ... or below this fraction of the run's early entropy (mean of its "
+            "first `window` values)"
+        },
+    )
     kl_max: float = field(default=1.0, metadata={"help": "kl_runaway: mean kl over the window (nats/token) above this"})
     kl_growth: float = field(default=5.0, metadata={"help": "kl_runaway: ... or kl late / early above this factor"})
     kl_growth_floor: float = field(
@@ -78,16 +82,18 @@ class AlarmsConfig:
     )
     logprob_mismatch_max: float = field(
         default=0.05,
-        metadata={"help": "logprob_mismatch: mean abs(learner - behaviour) log-prob (nats/token) over the window above "
-                  "this"},
-    )  # fmt: skip
+        metadata={
+            "help": "logprob_mismatch: mean abs(learner - behaviour) log-prob (nats/token) over the window above this"
+        },
+    )
 
     def __post_init__(self):
         if not isinstance(self.window, int) or self.window < 2:
             raise ValueError(f"alarms.window must be an integer >= 2, got {self.window!r}")
         if not isinstance(self.min_steps, int) or not 2 <= self.min_steps <= self.window:
-            raise ValueError(f"alarms.min_steps must be an integer in [2, alarms.window = {self.window}], "
-                             f"got {self.min_steps!r}")  # fmt: skip
+            raise ValueError(
+                f"alarms.min_steps must be an integer in [2, alarms.window = {self.window}], got {self.min_steps!r}"
+            )
         for f in fields(self):
             if f.name in ("enabled", "window", "min_steps"):
                 continue
@@ -177,8 +183,7 @@ ALARMS: tuple[AlarmSpec, ...] = (
         ("entropy",),
         ("entropy_floor", "entropy_fraction"),
         "mean entropy over the window < floor, or < fraction x the run's early entropy",
-        "the policy has become nearly deterministic on its own samples: groups stop differing and exploration is "
-        "gone",
+        "the policy has become nearly deterministic on its own samples: groups stop differing and exploration is gone",
         "the seed ties lost exploration to groups that no longer differ and to a KL weight that holds the policy "
         "back: check zero_variance_fraction, the sampling temperature, kl.beta and loss.entropy_coef",
         "seed 003 §9.1, §4.3, §3.2 (entropy itself is not in the seed)",
@@ -242,14 +247,14 @@ def alarm_spec(name: str) -> AlarmSpec:
 def markdown_table(cfg: AlarmsConfig | None = None) -> str:
     """The table of docs/concepts/alarms.md: alarm | metric | option | default | meaning | advice | seed."""
     cfg = cfg or AlarmsConfig()
-    lines = ["| alarm | metric | option | default | what it means | advice | seed |",
-             "|---|---|---|---|---|---|---|"]  # fmt: skip
+    lines = ["| alarm | metric | option | default | what it means | advice | seed |", "|---|---|---|---|---|---|---|"]
     for a in ALARMS:
         metrics = ", ".join(f"`{m}`" for m in a.metrics if m != "any numeric key") or "any numeric value"
         options = "<br>".join(f"`alarms.{o}`" for o in a.options) or "always on"
         defaults = "<br>".join(f"{getattr(cfg, o):g}" for o in a.options) or "-"
-        lines.append(f"| `{a.name}` | {metrics} | {options} | {defaults} | {a.meaning} ({a.when}) | {a.advice} "
-                     f"| {a.seed} |")  # fmt: skip
+        lines.append(
+            f"| `{a.name}` | {metrics} | {options} | {defaults} | {a.meaning} ({a.when}) | {a.advice} | {a.seed} |"
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -294,8 +299,10 @@ class NonFiniteError(RuntimeError):
         self.step, self.name, self.value, self.detail, self.where = step, name, value, detail, where
         message = f"step {step}: {name} {detail or f'is {_fmt_nonfinite(value)}'}; the run stops here"
         if where is not None:  # the run directory: what is kept, and how to go on
-            message += (f" (its metrics row was not written; {where}/alarms.jsonl and report.html say so; after fixing "
-                        f"the cause, `veriloop train --resume {where}` continues from its last checkpoint)")
+            message += (
+                f" (its metrics row was not written; {where}/alarms.jsonl and report.html say so; after fixing "
+                f"the cause, `veriloop train --resume {where}` continues from its last checkpoint)"
+            )
         super().__init__(message)
 
     def __reduce__(self):  # pickles (across processes) with its own fields, not the message
@@ -325,8 +332,11 @@ def check_finite(name: str, value, step) -> None:
     count = int(bad.sum())  # one device sync, and only a count comes back
     if count:
         first = float(t[bad].flatten()[0])
-        detail = "" if t.numel() == 1 else (f"has {count:,} of {t.numel():,} values not finite "
-                                             f"(first: {_fmt_nonfinite(first)})")
+        detail = (
+            ""
+            if t.numel() == 1
+            else (f"has {count:,} of {t.numel():,} values not finite (first: {_fmt_nonfinite(first)})")
+        )
         raise NonFiniteError(step, name, first, detail)
 
 
@@ -356,8 +366,18 @@ def _walk_finite(name: str, v, step) -> None:
 # ------------------------------------------------------------------------------------------------- the watcher
 
 # The keys the watcher keeps from each row (everything else is dropped: the state is a bounded window).
-_WATCHED = ("reward_mean", "accuracy", "completion_len_mean", "zero_variance_fraction", "ratio_min", "ratio_max",
-            "entropy", "kl", "truncation_rate", "logprob_mismatch")  # fmt: skip
+_WATCHED = (
+    "reward_mean",
+    "accuracy",
+    "completion_len_mean",
+    "zero_variance_fraction",
+    "ratio_min",
+    "ratio_max",
+    "entropy",
+    "kl",
+    "truncation_rate",
+    "logprob_mismatch",
+)
 _EVAL_KEYS = ("validation_greedy_accuracy", "heldout_greedy_accuracy")  # the first one a run reports is used
 
 
@@ -428,8 +448,9 @@ class AlarmWatcher:
             found = getattr(self, "_" + spec.name)(step)
             if found is not None:
                 metric, value, threshold, message = found
-                event = AlarmEvent(spec.name, step, metric, float(value), float(threshold), message, spec.advice,
-                                   spec.seed)  # fmt: skip
+                event = AlarmEvent(
+                    spec.name, step, metric, float(value), float(threshold), message, spec.advice, spec.seed
+                )
                 self._fired[spec.name] = event
                 events.append(event)
         return events
@@ -476,9 +497,13 @@ class AlarmWatcher:
         (s0, a0), (s1, a1) = self._evals
         if late - early >= c.reward_hacking_reward_rise and a0 - a1 >= c.reward_hacking_accuracy_drop:
             what = self._eval_key.replace("_", " ")
-            return (self._eval_key, a0 - a1, c.reward_hacking_accuracy_drop,
-                    f"{what} fell {a0 - a1:.3g} ({a0:.3g} at step {s0} -> {a1:.3g} at step {s1}) while the training "
-                    f"reward rose {late - early:.3g} ({early:.3g} -> {late:.3g}) over {self._span()}")  # fmt: skip
+            return (
+                self._eval_key,
+                a0 - a1,
+                c.reward_hacking_accuracy_drop,
+                f"{what} fell {a0 - a1:.3g} ({a0:.3g} at step {s0} -> {a1:.3g} at step {s1}) while the training "
+                f"reward rose {late - early:.3g} ({early:.3g} -> {late:.3g}) over {self._span()}",
+            )
         return None
 
     def _length_without_success(self, step):
@@ -494,18 +519,26 @@ class AlarmWatcher:
             return None
         rise = l1 / l0 - 1
         if rise > c.length_rise and abs(s1 - s0) <= c.length_flat:
-            return ("completion_len_mean", rise, c.length_rise,
-                    f"mean completion length rose {rise:.0%} ({l0:.4g} -> {l1:.4g} tokens) over {self._span()} while "
-                    f"{success_key} stayed within {c.length_flat:g} ({s0:.3g} -> {s1:.3g})")  # fmt: skip
+            return (
+                "completion_len_mean",
+                rise,
+                c.length_rise,
+                f"mean completion length rose {rise:.0%} ({l0:.4g} -> {l1:.4g} tokens) over {self._span()} while "
+                f"{success_key} stayed within {c.length_flat:g} ({s0:.3g} -> {s1:.3g})",
+            )
         return None
 
     def _zero_variance_groups(self, step):
         c = self.cfg
         vs = self._values("zero_variance_fraction")
         if vs is not None and (m := _mean(vs)) > c.zero_variance_max:
-            return ("zero_variance_fraction", m, c.zero_variance_max,
-                    f"{m:.0%} of groups on average over {self._span()} had all their rewards equal (above "
-                    f"{c.zero_variance_max:.0%}), so they carried no learning signal")  # fmt: skip
+            return (
+                "zero_variance_fraction",
+                m,
+                c.zero_variance_max,
+                f"{m:.0%} of groups on average over {self._span()} had all their rewards equal (above "
+                f"{c.zero_variance_max:.0%}), so they carried no learning signal",
+            )
         return None
 
     def _extreme_ratios(self, step):
@@ -516,9 +549,13 @@ class AlarmWatcher:
         extreme = sum(r.get("ratio_max", 1.0) > c.ratio_high or r.get("ratio_min", 1.0) < c.ratio_low for r in steps)
         share = extreme / len(steps)
         if share > c.ratio_share:
-            return ("ratio_max", share, c.ratio_share,
-                    f"{extreme} of {len(steps)} steps had a probability ratio above {c.ratio_high:g} or below "
-                    f"{c.ratio_low:g} ({share:.0%}, above {c.ratio_share:.0%})")  # fmt: skip
+            return (
+                "ratio_max",
+                share,
+                c.ratio_share,
+                f"{extreme} of {len(steps)} steps had a probability ratio above {c.ratio_high:g} or below "
+                f"{c.ratio_low:g} ({share:.0%}, above {c.ratio_share:.0%})",
+            )
         return None
 
     def _entropy_collapse(self, step):
@@ -528,13 +565,21 @@ class AlarmWatcher:
             return None
         m = _mean(vs)
         if m < c.entropy_floor:
-            return ("entropy", m, c.entropy_floor,
-                    f"mean entropy over {self._span()} is {m:.3g} nats/token, below {c.entropy_floor:g}")  # fmt: skip
+            return (
+                "entropy",
+                m,
+                c.entropy_floor,
+                f"mean entropy over {self._span()} is {m:.3g} nats/token, below {c.entropy_floor:g}",
+            )
         early = self._early_sum / self._early_count
         if m < c.entropy_fraction * early:
-            return ("entropy", m, c.entropy_fraction * early,
-                    f"mean entropy over {self._span()} is {m:.3g} nats/token, below {c.entropy_fraction:g} x the "
-                    f"run's early {early:.3g}")  # fmt: skip
+            return (
+                "entropy",
+                m,
+                c.entropy_fraction * early,
+                f"mean entropy over {self._span()} is {m:.3g} nats/token, below {c.entropy_fraction:g} x the "
+                f"run's early {early:.3g}",
+            )
         return None
 
     def _kl_runaway(self, step):
@@ -544,16 +589,28 @@ class AlarmWatcher:
             return None
         m = _mean(vs)
         if m > c.kl_max:
-            return ("kl", m, c.kl_max, f"mean KL to the reference over {self._span()} is {m:.3g} nats/token, above "
-                    f"{c.kl_max:g}")  # fmt: skip
+            return (
+                "kl",
+                m,
+                c.kl_max,
+                f"mean KL to the reference over {self._span()} is {m:.3g} nats/token, above {c.kl_max:g}",
+            )
         early, late = self._halves(vs)
         if late >= c.kl_growth_floor and late > c.kl_growth * early:
             if early <= 0:  # from exactly 0: no factor to report, the late level is the news
-                return ("kl", late, c.kl_growth_floor, f"KL to the reference grew from 0 to {late:.3g} nats/token "
-                        f"over {self._span()}")  # fmt: skip
-            return ("kl", late / early, c.kl_growth,
-                    f"KL to the reference grew x{late / early:.3g} ({early:.3g} -> {late:.3g} nats/token) over "
-                    f"{self._span()}, more than x{c.kl_growth:g}")  # fmt: skip
+                return (
+                    "kl",
+                    late,
+                    c.kl_growth_floor,
+                    f"KL to the reference grew from 0 to {late:.3g} nats/token over {self._span()}",
+                )
+            return (
+                "kl",
+                late / early,
+                c.kl_growth,
+                f"KL to the reference grew x{late / early:.3g} ({early:.3g} -> {late:.3g} nats/token) over "
+                f"{self._span()}, more than x{c.kl_growth:g}",
+            )
         return None
 
     def _truncation_rising(self, step):
@@ -563,23 +620,35 @@ class AlarmWatcher:
             return None
         m = _mean(vs)
         if m > c.truncation_max:
-            return ("truncation_rate", m, c.truncation_max,
-                    f"{m:.0%} of completions on average over {self._span()} were cut at the token budget (above "
-                    f"{c.truncation_max:.0%})")  # fmt: skip
+            return (
+                "truncation_rate",
+                m,
+                c.truncation_max,
+                f"{m:.0%} of completions on average over {self._span()} were cut at the token budget (above "
+                f"{c.truncation_max:.0%})",
+            )
         early, late = self._halves(vs)
         if late - early > c.truncation_rise:
-            return ("truncation_rate", late - early, c.truncation_rise,
-                    f"the share of completions cut at the token budget climbed {late - early:.3g} ({early:.3g} -> "
-                    f"{late:.3g}) over {self._span()}, more than {c.truncation_rise:g}")  # fmt: skip
+            return (
+                "truncation_rate",
+                late - early,
+                c.truncation_rise,
+                f"the share of completions cut at the token budget climbed {late - early:.3g} ({early:.3g} -> "
+                f"{late:.3g}) over {self._span()}, more than {c.truncation_rise:g}",
+            )
         return None
 
     def _logprob_mismatch(self, step):
         c = self.cfg
         vs = self._values("logprob_mismatch")
         if vs is not None and (m := _mean(vs)) > c.logprob_mismatch_max:
-            return ("logprob_mismatch", m, c.logprob_mismatch_max,
-                    f"learner and sampler log-probs of the same tokens differ by {m:.3g} nats/token on average over "
-                    f"{self._span()}, above {c.logprob_mismatch_max:g}")  # fmt: skip
+            return (
+                "logprob_mismatch",
+                m,
+                c.logprob_mismatch_max,
+                f"learner and sampler log-probs of the same tokens differ by {m:.3g} nats/token on average over "
+                f"{self._span()}, above {c.logprob_mismatch_max:g}",
+            )
         return None
 
 
@@ -594,6 +663,7 @@ def alarms_not_for(cfg, estimator) -> tuple[str, ...]:
     if cfg.rollout.source != "policy":
         skip.append("logprob_mismatch")
     return tuple(skip)
+
 
 ALARMS_FILE = "alarms.jsonl"
 
@@ -634,8 +704,11 @@ class RunAlarms:
     def stopped(self, error: NonFiniteError) -> None:
         """Write the non-finite stop as an event (the report shows it beside the alarms)."""
         spec = alarm_spec("non_finite")
-        self._say(AlarmEvent("non_finite", int(error.step or 0), error.name, error.value, 0.0, str(error),
-                             spec.advice, spec.seed))  # fmt: skip
+        self._say(
+            AlarmEvent(
+                "non_finite", int(error.step or 0), error.name, error.value, 0.0, str(error), spec.advice, spec.seed
+            )
+        )
 
     def check(self, row: Mapping) -> list[AlarmEvent]:
         try:

@@ -43,7 +43,7 @@ from veriloop.io import (
     fsync_dir,
     fsync_file,
     step_name,
-    steps_in,  # fmt: skip
+    steps_in,
 )
 from veriloop.rollout.records import RecordStore
 
@@ -54,7 +54,6 @@ MANIFEST_FORMAT = 1
 # from step 0 discards these.  Trackers' folders (tensorboard/, wandb/, mlruns/) are left alone, as on any resume.
 RUN_OUTPUTS = ("metrics.jsonl", "ledger.jsonl", "rollouts", "prm", "final")
 CONFIG, HISTORY, METRICS = "config.yaml", "history.jsonl", "metrics.jsonl"
-
 
 
 @dataclass
@@ -95,8 +94,9 @@ def write_manifest(directory: Path) -> None:
         if path.is_dir() or path.name == MANIFEST:
             continue
         fsync_file(path)
-        entries.append({"path": path.relative_to(directory).as_posix(), "size": path.stat().st_size,
-                        "sha256": _sha256(path)})  # fmt: skip
+        entries.append(
+            {"path": path.relative_to(directory).as_posix(), "size": path.stat().st_size, "sha256": _sha256(path)}
+        )
     for sub in sorted((p for p in directory.rglob("*") if p.is_dir()), reverse=True):
         fsync_dir(sub)
     atomic_write_json(directory / MANIFEST, {"format": MANIFEST_FORMAT, "files": entries})  # fsyncs it and its dir
@@ -184,8 +184,18 @@ def flatten(config: dict, prefix: str = "") -> dict:
 # ---------------------------------------------------------------------------------------------------- save, load
 
 
-def save_checkpoint(run_dir: Path, state: RunState, learner, keep: int, *, critic=None, reference=None,
-                    pending: list | None = None, ledger=None, config: dict | None = None) -> Path:  # fmt: skip
+def save_checkpoint(
+    run_dir: Path,
+    state: RunState,
+    learner,
+    keep: int,
+    *,
+    critic=None,
+    reference=None,
+    pending: list | None = None,
+    ledger=None,
+    config: dict | None = None,
+) -> Path:
     """Learner (weights, optimizer), RNG, trainer state; the critic, a reset reference and batches in flight if any;
     the run's resolved ``config`` and its metrics.jsonl (the rows of the steps done), which a resume checks against.
 
@@ -242,8 +252,10 @@ def _load_data(file: Path):
     try:
         return torch.load(file, weights_only=True, map_location="cpu")
     except pickle.UnpicklingError as e:
-        raise InputError(f"{file} holds more than tensors and plain values, so it is not read (a run directory "
-                         f"is read as data only): {str(e).splitlines()[0][:200]}") from None
+        raise InputError(
+            f"{file} holds more than tensors and plain values, so it is not read (a run directory "
+            f"is read as data only): {str(e).splitlines()[0][:200]}"
+        ) from None
 
 
 def load_checkpoint(path: Path, learner, critic=None, reference=None, pending=None) -> RunState:

@@ -74,9 +74,18 @@ class Collector:
         problems = self.task.train_batch(cfg.rollout.prompts_per_step, rng)
         source = cfg.rollout.source
         version = version if source == "policy" else FROZEN
-        return build_requests(cfg.seed, step, round_, problems, cfg.rollout.group_size, self.sampling, version, source,
-                              cfg.rollout.groups_per_request(len(problems)),
-                              self.tools if source == "policy" else None)  # fmt: skip
+        return build_requests(
+            cfg.seed,
+            step,
+            round_,
+            problems,
+            cfg.rollout.group_size,
+            self.sampling,
+            version,
+            source,
+            cfg.rollout.groups_per_request(len(problems)),
+            self.tools if source == "policy" else None,
+        )
 
     def sample_round(self, step: int, round_: int, version: int, times: dict) -> list[Record]:
         t0 = time.time()
@@ -161,8 +170,7 @@ class AsyncCollector(Collector):
     timing changes the wall time, not which weights serve which request: runs are reproducible.
     """
 
-    def __init__(self, cfg, task, engine, verifier, pending: deque, ledger, first_step: int,
-                 versions_per_step: int):  # fmt: skip
+    def __init__(self, cfg, task, engine, verifier, pending: deque, ledger, first_step: int, versions_per_step: int):
         super().__init__(cfg, task, engine, verifier, pending, ledger)
         self.versions_per_step = versions_per_step
         self.enforce_bound = True  # the tests switch it off to see what the bound prevents
@@ -205,8 +213,10 @@ class AsyncCollector(Collector):
         for r in records:  # a frozen source's records (version -1) have no age
             if self.enforce_bound and r.policy_version != FROZEN and version - r.policy_version > limit:
                 age = version - r.policy_version
-                raise RuntimeError(f"record {r.group_id} (problem {r.problem_id}) is {age} versions old, over "
-                                   f"rollout.max_staleness={limit}: admission control failed")  # fmt: skip
+                raise RuntimeError(
+                    f"record {r.group_id} (problem {r.problem_id}) is {age} versions old, over "
+                    f"rollout.max_staleness={limit}: admission control failed"
+                )
 
     def drain(self) -> list[list[Record]]:
         """Wait for every request in flight (a checkpoint holds their records); the batches of the steps after

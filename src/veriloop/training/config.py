@@ -43,7 +43,10 @@ class AdvantageConfig:
     """How rewards become advantages (the gradient coefficient of each token)."""
 
     estimator: str = field(
-        default="grpo", metadata={"help": "a registered estimator: grpo | dr_grpo | rloo | reinforce | gae | filter | one | process (PRM)"}
+        default="grpo",
+        metadata={
+            "help": "a registered estimator: grpo | dr_grpo | rloo | reinforce | gae | filter | one | process (PRM)"
+        },
     )
     std: str = field(default="population", metadata={"help": "grpo group std: population | sample | none"})
     eps: float = field(default=1e-6, metadata={"help": "added to the group std (adv_eps; not the clip width)"})
@@ -69,7 +72,9 @@ class AdvantageConfig:
 class LossConfig:
     """The policy objective and how per-token values become one loss."""
 
-    policy_loss: str = field(default="clip", metadata={"help": "a registered objective: clip | dual-clip | gspo | pg | likelihood | dpo"})
+    policy_loss: str = field(
+        default="clip", metadata={"help": "a registered objective: clip | dual-clip | gspo | pg | likelihood | dpo"}
+    )
     clip_eps_low: float = field(default=0.2, metadata={"help": "ratio clip below 1 - clip_eps_low"})
     clip_eps_high: float = field(default=0.2, metadata={"help": "ratio clip above 1 + clip_eps_high"})
     clip_ratio_c: float = field(default=3.0, metadata={"help": "dual-clip bound c (> 1) for negative advantages"})
@@ -112,19 +117,25 @@ class KLConfig:
     )
     importance_weighted: bool = field(
         default=False,
-        metadata={"help": "weight each token's KL estimate by pi/pi_behaviour (detached, unclipped) so that reused "
-                  "(update.inner_updates > 1) or lagged samples estimate KL(pi || ref) of the current policy; "
-                  "false = their plain mean, the behaviour policy's (docs/defaults.md)"},
-    )  # fmt: skip
+        metadata={
+            "help": "weight each token's KL estimate by pi/pi_behaviour (detached, unclipped) so that reused "
+            "(update.inner_updates > 1) or lagged samples estimate KL(pi || ref) of the current policy; "
+            "false = their plain mean, the behaviour policy's (docs/defaults.md)"
+        },
+    )
 
     def __post_init__(self):
         if self.importance_weighted and self.estimator == "exact":
-            raise ValueError("kl.importance_weighted with kl.estimator=exact: the exact KL sums over the whole "
-                             "next-token distribution, so there is no sampled token to reweight")  # fmt: skip
+            raise ValueError(
+                "kl.importance_weighted with kl.estimator=exact: the exact KL sums over the whole "
+                "next-token distribution, so there is no sampled token to reweight"
+            )
         if self.importance_weighted and self.placement == "reward":
-            raise ValueError("kl.importance_weighted weights the KL term of the loss at each pass; with "
-                             "kl.placement=reward the penalty is fixed in the reward when the batch is scored: "
-                             "use kl.placement=loss")  # fmt: skip
+            raise ValueError(
+                "kl.importance_weighted weights the KL term of the loss at each pass; with "
+                "kl.placement=reward the penalty is fixed in the reward when the batch is scored: "
+                "use kl.placement=loss"
+            )
         if self.beta < 0:
             raise ValueError(f"kl.beta must be >= 0, got {self.beta}")
         if self.estimator not in KL_ESTIMATORS:
@@ -162,23 +173,29 @@ class UpdateConfig:
     )
     logprob_chunk_tokens: int = field(
         default=0,
-        metadata={"help": "completion tokens per LM-head chunk (log-probs and entropy without [N, T, V] in "
-                  "float32); 0 = auto (2**24 logits per chunk, 2**27 on a GPU)"},
+        metadata={
+            "help": "completion tokens per LM-head chunk (log-probs and entropy without [N, T, V] in "
+            "float32); 0 = auto (2**24 logits per chunk, 2**27 on a GPU)"
+        },
     )
     gradient_checkpointing: bool = field(
         default=False, metadata={"help": "recompute each decoder layer's activations in the backward pass"}
     )
     skip_zero_advantage: bool = field(
         default=True,
-        metadata={"help": "leave out completions whose gradient is exactly 0 (advantage 0 everywhere and no KL or "
-                  "entropy term in the loss), so skipping never changes the update"},
+        metadata={
+            "help": "leave out completions whose gradient is exactly 0 (advantage 0 everywhere and no KL or "
+            "entropy term in the loss), so skipping never changes the update"
+        },
     )
     mask_truncated: bool = field(
         default=True,
-        metadata={"help": "leave completions cut at max_new_tokens (finish length: no verdict on their ending) out "
-                  "of the loss and of their group's baseline; false = learn from them as from ended ones, as "
-                  "rollout.overlong_buffer's penalty needs (docs/defaults.md)"},
-    )  # fmt: skip
+        metadata={
+            "help": "leave completions cut at max_new_tokens (finish length: no verdict on their ending) out "
+            "of the loss and of their group's baseline; false = learn from them as from ended ones, as "
+            "rollout.overlong_buffer's penalty needs (docs/defaults.md)"
+        },
+    )
 
     def __post_init__(self):
         for name in ("inner_updates", "mini_batches", "micro_batch_size"):
@@ -198,9 +215,11 @@ class LearnerConfig:
 
     strategy: str = field(
         default="local",
-        metadata={"help": "local (this process) | ddp (data parallel: every rank a full copy) | fsdp2 (fully_shard "
-                  "per decoder layer and the root)"},
-    )  # fmt: skip
+        metadata={
+            "help": "local (this process) | ddp (data parallel: every rank a full copy) | fsdp2 (fully_shard "
+            "per decoder layer and the root)"
+        },
+    )
     world_size: int = field(default=1, metadata={"help": "learner ranks (processes veriloop spawns) for ddp/fsdp2"})
     backend: str = field(default="auto", metadata={"help": "auto (nccl on a GPU, gloo on CPU) | gloo | nccl"})
     timeout_s: float = field(
@@ -254,33 +273,50 @@ class TrainConfig:
         default=0, metadata={"help": "stop once this many completions were sampled (sample budget); 0 = no limit"}
     )
     max_sampled_tokens: int = field(
-        default=0, metadata={"help": "stop once this many tokens were sampled (the model's: a tool's output and a "
-                             "forced marker do not count); compares formats at equal sampled tokens; 0 = no limit"})
+        default=0,
+        metadata={
+            "help": "stop once this many tokens were sampled (the model's: a tool's output and a "
+            "forced marker do not count); compares formats at equal sampled tokens; 0 = no limit"
+        },
+    )
     verifier: str = field(
-        default="", metadata={"help": "reward verifier (see `veriloop verifiers`); empty = the task's own (the "
-                              "built-in task: arithmetic, R = 0.8 outcome + 0.2 format; gsm8k: gsm8k; jsonl: "
-                              "task.verifier, which it needs)"})  # fmt: skip
+        default="",
+        metadata={
+            "help": "reward verifier (see `veriloop verifiers`); empty = the task's own (the "
+            "built-in task: arithmetic, R = 0.8 outcome + 0.2 format; gsm8k: gsm8k; jsonl: "
+            "task.verifier, which it needs)"
+        },
+    )
     checkpoint_every: int = field(default=20, metadata={"help": "save a resumable checkpoint every N steps"})
     keep_checkpoints: int = field(default=2, metadata={"help": "how many recent checkpoints to keep"})
     save_rollouts: bool = field(default=True, metadata={"help": "write every record to rollouts/step-N.jsonl.gz"})
     threads: int = field(default=0, metadata={"help": "torch CPU threads; 0 = torch's default"})
     export: str = field(
-        default="", metadata={"help": "also save the final model here (e.g. runs/NAME/model; never the shipped base)"})
+        default="", metadata={"help": "also save the final model here (e.g. runs/NAME/model; never the shipped base)"}
+    )
     eval_every: int = field(default=0, metadata={"help": "greedy validation accuracy every N steps; 0 = never"})
     eval_problems: int = field(default=200, metadata={"help": "validation problems in the periodic evaluation"})
     eval_split: str = field(
         default="validation",
-        metadata={"help": "split of the periodic evaluation: validation (what choices read) | heldout (a curve of "
-                  "the test set: no choice may be made from it)"},
+        metadata={
+            "help": "split of the periodic evaluation: validation (what choices read) | heldout (a curve of "
+            "the test set: no choice may be made from it)"
+        },
     )
     device: str = field(default="auto", metadata={"help": "auto (cuda when present) | cpu | cuda | cuda:N"})
     dtype: str = field(
-        default="float32", metadata={"help": "weights of policy, reference, sampler: float32 | bfloat16 | float16 "
-                                     "(log-softmax, ratios, KL, loss and optimizer state stay float32)"},
+        default="float32",
+        metadata={
+            "help": "weights of policy, reference, sampler: float32 | bfloat16 | float16 "
+            "(log-softmax, ratios, KL, loss and optimizer state stay float32)"
+        },
     )
     report_to: str = field(
-        default="none", metadata={"help": "experiment tracking: none | tensorboard | wandb | mlflow (comma-separated "
-                                  "for several; wandb offline unless WANDB_MODE=online)"},
+        default="none",
+        metadata={
+            "help": "experiment tracking: none | tensorboard | wandb | mlflow (comma-separated "
+            "for several; wandb offline unless WANDB_MODE=online)"
+        },
     )
     task: TaskConfig = field(default_factory=TaskConfig)
     sampling: SamplingParams = field(default_factory=lambda: SamplingParams(temperature=0.7, max_new_tokens=64))
@@ -331,11 +367,14 @@ class TrainConfig:
         self._check_tools(ESTIMATORS.get(self.advantage.estimator))
         self._check_thinking_budget()
         if self.lora.enabled and self.kl.reset_every:
-            raise ValueError("kl.reset_every with lora: the reference is the base under the adapters and cannot "
-                             "be moved to the policy; train without lora or without the reset")  # fmt: skip
+            raise ValueError(
+                "kl.reset_every with lora: the reference is the base under the adapters and cannot "
+                "be moved to the policy; train without lora or without the reset"
+            )
         if self.max_samples < 0 or self.max_minutes < 0 or self.eval_every < 0 or self.max_sampled_tokens < 0:
-            raise ValueError("max_samples, max_sampled_tokens, max_minutes and eval_every must be >= 0 (0 = no limit "
-                             "/ never)")  # fmt: skip
+            raise ValueError(
+                "max_samples, max_sampled_tokens, max_minutes and eval_every must be >= 0 (0 = no limit / never)"
+            )
         if self.rollout.overlong_buffer > self.sampling.max_new_tokens:
             raise ValueError(
                 f"rollout.overlong_buffer ({self.rollout.overlong_buffer}) must be <= sampling.max_new_tokens "
@@ -343,8 +382,9 @@ class TrainConfig:
             )
         if self.rollout.source != "task-teacher" and self.sampling.temperature <= 0 and self.rollout.group_size > 1:
             raise ValueError("sampling.temperature must be > 0 when sampling groups (greedy groups have no variance)")
-        self._check_estimator_and_objective(ESTIMATORS.get(self.advantage.estimator),
-                                            OBJECTIVES.get(self.loss.policy_loss))  # fmt: skip
+        self._check_estimator_and_objective(
+            ESTIMATORS.get(self.advantage.estimator), OBJECTIVES.get(self.loss.policy_loss)
+        )
         refuse_unread(self, option_scopes.SCOPES, self.recipe_defaults(self.algo))
         check_signal_options(self)
         refuse_shipped_base(self.export)
@@ -357,9 +397,11 @@ class TrainConfig:
     def _task_verifier(self) -> str:
         own = self.task.reward_verifier()
         if not own:
-            raise ValueError(f"task {self.task.name} has no verifier of its own: name the verifier of its references "
-                             "with --task.verifier (e.g. gsm8k, math, arithmetic-outcome, code; see `veriloop "
-                             "verifiers`), or the reward's with --verifier")  # fmt: skip
+            raise ValueError(
+                f"task {self.task.name} has no verifier of its own: name the verifier of its references "
+                "with --task.verifier (e.g. gsm8k, math, arithmetic-outcome, code; see `veriloop "
+                "verifiers`), or the reward's with --verifier"
+            )
         return own
 
     def _check_thinking_budget(self) -> None:
@@ -371,11 +413,15 @@ class TrainConfig:
             return
         r = self.rollout
         if r.source == "task-teacher":
-            raise ValueError("sampling.max_thinking_tokens with rollout.source task-teacher: the task's traces are "
-                             "not sampled, so nothing would be forced")  # fmt: skip
+            raise ValueError(
+                "sampling.max_thinking_tokens with rollout.source task-teacher: the task's traces are "
+                "not sampled, so nothing would be forced"
+            )
         if self.task.reasoning == "tool":
-            raise ValueError("sampling.max_thinking_tokens with task.reasoning tool is not built: a tool's output "
-                             "would count towards the thinking budget")  # fmt: skip
+            raise ValueError(
+                "sampling.max_thinking_tokens with task.reasoning tool is not built: a tool's output "
+                "would count towards the thinking budget"
+            )
         if r.engine == "vllm" or (r.engine == "ray" and self.ray.worker_engine == "vllm"):
             raise ValueError(THINKING_UNSUPPORTED)
 
@@ -388,14 +434,19 @@ class TrainConfig:
         if uses_vllm:
             raise ValueError(TOOLS_UNSUPPORTED)
         if r.source in ("initial", "teacher"):
-            raise ValueError(f"rollout.source {r.source} with task.reasoning tool: only the policy's own rollouts "
-                             "(source policy) and the task's demonstrations (task-teacher) run tools")  # fmt: skip
+            raise ValueError(
+                f"rollout.source {r.source} with task.reasoning tool: only the policy's own rollouts "
+                "(source policy) and the task's demonstrations (task-teacher) run tools"
+            )
         if estimator.needs_prm:
-            raise ValueError("advantage.estimator process with task.reasoning tool: the PRM scores text steps and "
-                             "has no notion of a tool's output; use an outcome estimator")  # fmt: skip
+            raise ValueError(
+                "advantage.estimator process with task.reasoning tool: the PRM scores text steps and "
+                "has no notion of a tool's output; use an outcome estimator"
+            )
         if self.sampling.min_new_tokens:
-            raise ValueError("sampling.min_new_tokens with task.reasoning tool: a tool's output would count towards "
-                             "it; leave it 0")  # fmt: skip
+            raise ValueError(
+                "sampling.min_new_tokens with task.reasoning tool: a tool's output would count towards it; leave it 0"
+            )
 
     def _check_estimator_and_objective(self, estimator, objective) -> None:
         """What the registered entries declare they need, against what is configured."""
@@ -406,8 +457,10 @@ class TrainConfig:
                 "of one completion has nothing to be compared with (its advantage is 0)"
             )
         if G < objective.min_group_size:
-            raise ValueError(f"loss.policy_loss={loss} needs rollout.group_size >= {objective.min_group_size} "
-                             "to form accepted/rejected pairs")  # fmt: skip
+            raise ValueError(
+                f"loss.policy_loss={loss} needs rollout.group_size >= {objective.min_group_size} "
+                "to form accepted/rejected pairs"
+            )
         objective.check(self)
         if objective.per_completion_advantage and estimator.per_token:
             raise ValueError(f"loss.policy_loss={loss} needs one advantage per completion, not {est}'s per-token ones")

@@ -59,9 +59,11 @@ def check_spawnable() -> None:
     main = sys.modules.get("__main__")
     spec, path = getattr(main, "__spec__", None), getattr(main, "__file__", None)
     if spec is None and path is not None and not os.path.isfile(path):
-        raise RuntimeError(f"learner.strategy ddp/fsdp2 spawns learner processes, which re-import __main__ from its "
-                           f"file; this __main__'s file {path!r} does not exist (python -?): run a script, "
-                           "`python -m` or `python -c`, or use learner.strategy local")  # fmt: skip
+        raise RuntimeError(
+            f"learner.strategy ddp/fsdp2 spawns learner processes, which re-import __main__ from its "
+            f"file; this __main__'s file {path!r} does not exist (python -?): run a script, "
+            "`python -m` or `python -c`, or use learner.strategy local"
+        )
 
 
 class DistributedLearner:
@@ -91,8 +93,12 @@ class DistributedLearner:
         payload = pickle.dumps((self.policy, self.cfg, self.critic, self.rank_share))
         for rank in range(world):
             mine, theirs = ctx.Pipe()
-            proc = ctx.Process(target=rank_main, args=(rank, world, store, theirs, backend, lc.timeout_s, threads),
-                               daemon=True, name=f"veriloop-learner-rank{rank}")  # fmt: skip
+            proc = ctx.Process(
+                target=rank_main,
+                args=(rank, world, store, theirs, backend, lc.timeout_s, threads),
+                daemon=True,
+                name=f"veriloop-learner-rank{rank}",
+            )
             proc.start()
             theirs.close()
             self.procs.append(proc)
@@ -146,8 +152,10 @@ class DistributedLearner:
                 answers[rank] = self._answer(rank, cmd)
             if time.monotonic() > deadline:
                 late = [r for r in range(len(self.conns)) if r not in answers]
-                self._fail(f"learner rank(s) {late} did not answer {cmd} within learner.timeout_s="
-                           f"{self.cfg.learner.timeout_s}s")  # fmt: skip
+                self._fail(
+                    f"learner rank(s) {late} did not answer {cmd} within learner.timeout_s="
+                    f"{self.cfg.learner.timeout_s}s"
+                )
         return [answers[r] for r in range(len(self.conns))]
 
     def _answer(self, rank: int, cmd: str):
@@ -158,8 +166,10 @@ class DistributedLearner:
         if status == "error":
             dead = self._died_within(2.0, besides=rank)  # a broken collective is often the echo of another rank's death
             if dead is not None:
-                self._fail(f"learner rank {dead} died during {cmd} (exit code {self.procs[dead].exitcode}); "
-                           f"rank {rank} then failed:\n{value}")  # fmt: skip
+                self._fail(
+                    f"learner rank {dead} died during {cmd} (exit code {self.procs[dead].exitcode}); "
+                    f"rank {rank} then failed:\n{value}"
+                )
             self._fail(f"learner rank {rank} failed during {cmd}:\n{value}")
         return value
 
@@ -191,8 +201,9 @@ class DistributedLearner:
         return stats
 
     def critic_update(self, batch, returns, old_values, seed_generator: torch.Generator) -> dict:
-        stats, gen_state, weights = self._call("critic_update", (batch, returns, old_values,
-                                                                 seed_generator.get_state()))  # fmt: skip
+        stats, gen_state, weights = self._call(
+            "critic_update", (batch, returns, old_values, seed_generator.get_state())
+        )
         with torch.no_grad():
             self.critic.model.load_state_dict(weights)
         seed_generator.set_state(gen_state)

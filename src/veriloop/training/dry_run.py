@@ -31,8 +31,13 @@ def _shapes(model) -> dict:
     hidden = config.hidden_size
     heads = config.num_attention_heads
     kv_dim = getattr(config, "num_key_value_heads", heads) * (getattr(config, "head_dim", None) or hidden // heads)
-    return {"hidden": hidden, "layers": config.num_hidden_layers, "vocab": config.vocab_size,
-            "intermediate": getattr(config, "intermediate_size", 4 * hidden), "kv_dim": kv_dim}  # fmt: skip
+    return {
+        "hidden": hidden,
+        "layers": config.num_hidden_layers,
+        "vocab": config.vocab_size,
+        "intermediate": getattr(config, "intermediate_size", 4 * hidden),
+        "kv_dim": kv_dim,
+    }
 
 
 def _gib(n: float) -> str:
@@ -67,26 +72,40 @@ def plan(cfg: TrainConfig, policy=None, task=None) -> list[tuple[str, str]]:
     kv_cache = rows_per_step * length * shape["layers"] * 2 * shape["kv_dim"] * s
     staleness = cfg.rollout.lag * mu + mu - 1
     return [
-        ("model", f"{cfg.policy}: {params / 1e6:.2f}M parameters ({trainable / 1e6:.2f}M trained), hidden "
-                  f"{shape['hidden']}, {shape['layers']} layers, vocabulary {shape['vocab']}, {cfg.dtype}"),
+        (
+            "model",
+            f"{cfg.policy}: {params / 1e6:.2f}M parameters ({trainable / 1e6:.2f}M trained), hidden "
+            f"{shape['hidden']}, {shape['layers']} layers, vocabulary {shape['vocab']}, {cfg.dtype}",
+        ),
         ("prompts per step (B)", str(b)),
         ("completions per step (B x G)", f"{rows_per_step} (group size {g})"),
         ("longest prompt", f"{longest} tokens (of the task's longest prompts)"),
         ("tokens per step, at most", f"{rows_per_step * length:,} (B x G x ({longest} + {new} new))"),
-        ("optimizer steps per batch (mu)",
-         f"{mu} (inner_updates {upd.inner_updates} x mini_batches {upd.mini_batches})"),
+        (
+            "optimizer steps per batch (mu)",
+            f"{mu} (inner_updates {upd.inner_updates} x mini_batches {upd.mini_batches})",
+        ),
         ("micro-batches per optimizer step", f"{math.ceil(per_mini / micro)} of up to {micro} rows"),
         ("optimizer steps in the run", f"{cfg.steps * mu:,} ({cfg.steps} steps)"),
-        ("staleness, in policy versions", f"up to {staleness} (lag {cfg.rollout.lag} x mu + mu - 1)"
-                                          + (": on-policy" if staleness == 0 else "")),
-        ("learner memory, estimated", f"{_gib(state + reference + activations)}: weights, gradients and AdamW "
-                                      f"{_gib(state)}" + (f", KL reference {_gib(reference)}" if reference else "")
-                                      + f", activations of one micro-batch {_gib(activations)}"),
-        ("sampler KV cache, estimated", f"{_gib(kv_cache)} for {rows_per_step} rows of {length} tokens"
-                                        if cfg.rollout.source == "policy" else
-                                        f"none: nothing is sampled (rollout.source {cfg.rollout.source})"),
+        (
+            "staleness, in policy versions",
+            f"up to {staleness} (lag {cfg.rollout.lag} x mu + mu - 1)" + (": on-policy" if staleness == 0 else ""),
+        ),
+        (
+            "learner memory, estimated",
+            f"{_gib(state + reference + activations)}: weights, gradients and AdamW "
+            f"{_gib(state)}"
+            + (f", KL reference {_gib(reference)}" if reference else "")
+            + f", activations of one micro-batch {_gib(activations)}",
+        ),
+        (
+            "sampler KV cache, estimated",
+            f"{_gib(kv_cache)} for {rows_per_step} rows of {length} tokens"
+            if cfg.rollout.source == "policy"
+            else f"none: nothing is sampled (rollout.source {cfg.rollout.source})",
+        ),
         ("device", f"{cfg.device} ({'cuda' if torch.cuda.is_available() else 'cpu'} here)"),
-    ]  # fmt: skip
+    ]
 
 
 def dry_run(cfg: TrainConfig) -> str:

@@ -66,8 +66,13 @@ def _gae(x: EstimatorInput, cfg) -> torch.Tensor:
     # order (the identity for a row without holes), and the advantages put back where the tokens were.
     mask = x.mask.double()
     order = torch.argsort((mask == 0).to(torch.int8), dim=1, stable=True)
-    adv, _ = gae_advantages(x.token_rewards.double().gather(1, order), x.values.double().gather(1, order),
-                            mask.gather(1, order), cfg.advantage.gamma, cfg.advantage.lam)  # fmt: skip
+    adv, _ = gae_advantages(
+        x.token_rewards.double().gather(1, order),
+        x.values.double().gather(1, order),
+        mask.gather(1, order),
+        cfg.advantage.gamma,
+        cfg.advantage.lam,
+    )
     return torch.zeros_like(adv).scatter(1, order, adv)
 
 
@@ -79,8 +84,13 @@ def _process(x: EstimatorInput, cfg) -> torch.Tensor:
     """``w_p * process_advantages(PRM step rewards) + w_o * group_advantages(outcome rewards)``."""
     B, G = x.rewards.shape
     shape = (B, G, x.mask.shape[1])
-    proc = process_advantages(x.step_rewards.double().view(shape), x.step_ends.view(shape), x.mask.view(shape),
-                              cfg.advantage.std, cfg.advantage.eps).view(B * G, -1)  # fmt: skip
+    proc = process_advantages(
+        x.step_rewards.double().view(shape),
+        x.step_ends.view(shape),
+        x.mask.view(shape),
+        cfg.advantage.std,
+        cfg.advantage.eps,
+    ).view(B * G, -1)
     adv = cfg.process.process_weight * proc
     if cfg.process.outcome_weight:
         outcome = group_advantages(x.rewards, cfg.advantage.std, cfg.advantage.eps)
@@ -88,21 +98,48 @@ def _process(x: EstimatorInput, cfg) -> torch.Tensor:
     return adv * x.mask.double()
 
 
-ESTIMATORS.register("grpo", Estimator(
-    lambda x, c: broadcast(group_advantages(x.rewards, c.advantage.std, c.advantage.eps), x.mask),
-    "(r - group mean) / (group std + eps)", min_group_size=2, reads=("std", "eps")))  # fmt: skip
-ESTIMATORS.register("dr_grpo", Estimator(
-    lambda x, c: broadcast(group_advantages(x.rewards, "none"), x.mask), "r - group mean", min_group_size=2))
-ESTIMATORS.register("rloo", Estimator(
-    lambda x, c: broadcast(rloo_advantages(x.rewards), x.mask), "r - mean of the others", min_group_size=2))
-ESTIMATORS.register("reinforce", Estimator(
-    lambda x, c: broadcast(reinforce_advantages(x.rewards, c.advantage.baseline, c.advantage.baseline_value), x.mask),
-    "r - baseline", reads=("baseline", "baseline_value")))  # fmt: skip
-ESTIMATORS.register("gae", Estimator(_gae, "GAE with a learned critic", per_token=True, needs_critic=True,
-                                     reads=("gamma", "lam")))  # fmt: skip
-ESTIMATORS.register("filter", Estimator(_accepted, "1[reward >= accept_threshold]", kind="coefficient",
-                                        reads=("accept_threshold",)))  # fmt: skip
-ESTIMATORS.register("one", Estimator(
-    lambda x, c: torch.ones(x.mask.shape, dtype=torch.float64) * x.mask, "1 on every trace", kind="coefficient"))
-ESTIMATORS.register("process", Estimator(_process, "PRM step rewards, group-normalised, summed from each step on",
-                                         needs_prm=True, reads=("std", "eps")))  # fmt: skip
+ESTIMATORS.register(
+    "grpo",
+    Estimator(
+        lambda x, c: broadcast(group_advantages(x.rewards, c.advantage.std, c.advantage.eps), x.mask),
+        "(r - group mean) / (group std + eps)",
+        min_group_size=2,
+        reads=("std", "eps"),
+    ),
+)
+ESTIMATORS.register(
+    "dr_grpo",
+    Estimator(lambda x, c: broadcast(group_advantages(x.rewards, "none"), x.mask), "r - group mean", min_group_size=2),
+)
+ESTIMATORS.register(
+    "rloo",
+    Estimator(lambda x, c: broadcast(rloo_advantages(x.rewards), x.mask), "r - mean of the others", min_group_size=2),
+)
+ESTIMATORS.register(
+    "reinforce",
+    Estimator(
+        lambda x, c: broadcast(
+            reinforce_advantages(x.rewards, c.advantage.baseline, c.advantage.baseline_value), x.mask
+        ),
+        "r - baseline",
+        reads=("baseline", "baseline_value"),
+    ),
+)
+ESTIMATORS.register(
+    "gae", Estimator(_gae, "GAE with a learned critic", per_token=True, needs_critic=True, reads=("gamma", "lam"))
+)
+ESTIMATORS.register(
+    "filter", Estimator(_accepted, "1[reward >= accept_threshold]", kind="coefficient", reads=("accept_threshold",))
+)
+ESTIMATORS.register(
+    "one",
+    Estimator(
+        lambda x, c: torch.ones(x.mask.shape, dtype=torch.float64) * x.mask, "1 on every trace", kind="coefficient"
+    ),
+)
+ESTIMATORS.register(
+    "process",
+    Estimator(
+        _process, "PRM step rewards, group-normalised, summed from each step on", needs_prm=True, reads=("std", "eps")
+    ),
+)

@@ -1,10 +1,10 @@
 """Where a trained model may be exported: never over the shipped base.
 
 ``veriloop/assets/base`` is the model the docs' tables were measured on (``builtin:base``); a
-remake is a draw (docs/concepts/builtin-task.md: a seed moves held-out accuracy by several points), so writing one over it would
-silently change what ``builtin:base`` means.  ``refuse_shipped_base`` refuses an export into it (or inside
-it); ``shipped_base_sums`` lists its files' SHA-256 sums, which ``src/veriloop/assets/base.sha256`` records
-and ``tests/test_shipped_base_on_cpu.py`` checks.
+remake is a draw (docs/concepts/builtin-task.md: a seed moves held-out accuracy by several points), so writing
+one over it would silently change what ``builtin:base`` means.  ``refuse_shipped_base`` refuses an export into
+it (or inside it); ``shipped_base_sums`` lists its files' SHA-256 sums, which
+``src/veriloop/assets/base.sha256`` records and ``tests/test_shipped_base_on_cpu.py`` checks.
 """
 
 from __future__ import annotations
@@ -34,5 +34,6 @@ def refuse_shipped_base(export: str, base: Path = BUILTIN_BASE) -> None:
 
 def shipped_base_sums(base: Path = BUILTIN_BASE) -> str:
     """``sha256sum``'s lines for every file of ``base``, sorted by name."""
-    return "".join(f"{hashlib.sha256(p.read_bytes()).hexdigest()}  {p.name}\n"
-                   for p in sorted(base.iterdir()) if p.is_file())  # fmt: skip
+    return "".join(
+        f"{hashlib.sha256(p.read_bytes()).hexdigest()}  {p.name}\n" for p in sorted(base.iterdir()) if p.is_file()
+    )

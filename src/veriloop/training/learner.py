@@ -162,8 +162,12 @@ class Learner:
         """``rows`` in order, cut into micro-batches of at most ``update.micro_batch_size`` sequences and, with
         ``update.max_tokens_per_micro_batch``, at most that many padded tokens (rows x longest prompt +
         completion); the aggregation weights keep gradient accumulation exact for any cut."""
-        return token_budget_split(batch.attention_mask.sum(dim=1), rows, self.cfg.update.micro_batch_size,
-                                  self.cfg.update.max_tokens_per_micro_batch)  # fmt: skip
+        return token_budget_split(
+            batch.attention_mask.sum(dim=1),
+            rows,
+            self.cfg.update.micro_batch_size,
+            self.cfg.update.max_tokens_per_micro_batch,
+        )
 
     @property
     def device(self) -> torch.device:
@@ -174,8 +178,15 @@ class Learner:
         return to_device(select(lb.batch, rows), self.device)
 
     def logprobs(self, sub, want_full: bool = False, entropy: bool = True) -> TokenLogprobs:
-        return completion_logprobs(self.policy, sub, self.cfg.sampling, self.objective.distribution, want_full=want_full,
-                                   chunk_tokens=self.cfg.update.logprob_chunk_tokens, entropy=entropy)  # fmt: skip
+        return completion_logprobs(
+            self.policy,
+            sub,
+            self.cfg.sampling,
+            self.objective.distribution,
+            want_full=want_full,
+            chunk_tokens=self.cfg.update.logprob_chunk_tokens,
+            entropy=entropy,
+        )
 
     @torch.no_grad()
     def old_logprobs(self, lb: LearningBatch) -> torch.Tensor:
@@ -211,8 +222,9 @@ class Learner:
                 self.optimizer.zero_grad(set_to_none=True)
                 mb_mask, mb_loss = lb.batch.completion_mask[mb], 0.0
                 for rows in self.ranks.micro_batches(self, lb.batch, mb):  # one process: all of mb's rows
-                    loss, weight = self._micro_batch_loss(objective, lb, rows, old, kl_beta if use_kl else 0.0,
-                                                          mb_mask, stats, first=update_pass == 0)  # fmt: skip
+                    loss, weight = self._micro_batch_loss(
+                        objective, lb, rows, old, kl_beta if use_kl else 0.0, mb_mask, stats, first=update_pass == 0
+                    )
                     backward_scaled(self.optimizer, loss * weight)
                     mb_loss += float(loss.detach() * weight)  # the weights make this the mini-batch's loss
                 self.ranks.pad(self, lb, mb)

@@ -45,8 +45,14 @@ def temperature_of(sampling) -> float:
     return sampling.temperature if sampling.temperature > 0 else 1.0  # greedy: the model's own scale
 
 
-def token_logprobs(logits: torch.Tensor, ids: torch.Tensor, sampling, distribution: str, end_ids=(),
-                   positions: torch.Tensor | None = None):  # fmt: skip
+def token_logprobs(
+    logits: torch.Tensor,
+    ids: torch.Tensor,
+    sampling,
+    distribution: str,
+    end_ids=(),
+    positions: torch.Tensor | None = None,
+):
     """(log-probs of ``ids`` under ``distribution``, temperature-scaled full log-probs ``[.., V]``).
 
     With ``sampling.min_new_tokens`` the sampling distribution had no end token (``end_ids``) before that
@@ -70,8 +76,15 @@ def token_logprobs(logits: torch.Tensor, ids: torch.Tensor, sampling, distributi
     return dist.gather(-1, ids[..., None]).squeeze(-1), full
 
 
-def _token_stats(logits: torch.Tensor, ids: torch.Tensor, positions: torch.Tensor, sampling, distribution: str,
-                 entropy: bool, end_ids=()):  # fmt: skip
+def _token_stats(
+    logits: torch.Tensor,
+    ids: torch.Tensor,
+    positions: torch.Tensor,
+    sampling,
+    distribution: str,
+    entropy: bool,
+    end_ids=(),
+):
     """(sampled, scaled[, entropy]) of float32 ``logits [M, V]`` at ``ids [M]`` (completion ``positions [M]``)."""
     lp, full = token_logprobs(logits.float(), ids, sampling, distribution, end_ids, positions)
     scaled = full.gather(-1, ids[..., None]).squeeze(-1)
@@ -81,17 +94,18 @@ def _token_stats(logits: torch.Tensor, ids: torch.Tensor, positions: torch.Tenso
     return lp, scaled, torch.special.entr(full.exp()).sum(dim=-1)
 
 
-def chunk_size(vocab: int, chunk_tokens: int, device: torch.device = torch.device("cpu")) -> int:
+def chunk_size(vocab: int, chunk_tokens: int, device: torch.device | None = None) -> int:
     """Tokens per LM-head chunk: ``chunk_tokens``, or as many as keep one chunk's float32 logits within
     ``CHUNK_ELEMENTS`` (x 8 on a GPU, where many small chunks would cost a kernel launch each)."""
     if chunk_tokens > 0:
         return chunk_tokens
-    budget = CHUNK_ELEMENTS * (8 if device.type == "cuda" else 1)
+    budget = CHUNK_ELEMENTS * (8 if device is not None and device.type == "cuda" else 1)
     return max(1, budget // max(vocab, 1))
 
 
-def completion_logprobs(policy, batch, sampling, distribution: str, *, want_full: bool = False,
-                        chunk_tokens: int = 0, entropy: bool = True) -> TokenLogprobs:  # fmt: skip
+def completion_logprobs(
+    policy, batch, sampling, distribution: str, *, want_full: bool = False, chunk_tokens: int = 0, entropy: bool = True
+) -> TokenLogprobs:
     """The learner's (and the reference's) per-token numbers of ``batch``'s completions.
 
     ``chunk_tokens``: completion tokens per LM-head chunk; 0 = auto (``CHUNK_ELEMENTS`` float32
@@ -117,8 +131,9 @@ def completion_logprobs(policy, batch, sampling, distribution: str, *, want_full
     positions = where % mask.shape[1]  # each kept token's completion position (min_new_tokens reads it)
 
     def stats(h_chunk, ids_chunk, pos_chunk):
-        return _token_stats(policy.logits_from_hidden(h_chunk), ids_chunk, pos_chunk, sampling, distribution, entropy,
-                            end_ids)  # fmt: skip
+        return _token_stats(
+            policy.logits_from_hidden(h_chunk), ids_chunk, pos_chunk, sampling, distribution, entropy, end_ids
+        )
 
     pieces = []
     for start in range(0, h.shape[0], per_chunk):

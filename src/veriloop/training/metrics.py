@@ -16,8 +16,16 @@ from veriloop.rollout.records import Record
 log = logging.getLogger(__name__)
 
 # Fields that measure the machine, not the run: excluded when comparing runs for equality.
-TIMING_KEYS = ("time_generate_s", "time_verify_s", "time_update_s", "time_step_s", "tokens_per_s", "gen_tokens_per_s",
-               "update_started_at", "update_ended_at")  # fmt: skip
+TIMING_KEYS = (
+    "time_generate_s",
+    "time_verify_s",
+    "time_update_s",
+    "time_step_s",
+    "tokens_per_s",
+    "gen_tokens_per_s",
+    "update_started_at",
+    "update_ended_at",
+)
 
 
 class MetricsLog:
@@ -38,8 +46,10 @@ class MetricsLog:
                 except ValueError as e:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
                     if i < len(lines) - 1:
                         raise InputError(f"{self.path}:{lineno}: not a metrics row ({e})") from None
-                    log.warning(f"{self.path}:{lineno}: dropping the last line, which is not a whole metrics row "
-                                f"({len(line)} bytes, cut by a kill?)")  # fmt: skip
+                    log.warning(
+                        f"{self.path}:{lineno}: dropping the last line, which is not a whole metrics row "
+                        f"({len(line)} bytes, cut by a kill?)"
+                    )
                     break
                 self.rows.append(row)
 
@@ -60,13 +70,25 @@ def _stats(prefix: str, x: torch.Tensor) -> dict:
     x = x.float()
     if x.numel() == 0:
         return {}
-    return {f"{prefix}_mean": float(x.mean()), f"{prefix}_std": float(x.std(unbiased=False)),
-            f"{prefix}_min": float(x.min()), f"{prefix}_max": float(x.max())}  # fmt: skip
+    return {
+        f"{prefix}_mean": float(x.mean()),
+        f"{prefix}_std": float(x.std(unbiased=False)),
+        f"{prefix}_min": float(x.min()),
+        f"{prefix}_max": float(x.max()),
+    }
 
 
 # Update statistics a step reports only when it computed them (never a placeholder 0 or 1).
-UPDATE_KEYS = ("kl", "clip_frac_low", "clip_frac_high", "ratio_min", "ratio_max", "entropy", "logprob_mismatch",
-               "grad_norm")  # fmt: skip
+UPDATE_KEYS = (
+    "kl",
+    "clip_frac_low",
+    "clip_frac_high",
+    "ratio_min",
+    "ratio_max",
+    "entropy",
+    "logprob_mismatch",
+    "grad_norm",
+)
 
 
 def outcome_rates(records: list[Record]) -> dict:
@@ -98,10 +120,12 @@ def tool_metrics(records: list[Record]) -> dict:
     calls = [c for r in with_tools for c in r.tool_calls]
     failed = [r for r in with_tools if r.failed_tool_calls]
     total = sum(len(r.completion_ids) for r in with_tools)
-    out = {"tool_calls_per_completion": len(calls) / len(with_tools),
-           "tool_failure_rate": sum(c["status"] != "ok" for c in calls) / len(calls) if calls else 0.0,
-           "tool_token_share": 1 - sum(r.model_tokens for r in with_tools) / max(total, 1),
-           "tool_failed_completion_rate": len(failed) / len(with_tools)}  # fmt: skip
+    out = {
+        "tool_calls_per_completion": len(calls) / len(with_tools),
+        "tool_failure_rate": sum(c["status"] != "ok" for c in calls) / len(calls) if calls else 0.0,
+        "tool_token_share": 1 - sum(r.model_tokens for r in with_tools) / max(total, 1),
+        "tool_failed_completion_rate": len(failed) / len(with_tools),
+    }
     for status in sorted({c["status"] for c in calls} - {"ok"}):
         out[f"tool_{status}_rate"] = sum(c["status"] == status for c in calls) / len(calls)
     if failed:
@@ -115,18 +139,33 @@ def staleness(records: list[Record], version: int) -> dict:
     return {"staleness_mean": sum(ages) / len(ages), "staleness_max": max(ages)} if ages else {}
 
 
-def step_metrics(step, records: list[Record], rewards, advantages, mask, update: dict, lr: float, times: dict,
-                 sampled: list[Record] | None = None) -> dict:  # fmt: skip
+def step_metrics(
+    step,
+    records: list[Record],
+    rewards,
+    advantages,
+    mask,
+    update: dict,
+    lr: float,
+    times: dict,
+    sampled: list[Record] | None = None,
+) -> dict:
     """The metrics row of one step; ``records`` are the ones the update learned from, ``sampled``
     every record verified this step (defaults to ``records``).  A value that was not measured is
     left out of the row, never written as 0.  ``times["wall"]``, when given, is the step's wall time (sampling
     overlapped with the update: less than the sum of the stages)."""
     total_time = times["wall"] if "wall" in times else sum(times.values())
-    row = {"step": step, "lr": lr, "time_generate_s": times.get("generate", 0.0),
-           "time_verify_s": times.get("verify", 0.0), "time_update_s": times.get("update", 0.0),
-           "time_step_s": total_time, **outcome_rates(sampled if sampled is not None else records),
-           **tool_metrics(sampled if sampled is not None else records),
-           **thinking_metrics(sampled if sampled is not None else records)}  # fmt: skip
+    row = {
+        "step": step,
+        "lr": lr,
+        "time_generate_s": times.get("generate", 0.0),
+        "time_verify_s": times.get("verify", 0.0),
+        "time_update_s": times.get("update", 0.0),
+        "time_step_s": total_time,
+        **outcome_rates(sampled if sampled is not None else records),
+        **tool_metrics(sampled if sampled is not None else records),
+        **thinking_metrics(sampled if sampled is not None else records),
+    }
     if not records:
         return {**row, **update}
     lengths = torch.tensor([len(r.completion_ids) for r in records], dtype=torch.float32)
@@ -135,20 +174,22 @@ def step_metrics(step, records: list[Record], rewards, advantages, mask, update:
         for k, v in r.reward_components.items():
             components.setdefault(k, []).append(v)
     tokens = float(lengths.sum())
-    row.update({
-        "reward_mean": float(rewards.mean()),
-        "reward_std": float(rewards.std(unbiased=False)),
-        **{f"reward_{k}": sum(v) / len(v) for k, v in sorted(components.items())},
-        "accuracy": sum(r.reward_components.get("outcome", float(r.reward >= 1.0)) for r in records) / len(records),
-        "zero_variance_fraction": float(zero_variance_groups(rewards).float().mean()),
-        **_stats("advantage", advantages[mask.bool()]),
-        "completion_len_mean": float(lengths.mean()),
-        "completion_len_max": float(lengths.max()),
-        "truncation_rate": sum(r.truncated for r in records) / len(records),
-        **{k: update.pop(k) for k in UPDATE_KEYS if k in update},
-        "tokens": tokens,
-        "tokens_per_s": tokens / max(total_time, 1e-9),
-        "gen_tokens_per_s": tokens / max(times.get("generate", 0.0), 1e-9),
-    })  # fmt: skip
+    row.update(
+        {
+            "reward_mean": float(rewards.mean()),
+            "reward_std": float(rewards.std(unbiased=False)),
+            **{f"reward_{k}": sum(v) / len(v) for k, v in sorted(components.items())},
+            "accuracy": sum(r.reward_components.get("outcome", float(r.reward >= 1.0)) for r in records) / len(records),
+            "zero_variance_fraction": float(zero_variance_groups(rewards).float().mean()),
+            **_stats("advantage", advantages[mask.bool()]),
+            "completion_len_mean": float(lengths.mean()),
+            "completion_len_max": float(lengths.max()),
+            "truncation_rate": sum(r.truncated for r in records) / len(records),
+            **{k: update.pop(k) for k in UPDATE_KEYS if k in update},
+            "tokens": tokens,
+            "tokens_per_s": tokens / max(total_time, 1e-9),
+            "gen_tokens_per_s": tokens / max(times.get("generate", 0.0), 1e-9),
+        }
+    )
     row.update(update)  # estimator- and loss-specific extras (value_loss, dpo_accuracy, tis_weight, ...)
     return row

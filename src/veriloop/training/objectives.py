@@ -118,19 +118,39 @@ class DPO(Objective):
         return learner.pair_passes(lb, gen)
 
 
-OBJECTIVES.register("clip", _Ratio(
-    lambda lp, den, adv, mask, c: clipped_surrogate(torch.exp(lp - den), adv, c.clip_eps_low, c.clip_eps_high),
-    "PPO clipped surrogate", own_options=("clip_eps_low", "clip_eps_high")))  # fmt: skip
-OBJECTIVES.register("dual-clip", _Ratio(
-    lambda lp, den, adv, mask, c: dual_clip_surrogate(torch.exp(lp - den), adv, c.clip_eps_low, c.clip_eps_high,
-                                                      c.clip_ratio_c),
-    "dual-clip surrogate (bounded below for negative advantages)",
-    own_options=("clip_eps_low", "clip_eps_high", "clip_ratio_c")))  # fmt: skip
-OBJECTIVES.register("gspo", _Ratio(
-    lambda lp, den, adv, mask, c: gspo_surrogate(lp, den, adv[:, 0], mask, c.clip_eps_low, c.clip_eps_high),
-    "GSPO: clipped sequence-level (length-normalised) ratio", per_completion=True,
-    own_options=("clip_eps_low", "clip_eps_high")))  # fmt: skip
-OBJECTIVES.register("pg", _Ratio(lambda lp, den, adv, mask, c: pg_objective(torch.exp(lp - den), adv),
-                                 "ratio x advantage, unclipped (REINFORCE with importance weights)"))  # fmt: skip
+OBJECTIVES.register(
+    "clip",
+    _Ratio(
+        lambda lp, den, adv, mask, c: clipped_surrogate(torch.exp(lp - den), adv, c.clip_eps_low, c.clip_eps_high),
+        "PPO clipped surrogate",
+        own_options=("clip_eps_low", "clip_eps_high"),
+    ),
+)
+OBJECTIVES.register(
+    "dual-clip",
+    _Ratio(
+        lambda lp, den, adv, mask, c: dual_clip_surrogate(
+            torch.exp(lp - den), adv, c.clip_eps_low, c.clip_eps_high, c.clip_ratio_c
+        ),
+        "dual-clip surrogate (bounded below for negative advantages)",
+        own_options=("clip_eps_low", "clip_eps_high", "clip_ratio_c"),
+    ),
+)
+OBJECTIVES.register(
+    "gspo",
+    _Ratio(
+        lambda lp, den, adv, mask, c: gspo_surrogate(lp, den, adv[:, 0], mask, c.clip_eps_low, c.clip_eps_high),
+        "GSPO: clipped sequence-level (length-normalised) ratio",
+        per_completion=True,
+        own_options=("clip_eps_low", "clip_eps_high"),
+    ),
+)
+OBJECTIVES.register(
+    "pg",
+    _Ratio(
+        lambda lp, den, adv, mask, c: pg_objective(torch.exp(lp - den), adv),
+        "ratio x advantage, unclipped (REINFORCE with importance weights)",
+    ),
+)
 OBJECTIVES.register("likelihood", Likelihood())
 OBJECTIVES.register("dpo", DPO())

@@ -40,8 +40,13 @@ class OptimConfig:
 # What each optimizer reads of optim.* (its name aside); the schedule and the clipping are every optimizer's.
 _EVERY_OPTIMIZER = ("lr", "weight_decay", "grad_clip", "warmup_steps", "schedule")
 OPTIMIZER_OPTIONS = {"adamw": (*_EVERY_OPTIMIZER, "beta1", "beta2", "adam_eps"), "sgd": (*_EVERY_OPTIMIZER, "momentum")}
-OPTIMIZER_SCOPE = OptionScope("optimizer", "name", tuple(k for k in dotted_defaults(OptimConfig) if k != "name"),
-                              OPTIMIZER_OPTIONS, prefix="optim.")  # fmt: skip
+OPTIMIZER_SCOPE = OptionScope(
+    "optimizer",
+    "name",
+    tuple(k for k in dotted_defaults(OptimConfig) if k != "name"),
+    OPTIMIZER_OPTIONS,
+    prefix="optim.",
+)
 declare(OptimConfig, [OPTIMIZER_SCOPE], ("name",))
 
 
@@ -103,8 +108,7 @@ class MasterWeightsOptimizer:
     finite is skipped and the scale halved; after ``growth_interval`` good steps it doubles.
     """
 
-    def __init__(self, model: torch.nn.Module, cfg: OptimConfig, loss_scale: float = 1.0,
-                 growth_interval: int = 1000):  # fmt: skip
+    def __init__(self, model: torch.nn.Module, cfg: OptimConfig, loss_scale: float = 1.0, growth_interval: int = 1000):
         self.params = [p for p in model.parameters() if p.requires_grad]
         self.masters = [p.detach().float().clone().requires_grad_(True) for p in self.params]
         self.inner = _optimizer_over(list(zip(self.params, self.masters)), cfg)
@@ -143,8 +147,12 @@ class MasterWeightsOptimizer:
         return True
 
     def state_dict(self) -> dict:
-        return {"inner": self.inner.state_dict(), "masters": [m.detach() for m in self.masters],  # saved, not copied
-                "loss_scale": self.loss_scale, "good_steps": self.good_steps}  # fmt: skip
+        return {
+            "inner": self.inner.state_dict(),
+            "masters": [m.detach() for m in self.masters],  # saved, not copied
+            "loss_scale": self.loss_scale,
+            "good_steps": self.good_steps,
+        }
 
     def load_state_dict(self, state: dict) -> None:
         self.inner.load_state_dict(state["inner"])
@@ -159,8 +167,11 @@ def _optimizer_over(pairs: list[tuple[torch.nn.Parameter, torch.Tensor]], cfg: O
     """``cfg``'s optimizer over the second of each pair, decaying where the first is a matrix."""
     decay = [m for p, m in pairs if p.dim() >= 2]
     no_decay = [m for p, m in pairs if p.dim() < 2]
-    groups = [g for g in ({"params": decay, "weight_decay": cfg.weight_decay},
-                          {"params": no_decay, "weight_decay": 0.0}) if g["params"]]  # fmt: skip
+    groups = [
+        g
+        for g in ({"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0})
+        if g["params"]
+    ]
     if cfg.name == "sgd":
         return torch.optim.SGD(groups, lr=cfg.lr, momentum=cfg.momentum)
     return torch.optim.AdamW(groups, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), eps=cfg.adam_eps)

@@ -20,25 +20,50 @@ _CRITIC_SECTION, _PRM_SECTION = "critic", "process"
 
 def _estimator_reads(name: str) -> tuple[str, ...]:
     e = ESTIMATORS.get(name)
-    return (*(f"advantage.{k}" for k in e.reads), *((_CRITIC_SECTION,) if e.needs_critic else ()),
-            *((_PRM_SECTION,) if e.needs_prm else ()))  # fmt: skip
+    return (
+        *(f"advantage.{k}" for k in e.reads),
+        *((_CRITIC_SECTION,) if e.needs_critic else ()),
+        *((_PRM_SECTION,) if e.needs_prm else ()),
+    )
 
 
 ESTIMATOR = OptionScope(
-    "advantage estimator", "advantage.estimator",
-    ("advantage.std", "advantage.eps", "advantage.baseline", "advantage.baseline_value", "advantage.gamma",
-     "advantage.lam", "advantage.accept_threshold", _CRITIC_SECTION, _PRM_SECTION),
-    _estimator_reads, choices=ESTIMATORS.names,
-    hint={"advantage.std": "Dr. GRPO (dr_grpo) only centres, r - mean; std-normalised advantages are estimator "
-                           "grpo's (and process's): set advantage.estimator to one of them"},
-)  # fmt: skip
+    "advantage estimator",
+    "advantage.estimator",
+    (
+        "advantage.std",
+        "advantage.eps",
+        "advantage.baseline",
+        "advantage.baseline_value",
+        "advantage.gamma",
+        "advantage.lam",
+        "advantage.accept_threshold",
+        _CRITIC_SECTION,
+        _PRM_SECTION,
+    ),
+    _estimator_reads,
+    choices=ESTIMATORS.names,
+    hint={
+        "advantage.std": "Dr. GRPO (dr_grpo) only centres, r - mean; std-normalised advantages are estimator "
+        "grpo's (and process's): set advantage.estimator to one of them"
+    },
+)
 
 OBJECTIVE = OptionScope(
-    "policy objective", "loss.policy_loss",
-    ("loss.clip_eps_low", "loss.clip_eps_high", "loss.clip_ratio_c", "loss.aggregation", "loss.entropy_coef",
-     "loss.dpo_beta", "loss.tis_cap"),
-    lambda name: tuple(f"loss.{k}" for k in OBJECTIVES.get(name).reads), choices=OBJECTIVES.names,
-)  # fmt: skip
+    "policy objective",
+    "loss.policy_loss",
+    (
+        "loss.clip_eps_low",
+        "loss.clip_eps_high",
+        "loss.clip_ratio_c",
+        "loss.aggregation",
+        "loss.entropy_coef",
+        "loss.dpo_beta",
+        "loss.tis_cap",
+    ),
+    lambda name: tuple(f"loss.{k}" for k in OBJECTIVES.get(name).reads),
+    choices=OBJECTIVES.names,
+)
 
 
 def _kl_term(cfg) -> str:
@@ -49,17 +74,30 @@ def _kl_term(cfg) -> str:
 
 
 KL_TERM = OptionScope(
-    "KL term", "kl.beta", ("kl", "-kl.beta", "reference"),
-    {"off": (), "anchor": ("kl.reset_every", "reference"),
-     # every kl.* option but the adaptive controller's own (an option added to KLConfig is the KL term's)
-     "fixed": ("kl", "reference", "-kl.target", "-kl.horizon"), "adaptive": ("kl", "reference")},
+    "KL term",
+    "kl.beta",
+    ("kl", "-kl.beta", "reference"),
+    {
+        "off": (),
+        "anchor": ("kl.reset_every", "reference"),
+        # every kl.* option but the adaptive controller's own (an option added to KLConfig is the KL term's)
+        "fixed": ("kl", "reference", "-kl.target", "-kl.horizon"),
+        "adaptive": ("kl", "reference"),
+    },
     component=_kl_term,
-    when={"off": "kl.beta 0", "anchor": "kl.beta 0 and loss.policy_loss dpo (its reference)",
-          "fixed": "kl.beta > 0", "adaptive": "kl.beta > 0 and kl.controller adaptive"},
-    choose=lambda name: {"off": {"kl.beta": 0.0}, "anchor": {"algo": "dpo"},
-                         "fixed": {"kl.beta": 0.1, "kl.controller": "fixed"},
-                         "adaptive": {"kl.beta": 0.1, "kl.controller": "adaptive"}}[name],
-)  # fmt: skip
+    when={
+        "off": "kl.beta 0",
+        "anchor": "kl.beta 0 and loss.policy_loss dpo (its reference)",
+        "fixed": "kl.beta > 0",
+        "adaptive": "kl.beta > 0 and kl.controller adaptive",
+    },
+    choose=lambda name: {
+        "off": {"kl.beta": 0.0},
+        "anchor": {"algo": "dpo"},
+        "fixed": {"kl.beta": 0.1, "kl.controller": "fixed"},
+        "adaptive": {"kl.beta": 0.1, "kl.controller": "adaptive"},
+    }[name],
+)
 
 
 def _engine(cfg) -> str:
@@ -70,65 +108,134 @@ def _engine(cfg) -> str:
 
 _RAY = ("rollout.workers", "rollout.mode", "rollout.request_timeout_s", "rollout.max_request_retries", "ray")
 ENGINE = OptionScope(
-    "rollout engine", "rollout.engine", (*_RAY, "vllm"),
+    "rollout engine",
+    "rollout.engine",
+    (*_RAY, "vllm"),
     {"local": (), "vllm": ("vllm",), "ray": _RAY, "ray+vllm": (*_RAY, "vllm")},
     component=_engine,
     when={"ray+vllm": "rollout.engine ray and ray.worker_engine vllm"},
-    choose=lambda name: {"rollout.engine": name.split("+")[0],
-                         **({"ray.worker_engine": "vllm"} if "+" in name else {})},
-)  # fmt: skip
+    choose=lambda name: {
+        "rollout.engine": name.split("+")[0],
+        **({"ray.worker_engine": "vllm"} if "+" in name else {}),
+    },
+)
 
-LEARNER = OptionScope("learner strategy", "learner.strategy", ("learner.world_size", "learner.backend",
-                                                               "learner.timeout_s"),
-                      {"local": (), "ddp": ("learner",), "fsdp2": ("learner",)})  # fmt: skip
+LEARNER = OptionScope(
+    "learner strategy",
+    "learner.strategy",
+    ("learner.world_size", "learner.backend", "learner.timeout_s"),
+    {"local": (), "ddp": ("learner",), "fsdp2": ("learner",)},
+)
 
 ADAPTERS = OptionScope(
-    "adapters", "lora.r", ("lora.alpha", "lora.dropout", "lora.target_modules", "vllm.lora"),
+    "adapters",
+    "lora.r",
+    ("lora.alpha", "lora.dropout", "lora.target_modules", "vllm.lora"),
     {"off": (), "on": ("lora", "vllm.lora")},
-    component=lambda cfg: "on" if cfg.lora.r > 0 else "off", choose=lambda name: {"lora.r": 8 if name == "on" else 0},
+    component=lambda cfg: "on" if cfg.lora.r > 0 else "off",
+    choose=lambda name: {"lora.r": 8 if name == "on" else 0},
     when={"on": "lora.r > 0", "off": "lora.r 0"},
-)  # fmt: skip
+)
 
 NEW_MODEL = OptionScope(
-    "starting policy", "policy", ("model",), {"builtin:init": ("model",), "loaded": ()},
+    "starting policy",
+    "policy",
+    ("model",),
+    {"builtin:init": ("model",), "loaded": ()},
     component=lambda cfg: "builtin:init" if cfg.policy == "builtin:init" else "loaded",
     choose=lambda name: {"policy": "builtin:init" if name == "builtin:init" else "builtin:base"},
     when={"builtin:init": "policy builtin:init", "loaded": "policy a model directory or builtin:base"},
-    hint={"model": "model.* shapes a new built-in model (policy builtin:init); a loaded policy keeps its own "
-                   "architecture"},
-)  # fmt: skip
+    hint={
+        "model": "model.* shapes a new built-in model (policy builtin:init); a loaded policy keeps its own architecture"
+    },
+)
 
-SOURCE = OptionScope("rollout source", "rollout.source", ("rollout.teacher",),
-                     {"policy": (), "initial": (), "teacher": ("rollout.teacher",), "task-teacher": ()})
+SOURCE = OptionScope(
+    "rollout source",
+    "rollout.source",
+    ("rollout.teacher",),
+    {"policy": (), "initial": (), "teacher": ("rollout.teacher",), "task-teacher": ()},
+)
 
 DYNAMIC_SAMPLING = OptionScope(
-    "dynamic sampling", "rollout.dynamic_sampling", ("rollout.max_resample_rounds",),
+    "dynamic sampling",
+    "rollout.dynamic_sampling",
+    ("rollout.max_resample_rounds",),
     {"on": ("rollout.max_resample_rounds",), "off": ()},
     component=lambda cfg: "on" if cfg.rollout.dynamic_sampling else "off",
     choose=lambda name: {"rollout.dynamic_sampling": name == "on"},
     when={"on": "rollout.dynamic_sampling true", "off": "rollout.dynamic_sampling false"},
-)  # fmt: skip
+)
 
 PERIODIC_EVAL = OptionScope(
-    "periodic evaluation", "eval_every", ("eval_problems", "eval_split"),
+    "periodic evaluation",
+    "eval_every",
+    ("eval_problems", "eval_split"),
     {"on": ("eval_problems", "eval_split"), "never": ()},
     component=lambda cfg: "on" if cfg.eval_every > 0 else "never",
     choose=lambda name: {"eval_every": 5 if name == "on" else 0},
     when={"on": "eval_every > 0", "never": "eval_every 0"},
-)  # fmt: skip
+)
 
 TOOLS = OptionScope(
-    "reasoning format", "task.reasoning", ("rollout.max_tool_calls", "rollout.tool_timeout_s"),
+    "reasoning format",
+    "task.reasoning",
+    ("rollout.max_tool_calls", "rollout.tool_timeout_s"),
     {"cot": (), "pot": (), "tool": ("rollout.max_tool_calls", "rollout.tool_timeout_s")},
-)  # fmt: skip
+)
 
-SCOPES = (ESTIMATOR, OBJECTIVE, KL_TERM, ENGINE, LEARNER, ADAPTERS, NEW_MODEL, SOURCE, DYNAMIC_SAMPLING,
-          PERIODIC_EVAL, TOOLS)  # fmt: skip
+SCOPES = (
+    ESTIMATOR,
+    OBJECTIVE,
+    KL_TERM,
+    ENGINE,
+    LEARNER,
+    ADAPTERS,
+    NEW_MODEL,
+    SOURCE,
+    DYNAMIC_SAMPLING,
+    PERIODIC_EVAL,
+    TOOLS,
+)
 
 # Read whatever is chosen (the selectors among them).  ``task.*`` and ``optim.*`` check their own scopes.
-COMMON = ("algo", "policy", "run_dir", "seed", "steps", "max_minutes", "max_samples", "max_sampled_tokens",
-          "verifier", "checkpoint_every", "keep_checkpoints", "save_rollouts", "threads", "export", "eval_every",
-          "device", "dtype", "report_to", "task", "optim", "sampling", "update", "advantage.estimator",
-          "loss.policy_loss", "kl.beta", "learner.strategy", "lora.r", "rollout.prompts_per_step",
-          "rollout.group_size", "rollout.source", "rollout.dynamic_sampling", "rollout.lag", "rollout.max_staleness",
-          "rollout.overlong_buffer", "rollout.length_cost", "rollout.request_groups", "rollout.engine", "alarms")  # fmt: skip
+COMMON = (
+    "algo",
+    "policy",
+    "run_dir",
+    "seed",
+    "steps",
+    "max_minutes",
+    "max_samples",
+    "max_sampled_tokens",
+    "verifier",
+    "checkpoint_every",
+    "keep_checkpoints",
+    "save_rollouts",
+    "threads",
+    "export",
+    "eval_every",
+    "device",
+    "dtype",
+    "report_to",
+    "task",
+    "optim",
+    "sampling",
+    "update",
+    "advantage.estimator",
+    "loss.policy_loss",
+    "kl.beta",
+    "learner.strategy",
+    "lora.r",
+    "rollout.prompts_per_step",
+    "rollout.group_size",
+    "rollout.source",
+    "rollout.dynamic_sampling",
+    "rollout.lag",
+    "rollout.max_staleness",
+    "rollout.overlong_buffer",
+    "rollout.length_cost",
+    "rollout.request_groups",
+    "rollout.engine",
+    "alarms",
+)

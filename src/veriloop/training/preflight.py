@@ -42,8 +42,9 @@ def check_verifier_reads_references(verifier, verifier_name: str, task, own: str
             for quoted in (repr(ref)[1:-1], ref):
                 if len(quoted) > 48:
                     why = why.replace(quoted, quoted[:40] + "...")
-        raise InputError(f"verifier {verifier_name!r} cannot read the references of task {task.name!r} ({why}){hint}"
-                         ) from None
+        raise InputError(
+            f"verifier {verifier_name!r} cannot read the references of task {task.name!r} ({why}){hint}"
+        ) from None
 
 
 def context_of(model) -> int | None:
@@ -63,6 +64,7 @@ def check_context_fits(policy, policy_name: str, task, problems: list, max_new_t
         raise InputError(
             f"policy {policy_name!r} has a context of {context} tokens, but prompts of task {task.name!r} need "
             f"more ({len(over)} of the {len(lengths)} longest checked): up to {max(lengths)} prompt tokens + "
-            f"sampling.max_new_tokens {max_new_tokens}; give a model with a longer context with --policy DIR (a local Hugging Face causal "
-            f"LM; {HF_RECIPE} is the shipped recipe for GSM8K), or shorten sampling.max_new_tokens"
+            f"sampling.max_new_tokens {max_new_tokens}; give a model with a longer context with --policy DIR "
+            f"(a local Hugging Face causal LM; {HF_RECIPE} is the shipped recipe for GSM8K), "
+            "or shorten sampling.max_new_tokens"
         )

@@ -113,8 +113,10 @@ class RankShare(OneRank):
     def summary(self, stats) -> dict:
         shares = [None] * self.world  # each rank's per-token values of its own rows
         dist.all_gather_object(shares, stats.tokens)
-        stats.tokens = {name: {row: v for share in shares for row, v in share.get(name, {}).items()}
-                        for name in sorted(set().union(*shares))}  # fmt: skip
+        stats.tokens = {
+            name: {row: v for share in shares for row, v in share.get(name, {}).items()}
+            for name in sorted(set().union(*shares))
+        }
         keys = [None] * self.world
         dist.all_gather_object(keys, sorted(stats.sums))  # a rank without rows has no "kl", "entropy", ...
         keys = sorted(set().union(*keys))
@@ -154,8 +156,9 @@ def _join_group(rank: int, world: int, store: str, backend: str, timeout_s: floa
     torch.set_num_threads(threads)
     if backend == "nccl":
         torch.cuda.set_device(rank)
-    dist.init_process_group(backend, init_method=f"file://{store}", rank=rank, world_size=world,
-                            timeout=timedelta(seconds=timeout_s))  # fmt: skip
+    dist.init_process_group(
+        backend, init_method=f"file://{store}", rank=rank, world_size=world, timeout=timedelta(seconds=timeout_s)
+    )
 
 
 def rank_main(rank: int, world: int, store: str, conn, backend: str, timeout_s: float, threads: int) -> None:
@@ -289,9 +292,13 @@ class RankWorker:
 
         names = {id(p): n for n, p in learner.policy.model.named_parameters()}
         order = [[names[id(p)] for p in g["params"]] for g in learner.optimizer.param_groups]
-        set_state_dict(learner.policy.model, learner.optimizer, model_state_dict=weights,
-                       optim_state_dict=_by_name(optimizer_state, order),
-                       options=StateDictOptions(full_state_dict=True, strict=False))  # fmt: skip
+        set_state_dict(
+            learner.policy.model,
+            learner.optimizer,
+            model_state_dict=weights,
+            optim_state_dict=_by_name(optimizer_state, order),
+            options=StateDictOptions(full_state_dict=True, strict=False),
+        )
         return None
 
     def critic_state(self, _=None):

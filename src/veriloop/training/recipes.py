@@ -36,10 +36,19 @@ class Recipe:
     made_by: str = "veriloop train"  # the command named in the final model's provenance file
 
 
-_LIKELIHOOD = {"advantage.estimator": "filter", "loss.policy_loss": "likelihood", "kl.beta": 0.0,
-               "update.inner_updates": 1}  # fmt: skip
-_ONLINE_PG = {"loss.policy_loss": "pg", "update.inner_updates": 1, "kl.placement": "reward", "kl.estimator": "k1",
-              "kl.beta": 0.05}  # fmt: skip
+_LIKELIHOOD = {
+    "advantage.estimator": "filter",
+    "loss.policy_loss": "likelihood",
+    "kl.beta": 0.0,
+    "update.inner_updates": 1,
+}
+_ONLINE_PG = {
+    "loss.policy_loss": "pg",
+    "update.inner_updates": 1,
+    "kl.placement": "reward",
+    "kl.estimator": "k1",
+    "kl.beta": 0.05,
+}
 
 RECIPES: dict[str, Recipe] = {
     "grpo": Recipe("GRPO: group-normalised outcome advantages, PPO clip, k3 KL in the loss", {}),
@@ -66,15 +75,15 @@ RECIPES: dict[str, Recipe] = {
             "update.mask_truncated": False,  # the overlong ramp penalises cut completions: they stay in the loss
             "kl.beta": 0.0,
         },
-    ),  # fmt: skip
+    ),
     "rloo": Recipe(
         "RLOO: leave-one-out baseline, REINFORCE objective, KL in the reward",
         {"advantage.estimator": "rloo", **_ONLINE_PG},
-    ),  # fmt: skip
+    ),
     "reinforce": Recipe(
         "REINFORCE: the raw reward as coefficient, KL in the reward",
         {"advantage.estimator": "reinforce", "update.skip_zero_advantage": True, **_ONLINE_PG},
-    ),  # fmt: skip
+    ),
     "ppo": Recipe(
         "PPO: GAE with a learned critic, clipped surrogate, per-token KL in the reward",
         {
@@ -86,7 +95,7 @@ RECIPES: dict[str, Recipe] = {
             "kl.beta": 0.05,
             "update.skip_zero_advantage": False,
         },
-    ),  # fmt: skip
+    ),
     "sft": Recipe(
         "SFT: the task's own traces, coefficient 1, token-mean cross-entropy",
         {
@@ -99,19 +108,19 @@ RECIPES: dict[str, Recipe] = {
             "optim.lr": 2e-4,
         },
         made_by="veriloop sft",
-    ),  # fmt: skip
+    ),
     "rft": Recipe(
         "RFT: samples of the frozen initial policy, coefficient 1[accepted]",
         {**_LIKELIHOOD, "rollout.source": "initial", "optim.lr": 2e-4},
-    ),  # fmt: skip
+    ),
     "online_rft": Recipe(
         "online RFT: samples of the current policy, coefficient 1[accepted]",
         {**_LIKELIHOOD, "rollout.source": "policy", "optim.lr": 2e-4},
-    ),  # fmt: skip
+    ),
     "distill": Recipe(
         "filtered distillation: a teacher samples, the verifier filters, the student imitates",
         {**_LIKELIHOOD, "rollout.source": "teacher", "optim.lr": 2e-4},
-    ),  # fmt: skip
+    ),
     "dpo": Recipe(
         "DPO: accepted vs rejected completions of one prompt from the frozen initial policy",
         {
@@ -122,7 +131,7 @@ RECIPES: dict[str, Recipe] = {
             "update.inner_updates": 1,
             "optim.lr": 2e-5,  # measured: 1e-4 collapses greedy accuracy on the built-in task (0.69 -> 0.49)
         },
-    ),  # fmt: skip
+    ),
 }
 
 

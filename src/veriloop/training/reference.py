@@ -50,8 +50,15 @@ class ReferencePolicy:
         lengths = batch.attention_mask.sum(dim=1)
         for rows in token_budget_split(lengths, rows_all, self.micro_batch_size, self.max_tokens):
             sub = select(batch, rows)
-            tl = completion_logprobs(self.policy, sub, SamplingParams(temperature=temperature), "scaled",
-                                     want_full=full, chunk_tokens=self.chunk_tokens, entropy=False)  # fmt: skip
+            tl = completion_logprobs(
+                self.policy,
+                sub,
+                SamplingParams(temperature=temperature),
+                "scaled",
+                want_full=full,
+                chunk_tokens=self.chunk_tokens,
+                entropy=False,
+            )
             lp = (tl.full if full else tl.scaled).cpu()
             if out is None:
                 shape = (batch.input_ids.shape[0], batch.completion_ids.shape[1], *lp.shape[2:])

@@ -47,7 +47,7 @@ log = logging.getLogger(__name__)
 # run that only looks continued (and some, such as LoRA or the model's shape, could not even load the weights).
 SAFE_TO_CHANGE = {
     "steps": "when the run ends (not below the steps done; refused with optim.schedule cosine, whose learning "
-             "rate at every step depends on steps)",
+    "rate at every step depends on steps)",
     "max_minutes": "a stopping rule",
     "max_samples": "a stopping rule",
     "max_sampled_tokens": "a stopping rule",
@@ -61,7 +61,7 @@ SAFE_TO_CHANGE = {
     "rollout.request_timeout_s": "how long a request may run before the run fails",
     "learner.timeout_s": "how long a collective may run before the run fails",
     "ray.timeout_s": "how long starting and stopping Ray may take",
-}  # fmt: skip
+}
 
 
 # ---------------------------------------------------------------------------------------------------- run dirs
@@ -71,8 +71,11 @@ def _remove_leftovers(run_dir: Path) -> None:
     """What a kill mid-write leaves: a checkpoint's temporary directory, final/'s (``.final.tmp``, ``.final.old``:
     the resumed run writes final/ again), hidden ``.*.tmp`` files."""
     checkpoints = run_dir / "checkpoints"
-    for p in [*(checkpoints.glob(".step-*") if checkpoints.is_dir() else []), run_dir / ".final.tmp",
-              run_dir / ".final.old"]:  # fmt: skip
+    for p in [
+        *(checkpoints.glob(".step-*") if checkpoints.is_dir() else []),
+        run_dir / ".final.tmp",
+        run_dir / ".final.old",
+    ]:
         if p.is_dir() and p.name.endswith((".tmp", ".old")):
             shutil.rmtree(p)
     for d in (run_dir, run_dir / "rollouts", run_dir / "rollouts" / "requests", run_dir / "prm"):
@@ -111,8 +114,10 @@ def _start_over(run_dir: Path, why: str) -> None:
         elif p.exists():
             p.unlink()
     fsync_dir(run_dir)
-    log.warning(f"{why} in {str(run_dir)!r}: starting the run over from step 0 with its config, discarding "
-                f"{', '.join(discarded) or 'nothing (it had written nothing yet)'}")  # fmt: skip
+    log.warning(
+        f"{why} in {str(run_dir)!r}: starting the run over from step 0 with its config, discarding "
+        f"{', '.join(discarded) or 'nothing (it had written nothing yet)'}"
+    )
 
 
 def open_run_dir(run_dir: Path, config: dict, resume: bool) -> Path | None:
@@ -133,8 +138,10 @@ def open_run_dir(run_dir: Path, config: dict, resume: bool) -> Path | None:
             _in_force(run_dir, config, {"event": "resume", "checkpoint": checkpoint.name, "changed": changed})
             return checkpoint
         if not (run_dir / CONFIG).is_file():
-            raise FileNotFoundError(f"nothing to resume in {str(run_dir)!r}: no "
-                                    f"{'valid (undamaged)' if complete else 'complete'} checkpoint")
+            raise FileNotFoundError(
+                f"nothing to resume in {str(run_dir)!r}: no "
+                f"{'valid (undamaged)' if complete else 'complete'} checkpoint"
+            )
         changed = check_resume(read_run_config(run_dir), config, 0, run_dir)
         why = "no valid checkpoint (every one is damaged)" if complete else "no complete checkpoint"
         _start_over(run_dir, why)
@@ -169,8 +176,11 @@ ABSENT = "(absent)"  # a key one config has and the other has not (written by an
 def config_changes(old: dict, new: dict) -> dict[str, list]:
     """``{dotted key: [old, new]}`` for every option whose value differs, in the order of ``new``."""
     a, b = flatten(old), flatten(new)
-    return {k: [a.get(k, ABSENT), b.get(k, ABSENT)] for k in [*b, *(k for k in a if k not in b)]
-            if a.get(k, ABSENT) != b.get(k, ABSENT)}  # fmt: skip
+    return {
+        k: [a.get(k, ABSENT), b.get(k, ABSENT)]
+        for k in [*b, *(k for k in a if k not in b)]
+        if a.get(k, ABSENT) != b.get(k, ABSENT)
+    }
 
 
 def check_resume(old: dict, new: dict, done: int, run_dir: Path) -> dict[str, list]:
@@ -202,8 +212,10 @@ def checkpoint_config(run_dir: Path, checkpoint: Path) -> dict:
     saved = checkpoint / CONFIG
     if saved.is_file():
         return _parse_config(saved.read_bytes(), saved)
-    log.warning(f"checkpoint {checkpoint} holds no {CONFIG} (written by an older veriloop): the resumed config "
-                f"is compared with {run_dir / CONFIG} instead")  # fmt: skip
+    log.warning(
+        f"checkpoint {checkpoint} holds no {CONFIG} (written by an older veriloop): the resumed config "
+        f"is compared with {run_dir / CONFIG} instead"
+    )
     return read_run_config(run_dir)
 
 
@@ -232,12 +244,16 @@ def read_run_config(run_dir: Path) -> dict:
         copy = _latest_config_copy(run_dir)
         if copy is None or copy.read_bytes() != data:
             if copy is None:
-                remedy = ("the run has no checkpoint holding a copy, so nothing would be lost by starting it again: "
-                          "start a new run with another --run_dir")  # fmt: skip
+                remedy = (
+                    "the run has no checkpoint holding a copy, so nothing would be lost by starting it again: "
+                    "start a new run with another --run_dir"
+                )
             else:
-                remedy = (f"put back the config of its latest checkpoint (`cp {copy} {path}`) and resume again; "
-                          f"options changed by resumes since that checkpoint are listed in {run_dir / HISTORY}: "
-                          "give them again as flags")  # fmt: skip
+                remedy = (
+                    f"put back the config of its latest checkpoint (`cp {copy} {path}`) and resume again; "
+                    f"options changed by resumes since that checkpoint are listed in {run_dir / HISTORY}: "
+                    "give them again as flags"
+                )
             raise InputError(f"{path} is damaged: {why}; {remedy}")
         write_checked(run_dir, CONFIG, data)  # the checkpoint's copy, put back: what the manifest lists from now on
     elif status == "unlisted":

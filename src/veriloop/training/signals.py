@@ -58,8 +58,12 @@ class Signal(NamedTuple):
 
 def records_batch(records: list[Record], pad_id: int) -> tuple[PolicyBatch, torch.Tensor | None]:
     """Sequences of the records and their behaviour log-probs ``[N, T]`` (None if unknown)."""
-    batch = build_policy_batch([r.prompt_ids for r in records], [r.completion_ids for r in records], pad_id,
-                               [r.model_mask for r in records] if any(r.model_mask for r in records) else None)
+    batch = build_policy_batch(
+        [r.prompt_ids for r in records],
+        [r.completion_ids for r in records],
+        pad_id,
+        [r.model_mask for r in records] if any(r.model_mask for r in records) else None,
+    )
     if any(r.behavior_logprobs is None for r in records):
         return batch, None
     behavior = torch.zeros(batch.completion_mask.shape, dtype=torch.float64)
@@ -107,12 +111,16 @@ def check_signal_options(cfg) -> None:
         )
     if cfg.kl.importance_weighted and cfg.kl.beta > 0:
         if cfg.rollout.source == "task-teacher":
-            raise ConfigError("kl.importance_weighted with rollout.source task-teacher: the task's traces were "
-                             "sampled by no policy, so there are no behaviour log-probs to weight by")  # fmt: skip
+            raise ConfigError(
+                "kl.importance_weighted with rollout.source task-teacher: the task's traces were "
+                "sampled by no policy, so there are no behaviour log-probs to weight by"
+            )
         if OBJECTIVES.get(cfg.loss.policy_loss).distribution != "sampling":
-            raise ConfigError(f"kl.importance_weighted with loss.policy_loss={cfg.loss.policy_loss}: its log-probs "
-                             "are the model's, not the sampling distribution's that the behaviour log-probs were "
-                             "recorded under; use a ratio objective (clip, dual-clip, gspo, pg)")  # fmt: skip
+            raise ConfigError(
+                f"kl.importance_weighted with loss.policy_loss={cfg.loss.policy_loss}: its log-probs "
+                "are the model's, not the sampling distribution's that the behaviour log-probs were "
+                "recorded under; use a ratio objective (clip, dual-clip, gspo, pg)"
+            )
 
 
 def _input_rows(x: EstimatorInput, rows: torch.Tensor, groups: int) -> EstimatorInput:
@@ -140,8 +148,11 @@ def ended_advantages(estimator, x: EstimatorInput, cfg, ended: torch.Tensor) -> 
     else:
         whole = ended.all(dim=1)
         parts = [(flat[whole].reshape(-1), int(whole.sum()))] if whole.any() else []
-        parts += [(flat[b][ended[b]], 1) for b in (~whole).nonzero().squeeze(1).tolist()
-                  if int(ended[b].sum()) >= max(estimator.min_group_size, 1)]  # fmt: skip
+        parts += [
+            (flat[b][ended[b]], 1)
+            for b in (~whole).nonzero().squeeze(1).tolist()
+            if int(ended[b].sum()) >= max(estimator.min_group_size, 1)
+        ]
     for rows, groups in parts:
         out[rows] = estimator(_input_rows(x, rows, groups), cfg).double()
     return out
@@ -179,8 +190,9 @@ class SignalMaker:
             token_rewards = terminal_rewards(rewards, mask)
         steps = self.process.step_rewards(records, mask) if self.process is not None else (None, None)
         ended = self.ended(records).view(-1, G)
-        advantages = ended_advantages(self.estimator, EstimatorInput(shaped, mask, token_rewards, values, *steps),
-                                      cfg, ended)  # fmt: skip
+        advantages = ended_advantages(
+            self.estimator, EstimatorInput(shaped, mask, token_rewards, values, *steps), cfg, ended
+        )
         if cfg.update.mask_truncated:
             stats["truncated_left_out"] = int((~ended).sum())
         rows, pairs = self.select_rows(records, rewards, advantages, beta)
@@ -194,12 +206,18 @@ class SignalMaker:
         # a zero advantage keep their place in the normaliser, so skipping changes nothing.
         filtered = pairs is not None or self.estimator.kind == "coefficient"
         lb = LearningBatch(
-            records=[records[i] for i in rows.tolist()], batch=sub,
-            behavior=behavior[rows, :T] if behavior is not None else None, advantages=advantages[rows, :T],
-            ref_logprobs=ref, returns=(advantages + values.double())[rows, :T] if values is not None else None,
-            old_values=values[rows, :T] if values is not None else None, pairs=pairs,
-            kept_share=1.0 if filtered else kept_share(mask, rows, cfg.loss.aggregation,
-                                                       ended.reshape(-1).nonzero().squeeze(1)))  # fmt: skip
+            records=[records[i] for i in rows.tolist()],
+            batch=sub,
+            behavior=behavior[rows, :T] if behavior is not None else None,
+            advantages=advantages[rows, :T],
+            ref_logprobs=ref,
+            returns=(advantages + values.double())[rows, :T] if values is not None else None,
+            old_values=values[rows, :T] if values is not None else None,
+            pairs=pairs,
+            kept_share=1.0
+            if filtered
+            else kept_share(mask, rows, cfg.loss.aggregation, ended.reshape(-1).nonzero().squeeze(1)),
+        )
         return Signal(lb, rewards, advantages, mask, stats)
 
     def _kl_in_reward(self, rewards, batch, behavior, beta):
@@ -210,8 +228,10 @@ class SignalMaker:
         ref_all = self.reference.logprobs(batch, temperature_of(cfg.sampling), full=False)
         mask = batch.completion_mask
         penalty = kl_penalty(behavior, ref_all, mask, cfg.kl.estimator)
-        stats = {"kl": float(penalty.sum() / mask.sum().clamp(min=1)),  # per token: the "kl" metric
-                 "kl_per_completion": float(penalty.sum(dim=1).mean())}  # what the adaptive controller tracks
+        stats = {
+            "kl": float(penalty.sum() / mask.sum().clamp(min=1)),  # per token: the "kl" metric
+            "kl_per_completion": float(penalty.sum(dim=1).mean()),
+        }  # what the adaptive controller tracks
         shaped = rewards - beta * penalty.sum(dim=1).view(-1, cfg.rollout.group_size)
         return shaped, terminal_rewards(rewards, mask) - beta * penalty, stats
 
@@ -253,5 +273,7 @@ def without_cut(rows: torch.Tensor, pairs: torch.Tensor | None, ended: torch.Ten
     kept = [(members[a], members[b]) for a, b in pairs.tolist() if ended[members[a]] and ended[members[b]]]
     new = sorted({i for p in kept for i in p})
     where = {row: k for k, row in enumerate(new)}
-    return (torch.tensor(new, dtype=torch.long),
-            torch.tensor([[where[a], where[b]] for a, b in kept], dtype=torch.long).view(-1, 2))  # fmt: skip
+    return (
+        torch.tensor(new, dtype=torch.long),
+        torch.tensor([[where[a], where[b]] for a, b in kept], dtype=torch.long).view(-1, 2),
+    )

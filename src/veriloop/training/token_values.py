@@ -35,8 +35,9 @@ def _advantage(values: list[float]) -> float | list[float]:
     return round(first, 5) if all(v == first for v in values) else [round(v, 5) for v in values]
 
 
-def token_value_rows(records, advantages, mask, learned, token_values: dict,
-                     prm_steps: dict | None = None) -> list[dict]:  # fmt: skip
+def token_value_rows(
+    records, advantages, mask, learned, token_values: dict, prm_steps: dict | None = None
+) -> list[dict]:
     """One row per record of the step's signal: ``records`` in the signal's order (``advantages``/``mask``
     ``[N, T]``), ``learned`` the records the update read (the learning batch's rows, in order), ``token_values``
     the learner's ``{name: {row: [value, ...]}}``, ``prm_steps`` the PRM's ``{id(record): [[position, score]]}``."""

@@ -77,8 +77,17 @@ class Trainer:
     # end of a budget: the demo ends its SFT control when the GRPO run beside it has finished
     stop_when: Callable[[], str] | None = None
 
-    def __init__(self, cfg: TrainConfig, resume: bool = False, progress: bool = True, *, policy=None, task=None,
-                 verifier=None, engine_options: dict | None = None):  # fmt: skip
+    def __init__(
+        self,
+        cfg: TrainConfig,
+        resume: bool = False,
+        progress: bool = True,
+        *,
+        policy=None,
+        task=None,
+        verifier=None,
+        engine_options: dict | None = None,
+    ):
         self.cfg, self.progress, self.run_dir = cfg, progress, Path(cfg.run_dir)
         if cfg.threads:
             torch.set_num_threads(cfg.threads)
@@ -110,11 +119,13 @@ class Trainer:
         # learner.strategy ddp/fsdp2: W rank processes that also train the critic; local: this process
         self.learner = build_learner(self.policy, cfg, self._count_version, self.critic)
         # LoRA: the reference is the trained model's own base (adapters off), so it must be that model
-        self.reference = ReferencePolicy.build(cfg, self.policy if cfg.lora.enabled else start,
-                                               self.learner.objective)  # fmt: skip
+        self.reference = ReferencePolicy.build(cfg, self.policy if cfg.lora.enabled else start, self.learner.objective)
         adaptive = cfg.kl.controller == "adaptive" and cfg.kl.beta > 0
-        self.kl_control = (AdaptiveKLController(cfg.kl.beta, cfg.kl.target, cfg.kl.horizon) if adaptive
-                           else FixedKLController(cfg.kl.beta))  # fmt: skip
+        self.kl_control = (
+            AdaptiveKLController(cfg.kl.beta, cfg.kl.target, cfg.kl.horizon)
+            if adaptive
+            else FixedKLController(cfg.kl.beta)
+        )
         if checkpoint:
             self._restore(checkpoint)
         self.engine = self._engine(start, engine_options or {})
@@ -123,23 +134,37 @@ class Trainer:
         self.sampling_thread = ThreadPoolExecutor(1, "veriloop-sampling") if self.pipelined else None
         # a stop signal's name and number; continue_with: the command printed to continue (None: the caller says)
         self.stop_signal, self.stop_signum, self.continue_with = "", 0, f"veriloop train --resume {self.run_dir}"
-        self.process = (ProcessSupervisor(cfg.process, seed=cfg.seed, run_dir=self.run_dir, task=self.task,
-                                          policy=self.policy, sampling=cfg.sampling, store=self.store,
-                                          step=self.state.step) if estimator.needs_prm else None)  # fmt: skip
+        self.process = (
+            ProcessSupervisor(
+                cfg.process,
+                seed=cfg.seed,
+                run_dir=self.run_dir,
+                task=self.task,
+                policy=self.policy,
+                sampling=cfg.sampling,
+                store=self.store,
+                step=self.state.step,
+            )
+            if estimator.needs_prm
+            else None
+        )
         if cfg.rollout.mode == "async":
             per_step = cfg.update.inner_updates * cfg.update.mini_batches  # optimizer steps (versions) per step
-            self.collector = AsyncCollector(cfg, self.task, self.engine, self.verifier, self.pending, self.ledger,
-                                            self.state.step + 1, per_step)  # fmt: skip
+            self.collector = AsyncCollector(
+                cfg, self.task, self.engine, self.verifier, self.pending, self.ledger, self.state.step + 1, per_step
+            )
         else:
             self.collector = Collector(cfg, self.task, self.engine, self.verifier, self.pending, self.ledger)
-        self.signal = SignalMaker(cfg, self.learner.objective, self.policy.pad_id, self.reference, self.critic,
-                                  self.process)  # fmt: skip
+        self.signal = SignalMaker(
+            cfg, self.learner.objective, self.policy.pad_id, self.reference, self.critic, self.process
+        )
         self.tracker = build_tracker(cfg.report_to, self.run_dir, to_dict(cfg), self.run_dir.name)
 
     @staticmethod
     def _load_start(cfg: TrainConfig):
-        start = load_policy(cfg.policy, seed=cfg.seed, init_config=cfg.model, placement=cfg.placement(),
-                            prompts=cfg.prompt_format())  # fmt: skip
+        start = load_policy(
+            cfg.policy, seed=cfg.seed, init_config=cfg.model, placement=cfg.placement(), prompts=cfg.prompt_format()
+        )
         return start.with_adapters(cfg.lora, derive_seed(cfg.seed, 0, "lora")) if cfg.lora.enabled else start
 
     # ------------------------------------------------------------------ the loop
@@ -149,8 +174,14 @@ class Trainer:
         # With a time or sample budget the step count is only a cap: show rate and elapsed time, not a fake
         # ETA (inf is "unknown": a tqdm bar, or plain lines off a terminal, without a total).
         budget = cfg.max_minutes or cfg.max_samples or cfg.max_sampled_tokens or self.stop_when is not None
-        bar = logs.progress(desc=cfg.algo, unit="step", initial=first - 1, total=float("inf") if budget else cfg.steps,
-                            enabled=self.progress, logger=log)  # fmt: skip
+        bar = logs.progress(
+            desc=cfg.algo,
+            unit="step",
+            initial=first - 1,
+            total=float("inf") if budget else cfg.steps,
+            enabled=self.progress,
+            logger=log,
+        )
         self.started = time.time()
         sampled = sum(r.get("sampled_records", 0) for r in self.metrics.rows)  # a resumed run counts its past
         self.sampled_tokens = sum(r.get("sampled_tokens", 0) for r in self.metrics.rows)
@@ -173,8 +204,10 @@ class Trainer:
             if not self.stop_signal:
                 self.save_final()
             elif self.continue_with:  # preempted: the checkpoint is written, the run is not finished
-                said = (f"{self.stop_signal}: checkpoint of step {self.state.step} written; continue with "
-                        f"`{self.continue_with}`")  # fmt: skip
+                said = (
+                    f"{self.stop_signal}: checkpoint of step {self.state.step} written; continue with "
+                    f"`{self.continue_with}`"
+                )
                 print(said)  # the run's outcome, on stdout; its log keeps a copy
                 log.info(said, extra=logs.FILE_ONLY)
         finally:
@@ -199,8 +232,9 @@ class Trainer:
                 raise KeyboardInterrupt
             self.stop_signal, self.stop_signum = "SIGINT received", signum
             # os.write, not print: a handler may run while the main thread is inside a print to the same stream
-            os.write(2, b"\nSIGINT received: finishing this step, then writing a checkpoint "
-                        b"(Ctrl-C again to quit at once)\n")  # fmt: skip
+            os.write(
+                2, b"\nSIGINT received: finishing this step, then writing a checkpoint (Ctrl-C again to quit at once)\n"
+            )
 
         previous = {os_signal.SIGTERM: os_signal.signal(os_signal.SIGTERM, on_sigterm)}
         if os_signal.getsignal(os_signal.SIGINT) is not os_signal.SIG_IGN:  # started with SIGINT ignored: keep it so
@@ -245,10 +279,14 @@ class Trainer:
         times["wall"] = time.time() - wall
         row = step_metrics(step, records, rewards, advantages, mask, update, lr, times, sampled=sampled)
         row.update(staleness(records, version))
-        row.update(policy_version=self.state.policy_version, kl_beta=self.kl_control.beta,
-                   sampled_records=len(sampled), sampled_tokens=sum(r.model_tokens for r in sampled),
-                   update_records=signal.batch.size if signal is not None and signal.batch is not None else 0,
-                   **self.validate(step))  # fmt: skip
+        row.update(
+            policy_version=self.state.policy_version,
+            kl_beta=self.kl_control.beta,
+            sampled_records=len(sampled),
+            sampled_tokens=sum(r.model_tokens for r in sampled),
+            update_records=signal.batch.size if signal is not None and signal.batch is not None else 0,
+            **self.validate(step),
+        )
         self.alarms.check(row)  # a NaN or an infinity stops the run here, before the row is kept
         self.state.step = step
         self.metrics.append(row)
@@ -273,8 +311,9 @@ class Trainer:
         if signal is not None and self.cfg.save_rollouts:  # what the browser colours each token by
             learned = signal.batch.records if signal.batch is not None else []
             prm = self.process.step_scores if self.process is not None else None
-            self.token_values.write(step, token_value_rows(records, signal.advantages, signal.mask, learned,
-                                                           token_values, prm))  # fmt: skip
+            self.token_values.write(
+                step, token_value_rows(records, signal.advantages, signal.mask, learned, token_values, prm)
+            )
         update.update(signal.stats if signal is not None else {})
         update.update(update_started_at=started, update_ended_at=time.time())
         return signal, update
@@ -315,8 +354,14 @@ class Trainer:
         """Greedy accuracy on ``eval_split`` (validation unless asked otherwise) every ``eval_every`` steps."""
         if not self.cfg.eval_every or (step % self.cfg.eval_every and step != self.cfg.steps):
             return {}
-        return validation_metrics(self.policy, self.task, self.cfg.task.eval_verifiers(), self.cfg.eval_problems,
-                                  self.cfg.eval_split, self.collector.tools)  # fmt: skip
+        return validation_metrics(
+            self.policy,
+            self.task,
+            self.cfg.task.eval_verifiers(),
+            self.cfg.eval_problems,
+            self.cfg.eval_split,
+            self.collector.tools,
+        )
 
     # ------------------------------------------------------------------ the parts a test may call alone
 
@@ -356,9 +401,11 @@ class Trainer:
         self.ledger.restore(checkpoint)
         self.kl_control.beta = self.state.kl_beta
         if (self.metrics.rows[-1]["step"] if self.metrics.rows else 0) < self.state.step:
-            log.warning(f"{self.metrics.path} has rows up to step "
-                        f"{self.metrics.rows[-1]['step'] if self.metrics.rows else 0} only, the checkpoint is of step "
-                        f"{self.state.step}: the missing rows are not redone")  # fmt: skip
+            log.warning(
+                f"{self.metrics.path} has rows up to step "
+                f"{self.metrics.rows[-1]['step'] if self.metrics.rows else 0} only, the checkpoint is of step "
+                f"{self.state.step}: the missing rows are not redone"
+            )
         self.metrics.truncate(self.state.step)
         self.alarms.resume(self.metrics.rows, self.state.step)
         self.store.remove_after(self.state.step)
@@ -368,8 +415,9 @@ class Trainer:
         """What checkpoints save and load of the critic: its optimizer lives on the learner ranks, if any."""
         if self.critic is None or not hasattr(self.learner, "critic_state_dict"):
             return self.critic
-        return SimpleNamespace(state_dict=self.learner.critic_state_dict,
-                               load_state_dict=self.learner.load_critic_state_dict)  # fmt: skip
+        return SimpleNamespace(
+            state_dict=self.learner.critic_state_dict, load_state_dict=self.learner.load_critic_state_dict
+        )
 
     def _why_stop(self, step: int, sampled: int) -> str:
         """Why the run ends before ``steps`` ('' = it does not)."""
@@ -397,17 +445,30 @@ class Trainer:
             self.pending.clear()
             self.pending.extend(self.collector.drain())
         reference = self.reference.policy if self.reference is not None and self.state.reference_step else None
-        return save_checkpoint(self.run_dir, self.state, self.learner, self.cfg.keep_checkpoints,
-                               critic=self._critic_state(), reference=reference, pending=list(self.pending),
-                               ledger=self.ledger, config=to_dict(self.cfg))  # fmt: skip
+        return save_checkpoint(
+            self.run_dir,
+            self.state,
+            self.learner,
+            self.cfg.keep_checkpoints,
+            critic=self._critic_state(),
+            reference=reference,
+            pending=list(self.pending),
+            ledger=self.ledger,
+            config=to_dict(self.cfg),
+        )
 
     def save_final(self) -> None:
         """``final/`` (and ``export`` if set): the model, with how it was made beside it."""
         made_by = RECIPES[self.cfg.algo].made_by
-        made = {"made_by": made_by, "algo": self.cfg.algo, "steps_done": self.state.step,
-                "policy_version": self.state.policy_version,
-                "wall_time_s": round(time.time() - getattr(self, "started", time.time()), 1),
-                "config": to_dict(self.cfg), "final": self.metrics.rows[-1] if self.metrics.rows else {}}  # fmt: skip
+        made = {
+            "made_by": made_by,
+            "algo": self.cfg.algo,
+            "steps_done": self.state.step,
+            "policy_version": self.state.policy_version,
+            "wall_time_s": round(time.time() - getattr(self, "started", time.time()), 1),
+            "config": to_dict(self.cfg),
+            "final": self.metrics.rows[-1] if self.metrics.rows else {},
+        }
         # final/ is built as .final.tmp and renamed into place: a kill leaves no half-written final/ (the resumed
         # run, which starts from the last step's checkpoint, writes it again)
         building = self.run_dir / ".final.tmp"
@@ -469,8 +530,10 @@ def stop_exit(command: str, during: str, error: BaseException, again: str = "") 
     continue it (the same command, or ``again``); the SystemExit to raise, with the signal's exit status."""
     stopped = error if isinstance(error, Stopped) else Stopped(os_signal.SIGINT)
     detail = f" ({stopped.detail})" if stopped.detail else ""
-    said = (f"{command}: stopped by {os_signal.Signals(stopped.signum).name} during {during}{detail}; continue "
-            f"with the same command{f', or: {again}' if again else ''}")  # fmt: skip
+    said = (
+        f"{command}: stopped by {os_signal.Signals(stopped.signum).name} during {during}{detail}; continue "
+        f"with the same command{f', or: {again}' if again else ''}"
+    )
     print(said, file=sys.stderr, flush=True)  # the command's last line (as its errors are), not a library message
     log.info(said, extra=logs.FILE_ONLY)  # the run's log keeps a copy
     return SystemExit(stopped.exit_status)

@@ -102,25 +102,35 @@ _CONTRAST = [
     re.compile(rf"^(?P<m>{NUM}){_U}\s*\(\s*not\s+(?P<n>{NUM}){_U}\s*\)$"),  # "72 (not 96)"
     re.compile(rf"^not\s+(?P<n>{NUM}){_U}(?:\s*[,;]\s*|\s+)(?:but\s+)?(?P<m>{NUM}){_U}$"),
     re.compile(rf"^(?P<m>{NUM}){_U}\s+(?:rather\s+than|instead\s+of)\s+(?P<n>{NUM}){_U}$"),
-    re.compile(rf"^(?:(?:no|not)\W+)?(?:(?:the\s+[a-z]+|it|this|that)(?:(?:'s|\s+is|\s+was)\s+not|\s+(?:isn't|wasn't))"
-               rf"|not)\s+(?P<n>{NUM}){_U}"
-               rf"\s*[,;]?\s*(?:(?:it|which|that)(?:'s|\s+is|\s+was)|but\s+it(?:'s|\s+is))\s+(?P<m>{NUM}){_U}$", re.I),
-]  # fmt: skip
+    re.compile(
+        rf"^(?:(?:no|not)\W+)?(?:(?:the\s+[a-z]+|it|this|that)(?:(?:'s|\s+is|\s+was)\s+not|\s+(?:isn't|wasn't))"
+        rf"|not)\s+(?P<n>{NUM}){_U}"
+        rf"\s*[,;]?\s*(?:(?:it|which|that)(?:'s|\s+is|\s+was)|but\s+it(?:'s|\s+is))\s+(?P<m>{NUM}){_U}$",
+        re.I,
+    ),
+]
 _SURE = re.compile(r"\s*(?:[,;\u2013\u2014]|\s-)?\s*100\s*%\s*(?:sure|certain|confident)\W*$", re.IGNORECASE)
 _PAREN_COMMENT = re.compile(r"(.*?[\d}$%*])\s*\(([^()]*)\)\W*")
-_CHECK = re.compile(r"\b(?:verify|verifying|check|checking|double[-\s]?check|confirm|confirming)\b|[\u2713\u2714]", re.I)
+_CHECK = re.compile(
+    r"\b(?:verify|verifying|check|checking|double[-\s]?check|confirm|confirming)\b|[\u2713\u2714]", re.I
+)
 _RANGE = re.compile(rf"{NUM}\s*(?:-|to|through|thru|~)\s*{NUM}|\bbetween\s+{NUM}\s+and\s+{NUM}")
-_RESTATED = re.compile(rf"^(?:so\s+)?(?:it|that|this|the\s+(?:final\s+)?(?:answer|result|total|value))"
-                       rf"(?:'s|\s+is|\s+was)\s+({NUM})\W*$", re.IGNORECASE)
+_RESTATED = re.compile(
+    rf"^(?:so\s+)?(?:it|that|this|the\s+(?:final\s+)?(?:answer|result|total|value))"
+    rf"(?:'s|\s+is|\s+was)\s+({NUM})\W*$",
+    re.IGNORECASE,
+)
 _LIST = re.compile(rf"^{NUM}(?:\s*(?:,|\band\b|&|\s)\s*{NUM})+$")
 SENTENCE_END = re.compile(r"[.!?]+(?=\s|$)")
 # "x = 1/3 \approx 0.33": an exact value, then a decimal approximation of it
 _EXACT_THEN_APPROX = re.compile(r"^(?P<exact>[^=]+=.+?)\s*(?:\\approx|\u2248)\s*[-+]?(?:\d+(?:\.\d*)?|\.\d+)$")
 # "the largest $n$ is 34": after an explicit marker, a sentence that names the quantity it answers
-_NAMED_VALUE = re.compile(r"^(?P<subject>(?:the|its|their|our|his|her)\s.+?)\s+(?:is|are|was|equals)\s+"
-                          r"(?P<value>\S.*)$", re.IGNORECASE)
+_NAMED_VALUE = re.compile(
+    r"^(?P<subject>(?:the|its|their|our|his|her)\s.+?)\s+(?:is|are|was|equals)\s+"
+    r"(?P<value>\S.*)$",
+    re.IGNORECASE,
+)
 _MATHS_IN = re.compile(r"\$|\\[(\[]")  # delimited maths; with a number, what makes a sentence state something
-
 
 
 def _classify(v: str, rest: str) -> Read:
@@ -255,8 +265,16 @@ def _operators_around(head: str, kind: str) -> tuple[str, str] | None:
     return worst, body
 
 
-def read_value(raw: str, kind: str, after: str = "", boxed: bool = False, stated: bool = False,
-               last_line: bool = False, before: str | None = None, working: str = "") -> Read:  # fmt: skip
+def read_value(
+    raw: str,
+    kind: str,
+    after: str = "",
+    boxed: bool = False,
+    stated: bool = False,
+    last_line: bool = False,
+    before: str | None = None,
+    working: str = "",
+) -> Read:
     """Read one stated value; ``after`` is the rest of the sentence outside it (after a box);
     ``stated``: it follows an explicit marker (``answer:``, "the answer is", ``####``); ``last_line``:
     it is the unmarked last line; ``before``: the text before the statement's marker, whose operators
@@ -290,8 +308,9 @@ def _contrasted(head: str) -> tuple[str, str, frozenset[str], str]:
     return head, v, frozenset(), head
 
 
-def _read_value(raw: str, kind: str, after: str, boxed: bool, stated: bool, last_line: bool,
-                working: str) -> tuple[Read, str]:  # fmt: skip
+def _read_value(
+    raw: str, kind: str, after: str, boxed: bool, stated: bool, last_line: bool, working: str
+) -> tuple[Read, str]:
     """(the reading, the polarity the value's own operators give it)."""
     inner = ASSERTED
     head, rest, question = _first_sentence(raw)
@@ -344,8 +363,18 @@ def _read_value(raw: str, kind: str, after: str, boxed: bool, stated: bool, last
     return Read("answer", v, negated=negated, numbers=frozenset({key}), span=span), inner
 
 
-def _read_unclean(raw: str, head: str, rest: str, question: bool, v: str, kind: str, after: str, stated: bool,
-                  last_line: bool, working: str) -> tuple[Read | None, str, str, str]:  # fmt: skip
+def _read_unclean(
+    raw: str,
+    head: str,
+    rest: str,
+    question: bool,
+    v: str,
+    kind: str,
+    after: str,
+    stated: bool,
+    last_line: bool,
+    working: str,
+) -> tuple[Read | None, str, str, str]:
     """A statement that is not one clean value: a sentence around it ("We cannot conclude it is 45"),
     a value the sentence names, the last line's closing sentence, a conjunction or a question.
     (a finished reading or None, the value and span to read on, the polarity of its own operators)."""
@@ -390,8 +419,12 @@ def revision(tail: str, key: str, same_line: bool = False, closing: bool = False
     might be wrong.") is ``hedged``, and so is a question about it ("Is that right?") that no later
     sentence answers with yes.  ``closing``:
     ``tail`` runs to the end of the text, whose closing sentence stating another value revises it."""
-    lead = re.match(r"^[\s$)]*(?:(?:is|was|seems|would\s+be)\s+)?(?:wrong|incorrect|false|a\s+mistake|not\s+(?:right|"
-                    r"correct|the\s+answer|it)\b)", tail, re.I)
+    lead = re.match(
+        r"^[\s$)]*(?:(?:is|was|seems|would\s+be)\s+)?(?:wrong|incorrect|false|a\s+mistake|not\s+(?:right|"
+        r"correct|the\s+answer|it)\b)",
+        tail,
+        re.I,
+    )
     if lead:
         return Read("not", reason="negated", negated=frozenset({key}), numbers=frozenset({key}))
     k, asked = 0, False  # sentences so far; a question about the answer not yet answered with yes
@@ -409,13 +442,23 @@ def revision(tail: str, key: str, same_line: bool = False, closing: bool = False
                 return Read("not", reason="conditional")
             if same_line and n == 0 and (ws & REVISING_HEDGE or HEDGE_SIGNS.search(sentence)) and new:
                 return Read("several", reason="several", numbers=frozenset({key, new}))
-            if new and _CHECK.search(sentence) and re.search(rf"(?<![\d.]){re.escape(key)}(?!\d|\.\d)[^=\n]*=\s*\$?"
-                                                             rf"{re.escape(new)}(?!\d|\.\d)", sentence.replace(",", "")):
+            if (
+                new
+                and _CHECK.search(sentence)
+                and re.search(
+                    rf"(?<![\d.]){re.escape(key)}(?!\d|\.\d)[^=\n]*=\s*\$?"
+                    rf"{re.escape(new)}(?!\d|\.\d)",
+                    sentence.replace(",", ""),
+                )
+            ):
                 continue  # "let me verify: 45 * 3 = 135": a check that uses the answer, no new answer
             act = speech_act(sentence, key)
             restated = _operators_around(sentence.strip().rstrip(".!"), "maths") if new else None
-            bare = re.fullmatch(rf"[\s*$(]*{NUM}[\s*.!)]*", sentence) or _RESTATED.match(sentence.strip()) or (
-                restated is not None and restated[0] != NEGATED)  # "Definitely 18.", "Probably 18." (not "Not 18.")
+            bare = (
+                re.fullmatch(rf"[\s*$(]*{NUM}[\s*.!)]*", sentence)
+                or _RESTATED.match(sentence.strip())
+                or (restated is not None and restated[0] != NEGATED)
+            )  # "Definitely 18.", "Probably 18." (not "Not 18.")
             cue = ws & CORRECTION or CORRECTION_PHRASE.search(sentence) or any(c in sentence for c in "错改")
             if (bare or cue or act == RETRACTS or question) and new:  # "Or is it 20?"
                 return Read("several", reason="revised", numbers=frozenset({key, new}))

@@ -22,8 +22,12 @@ _NUMBER_KIND = re.compile(  # a number after cleaning: plain, percent, a fractio
     r"|^[-+]?\\[dt]?frac(?:\{\d+\}\{\d+\}|\d\d)$"  # \frac{1}{4}, \frac14
 )
 # LaTeX's ways of writing a thousands separator or a percent sign: 1{,}250, 1,\!250, 1\,250, 75\%
-_LATEX_NUMBER = [(re.compile(r"(?<=\d)\{,\}(?=\d{3})"), ","), (re.compile(r"(?<=\d,)\\!(?=\d{3})"), ""),
-                 (re.compile(r"(?<=\d)\\[,;:! ](?=\d{3}(?!\d))"), ""), (re.compile(r"\\%"), "%")]  # fmt: skip
+_LATEX_NUMBER = [
+    (re.compile(r"(?<=\d)\{,\}(?=\d{3})"), ","),
+    (re.compile(r"(?<=\d,)\\!(?=\d{3})"), ""),
+    (re.compile(r"(?<=\d)\\[,;:! ](?=\d{3}(?!\d))"), ""),
+    (re.compile(r"\\%"), "%"),
+]
 # a currency sign or code before or after an amount ("$1,250", "USD 1,250", "1,250$", "€12"), and a degree sign
 _CURRENCY = r"(?:US\$|\\\$|\$|USD|EUR|GBP|INR|CAD|AUD|Rs\.?|\u20ac|\u00a3|\u00a5|\u20b9)"
 _CURRENCY_BEFORE = re.compile(rf"^([-+]?)\s*{_CURRENCY}\s*(?=\d|\.\d)")
@@ -34,60 +38,92 @@ DECIMAL_COMMA = re.compile(r"^([-+]?\d+),(\d+)$")  # one comma, not thousands: "
 THOUSANDS = re.compile(r"^[-+]?[1-9]\d{0,2}(?:,\d{3})+$")
 
 # Cue words (lower case).  A value that contains one is not a clean answer; which list names why.
-NEGATION = frozenset("not no never isn't isnt aren't wasn't won't can't cannot don't doesn't nope neither nor "
-                     "wrong incorrect false none".split())  # fmt: skip
-HEDGE = frozenset("about approximately approx approximate around roughly nearly almost probably perhaps possibly "
-                  "maybe likely unlikely estimate estimated guess ish circa some somewhere close between range "
-                  "least most more less fewer over under like think believe sure unsure bet".split())  # fmt: skip
+NEGATION = frozenset(
+    "not no never isn't isnt aren't wasn't won't can't cannot don't doesn't nope neither nor "
+    "wrong incorrect false none".split()
+)
+HEDGE = frozenset(
+    "about approximately approx approximate around roughly nearly almost probably perhaps possibly "
+    "maybe likely unlikely estimate estimated guess ish circa some somewhere close between range "
+    "least most more less fewer over under like think believe sure unsure bet".split()
+)
 ALTERNATIVE = frozenset("or either".split())
-CONDITIONAL = frozenset("if unless assuming assume suppose supposing provided providing given otherwise whether "
-                        "when whenever".split())  # fmt: skip
+CONDITIONAL = frozenset(
+    "if unless assuming assume suppose supposing provided providing given otherwise whether when whenever".split()
+)
 WEAK_CONDITIONAL = frozenset("given when whenever provided providing".split())  # also ordinary words
-CORRECTION = frozenset("wait oops actually sorry correction mistake mistaken hmm rather instead scratch recheck "
-                       "recalculate redo typo oh uh um err no nope corrected revise revised reconsider miscalculated "
-                       "kidding jk joking lol erratum errata corrigendum amendment amended".split())  # fmt: skip
-CORRECTION_PHRASE = re.compile(r"\b(?:i\s+mean|hold\s+on|(?:should|ought\s+to)\s+(?:be|have\s+been|read|say)|"
-                               r"make\s+(?:that|it)|correct\s+answer)\b", re.IGNORECASE)
-REVISING_HEDGE = frozenset("or either maybe perhaps possibly probably approximately approx about around "
-                            "roughly".split())  # fmt: skip
+CORRECTION = frozenset(
+    "wait oops actually sorry correction mistake mistaken hmm rather instead scratch recheck "
+    "recalculate redo typo oh uh um err no nope corrected revise revised reconsider miscalculated "
+    "kidding jk joking lol erratum errata corrigendum amendment amended".split()
+)
+CORRECTION_PHRASE = re.compile(
+    r"\b(?:i\s+mean|hold\s+on|(?:should|ought\s+to)\s+(?:be|have\s+been|read|say)|"
+    r"make\s+(?:that|it)|correct\s+answer)\b",
+    re.IGNORECASE,
+)
+REVISING_HEDGE = frozenset(
+    "or either maybe perhaps possibly probably approximately approx about around roughly".split()
+)
 CUES = NEGATION | HEDGE | ALTERNATIVE | CONDITIONAL | CORRECTION
 # Words of a sentence (never of a unit or a maths expression).
-STOPWORDS = frozenset("the is are was were be been it its it's this that that's these those and but as for with i we "
-                      "you he she they his her their our has have had will would could can do does did get got "
-                      "what how many much which who then so thus therefore hence answer equals because since to "
-                      "than there here my me".split())  # fmt: skip
-MATH_WORDS = frozenset("sin cos tan cot sec csc sinh cosh tanh arcsin arccos arctan log ln lg exp sqrt pi max min "
-                       "gcd lcm mod deg det dim ker lim sup inf infty infinity arg cis".split())  # fmt: skip
+STOPWORDS = frozenset(
+    "the is are was were be been it its it's this that that's these those and but as for with i we "
+    "you he she they his her their our has have had will would could can do does did get got "
+    "what how many much which who then so thus therefore hence answer equals because since to "
+    "than there here my me".split()
+)
+MATH_WORDS = frozenset(
+    "sin cos tan cot sec csc sinh cosh tanh arcsin arccos arctan log ln lg exp sqrt pi max min "
+    "gcd lcm mod deg det dim ker lim sup inf infty infinity arg cis".split()
+)
 _ATTACHED_UNITS = frozenset("km cm mm kg mg lb lbs oz ft mph hr hrs min mins sec secs ml cal kcal".split())
 CJK_CUES = {  # characters that make a Chinese value negated, several, hedged or conditional
-    "negated": "不非没错", "several": "或还", "hedged": "约概左右差吗呢吧", "conditional": "如若假设",
-}  # fmt: skip
+    "negated": "不非没错",
+    "several": "或还",
+    "hedged": "约概左右差吗呢吧",
+    "conditional": "如若假设",
+}
 # words that make the sentence before a marker a condition on it ("If she sold 24, the answer is 18")
 CONDITIONAL_PREFIX = frozenset("if unless assuming assume suppose supposing otherwise".split())
 # "given" / "when" / "whenever" / "provided" opening a clause or following a value, not before an -ing
 # word; "provided that" anywhere ("the solution provided", "the three given conditions" are no conditions)
-_WEAK_CONDITION = re.compile(r"(?:^|[,;:(]|[\d$}%])\s*(?:given|when|whenever|provided|providing)\b"
-                             r"(?P<ing>\s+[a-z]+ing\b)?|\bprovid(?:ed|ing)\s+that\b", re.I)
+_WEAK_CONDITION = re.compile(
+    r"(?:^|[,;:(]|[\d$}%])\s*(?:given|when|whenever|provided|providing)\b"
+    r"(?P<ing>\s+[a-z]+ing\b)?|\bprovid(?:ed|ing)\s+that\b",
+    re.I,
+)
 # conditions of several words, and one opened by inverting its auxiliary ("Had she sold ...", "Were the price ...")
-_CONDITION_PHRASE = re.compile(r"\b(?:as|so)\s+long\s+as\b|\bin\s+case\b|\bin\s+the\s+(?:case|event)\s+"
-                               r"(?:that|where|of)\b|\bon\s+(?:the\s+)?condition\s+that\b|\b(?:on|under|with)\s+the\s+"
-                               r"(?:assumption|premise|supposition|understanding|proviso)\s+that\b|\bbarring\b",
-                               re.IGNORECASE)  # fmt: skip
+_CONDITION_PHRASE = re.compile(
+    r"\b(?:as|so)\s+long\s+as\b|\bin\s+case\b|\bin\s+the\s+(?:case|event)\s+"
+    r"(?:that|where|of)\b|\bon\s+(?:the\s+)?condition\s+that\b|\b(?:on|under|with)\s+the\s+"
+    r"(?:assumption|premise|supposition|understanding|proviso)\s+that\b|\bbarring\b",
+    re.IGNORECASE,
+)
 # an auxiliary opening a declarative sentence, its subject and a comma: "Should nothing change, ..."
 _INVERTED = re.compile(r"^\W*(?:had|were|should)\s+[A-Za-z$\d]\S*\b[^?\n]*,[^?\n]*$", re.IGNORECASE)
-_CONDITION_AT = re.compile(r"\b(?:if|unless|assum\w*|suppos\w*|provid\w*|given|otherwise|whether|when|whenever|"
-                           r"(?:as|so)\s+long\s+as|in\s+(?:the\s+)?(?:case|event)|on\s+(?:the\s+)?condition|barring|"
-                           r"(?:on|under|with)\s+the\s+(?:assumption|premise|supposition|understanding|proviso))\b"
-                           r"|^\W*(?:had|were|should)\b", re.IGNORECASE)  # fmt: skip
+_CONDITION_AT = re.compile(
+    r"\b(?:if|unless|assum\w*|suppos\w*|provid\w*|given|otherwise|whether|when|whenever|"
+    r"(?:as|so)\s+long\s+as|in\s+(?:the\s+)?(?:case|event)|on\s+(?:the\s+)?condition|barring|"
+    r"(?:on|under|with)\s+the\s+(?:assumption|premise|supposition|understanding|proviso))\b"
+    r"|^\W*(?:had|were|should)\b",
+    re.IGNORECASE,
+)
 # "If its initial value was $x$,": a condition that names a maths variable defines it
-_DEFINES_SYMBOL = re.compile(r"\b(?:if|when|suppose|assuming)\b[^,;.]*?\b(?:is|was|be|are|were|equals?|denotes?|"
-                             r"called)\s+\$[A-Za-z]\$\s*,", re.IGNORECASE)  # fmt: skip
+_DEFINES_SYMBOL = re.compile(
+    r"\b(?:if|when|suppose|assuming)\b[^,;.]*?\b(?:is|was|be|are|were|equals?|denotes?|"
+    r"called)\s+\$[A-Za-z]\$\s*,",
+    re.IGNORECASE,
+)
 _CONCLUSION = re.compile(r",\s*(?:so|therefore|thus|hence|consequently)\b", re.IGNORECASE)
 _CONDITIONAL_MOOD = re.compile(r"\bwould\b|'d\b", re.IGNORECASE)
 _POINTS_BACK = frozenset("this that it these those answer result value total which".split())
-_PLEASANTRY = re.compile(r"\bif\s+you(?:'d|\s+would)\s+like\b|\bif\s+(?:that|this|it)\s+helps\b|"
-                         r"\bif\s+you\s+(?:have|need)\s+(?:any\s+)?(?:more\s+|"
-                         r"further\s+|other\s+)?(?:questions?|help|clarifications?|assistance|explanations?)\b", re.I)
+_PLEASANTRY = re.compile(
+    r"\bif\s+you(?:'d|\s+would)\s+like\b|\bif\s+(?:that|this|it)\s+helps\b|"
+    r"\bif\s+you\s+(?:have|need)\s+(?:any\s+)?(?:more\s+|"
+    r"further\s+|other\s+)?(?:questions?|help|clarifications?|assistance|explanations?)\b",
+    re.I,
+)
 _TEXT_CMD = r"\\(?:text(?:normal|rm|up|bf|it|sf)?|mbox|mathrm)"  # LaTeX text (units, words) in maths
 
 _WORD = re.compile(r"[A-Za-z]+(?:'[a-z]+)?")
@@ -126,10 +162,13 @@ def negated_numbers(text: str) -> frozenset[str]:
 
 # a contrast after a value: ", not 6", " (not $19, which is one ticket)", " — definitely not 48, that's what he
 # kept", ", not the 120 you'd get by ignoring the half hour"; the rest of its clause explains the other value
-_TRAILING_CONTRAST = re.compile(rf"\s*(?:,|;|\(|\s[-\u2013\u2014]+\s|\u2014)\s*(?:(?:and|but|definitely|certainly|clearly|"
-                                rf"obviously|surely|so)\s+)*(?:(?:it|that|this)(?:'s|\s+is|\s+was)?\s+)?(?:not|n't|can't\s+be|"
-                                rf"cannot\s+be|isn't|wasn't|is\s+not)\s+(?:the\s+|a\s+|an\s+)?\\?\$?(?P<n>{NUM})"
-                                rf"(?P<why>[^.!?\n]*?)[.!?)\s]*$", re.IGNORECASE)  # fmt: skip
+_TRAILING_CONTRAST = re.compile(
+    rf"\s*(?:,|;|\(|\s[-\u2013\u2014]+\s|\u2014)\s*(?:(?:and|but|definitely|certainly|clearly|"
+    rf"obviously|surely|so)\s+)*(?:(?:it|that|this)(?:'s|\s+is|\s+was)?\s+)?(?:not|n't|can't\s+be|"
+    rf"cannot\s+be|isn't|wasn't|is\s+not)\s+(?:the\s+|a\s+|an\s+)?\\?\$?(?P<n>{NUM})"
+    rf"(?P<why>[^.!?\n]*?)[.!?)\s]*$",
+    re.IGNORECASE,
+)
 _EXPLAINS = CUES - NEGATION - CONDITIONAL - {"more", "less", "fewer", "over", "under", "most", "least", "some"}
 
 
@@ -179,8 +218,12 @@ def conditional_prefix(prefix: str) -> bool:
     after a comma ends the condition's reach: "If we multiply 3 by 15 we get 45, so the answer is 45"
     concludes (unless the conclusion is itself in the conditional mood: ", so it would be 45")."""
     prefix = concluded(_DEFINES_SYMBOL.sub(" ", prefix))
-    return bool(set(words(prefix)) & CONDITIONAL_PREFIX) or bool(_CONDITION_PHRASE.search(prefix)) or bool(
-        _INVERTED.match(prefix)) or any(not m["ing"] for m in _WEAK_CONDITION.finditer(prefix))
+    return (
+        bool(set(words(prefix)) & CONDITIONAL_PREFIX)
+        or bool(_CONDITION_PHRASE.search(prefix))
+        or bool(_INVERTED.match(prefix))
+        or any(not m["ing"] for m in _WEAK_CONDITION.finditer(prefix))
+    )
 
 
 def conditions_answer(sentence: str) -> bool:
@@ -334,7 +377,8 @@ def mark_currency(text: str) -> str:
             close += 1
         content = text[j + 1 : close] if close >= 0 else ""
         currency = _AMOUNT.match(text, j + 1) and (
-            close < 0 or "\n\n" in content or content[-1:].isspace() or _AMOUNT.match(text, close + 1))
+            close < 0 or "\n\n" in content or content[-1:].isspace() or _AMOUNT.match(text, close + 1)
+        )
         if currency:
             out.append(text[i:j] + "\\$")
             i = j + 1

@@ -50,15 +50,40 @@ from veriloop.verifiers.assertions import Extraction, Statement, decide
 from veriloop.verifiers.polarity import clause
 from veriloop.verifiers.reply import reply
 
-__all__ = ["DEFAULT_POLICIES", "KINDS", "MARKER_POLICIES", "POLICIES", "SPAN_POLICIES", "Extraction", "answer_key",
-           "clean_value", "extract_answer", "normalize_text", "numeric_key"]  # fmt: skip
+__all__ = [
+    "DEFAULT_POLICIES",
+    "KINDS",
+    "MARKER_POLICIES",
+    "POLICIES",
+    "SPAN_POLICIES",
+    "Extraction",
+    "answer_key",
+    "clean_value",
+    "extract_answer",
+    "normalize_text",
+    "numeric_key",
+]
 
 # Characters NFKC leaves alone that mean ASCII punctuation, a minus sign or an operator in answers.
-_TRANSLATE = str.maketrans({
-    "\u2212": "-", "\u2012": "-", "\u2013": "-", "\u2014": "-", "\ufe63": "-", "\uff0d": "-",
-    "\u3002": ".", "\uff61": ".", "\u3001": ",", "\uff64": ",", "\u00a0": " ", "\u2009": " ", "\u202f": " ",
-    "\u00d7": "*", "\u00f7": "/",
-})  # fmt: skip
+_TRANSLATE = str.maketrans(
+    {
+        "\u2212": "-",
+        "\u2012": "-",
+        "\u2013": "-",
+        "\u2014": "-",
+        "\ufe63": "-",
+        "\uff0d": "-",
+        "\u3002": ".",
+        "\uff61": ".",
+        "\u3001": ",",
+        "\uff64": ",",
+        "\u00a0": " ",
+        "\u2009": " ",
+        "\u202f": " ",
+        "\u00d7": "*",
+        "\u00f7": "/",
+    }
+)
 
 
 def normalize_text(text: str) -> str:
@@ -112,22 +137,27 @@ SPAN_POLICIES = {
     "boxed": boxed_spans,
     # "#### N" wherever it starts a word (after a retraction mid-line too, or a trace's ";": "5*7=35;#### 35");
     # "#### Final Answer" is a heading
-    "gsm8k": _after_marker(r"(?<![^\s;,:])####(?!#)[ \t]*(?!(?:final[ \t]+)?answers?\b)", r"[\n;]|####", needles=("####",)),
+    "gsm8k": _after_marker(
+        r"(?<![^\s;,:])####(?!#)[ \t]*(?!(?:final[ \t]+)?answers?\b)", r"[\n;]|####", needles=("####",)
+    ),
     # label lines ("A: N", "Ans: N", "**Final Answer**: $N$", "Q: ...? A: N", "### Final Answer" then the value
     # on the next line); "answer: N" / "answer=N" anywhere; "Answer $N$" opening a line (delimited maths closed on it)
-    "answer": _after_marker(r"(?m)(?:^|(?<=[.!?] )|(?<=\?))[ \t]*(?:[#>*_-]+[ \t]*)*"
-                            r"(?:(?:final[ \t]+)?answer[ \t]*[*_]*[ \t]*[=:]"
-                            r"|(?P<short>ans|a)[ \t]*[*_]*[ \t]*:)[ \t]*"  # "A = 7" is algebra, "A: 7" a label
-                            r"|^[ \t]*(?:[#>*_]+[ \t]*)*(?:final[ \t]+)?answer[ \t]*[*_:]*[ \t]*(?=\n)"
-                            r"|(?<![^\s;,*_])answer[ \t]*[*_]*[ \t]*[=:][ \t]*"
-                            r"|^[ \t]*(?:final[ \t]+)?answer[ \t]+"
-                            r"(?=\$\$?[^$\n]*[^$\s][^$\n]*\$|\\\[[^\n]*\S[^\n]*\\\]|\\\([^\n]*\S[^\n]*\\\))",
-                            keep=_not_an_option),
+    "answer": _after_marker(
+        r"(?m)(?:^|(?<=[.!?] )|(?<=\?))[ \t]*(?:[#>*_-]+[ \t]*)*"
+        r"(?:(?:final[ \t]+)?answer[ \t]*[*_]*[ \t]*[=:]"
+        r"|(?P<short>ans|a)[ \t]*[*_]*[ \t]*:)[ \t]*"  # "A = 7" is algebra, "A: 7" a label
+        r"|^[ \t]*(?:[#>*_]+[ \t]*)*(?:final[ \t]+)?answer[ \t]*[*_:]*[ \t]*(?=\n)"
+        r"|(?<![^\s;,*_])answer[ \t]*[*_]*[ \t]*[=:][ \t]*"
+        r"|^[ \t]*(?:final[ \t]+)?answer[ \t]+"
+        r"(?=\$\$?[^$\n]*[^$\s][^$\n]*\$|\\\[[^\n]*\S[^\n]*\\\]|\\\([^\n]*\S[^\n]*\\\))",
+        keep=_not_an_option,
+    ),
     "答案": _after_marker(r"(?:答案|得数)[ \t]*(?:[=:]|是|为)[ \t]*", needles=("答案", "得数")),
-    "the-answer-is": _after_marker(r"\b(?:the\s+)?(?:final\s+)?answer\s+is(?![\w'])[ \t]*:?[ \t]*",
-                                   needles=("answer",)),
+    "the-answer-is": _after_marker(
+        r"\b(?:the\s+)?(?:final\s+)?answer\s+is(?![\w'])[ \t]*:?[ \t]*", needles=("answer",)
+    ),
     "last-line": _last_line,
-}  # fmt: skip
+}
 
 
 def _values_only(find):
@@ -152,9 +182,12 @@ def _policy(name: str):
 
 
 # a sentence that says it repeats the question: what it states is an echo, not an answer
-_QUOTING = re.compile(r"\b(?:question|problem)\s+(?:says|said|states|stated|tells|told|gives|gave|mentions)\b"
-                      r"|\baccording\s+to\s+the\s+(?:question|problem)\b|\b(?:restat|repeat)\w*\s+the\s+question\b"
-                      r"|\bas\s+(?:given|stated)\s+in\s+the\s+(?:question|problem)\b", re.IGNORECASE)
+_QUOTING = re.compile(
+    r"\b(?:question|problem)\s+(?:says|said|states|stated|tells|told|gives|gave|mentions)\b"
+    r"|\baccording\s+to\s+the\s+(?:question|problem)\b|\b(?:restat|repeat)\w*\s+the\s+question\b"
+    r"|\bas\s+(?:given|stated)\s+in\s+the\s+(?:question|problem)\b",
+    re.IGNORECASE,
+)
 
 
 def _sentence_prefix(text: str, start: int) -> str:
@@ -185,8 +218,15 @@ def _read_statement(text: str, name: str, raw: str, start: int, end: int, kind: 
     if name == "boxed" and re.search(r"(?<!\\)\$", raw):  # a box broken across maths delimiters: \boxed{12 $ and $13}
         raw = re.sub(r"(?<!\\)\$", " ", raw)
     # the sentence's operators compose with the value's: "I don't think the answer is 45", "There is no doubt ..."
-    return read_value(raw, kind, after, boxed=name == "boxed", stated=name != "boxed",
-                      before=text[max(0, start - 400) : start], working=text[:start])  # fmt: skip
+    return read_value(
+        raw,
+        kind,
+        after,
+        boxed=name == "boxed",
+        stated=name != "boxed",
+        before=text[max(0, start - 400) : start],
+        working=text[:start],
+    )
 
 
 def _introduces(x: Statement, found: list[Statement]) -> bool:
@@ -208,8 +248,13 @@ def _interim(x: Statement, found: list[Statement], text: str) -> bool:
     """A box that shows a step's result inside an equation (``... \\cdot \\frac{1}{2} = \\boxed{200}$ So,
     ...``) before a statement the text marks *final* ("Final Answer: The final answer is $10,455$."):
     working, not an answer; the final statement names the answer."""
-    return x.policy == "boxed" and bool(re.search(r"=\s*$", text[max(0, x.start - 40) : x.start])) and any(
-        y.policy in ("answer", "the-answer-is") and y.start > x.end and _FINAL.match(text, y.start) for y in found)
+    return (
+        x.policy == "boxed"
+        and bool(re.search(r"=\s*$", text[max(0, x.start - 40) : x.start]))
+        and any(
+            y.policy in ("answer", "the-answer-is") and y.start > x.end and _FINAL.match(text, y.start) for y in found
+        )
+    )
 
 
 def extract_answer(text: str, policies: tuple[str, ...] = DEFAULT_POLICIES, kind: str = "maths") -> Extraction:
@@ -223,9 +268,13 @@ def extract_answer(text: str, policies: tuple[str, ...] = DEFAULT_POLICIES, kind
         raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
     finders = {name: _policy(name) for name in policies}
     text = reply(normalize_text(text))
-    found = [Statement(name, s, e, _read_statement(text, name, raw, s, e, kind))
-             for name, find in finders.items() if name != "last-line" for raw, s, e in find(text)
-             if not (name == "answer" and "the-answer-is" in finders and _NESTED_MARKER.match(raw))]  # fmt: skip
+    found = [
+        Statement(name, s, e, _read_statement(text, name, raw, s, e, kind))
+        for name, find in finders.items()
+        if name != "last-line"
+        for raw, s, e in find(text)
+        if not (name == "answer" and "the-answer-is" in finders and _NESTED_MARKER.match(raw))
+    ]
     found = [x for x in found if x.read.kind != "empty" and not _introduces(x, found) and not _interim(x, found, text)]
     if not found and "last-line" in finders:
         found = [Statement("last-line", s, e, read_value(raw, kind, last_line=True)) for raw, s, e in _last_line(text)]

@@ -253,9 +253,11 @@ class ArithmeticProcess(_Arithmetic):
         root = reference_tree(reference)
         outcome, why, answer = read_outcome(completion, int(root.value), self.answer_prefix)
         steps, layout = read_steps(completion, self.answer_prefix)
-        comps = {"format": float(not ArithmeticFormat(self.answer_prefix).check(completion)),
-                 "outcome": float(outcome == "correct"),
-                 "steps_true": sum(s.is_true() for s in steps) / len(steps) if steps else 1.0}  # fmt: skip
+        comps = {
+            "format": float(not ArithmeticFormat(self.answer_prefix).check(completion)),
+            "outcome": float(outcome == "correct"),
+            "steps_true": sum(s.is_true() for s in steps) / len(steps) if steps else 1.0,
+        }
         if outcome != "correct":
             return self._outcome(outcome, {**comps, "process": 0.0}, 0.0, why)
         ok, reason = (False, layout) if layout else check_process(steps, answer, root)
@@ -341,8 +343,10 @@ def _arithmetic_composite(
     """The seeds' R = 0.8 O + 0.2 F; ``format_require="ending"`` with ``answer_prefix="答案"`` is the
     seeds' exact setting (F checks only the ending ``答案=整数``)."""
     parts = {"arithmetic-outcome": outcome_weight, "arithmetic-format": format_weight}
-    options = {"arithmetic-outcome": {"answer_prefix": answer_prefix},
-               "arithmetic-format": {"answer_prefix": answer_prefix, "require": format_require}}  # fmt: skip
+    options = {
+        "arithmetic-outcome": {"answer_prefix": answer_prefix},
+        "arithmetic-format": {"answer_prefix": answer_prefix, "require": format_require},
+    }
     v = WeightedVerifier(parts, options, outcome_from="arithmetic-outcome")
     v.name = "arithmetic"
     return v

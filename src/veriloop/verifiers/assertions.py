@@ -96,7 +96,9 @@ def _lead_in(first: Statement, text: str, key: str) -> str | None:
     None.  A doubt that working or a check follows ("I'm not sure. Let me recompute: 9 * 5 = 45.\n#### 45")
     is resolved by it; a hedged statement of the value itself is not a doubt ("The answer is probably
     18.\n#### 18": the marker commits), nor is a computation ("could have watched 3+6=9 movies")."""
-    before = re.sub(r"(?:[\s*_#>$]|\\\[|\\\()+$", "", text[max(0, first.start - 400) : first.start])  # markup, "$", "\\["
+    before = re.sub(
+        r"(?:[\s*_#>$]|\\\[|\\\()+$", "", text[max(0, first.start - 400) : first.start]
+    )  # markup, "$", "\\["
     last = [m.group().strip() for m in SENTENCE.finditer(before) if m.group().strip()]
     if not last:
         return None
@@ -108,8 +110,11 @@ def _lead_in(first: Statement, text: str, key: str) -> str | None:
     if whole_polarity(last[-1][: said[-1].start()].rstrip("$ ")) == NEGATED:
         return "negated"  # "I doubt it's 84.\n#### 84": denied, then stated
     values = {numeric_key(m.group()) for m in re.finditer(NUM, last[-1])}
-    if len(values) > 1 and re.search(r"\b(?:between|or|either|versus|vs)\b", last[-1], re.I) and whole_polarity(
-            last[-1][: said[0].start()].rstrip("$ ")) == HEDGED:  # fmt: skip
+    if (
+        len(values) > 1
+        and re.search(r"\b(?:between|or|either|versus|vs)\b", last[-1], re.I)
+        and whole_polarity(last[-1][: said[0].start()].rstrip("$ ")) == HEDGED
+    ):
         return "hedged"  # "I'm torn between 54 and 60.\nAnswer: 54": a doubt between values, unresolved
     return "hedged" if speech_act(last[-1], key) == DOUBTS else None
 
@@ -131,8 +136,13 @@ def decide(found: list[Statement], text: str) -> Extraction:
         reason = "hedged" if reasons and all(r == "hedged" for r in reasons) else "retracted"
         return Extraction("none", None, tuple(sorted(gone)), found[min(withdrawn)].policy, reason)
     if gone - set(distinct):  # withdrawn, then another value stated: a revision
-        return Extraction("ambiguous", None, tuple(distinct.values()) + tuple(sorted(gone - set(distinct))),
-                          found[min(withdrawn)].policy, "revised")  # fmt: skip
+        return Extraction(
+            "ambiguous",
+            None,
+            tuple(distinct.values()) + tuple(sorted(gone - set(distinct))),
+            found[min(withdrawn)].policy,
+            "revised",
+        )
     spans = tuple(dict.fromkeys(x.read.span for x in answers))
     several = [x for x in live if x.read.kind == "several"]
     if several:
@@ -151,8 +161,11 @@ def decide(found: list[Statement], text: str) -> Extraction:
     if any(x.start >= last.end and x.read.numbers - {key} - x.read.negated for x in live):  # another value after it
         return Extraction("ambiguous", None, (value,), answers[0].policy, "revised")
     later = [x for x in live if x.start >= last.end and x.read.kind == "not" and key in x.read.numbers]
-    if later and later[-1].read.reason in ("hedged", "negated", "conditional") and not (
-            later[-1].read.reason == "hedged" and _affirmed(text[later[-1].start :], key)):  # fmt: skip
+    if (
+        later
+        and later[-1].read.reason in ("hedged", "negated", "conditional")
+        and not (later[-1].read.reason == "hedged" and _affirmed(text[later[-1].start :], key))
+    ):
         return Extraction("none", None, (value,), later[-1].policy, later[-1].read.reason)  # "A: 8.\n#### 8?"
     tail = text[last.end :]
     if last.policy == "boxed":  # the rest of a box's sentence was read with the box ("\boxed{45}, no doubt.")

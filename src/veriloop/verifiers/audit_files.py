@@ -73,8 +73,7 @@ def part_rows(part: str, root: Path = AUDIT_DIR) -> list[dict]:
 
 def line_hashes(path: Path) -> list[str]:
     """sha256 of every non-blank line of ``path`` (its bytes without the newline)."""
-    return [hashlib.sha256(raw.rstrip(b"\r\n")).hexdigest() for raw in path.read_bytes().splitlines()
-            if raw.strip()]  # fmt: skip
+    return [hashlib.sha256(raw.rstrip(b"\r\n")).hexdigest() for raw in path.read_bytes().splitlines() if raw.strip()]
 
 
 def read_lock(lock: Path) -> dict[str, list[str]]:
@@ -100,13 +99,17 @@ def check_lock(heldout: Path = AUDIT_DIR / "heldout") -> list[str]:
         now, before = line_hashes(path), locked.get(name, [])
         for i, digest in enumerate(before):
             if i >= len(now) or now[i] != digest:
-                problems.append(f"{name}: case line {i + 1} is not the locked one (edited, removed or moved); "
-                                "held-out cases are never edited: append a new case instead")  # fmt: skip
+                problems.append(
+                    f"{name}: case line {i + 1} is not the locked one (edited, removed or moved); "
+                    "held-out cases are never edited: append a new case instead"
+                )
                 break
         else:
             if len(now) > len(before):
-                problems.append(f"{name}: lines {len(before) + 1}-{len(now)} are not locked yet: "
-                                "run python -m veriloop.verifiers.audit_files --lock")  # fmt: skip
+                problems.append(
+                    f"{name}: lines {len(before) + 1}-{len(now)} are not locked yet: "
+                    "run python -m veriloop.verifiers.audit_files --lock"
+                )
     return problems
 
 
@@ -127,9 +130,11 @@ def append_lock(heldout: Path = AUDIT_DIR / "heldout") -> int:
 
 def main(argv: list[str]) -> int:
     if argv != ["--lock"]:
-        print("usage: python -m veriloop.verifiers.audit_files --lock\n\n"
-              "Append the sha256 of every held-out case line added since the last lock to heldout/LOCK\n"
-              "(refuses when a locked line was edited, removed or moved).")  # fmt: skip
+        print(
+            "usage: python -m veriloop.verifiers.audit_files --lock\n\n"
+            "Append the sha256 of every held-out case line added since the last lock to heldout/LOCK\n"
+            "(refuses when a locked line was edited, removed or moved)."
+        )
         return 0 if argv in (["-h"], ["--help"]) else 2
     print(f"locked {append_lock()} new held-out case line(s)")
     return 0

@@ -45,12 +45,26 @@ def grade_chunk(name: str, options: dict, chunk: list[tuple[str, str]]) -> list[
         _VERIFIERS[key] = get(name, **options)
     v = _VERIFIERS[key]
     verdicts = v.verify_batch([c for c, _ in chunk], [r for _, r in chunk])
-    return [{"score": x.score, "outcome": x.outcome, "components": x.components, "verifier": x.version,
-             "details": x.details} for x in verdicts]  # fmt: skip
+    return [
+        {
+            "score": x.score,
+            "outcome": x.outcome,
+            "components": x.components,
+            "verifier": x.version,
+            "details": x.details,
+        }
+        for x in verdicts
+    ]
 
 
-def grade_pairs(name: str, pairs: list[tuple[str, str]], options: dict, workers: int, chunk_size: int = 64,
-                chunk_timeout: float = 3600.0) -> tuple[list[dict], float]:  # fmt: skip
+def grade_pairs(
+    name: str,
+    pairs: list[tuple[str, str]],
+    options: dict,
+    workers: int,
+    chunk_size: int = 64,
+    chunk_timeout: float = 3600.0,
+) -> tuple[list[dict], float]:
     """(one result dict per (completion, reference) pair, seconds) using ``workers`` processes."""
     chunks = [pairs[i : i + chunk_size] for i in range(0, len(pairs), chunk_size)]
     started = time.time()
@@ -65,8 +79,10 @@ def grade_pairs(name: str, pairs: list[tuple[str, str]], options: dict, workers:
         for i, r in enumerate(results):
             if r.status != "ok":
                 first = i * chunk_size + 1
-                raise VerifierError(f"grading rows {first}-{first + len(chunks[i]) - 1} failed ({r.status}): "
-                                    f"{r.error.splitlines()[0] if r.error else ''}")  # fmt: skip
+                raise VerifierError(
+                    f"grading rows {first}-{first + len(chunks[i]) - 1} failed ({r.status}): "
+                    f"{r.error.splitlines()[0] if r.error else ''}"
+                )
             graded += r.value
     return graded, time.time() - started
 
@@ -81,12 +97,16 @@ class VerifySummary:
 
     def text(self) -> str:
         counts = ", ".join(f"{k or 'scored'} {v}" for k, v in sorted(self.outcomes.items()))
-        return (f"{self.rows} rows in {self.seconds:.1f} s ({self.rows / max(self.seconds, 1e-9):.0f} rows/s, "
-                f"{self.workers} worker{'s' if self.workers != 1 else ''}); mean score {self.mean_score:.4f}; outcomes: {counts}")  # fmt: skip
+        return (
+            f"{self.rows} rows in {self.seconds:.1f} s ({self.rows / max(self.seconds, 1e-9):.0f} rows/s, "
+            f"{self.workers} worker{'s' if self.workers != 1 else ''}); mean score {self.mean_score:.4f}; "
+            f"outcomes: {counts}"
+        )
 
 
-def verify_file(name: str, input_path: str, output_path: str, options: dict | None = None, workers: int = 0,
-                chunk_size: int = 64) -> VerifySummary:  # fmt: skip
+def verify_file(
+    name: str, input_path: str, output_path: str, options: dict | None = None, workers: int = 0, chunk_size: int = 64
+) -> VerifySummary:
     """Grade ``input_path`` into ``output_path``; a bad row or reference stops with its location."""
     from veriloop.verifiers import get
 
@@ -94,11 +114,11 @@ def verify_file(name: str, input_path: str, output_path: str, options: dict | No
     get(name, **options)  # unknown name or bad options fail here, before any work
     rows = read_rows(input_path)
     workers = workers if workers > 0 else (os.cpu_count() or 1)
-    graded, seconds = grade_pairs(name, [(r["completion"], r["reference"]) for r in rows], options, workers,
-                                  chunk_size)  # fmt: skip
+    graded, seconds = grade_pairs(name, [(r["completion"], r["reference"]) for r in rows], options, workers, chunk_size)
     used = 1 if len(rows) <= chunk_size else workers  # one chunk is graded in this process
     out = [{**row, **g} for row, g in zip(rows, graded)]
     atomic_write_text(Path(output_path), "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in out))
     scores = [g["score"] for g in graded]
-    return VerifySummary(len(rows), sum(scores) / len(scores), dict(Counter(g["outcome"] for g in graded)), seconds,
-                         used)  # fmt: skip
+    return VerifySummary(
+        len(rows), sum(scores) / len(scores), dict(Counter(g["outcome"] for g in graded)), seconds, used
+    )

@@ -70,29 +70,37 @@ from veriloop.verifiers.polarity import (
 from veriloop.verifiers.reading import Read, not_asserted
 from veriloop.verifiers.speech_acts import speech_act
 
-_CONCLUSION = re.compile(r"^\W*(?:so|therefore|thus|hence|consequently|altogether|overall|finally|all\s+in\s+all|all\s+told|"
-                         r"ultimately|to\s+sum\s+up|in\s+short|"
-                         r"in\s+(?:total|all|sum|summary|conclusion|the\s+end)|as\s+a\s+result|(?:this|that)\s+"
-                         r"(?:means|gives))\b", re.IGNORECASE)  # fmt: skip
+_CONCLUSION = re.compile(
+    r"^\W*(?:so|therefore|thus|hence|consequently|altogether|overall|finally|all\s+in\s+all|all\s+told|"
+    r"ultimately|to\s+sum\s+up|in\s+short|"
+    r"in\s+(?:total|all|sum|summary|conclusion|the\s+end)|as\s+a\s+result|(?:this|that)\s+"
+    r"(?:means|gives))\b",
+    re.IGNORECASE,
+)
 _ONE_VALUE = re.compile(rf"(?<![A-Za-z0-9_.$/]){NUM}(?:\s*/\s*\d+(?!\d|[.,]\d))?(?![\d/])")  # a number, a fraction
 _COMPARATIVE = re.compile(r"\b(?:more|less|fewer)\s+than\b|\b(?:more|less|fewer)\b(?=\s+\d)", re.IGNORECASE)
 _PLAIN_COMPARATIVES = frozenset("more less fewer".split())  # "12 more boxes" is a number of boxes
 POINTS_AT_QUESTION = frozenset("question problem given says said states stated statement told example".split())
 # a sentence that says its value comes from the question ("as given in the problem", "the question says"); not
 # "the three given conditions" or "the answer to the problem"
-_FROM_QUESTION = re.compile(r"\b(?:in|from|by|according\s+to)\s+the\s+(?:question|problem|statement|example)\b"
-                            r"|\b(?:question|problem|statement)\s+(?:says|said|states|stated|gives|gave|tells|told|"
-                            r"mentions|asks)\b|\b(?:is|are|was|were|as|been)\s+(?:given|stated|told)\b|\bgiven\s+"
-                            r"(?:in|by|as)\b|\bwe\s+(?:are|were)\s+(?:given|told)\b|\b(?:says|said|states|(?<!all\s)told)\b",
-                            re.IGNORECASE)  # fmt: skip
+_FROM_QUESTION = re.compile(
+    r"\b(?:in|from|by|according\s+to)\s+the\s+(?:question|problem|statement|example)\b"
+    r"|\b(?:question|problem|statement)\s+(?:says|said|states|stated|gives|gave|tells|told|"
+    r"mentions|asks)\b|\b(?:is|are|was|were|as|been)\s+(?:given|stated|told)\b|\bgiven\s+"
+    r"(?:in|by|as)\b|\bwe\s+(?:are|were)\s+(?:given|told)\b|\b(?:says|said|states|(?<!all\s)told)\b",
+    re.IGNORECASE,
+)
 _BOLD = re.compile(r"\*\*([^*\n]+)\*\*|__([^_\n]+)__")
 _EMPHASIS = re.compile(r"\*\*(?=\\?\$?\s*[-+]?\d)|(?<=[\d%])\*\*")  # "**18**", "**$18**" read as 18
 _RESULT = re.compile(rf"=\s*(?:\*\*)?\s*(?:\\?\$)?\s*({NUM[:-2]})")  # the right side of an "="
 # a result stated in words: "Half of 32 is 16.", "8 times 2 is 16", "the sum of 10 and 6 is 16"
-_WORDED_RESULT = re.compile(rf"\b(?:half|double|twice|triple|thrice|(?:a\s+)?(?:third|quarter|fifth|tenth)|sum|product|"
-                            rf"difference|quotient|total|\d[\d,.]*\s*%?\s*(?:times|plus|minus|less|more|over|divided\s+by|"
-                            rf"multiplied\s+by|added\s+to|of))\b[^.\n=]{{0,40}}?\b(?:is|are|equals|makes|gives|comes\s+to)"
-                            rf"\s+(?:\\?\$)?\s*({NUM[:-2]})", re.IGNORECASE)  # fmt: skip
+_WORDED_RESULT = re.compile(
+    rf"\b(?:half|double|twice|triple|thrice|(?:a\s+)?(?:third|quarter|fifth|tenth)|sum|product|"
+    rf"difference|quotient|total|\d[\d,.]*\s*%?\s*(?:times|plus|minus|less|more|over|divided\s+by|"
+    rf"multiplied\s+by|added\s+to|of))\b[^.\n=]{{0,40}}?\b(?:is|are|equals|makes|gives|comes\s+to)"
+    rf"\s+(?:\\?\$)?\s*({NUM[:-2]})",
+    re.IGNORECASE,
+)
 # a question addressed to the reader ("Does that make sense?", "Anything else I can help you with?"), not the problem
 _TO_READER = re.compile(r"\b(?:you|your)\b|\bmakes?\s+sense\b|\bhelps?\b|\bclear\b", re.IGNORECASE)
 _MOOD = re.compile(r"\b(?:would|'d)\b", re.IGNORECASE)
@@ -108,8 +116,11 @@ def sentences(text: str) -> list[str]:
 _WORKED = re.compile(r"(?:\\?\$?\s*\(?\s*\d[\d,.]*\s*\)?\s*[-+*/x\u00d7]\s*)+\\?\$?\s*\(?\s*\d[\d,.]*\s*\)?\s*=\s*")
 
 
-_CERTAINTY = re.compile(r"(?:^|(?<=[\s(]))100\s*%(?=\s+(?:sure|certain|confident|it|it's|that|this|the|i|i'm)\b)|"
-                        r"^\W*100\s*%\W*(?=[A-Za-z])", re.IGNORECASE)
+_CERTAINTY = re.compile(
+    r"(?:^|(?<=[\s(]))100\s*%(?=\s+(?:sure|certain|confident|it|it's|that|this|the|i|i'm)\b)|"
+    r"^\W*100\s*%\W*(?=[A-Za-z])",
+    re.IGNORECASE,
+)
 
 
 def _values(sentence: str) -> list[str]:
@@ -158,8 +169,10 @@ def _polarity(sentence: str, value: str, items: list[Item]) -> str:
     if not ops or at < 0:
         return ASSERTED if not ops else NEGATED if ops <= {"neg", "neg-pred"} else HEDGED
     head, tail = sentence[:at], sentence[at + len(value) :]
-    readings = [whole_polarity(head) if any(it.kind == "op" for it in tokens(head)) else ASSERTED,
-                _tail_polarity(tokens(tail))]
+    readings = [
+        whole_polarity(head) if any(it.kind == "op" for it in tokens(head)) else ASSERTED,
+        _tail_polarity(tokens(tail)),
+    ]
     if None not in readings:
         if readings[0] == ASSERTED or readings[1] == ASSERTED:  # one side says nothing: the other's
             found = readings[1] if readings[0] == ASSERTED else readings[0]
@@ -219,11 +232,17 @@ def closing_value(text: str, kind: str, unmarked: bool = False) -> Read | None:
     """The value of the text's closing sentence when it states a result (see the module docstring);
     None otherwise: an echo of the question stays prose."""
     lines = text.strip().splitlines()[-20:]  # a capitalised connective opens a sentence ("= 2/3 Therefore, ...")
-    found = [x.strip() for line in lines for part in re.split(r"\s(?=(?:So|Therefore|Thus|Hence)\b)", line)
-             for x in sentences(part) if x.strip()]  # fmt: skip
+    found = [
+        x.strip()
+        for line in lines
+        for part in re.split(r"\s(?=(?:So|Therefore|Thus|Hence)\b)", line)
+        for x in sentences(part)
+        if x.strip()
+    ]
     at = max((i for i, x in enumerate(found) if re.search(r"\d", x)), default=None)
-    if at is None or any(speech_act(x) or x.rstrip("*_ ").endswith("?") and not _TO_READER.search(x)
-                         for x in found[at + 1 :]):  # fmt: skip
+    if at is None or any(
+        speech_act(x) or x.rstrip("*_ ").endswith("?") and not _TO_READER.search(x) for x in found[at + 1 :]
+    ):
         return None  # a doubt, or a new question about the problem ("How much does she make in a week?")
     last = found[at]
     core = trailing_contrast(last)  # "It takes her 3.5 hours, not 4.": its value is 3.5

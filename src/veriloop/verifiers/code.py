@@ -56,8 +56,15 @@ def parse_reference(reference: str):
 class CodeVerifier(Verifier):
     name, version = "code", "2"  # 2: the grader evaluates the tests; the program only answers calls
 
-    def __init__(self, partial_credit: bool = False, wall_seconds: float = 10.0, cpu_seconds: int = 5,
-                 memory_mb: int = 1024, output_bytes: int = 1 << 20, workers: int = 0):  # fmt: skip
+    def __init__(
+        self,
+        partial_credit: bool = False,
+        wall_seconds: float = 10.0,
+        cpu_seconds: int = 5,
+        memory_mb: int = 1024,
+        output_bytes: int = 1 << 20,
+        workers: int = 0,
+    ):
         self.partial_credit = partial_credit
         self.limits = SandboxLimits(wall_seconds, cpu_seconds, memory_mb, output_bytes)
         self.workers = workers if workers > 0 else (os.cpu_count() or 1)

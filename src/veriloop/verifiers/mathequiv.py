@@ -206,8 +206,11 @@ def equivalent(gold: list, pred: list, options: MathOptions) -> tuple[bool, str]
     g_sets, p_sets = _assignment_target(g), _assignment_target(p)
     if g_sets is not None and is_equation(p) and p_sets != g_sets:
         return False, "the reference assigns a value; the answer does not assign the same variable"
-    ok = any(verify(gr, pr, float_rounding=options.float_rounding, timeout_seconds=None)
-             for gr in _pct_readings(gold, options.percent) for pr in _pct_readings(pred, options.percent))  # fmt: skip
+    ok = any(
+        verify(gr, pr, float_rounding=options.float_rounding, timeout_seconds=None)
+        for gr in _pct_readings(gold, options.percent)
+        for pr in _pct_readings(pred, options.percent)
+    )
     if ok and _exactly_different(g, p):
         return False, "exact values that differ (math-verify's numeric check rounds tiny differences to 0)"
     if not ok and g_sets is None and is_equation(g) and is_equation(p):

@@ -53,7 +53,6 @@ from veriloop.verifiers.maths_text import (  # noqa: F401  (LAST_MATHS, mask_mat
 from veriloop.verifiers.pool import WorkerPool
 from veriloop.verifiers.reply import reply
 
-
 _GOLD = re.compile(r"(?s)(?:.*\n)?[ \t]*####[ \t]*([^\n]+?)\s*")  # a GSM8K gold solution's last line
 
 
@@ -73,9 +72,16 @@ class MathAnswer(Verifier):
     reference_policies: tuple[str, ...] = ("boxed", "gsm8k", "answer", "答案", "the-answer-is")
     read_spans = True  # math: values judged by math-verify as stated; False (gsm8k): one cleaned answer string
 
-    def __init__(self, policies: tuple[str, ...] | list[str] | str = DEFAULT_POLICIES, percent: str = "number",
-                 unreduced_fractions: bool = True, rel_tol: float = 0.0, float_rounding: int = 6,
-                 timeout: float = 5.0, workers: int = 0):  # fmt: skip
+    def __init__(
+        self,
+        policies: tuple[str, ...] | list[str] | str = DEFAULT_POLICIES,
+        percent: str = "number",
+        unreduced_fractions: bool = True,
+        rel_tol: float = 0.0,
+        float_rounding: int = 6,
+        timeout: float = 5.0,
+        workers: int = 0,
+    ):
         if isinstance(policies, str):
             policies = tuple(p.strip() for p in policies.split(",") if p.strip())
         unknown = [p for p in policies if p not in POLICIES]
@@ -131,8 +137,9 @@ class MathAnswer(Verifier):
                 if found.status == "none":  # the reason, as for math: "no final answer found (retracted)"
                     verdicts[i] = self._outcome("no_answer", f"no final answer found ({found.reason or 'none'})")
                 elif found.status == "ambiguous":
-                    verdicts[i] = self._outcome("ambiguous", f"several final answers ({found.reason}): "
-                                                             f"{list(found.candidates)}")  # fmt: skip
+                    verdicts[i] = self._outcome(
+                        "ambiguous", f"several final answers ({found.reason}): {list(found.candidates)}"
+                    )
                 elif plain_number(golds[i]) is not None and plain_number(found.answer or "") is not None:
                     verdicts[i] = self._outcome(*compare(golds[i], found.answer or "", self.options))
                 else:
@@ -181,8 +188,9 @@ class MathAnswer(Verifier):
         masked, names = mask_maths(completion)
         found = extract_answer(masked, self.policies)
         spans = [unmask(s, names) for s in getattr(found, "spans", ())]
-        unmarked = not any(_raw(x).strip() for p in self.policies if p in MARKER_POLICIES
-                           for x in POLICIES[p](completion))  # fmt: skip
+        unmarked = not any(
+            _raw(x).strip() for p in self.policies if p in MARKER_POLICIES for x in POLICIES[p](completion)
+        )
         last_line = unmarked and "last-line" in self.policies
         if last_line and "\n" in last_block(completion):  # a display block ends the text
             block = delimited_maths(completion, numbers=True)

@@ -62,8 +62,13 @@ def _pure_maths(content: str) -> bool:
     if re.fullmatch(r"\s*[A-Za-z]\s*", content):  # a variable ($x$) names no value: the prose rules may read it
         return False
     bare = re.sub(r"\\(?:begin|end)\{[^{}]*\}|\\[A-Za-z]+", " ", content)
-    return bool(content.strip()) and not _NUMBER_LIKE.match(content) and not _HEDGE_MARK.search(content) \
-        and not re.search(r"[A-Za-z]{2,}", bare) and not _PLACEHOLDER.search(content)
+    return (
+        bool(content.strip())
+        and not _NUMBER_LIKE.match(content)
+        and not _HEDGE_MARK.search(content)
+        and not re.search(r"[A-Za-z]{2,}", bare)
+        and not _PLACEHOLDER.search(content)
+    )
 
 
 def _closing_brace(text: str, start: int) -> int:

@@ -63,7 +63,7 @@ FALSE_POSITIVE_PROBES = [
     ("$12:00$", "\\boxed{1:00}", "Math-Verify#14"),
     ("$4$", "$\\boxed{4\\sqrt(2)}$", "Math-Verify#41: malformed \\sqrt read as 4"),
     ("$\\text{13}$", "\\boxed{14}", "Math-Verify#37"),
-]  # fmt: skip
+]
 # Probes whose reference we refuse (VerifierError: it does not parse), so no reward can come from them.
 REFUSED_PROBES = [
     ("$1, 2, \\ldots, n$", "\\boxed{1, 3, 5, \\ldots, 2n-1}", "Math-Verify#14"),
@@ -71,13 +71,19 @@ REFUSED_PROBES = [
 ]
 # Honest forms next to the probes: equivalent equations and answers that must still score 1.
 EQUIVALENT_FORMS = [
-    ("$x = 2$", "\\boxed{2 = x}"), ("$x = 2$", "\\boxed{2}"), ("$2x = 4$", "\\boxed{x = 2}"),
-    ("$2x+4y-3=0$", "\\boxed{y=-\\frac{1}{2}x+\\frac{3}{4}}"), ("$34x+45y-20z+100=0$", "\\boxed{-34x-45y+20z-100=0}"),
-    ("$\\frac{1}{3}$", "\\boxed{k = \\frac{1}{3}}"), ("$1 - \\frac{1}{e}$", "\\boxed{1 - \\frac{1}{\\mathrm{e}}}"),
-    ("$\\frac{1}{2^{99}}$", "\\boxed{2^{-99}}"), ("$(1, 2)$", "\\boxed{(1,2)}"),
+    ("$x = 2$", "\\boxed{2 = x}"),
+    ("$x = 2$", "\\boxed{2}"),
+    ("$2x = 4$", "\\boxed{x = 2}"),
+    ("$2x+4y-3=0$", "\\boxed{y=-\\frac{1}{2}x+\\frac{3}{4}}"),
+    ("$34x+45y-20z+100=0$", "\\boxed{-34x-45y+20z-100=0}"),
+    ("$\\frac{1}{3}$", "\\boxed{k = \\frac{1}{3}}"),
+    ("$1 - \\frac{1}{e}$", "\\boxed{1 - \\frac{1}{\\mathrm{e}}}"),
+    ("$\\frac{1}{2^{99}}$", "\\boxed{2^{-99}}"),
+    ("$(1, 2)$", "\\boxed{(1,2)}"),
     ("$\\{1, 2\\}$", "\\boxed{1} and \\boxed{2}"),
-    ("$x \\geq 5$", "Therefore $x \\geq 5$ is the solution."), ("$9$", "Answer \\[\n9\n\\]"),
-]  # fmt: skip
+    ("$x \\geq 5$", "Therefore $x \\geq 5$ is the solution."),
+    ("$9$", "Answer \\[\n9\n\\]"),
+]
 
 
 # Our equivalence policies that math-verify 0.9.0's tests disagree with, by case.
@@ -132,8 +138,9 @@ def load_cases(path: Path = CASES_FILE) -> tuple[dict, list[Case]]:
     header, cases = rows[0], []
     for r in rows[1:]:
         options = {k: r[k] for k in ("match_types", "precision", "strict", "allow_set_relation_comp", "harness")}
-        cases.append(Case(r["id"], r["gold"], r["pred"], r["expected"], options, r["mv_test_options"],
-                          r["mv_default_options"]))  # fmt: skip
+        cases.append(
+            Case(r["id"], r["gold"], r["pred"], r["expected"], options, r["mv_test_options"], r["mv_default_options"])
+        )
     return header, cases
 
 
@@ -153,8 +160,10 @@ class Agreement:
         return self.agreements / self.cases
 
     def text(self, documented: dict[str, dict]) -> str:
-        lines = [f"math-verify agreement: {self.agreements}/{self.cases} = {self.rate:.1%} "
-                 f"({len(self.excluded)} cases excluded: they test a non-default option)"]  # fmt: skip
+        lines = [
+            f"math-verify agreement: {self.agreements}/{self.cases} = {self.rate:.1%} "
+            f"({len(self.excluded)} cases excluded: they test a non-default option)"
+        ]
         by_rule = Counter(documented.get(i, {}).get("rule", "UNDOCUMENTED") for i in self.differences)
         lines += [f"  {n:3d}  {rule}" for rule, n in by_rule.most_common()]
         return "\n".join(lines)
@@ -179,8 +188,9 @@ def measure(verifier) -> Agreement:
             got, why = 0, f"VerifierError: {e}"
         if got != c.expected:
             differences[c.id] = why[:300]
-    return Agreement(len(applicable), len(applicable) - len(differences),
-                     [c.id for c in cases if not c.applies], differences)  # fmt: skip
+    return Agreement(
+        len(applicable), len(applicable) - len(differences), [c.id for c in cases if not c.applies], differences
+    )
 
 
 def classify(differences: dict[str, str]) -> dict[str, dict]:
@@ -188,8 +198,11 @@ def classify(differences: dict[str, str]) -> dict[str, dict]:
     documented policy explains."""
     out, unexplained = {}, []
     for i, why in differences.items():
-        m = re.match(r"(?:no_answer: no final answer found|ambiguous: several final answers|wrong|parse_error) "
-                     r"\(([\w-]+)\)", why)
+        m = re.match(
+            r"(?:no_answer: no final answer found|ambiguous: several final answers|wrong|parse_error) "
+            r"\(([\w-]+)\)",
+            why,
+        )
         reason = m.group(1) if m else ("distinct" if why.startswith("ambiguous: several different") else "")
         if i in EQUIVALENCE_POLICIES:
             out[i] = {"kind": "equivalence", "rule": EQUIVALENCE_POLICIES[i]}
@@ -223,8 +236,17 @@ def audit_cases() -> list[AuditCase]:
     for c in cases:
         if not c.applies or c.id in REFERENCE_ERRORS or c.id in read:
             continue
-        out.append(AuditCase(c.pred, c.gold, "accept" if c.expected else "reject", "math-verify case", c.id,
-                             source="math-verify tests", labelled_by="math-verify tests"))  # fmt: skip
+        out.append(
+            AuditCase(
+                c.pred,
+                c.gold,
+                "accept" if c.expected else "reject",
+                "math-verify case",
+                c.id,
+                source="math-verify tests",
+                labelled_by="math-verify tests",
+            )
+        )
     out += [AuditCase(c, r, "reject", "math-verify false positive", note) for r, c, note in FALSE_POSITIVE_PROBES]
     out += [AuditCase(comp, ref, "accept", "equivalent equation or form") for ref, comp in EQUIVALENT_FORMS]
     return out
@@ -234,11 +256,13 @@ def main(argv: list[str]) -> None:
     from veriloop.verifiers import get
 
     if "-h" in argv or "--help" in argv:
-        print("usage: python -m veriloop.verifiers.mathverify_suite [--write]\n\n"
-              "Measure the math verifier's agreement with math-verify's own tests (default options) and\n"
-              "list every difference with the policy behind it.\n\n"
-              "  --write  rewrite data/math_verify_differences.json from this run (after a deliberate\n"
-              "           change of policy; fails if a difference has no documented policy)")  # fmt: skip
+        print(
+            "usage: python -m veriloop.verifiers.mathverify_suite [--write]\n\n"
+            "Measure the math verifier's agreement with math-verify's own tests (default options) and\n"
+            "list every difference with the policy behind it.\n\n"
+            "  --write  rewrite data/math_verify_differences.json from this run (after a deliberate\n"
+            "           change of policy; fails if a difference has no documented policy)"
+        )
         return
 
     verifier = get("math")

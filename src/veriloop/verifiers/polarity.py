@@ -51,51 +51,115 @@ from typing import NamedTuple
 
 ASSERTED, NEGATED, HEDGED, QUESTIONED = "asserted", "negated", "hedged", "questioned"
 NEG, NEG_PRED, NEG_STRONG, HEDGE, POSSIBLE, RAISER, COMMIT, TRUTH, QUESTION = (
-    "neg", "neg-pred", "neg-strong", "hedge", "possible", "raiser", "commit", "truth", "question")  # fmt: skip
+    "neg",
+    "neg-pred",
+    "neg-strong",
+    "hedge",
+    "possible",
+    "raiser",
+    "commit",
+    "truth",
+    "question",
+)
 
 LEXICON = {  # operator class -> words (lower case; "n't" is split off its verb)
     NEG: "not n't never no none nobody nothing neither nor nowhere noone without hardly scarcely",
     NEG_PRED: "false untrue wrong incorrect mistaken erroneous invalid inaccurate doubt doubts doubted doubting deny "
-              "denies denied denying distrust distrusts mistrust refute refutes refuted disprove disproves disproved disagree disagrees reject "
-              "rejects rejected nonsense absurd bogus refuse refuses refused",
+    "denies denied denying distrust distrusts mistrust refute refutes refuted disprove disproves disproved "
+    "disagree disagrees reject "
+    "rejects rejected nonsense absurd bogus refuse refuses refused",
     NEG_STRONG: "impossible",
     HEDGE: "maybe perhaps probably presumably likely unlikely plausibly plausible apparently seemingly supposedly "
-           "allegedly guess guessing guessed suspect suspects suspected reckon estimate estimated unsure uncertain "
-           "unclear doubtful questionable hopefully roughly approximately thought hypothetically hypothetical "
-           "theoretically tentatively tentative provisionally provisional sceptical skeptical dubious ballpark rough "
-           "approx torn",
+    "allegedly guess guessing guessed suspect suspects suspected reckon estimate estimated unsure uncertain "
+    "unclear doubtful questionable hopefully roughly approximately thought hypothetically hypothetical "
+    "theoretically tentatively tentative provisionally provisional sceptical skeptical dubious ballpark rough "
+    "approx torn",
     POSSIBLE: "might may could possibly possible conceivably conceivable",
     RAISER: "think thinks believe believes believed expect expects feel feels seem seems seemed appear appears "
-            "appeared imagine",
+    "appeared imagine",
     COMMIT: "sure certain certainly definitely definite clearly clear obviously obvious evidently evident surely "
-            "undoubtedly indubitably unquestionably absolutely confident confidently know knows known conclude "
-            "concludes concluded show shows shown showed prove proves proved proven confirm confirms confirmed "
-            "verify verifies verified establish establishes established demonstrate demonstrates demonstrated "
-            "guarantee guaranteed assert asserts tell determine determined necessarily indeed must exactly precisely "
-            "convinced confidence settle settled decide decided undeniably indisputably unarguably inarguably incontestably unmistakably",
-    TRUTH: "true correct right accurate valid agree agrees agreed accept accepts accepted",  # "I don't agree that P": not P
+    "undoubtedly indubitably unquestionably absolutely confident confidently know knows known conclude "
+    "concludes concluded show shows shown showed prove proves proved proven confirm confirms confirmed "
+    "verify verifies verified establish establishes established demonstrate demonstrates demonstrated "
+    "guarantee guaranteed assert asserts tell determine determined necessarily indeed must exactly precisely "
+    "convinced confidence settle settled decide decided undeniably indisputably unarguably inarguably "
+    "incontestably unmistakably",
+    # "I don't agree that P": not P
+    TRUTH: "true correct right accurate valid agree agrees agreed accept accepts accepted",
     QUESTION: "whether wonder wonders wondering",
-}  # fmt: skip
+}
 PHRASES = {  # several words, one operator (matched before single words)
-    "no way": NEG_PRED, "by no means": NEG_PRED, "in no way": NEG_PRED, "no one": NEG, "the case": TRUTH,
+    "no way": NEG_PRED,
+    "by no means": NEG_PRED,
+    "in no way": NEG_PRED,
+    "no one": NEG,
+    "the case": TRUTH,
     "a fact": TRUTH,
-    "for sure": COMMIT, "for certain": COMMIT, "of course": COMMIT, "only possible": COMMIT, "100 %": COMMIT,
-    "beyond doubt": COMMIT, "beyond any doubt": COMMIT, "beyond a doubt": COMMIT, "beyond all doubt": COMMIT,
-    "beyond question": COMMIT, "every reason to believe": COMMIT, "every reason to think": COMMIT,
-    "without question": COMMIT, "beyond dispute": COMMIT, "nothing other than": COMMIT, "nothing but": COMMIT,
-    "anything other than": NEG, "anything but": NEG, "anything except": NEG, "anything else than": NEG,
-    "in my mind": "function", "in the ballpark of": HEDGE, "rule out": NEG_STRONG, "rules out": NEG_STRONG,
-    "ruled out": NEG_STRONG, "ruling out": NEG_STRONG, "make no mistake": COMMIT, "other than": NEG,
-    "anything besides": NEG, "no question": COMMIT, "no maybe": COMMIT, "no maybes": COMMIT, "no chance": NEG_PRED,
-    "not a chance": NEG_PRED, "quote me": COMMIT,
-    "in the neighbourhood of": HEDGE, "in the neighborhood of": HEDGE, "on the order of": HEDGE,
-    "in the region of": HEDGE, "in the vicinity of": HEDGE, "somewhere near": HEDGE, "close to": HEDGE,
-    "in my opinion": HEDGE, "as far as i know": HEDGE, "as far as i can tell": HEDGE, "kind of": HEDGE,
-    "sort of": HEDGE, "more or less": HEDGE, "or so": HEDGE, "give or take": HEDGE, "would say": HEDGE,
-    "'d say": HEDGE, "chances are": HEDGE, "looks like": HEDGE, "seems like": HEDGE, "sounds like": HEDGE,
-    "never mind": "discourse", "nevermind": "discourse", "in fact": "function", "about it": "function",
-    "about this": "function", "about that": "function", "in this": "function", "in that": "function",
-}  # fmt: skip
+    "for sure": COMMIT,
+    "for certain": COMMIT,
+    "of course": COMMIT,
+    "only possible": COMMIT,
+    "100 %": COMMIT,
+    "beyond doubt": COMMIT,
+    "beyond any doubt": COMMIT,
+    "beyond a doubt": COMMIT,
+    "beyond all doubt": COMMIT,
+    "beyond question": COMMIT,
+    "every reason to believe": COMMIT,
+    "every reason to think": COMMIT,
+    "without question": COMMIT,
+    "beyond dispute": COMMIT,
+    "nothing other than": COMMIT,
+    "nothing but": COMMIT,
+    "anything other than": NEG,
+    "anything but": NEG,
+    "anything except": NEG,
+    "anything else than": NEG,
+    "in my mind": "function",
+    "in the ballpark of": HEDGE,
+    "rule out": NEG_STRONG,
+    "rules out": NEG_STRONG,
+    "ruled out": NEG_STRONG,
+    "ruling out": NEG_STRONG,
+    "make no mistake": COMMIT,
+    "other than": NEG,
+    "anything besides": NEG,
+    "no question": COMMIT,
+    "no maybe": COMMIT,
+    "no maybes": COMMIT,
+    "no chance": NEG_PRED,
+    "not a chance": NEG_PRED,
+    "quote me": COMMIT,
+    "in the neighbourhood of": HEDGE,
+    "in the neighborhood of": HEDGE,
+    "on the order of": HEDGE,
+    "in the region of": HEDGE,
+    "in the vicinity of": HEDGE,
+    "somewhere near": HEDGE,
+    "close to": HEDGE,
+    "in my opinion": HEDGE,
+    "as far as i know": HEDGE,
+    "as far as i can tell": HEDGE,
+    "kind of": HEDGE,
+    "sort of": HEDGE,
+    "more or less": HEDGE,
+    "or so": HEDGE,
+    "give or take": HEDGE,
+    "would say": HEDGE,
+    "'d say": HEDGE,
+    "chances are": HEDGE,
+    "looks like": HEDGE,
+    "seems like": HEDGE,
+    "sounds like": HEDGE,
+    "never mind": "discourse",
+    "nevermind": "discourse",
+    "in fact": "function",
+    "about it": "function",
+    "about this": "function",
+    "about that": "function",
+    "in this": "function",
+    "in that": "function",
+}
 _OPS = {w: cls for cls, ws in LEXICON.items() for w in ws.split()}
 _REPORTS_WORDS = "say says said claim claims claimed argue argues argued suggest suggests suggested"
 # reporting verbs: the speaker's commitment after I / we / one / "to", someone else's claim (a hedge) otherwise
@@ -105,20 +169,25 @@ _AUXILIARIES = frozenset("would could can will 'd 'll must should do does did ma
 _PHRASE_WORDS = {tuple(p.split()): cls for p, cls in PHRASES.items()}
 _MAX_PHRASE = max(len(p) for p in _PHRASE_WORDS)
 # words that carry no content of their own: an operator's scope passes over them
-FUNCTION = frozenset("i we you he she they it one 's 'm 're 've 'd 'll am is are was were be been being do does did "
-                     "doing have has had will would shall should can to the a an my our your his her their its this "
-                     "these those there here just really truly actually very quite too even still also then at all "
-                     "any anyone anybody everyone everybody me us him them final answer answers result $ honestly "
-                     "frankly personally simply fully totally completely entirely highly strongly seriously so "
-                     "that though anyway now again which most best honest humble own whatsoever reasonably yet educated wild".split())  # fmt: skip
+FUNCTION = frozenset(
+    "i we you he she they it one 's 'm 're 've 'd 'll am is are was were be been being do does did "
+    "doing have has had will would shall should can to the a an my our your his her their its this "
+    "these those there here just really truly actually very quite too even still also then at all "
+    "any anyone anybody everyone everybody me us him them final answer answers result $ honestly "
+    "frankly personally simply fully totally completely entirely highly strongly seriously so "
+    "that though anyway now again which most best honest humble own whatsoever reasonably yet educated wild".split()
+)
 _PRO_FORMS = frozenset("it so this".split())  # "I doubt it," "I think so,": the complement is filled
 _INTERJECTIONS = frozenset("no nope nah wait well ok okay yes yeah oh hmm hmmm um uh ah alright".split())
 # a quick test: can ``text`` hold an operator at all? (a word of the lexicon or of an operator phrase, n't)
 _OPERATOR_WORDS = {*_OPS, *_REPORTS_WORDS.split()} | {
-    w for p, cls in PHRASES.items() if cls not in ("discourse", "function") for w in p.split()
-    if w.isalpha() and w not in FUNCTION and w not in ("a", "i", "in", "of", "as", "or", "for", "my", "would")}
+    w
+    for p, cls in PHRASES.items()
+    if cls not in ("discourse", "function")
+    for w in p.split()
+    if w.isalpha() and w not in FUNCTION and w not in ("a", "i", "in", "of", "as", "or", "for", "my", "would")
+}
 _ANY_OPERATOR = re.compile(r"n't|%|\b(?:" + "|".join(sorted(_OPERATOR_WORDS, key=len, reverse=True)) + r")\b", re.I)
-
 
 
 def may_hold_operators(text: str) -> bool:
@@ -128,13 +197,18 @@ def may_hold_operators(text: str) -> bool:
 
 _CONNECTIVES = r"so|therefore|thus|hence|then|which\s+means|meaning|consequently|and\s+so"
 # where a clause ends (the operators before it do not reach past it)
-_HARD = re.compile(rf"[.!?](?:\$+|\\[)\]])?(?=\s|$)|[;\n(]|(?P<colon>:)|(?P<dash>\s[-\u2013\u2014]+\s|--|\u2014)"
-                   rf"|(?<![\w'])(?<!anything\s)(?<!nothing\s)(?P<but>but|however(?!\s*,))\b|,\s*(?=(?:{_CONNECTIVES})\b)|\band\s+so\b",
-                   re.IGNORECASE)  # fmt: skip
+_HARD = re.compile(
+    rf"[.!?](?:\$+|\\[)\]])?(?=\s|$)|[;\n(]|(?P<colon>:)|(?P<dash>\s[-\u2013\u2014]+\s|--|\u2014)"
+    rf"|(?<![\w'])(?<!anything\s)(?<!nothing\s)(?P<but>but|however(?!\s*,))\b|,\s*(?=(?:{_CONNECTIVES})\b)|\band\s+so\b",
+    re.IGNORECASE,
+)
 _PARENTHETICAL = re.compile(r"\([^()]*\)")
 # ", which is the answer," ", after 3 days,": an aside inside a clause, which the scope passes over
-_ASIDE = re.compile(r",\s*(?:which|who|whom|whose|where|after|before|in|on|at|by|for|from|during|as|with|without|"
-                    r"including|excluding)\b[^,;:]*,", re.IGNORECASE)
+_ASIDE = re.compile(
+    r",\s*(?:which|who|whom|whose|where|after|before|in|on|at|by|for|from|during|as|with|without|"
+    r"including|excluding)\b[^,;:]*,",
+    re.IGNORECASE,
+)
 _OPENS_CONCESSION = re.compile(r"\s*(?:but|however)\b", re.IGNORECASE)
 _TOKEN = re.compile(r"(?P<num>\d+(?:,\d{3})*(?:\.\d+)?)|(?P<word>[A-Za-z]+(?:'[A-Za-z]+)?|'[a-z]+)|(?P<sep>,)|%|\S")
 _CONTRACTION = re.compile(r"n't$|'(?:s|m|re|ve|d|ll)$")
@@ -188,8 +262,9 @@ def tokens(text: str) -> list[Item]:
                 elif w in FUNCTION or w in _INTERJECTIONS:
                     kind = "fn"
             if w in _REPORTS:
-                before = next((x for _, x in reversed(words[:i]) if x not in _AUXILIARIES and not x.endswith("ly")),
-                              "to")  # "no one could reasonably claim": the speaker is "one"
+                before = next(
+                    (x for _, x in reversed(words[:i]) if x not in _AUXILIARIES and not x.endswith("ly")), "to"
+                )  # "no one could reasonably claim": the speaker is "one"
                 kind, cls = "op", COMMIT if before in _SPEAKER else HEDGE  # "we can say" / "some people say"
             else:
                 cls = _OPS.get(w, "") if kind == "op" else ""
@@ -235,8 +310,9 @@ def _next_meaningful(items: list[Item], k: int) -> Item | None:
 
 
 # exceptives: "anything but P" negates P, and under a negation anywhere in its clause means "only P"
-_EXCEPTIVES = frozenset({"anything other than", "anything but", "anything except", "anything else than", "other than",
-                         "anything besides"})
+_EXCEPTIVES = frozenset(
+    {"anything other than", "anything but", "anything except", "anything else than", "other than", "anything besides"}
+)
 
 
 def chunk_operators(chunk: list[Item], final: bool) -> list[tuple[str, int]]:
@@ -317,8 +393,11 @@ def clause(before: str) -> str:
 
 
 # a word of approximation right before the answer ("about \\boxed{45}", "around $45$")
-_APPROXIMATOR = re.compile(r"\b(?:about|around|approximately|roughly|nearly|almost|circa|close\s+to|(?:in\s+the\s+"
-                           r"(?:neighbou?rhood|region|vicinity)|on\s+the\s+order)\s+of)\s*\$*\s*$", re.IGNORECASE)
+_APPROXIMATOR = re.compile(
+    r"\b(?:about|around|approximately|roughly|nearly|almost|circa|close\s+to|(?:in\s+the\s+"
+    r"(?:neighbou?rhood|region|vicinity)|on\s+the\s+order)\s+of)\s*\$*\s*$",
+    re.IGNORECASE,
+)
 _INNER = {NEGATED: [NEG_PRED], HEDGED: [HEDGE], QUESTIONED: [QUESTION]}  # a value's own polarity, as an operator
 
 

@@ -74,8 +74,14 @@ class _Worker:
         env["PYTHONPATH"] = os.pathsep.join(p for p in (_PACKAGE_ROOT, env.get("PYTHONPATH", "")) if p)
         try:
             # -P: the working directory is not put first on sys.path (a stray file cannot shadow a module)
-            self.process = subprocess.Popen([python, "-P", "-m", "veriloop.verifiers.pool_worker"], stdin=child_in,
-                                            stdout=child_out, stderr=self.stderr, env=env, close_fds=True)  # fmt: skip
+            self.process = subprocess.Popen(
+                [python, "-P", "-m", "veriloop.verifiers.pool_worker"],
+                stdin=child_in,
+                stdout=child_out,
+                stderr=self.stderr,
+                env=env,
+                close_fds=True,
+            )
         except OSError as e:
             for fd in (child_in, to_child, from_child, child_out):
                 os.close(fd)
@@ -135,8 +141,15 @@ class WorkerPool:
     ``map`` at a time (callers serialise; ``MathAnswer`` holds a lock).
     """
 
-    def __init__(self, workers: int = 0, preload: Sequence[str] = (), start_timeout: float = 60.0,
-                 max_start_failures: int = 2, max_deaths_in_a_row: int = 3, python: str = sys.executable):  # fmt: skip
+    def __init__(
+        self,
+        workers: int = 0,
+        preload: Sequence[str] = (),
+        start_timeout: float = 60.0,
+        max_start_failures: int = 2,
+        max_deaths_in_a_row: int = 3,
+        python: str = sys.executable,
+    ):
         if start_timeout <= 0 or max_start_failures < 1 or max_deaths_in_a_row < 1:
             raise ValueError("start_timeout must be > 0, max_start_failures and max_deaths_in_a_row >= 1")
         self.size = workers if workers > 0 else (os.cpu_count() or 1)

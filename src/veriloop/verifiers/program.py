@@ -28,14 +28,21 @@ from veriloop.verifiers.code import extract_code
 from veriloop.verifiers.sandbox import SandboxLimits, run_program
 
 # what task.reasoning pot needs in place of each text verifier (the config refuses the text one)
-POT_VERIFIER_OF = {"arithmetic": "arithmetic-pot", "arithmetic-outcome": "arithmetic-pot", "gsm8k": "gsm8k-pot",
-                   "math": "math-pot"}  # fmt: skip
+POT_VERIFIER_OF = {
+    "arithmetic": "arithmetic-pot",
+    "arithmetic-outcome": "arithmetic-pot",
+    "gsm8k": "gsm8k-pot",
+    "math": "math-pot",
+}
 PROGRAM_VERIFIERS = ("program-output", "arithmetic-pot", "gsm8k-pot", "math-pot")
 # task.reasoning tool on the built-in task: a trace verifier reads the last ';' segment, which a tool trace does
 # not end with; arithmetic-tool reads the answer after the last output block (gsm8k's and math's read text: fine)
-TOOL_VERIFIER_OF = {"arithmetic": "arithmetic-tool", "arithmetic-outcome": "arithmetic-tool",
-                    "arithmetic-process": "arithmetic-tool-process",
-                    "arithmetic-format": "arithmetic-tool"}  # fmt: skip
+TOOL_VERIFIER_OF = {
+    "arithmetic": "arithmetic-tool",
+    "arithmetic-outcome": "arithmetic-tool",
+    "arithmetic-process": "arithmetic-tool-process",
+    "arithmetic-format": "arithmetic-tool",
+}
 TOOL_VERIFIERS = ("arithmetic-tool", "arithmetic-tool-process")
 
 
@@ -43,13 +50,17 @@ def check_reasoning_verifier(reasoning: str, verifier: str, field: str = "verifi
     """A program scored by a text verifier (or a trace by a program one, or a tool trace by a verifier of plain
     traces) scores 0 everywhere: refuse it."""
     if reasoning == "pot" and verifier in POT_VERIFIER_OF:
-        raise InputError(f"task.reasoning pot: completions are programs, but {field} {verifier!r} reads text; use "
-                         f"{field} {POT_VERIFIER_OF[verifier]!r} (it runs the program and grades what it prints)")
+        raise InputError(
+            f"task.reasoning pot: completions are programs, but {field} {verifier!r} reads text; use "
+            f"{field} {POT_VERIFIER_OF[verifier]!r} (it runs the program and grades what it prints)"
+        )
     if reasoning != "pot" and verifier in PROGRAM_VERIFIERS:
         raise InputError(f"{field} {verifier!r} runs the completion as a program: set task.reasoning pot")
     if reasoning == "tool" and verifier in TOOL_VERIFIER_OF:
-        raise InputError(f"task.reasoning tool: {field} {verifier!r} reads a text trace, and a tool trace ends after "
-                         f"its last output block; use {field} {TOOL_VERIFIER_OF[verifier]!r}")  # fmt: skip
+        raise InputError(
+            f"task.reasoning tool: {field} {verifier!r} reads a text trace, and a tool trace ends after "
+            f"its last output block; use {field} {TOOL_VERIFIER_OF[verifier]!r}"
+        )
     if reasoning != "tool" and verifier in TOOL_VERIFIERS:
         raise InputError(f"{field} {verifier!r} reads a tool-integrated trace: set task.reasoning tool")
 
@@ -63,9 +74,17 @@ def printed_answer(stdout: str) -> str:
 class ProgramOutput(Verifier):
     name, version = "program-output", "1"
 
-    def __init__(self, inner: str = "arithmetic-outcome", answer_format: str = "answer={value}",
-                 inner_options: dict | None = None, wall_seconds: float = 5.0, cpu_seconds: int = 2,
-                 memory_mb: int = 512, output_bytes: int = 1 << 16, workers: int = 0):  # fmt: skip
+    def __init__(
+        self,
+        inner: str = "arithmetic-outcome",
+        answer_format: str = "answer={value}",
+        inner_options: dict | None = None,
+        wall_seconds: float = 5.0,
+        cpu_seconds: int = 2,
+        memory_mb: int = 512,
+        output_bytes: int = 1 << 16,
+        workers: int = 0,
+    ):
         if "{value}" not in answer_format:
             raise InputError(f"program-output: answer_format must contain {{value}}, got {answer_format!r}")
         self.inner = get(inner, **(inner_options or {}))
@@ -84,20 +103,29 @@ class ProgramOutput(Verifier):
         with ThreadPoolExecutor(max_workers=self.workers) as ex:  # each run is its own process
             runs = list(ex.map(lambda p: run_program(p, limits=self.limits), programs))
         graded = [i for i, r in enumerate(runs) if r.status == "ok" and printed_answer(r.stdout)]
-        inner = self.inner.verify_batch([self.answer_format.format(value=printed_answer(runs[i].stdout))
-                                         for i in graded], [references[i] for i in graded])  # fmt: skip
+        inner = self.inner.verify_batch(
+            [self.answer_format.format(value=printed_answer(runs[i].stdout)) for i in graded],
+            [references[i] for i in graded],
+        )
         by_index = dict(zip(graded, inner))
         out = []
         for i, run in enumerate(runs):
             where = f"; sandbox: {run.layers}"
             if i in by_index:
                 v = by_index[i]
-                out.append(Verdict(v.score, {"program_ran": 1.0, **v.components}, self.tag,
-                                   f"printed {printed_answer(run.stdout)!r}" + (f"; {v.details}" if v.details else "")
-                                   + where, v.outcome))  # fmt: skip
+                out.append(
+                    Verdict(
+                        v.score,
+                        {"program_ran": 1.0, **v.components},
+                        self.tag,
+                        f"printed {printed_answer(run.stdout)!r}" + (f"; {v.details}" if v.details else "") + where,
+                        v.outcome,
+                    )
+                )
             elif run.status == "ok":
-                out.append(Verdict(0.0, {"program_ran": 1.0}, self.tag, "the program printed nothing" + where,
-                                   "no_answer"))  # fmt: skip
+                out.append(
+                    Verdict(0.0, {"program_ran": 1.0}, self.tag, "the program printed nothing" + where, "no_answer")
+                )
             else:
                 out.append(Verdict(0.0, {"program_ran": 0.0}, self.tag, run.detail[:300] + where, run.status))
         return out

@@ -30,5 +30,6 @@ REASONS = {NEGATED: "negated", "retracted": "retracted"}  # a polarity -> the re
 def not_asserted(polarity: str, key: str) -> Read:
     """The reading of a value whose statement is negated, hedged or questioned."""
     reason = REASONS.get(polarity, "hedged")
-    return Read("not", reason=reason, negated=frozenset({key}) if reason == "negated" else frozenset(),
-                numbers=frozenset({key}))  # fmt: skip
+    return Read(
+        "not", reason=reason, negated=frozenset({key}) if reason == "negated" else frozenset(), numbers=frozenset({key})
+    )

@@ -30,8 +30,11 @@ from veriloop.verifiers.speech_acts import speech_act
 # special tokens: "<|eot_id|>", "<|im_end|>", "<|end|>", "<|end▁of▁sentence|>", "</s>", "<eos>", "<end_of_turn>"
 _SPECIAL = re.compile(r"<\|[A-Za-z0-9_\u2581]{2,}\|>|</s>|<eos>|<(?:end|start)_of_turn>")
 # a line that opens the next few-shot example or chat turn, after a blank line
-_NEXT_EXAMPLE = re.compile(r"\n[ \t]*\n[ \t]*(?:[#*_>][ \t]*)*(?:question|q|problem|exercise|example|human|user|"
-                           r"instruction)[ \t]*\d*[ \t]*[*_]*[ \t]*:", re.IGNORECASE)  # fmt: skip
+_NEXT_EXAMPLE = re.compile(
+    r"\n[ \t]*\n[ \t]*(?:[#*_>][ \t]*)*(?:question|q|problem|exercise|example|human|user|"
+    r"instruction)[ \t]*\d*[ \t]*[*_]*[ \t]*:",
+    re.IGNORECASE,
+)
 _MARKER = re.compile(r"####|\\boxed|\\fbox|answer|答案|得数", re.IGNORECASE)
 
 

@@ -85,8 +85,14 @@ class SandboxLimits:
     disk_files: int = 4096  # files and directories in it (the tmpfs's inodes)
 
     def __post_init__(self):
-        if (self.wall_seconds <= 0 or self.cpu_seconds < 1 or self.memory_mb < 64 or self.output_bytes < 1
-                or self.disk_bytes < 1 << 20 or self.disk_files < 16):
+        if (
+            self.wall_seconds <= 0
+            or self.cpu_seconds < 1
+            or self.memory_mb < 64
+            or self.output_bytes < 1
+            or self.disk_bytes < 1 << 20
+            or self.disk_files < 16
+        ):
             raise InputError(f"bad sandbox limits: {self}")
 
 
@@ -101,14 +107,18 @@ class RunResult:
     layers: str = ""  # the isolation it ran under (``Isolation.layers``)
 
 
-
-
 class _SessionOver(BaseException):  # noqa: N818 - not an error of a test: the run ended (test code cannot catch it)
     """The program stopped answering (it ended, timed out, broke a rule or sent what is not a value)."""
 
 
-def run_program(program: str, *, stdin: str = "", limits: SandboxLimits = SandboxLimits(),
-                isolation_: Isolation | None = None, audit_hook: bool = True) -> RunResult:  # fmt: skip
+def run_program(
+    program: str,
+    *,
+    stdin: str = "",
+    limits: SandboxLimits = SandboxLimits(),
+    isolation_: Isolation | None = None,
+    audit_hook: bool = True,
+) -> RunResult:
     """Run ``program`` once in the sandbox, feeding ``stdin``.  Returns how it ended and what it printed
     (the caller judges the output).  ``audit_hook=False`` leaves the process layer's hook out (tests of the
     kernel layer only)."""
@@ -151,15 +161,20 @@ def parse_answer(text: str):
 # ---------------------------------------------------------------- one sandboxed process
 
 
-
-
 class _Child:
     """One sandboxed process: started with its limits (in its namespaces and pids cgroup where the machine has
     them), its output drained under a cap, talked to on the control pipes, killed with its process group, its
     directory (and cgroup) removed."""
 
-    def __init__(self, program: str, mode: str, limits: SandboxLimits, stdin: str | None,
-                 isolation_: Isolation | None = None, audit_hook: bool = True):  # fmt: skip
+    def __init__(
+        self,
+        program: str,
+        mode: str,
+        limits: SandboxLimits,
+        stdin: str | None,
+        isolation_: Isolation | None = None,
+        audit_hook: bool = True,
+    ):
         self.limits, self.token = limits, secrets.token_hex(16)
         self.isolation = iso = isolation_ or isolation()
         seccomp = iso.seccomp_spec()  # before anything is made: an error here leaves nothing behind
@@ -167,15 +182,25 @@ class _Child:
         os.chmod(self.base, 0o700)
         self.workdir = os.path.join(os.path.realpath(self.base), "work")
         os.mkdir(self.workdir, 0o700)
-        bundle = {"token": self.token, "mode": mode, "program": program, "read_roots": _read_roots(),
-                  "denied_roots": _denied_roots(), "hook": audit_hook}  # fmt: skip
+        bundle = {
+            "token": self.token,
+            "mode": mode,
+            "program": program,
+            "read_roots": _read_roots(),
+            "denied_roots": _denied_roots(),
+            "hook": audit_hook,
+        }
         argv = [sys.executable, "-I", "-c", HARNESS]
         if iso.namespaces:
             os.mkdir(os.path.join(self.base, "root"), 0o700)
-            bundle["view"] = {"root": os.path.join(os.path.realpath(self.base), "root"), "work": self.workdir,
-                              "read_only": _view_paths(), "pivot_root": _PIVOT_ROOT[os.uname().machine],
-                              "scratch": f"size={limits.disk_bytes},nr_inodes={limits.disk_files},mode=700",
-                              "user_limits": USER_NAMESPACE_LIMITS}  # fmt: skip
+            bundle["view"] = {
+                "root": os.path.join(os.path.realpath(self.base), "root"),
+                "work": self.workdir,
+                "read_only": _view_paths(),
+                "pivot_root": _PIVOT_ROOT[os.uname().machine],
+                "scratch": f"size={limits.disk_bytes},nr_inodes={limits.disk_files},mode=700",
+                "user_limits": USER_NAMESPACE_LIMITS,
+            }
             argv = ["unshare", *_NAMESPACES, *argv]
         if seccomp:
             bundle["seccomp"] = seccomp
@@ -188,10 +213,15 @@ class _Child:
         try:
             self.proc = subprocess.Popen(
                 [*argv, str(ctrl_in_r), str(ctrl_out_w)],
-                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=self.workdir, env=env,
-                pass_fds=(ctrl_in_r, ctrl_out_w), start_new_session=True,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                cwd=self.workdir,
+                env=env,
+                pass_fds=(ctrl_in_r, ctrl_out_w),
+                start_new_session=True,
                 preexec_fn=_preexec(limits, self.cgroup, self.memory),
-            )  # fmt: skip
+            )
         except (OSError, subprocess.SubprocessError):  # SubprocessError: the preexec_fn (rlimits, cgroup) failed
             for fd in (self.ctrl_in, self.ctrl_out):
                 os.close(fd)
@@ -205,9 +235,11 @@ class _Child:
         self.overflow, self.closed_in = threading.Event(), False
         self.buffer, self.reports, self.over, self.read = b"", [], "", 0
         keep_in = mode == "serve"
-        self.threads = [threading.Thread(target=self._feed, args=(bundle, stdin, keep_in), daemon=True),
-                        threading.Thread(target=self._drain, args=(self.proc.stdout, True), daemon=True),
-                        threading.Thread(target=self._drain, args=(self.proc.stderr, False), daemon=True)]  # fmt: skip
+        self.threads = [
+            threading.Thread(target=self._feed, args=(bundle, stdin, keep_in), daemon=True),
+            threading.Thread(target=self._drain, args=(self.proc.stdout, True), daemon=True),
+            threading.Thread(target=self._drain, args=(self.proc.stderr, False), daemon=True),
+        ]
         for t in self.threads:
             t.start()
 
@@ -289,8 +321,9 @@ class _Child:
         rc = self.proc.returncode
         if self.isolation.namespaces and rc is not None and rc > 128:  # the run's signal, through its first process
             rc = -(rc - 128)
-        result = _ending(rc, reports, self.out, self.overflow, timed_out, finished, self.limits,
-                         time.monotonic() - self.started)  # fmt: skip
+        result = _ending(
+            rc, reports, self.out, self.overflow, timed_out, finished, self.limits, time.monotonic() - self.started
+        )
         return dataclasses.replace(result, layers=self.isolation.layers)
 
     # -- the session of an assert-style run

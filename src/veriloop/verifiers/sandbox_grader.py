@@ -34,8 +34,17 @@ class TestRun:
     layers: str = ""
 
 
-_SETUP = (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Assign, ast.AnnAssign,
-          ast.AugAssign, ast.Pass)  # fmt: skip
+_SETUP = (
+    ast.Import,
+    ast.ImportFrom,
+    ast.FunctionDef,
+    ast.AsyncFunctionDef,
+    ast.ClassDef,
+    ast.Assign,
+    ast.AnnAssign,
+    ast.AugAssign,
+    ast.Pass,
+)
 
 
 def parse_tests(source: str) -> list[tuple[bool, object, str]]:
@@ -45,8 +54,10 @@ def parse_tests(source: str) -> list[tuple[bool, object, str]]:
     HumanEval's ``check(candidate)``, ``try``/``if``/``for`` blocks) is one test, passed when it runs to its
     end.  Raises ``SyntaxError`` or ``ValueError`` (no test at all)."""
     tree = ast.parse(source)
-    out = [(not isinstance(node, _SETUP), compile(ast.Module([node], []), "<test>", "exec"), ast.unparse(node))
-           for node in tree.body]  # fmt: skip
+    out = [
+        (not isinstance(node, _SETUP), compile(ast.Module([node], []), "<test>", "exec"), ast.unparse(node))
+        for node in tree.body
+    ]
     if not any(is_test for is_test, _, _ in out):
         raise ValueError("the test code has no test statement (assert, or a call such as check(candidate))")
     return out
@@ -76,8 +87,10 @@ def run_tests(program: str, tests: list[tuple[bool, object, str]], limits: Sandb
                     break
                 except (Exception, SystemExit) as e:  # a failed assert, or the program's exception re-raised
                     if not first_fail:
-                        first_fail = f"{'test' if is_test else 'setup'} {text[:200]!r} failed: " + (
-                            f"{type(e).__name__}: {e}"[:300])
+                        first_fail = (
+                            f"{'test' if is_test else 'setup'} {text[:200]!r} failed: "
+                            + (f"{type(e).__name__}: {e}"[:300])
+                        )
                     continue
                 if child.over:  # the run ended inside this statement (and the test code caught it): no pass
                     break
@@ -91,9 +104,11 @@ def run_tests(program: str, tests: list[tuple[bool, object, str]], limits: Sandb
 # Modules the tests may use under the name the program imported them by (the grader's own import, never the
 # program's): pure computation, no side effect on import.  Anything else the program names as a module is not
 # imported here ("this" prints, "antigravity" opens a browser, "venv.__main__" exits the grader).
-TEST_MODULES = frozenset("math cmath decimal fractions numbers statistics random itertools functools operator "
-                         "collections heapq bisect array copy re string textwrap unicodedata datetime calendar json "
-                         "typing dataclasses enum hashlib base64 struct".split())  # fmt: skip
+TEST_MODULES = frozenset(
+    "math cmath decimal fractions numbers statistics random itertools functools operator "
+    "collections heapq bisect array copy re string textwrap unicodedata datetime calendar json "
+    "typing dataclasses enum hashlib base64 struct".split()
+)
 _KINDS = ("value", "object", "module")
 
 

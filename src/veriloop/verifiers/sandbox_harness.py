@@ -37,7 +37,8 @@ def _enter_view(view, seccomp):
     # the grader's files, other runs).  pivot_root and detaching the old root leave no path back to it.
     import ctypes
     libc = ctypes.CDLL(None, use_errno=True)
-    MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 1, 2, 4, 8, 32, 4096, 16384, 1 << 18
+    MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT = 1, 2, 4, 8, 32
+    MS_BIND, MS_REC, MS_PRIVATE = 4096, 16384, 1 << 18
     def mount(src, target, fs, flags, data=None):
         enc = lambda x: None if x is None else x.encode()
         if libc.mount(enc(src), enc(target), enc(fs), flags, enc(data)) != 0:

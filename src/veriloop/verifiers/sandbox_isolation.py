@@ -38,20 +38,65 @@ log = logging.getLogger(__name__)
 
 SECCOMP_EPERM = (
     # other processes' memory and namespaces; the file system's shape
-    "ptrace", "process_vm_readv", "process_vm_writev", "kcmp", "pidfd_getfd", "unshare", "setns", "mount",
-    "umount2", "pivot_root", "chroot", "mount_setattr", "move_mount", "open_tree", "fsopen", "fsconfig", "fsmount",
-    "fspick", "open_by_handle_at", "name_to_handle_at",
+    "ptrace",
+    "process_vm_readv",
+    "process_vm_writev",
+    "kcmp",
+    "pidfd_getfd",
+    "unshare",
+    "setns",
+    "mount",
+    "umount2",
+    "pivot_root",
+    "chroot",
+    "mount_setattr",
+    "move_mount",
+    "open_tree",
+    "fsopen",
+    "fsconfig",
+    "fsmount",
+    "fspick",
+    "open_by_handle_at",
+    "name_to_handle_at",
     # the kernel's rarer surfaces: BPF, perf, userfaultfd, io_uring, key rings, modules, kexec
-    "bpf", "perf_event_open", "userfaultfd", "io_uring_setup", "io_uring_enter", "io_uring_register", "keyctl",
-    "add_key", "request_key", "init_module", "finit_module", "delete_module", "kexec_load", "kexec_file_load",
+    "bpf",
+    "perf_event_open",
+    "userfaultfd",
+    "io_uring_setup",
+    "io_uring_enter",
+    "io_uring_register",
+    "keyctl",
+    "add_key",
+    "request_key",
+    "init_module",
+    "finit_module",
+    "delete_module",
+    "kexec_load",
+    "kexec_file_load",
     # the machine's settings
-    "reboot", "swapon", "swapoff", "acct", "quotactl", "syslog", "settimeofday", "clock_settime", "clock_adjtime",
-    "adjtimex", "sethostname", "setdomainname", "vhangup", "uselib", "iopl", "ioperm", "lookup_dcookie",
+    "reboot",
+    "swapon",
+    "swapoff",
+    "acct",
+    "quotactl",
+    "syslog",
+    "settimeofday",
+    "clock_settime",
+    "clock_adjtime",
+    "adjtimex",
+    "sethostname",
+    "setdomainname",
+    "vhangup",
+    "uselib",
+    "iopl",
+    "ioperm",
+    "lookup_dcookie",
     "fanotify_init",
     # programs: the run is the interpreter that started it, nothing else (a static binary written to the run's
     # directory, or one the view holds); loaded after the interpreter started, so it does not refuse that exec
-    "execve", "execveat",
-)  # fmt: skip
+    "execve",
+    "execveat",
+)
 SECCOMP_ENOSYS = ("clone3",)  # its flags lie in memory, unreadable to a filter: glibc then uses clone
 # clone with any namespace flag: CLONE_NEWTIME, NEWNS, NEWCGROUP, NEWUTS, NEWIPC, NEWUSER, NEWPID, NEWNET
 SECCOMP_CLONE_FLAGS = (0x80, 0x20000, 0x02000000, 0x04000000, 0x08000000, 0x10000000, 0x20000000, 0x40000000)
@@ -79,18 +124,33 @@ class Isolation:
         return "+".join(parts + ["rlimits", "audit-hook"])
 
     def describe(self) -> str:
-        kernel = ("user, mount, pid, net, ipc and uts namespaces; a read-only view of the interpreter's library "
-                  "directories and the run's own directory (a size-limited tmpfs), nothing else; no network device; "
-                  f"no capabilities; {dict(USER_NAMESPACE_LIMITS)['max_inotify_instances']} inotify instances and no "
-                  "namespace of its own") if self.namespaces else (
-                  "no namespaces")  # fmt: skip
-        seccomp = (f"; a seccomp filter (libseccomp): {len(SECCOMP_EPERM) + 1} calls refused, no namespace flag to "
-                   "clone, no socket but a Unix one") if self.seccomp else "; no seccomp filter"  # fmt: skip
+        kernel = (
+            (
+                "user, mount, pid, net, ipc and uts namespaces; a read-only view of the interpreter's library "
+                "directories and the run's own directory (a size-limited tmpfs), nothing else; no network device; "
+                f"no capabilities; {dict(USER_NAMESPACE_LIMITS)['max_inotify_instances']} inotify instances and no "
+                "namespace of its own"
+            )
+            if self.namespaces
+            else ("no namespaces")
+        )
+        seccomp = (
+            (
+                f"; a seccomp filter (libseccomp): {len(SECCOMP_EPERM) + 1} calls refused, no namespace flag to "
+                "clone, no socket but a Unix one"
+            )
+            if self.seccomp
+            else "; no seccomp filter"
+        )
         pids = f"; at most {PIDS_MAX} processes and threads (pids cgroup)" if self.pids_cgroup else ""
-        pids += ("; the run's memory limit holds for all its processes, shared memory and memfd included (memory "
-                 "cgroup)") if self.memory_cgroup else ""  # fmt: skip
-        return (f"sandbox layers: {self.layers}: {kernel}{seccomp}{pids}; resource limits; the audit hook"
-                + (f" ({self.why})" if self.why else ""))  # fmt: skip
+        pids += (
+            ("; the run's memory limit holds for all its processes, shared memory and memfd included (memory cgroup)")
+            if self.memory_cgroup
+            else ""
+        )
+        return f"sandbox layers: {self.layers}: {kernel}{seccomp}{pids}; resource limits; the audit hook" + (
+            f" ({self.why})" if self.why else ""
+        )
 
     def seccomp_spec(self) -> bytes | None:
         """The filter the child loads, as a BPF program (None: no filter); compiled once per process."""
@@ -101,9 +161,12 @@ PIDS_MAX = 64
 # /proc/sys/user/ in each run's user namespace (the kernel counts these per namespace and up the chain, so a run
 # cannot take the host user's inotify instances): few inotify instances and watches, no namespace of its own
 # (the seccomp filter refuses unshare and clone flags too; these hold where the filter is missing)
-USER_NAMESPACE_LIMITS = (("max_inotify_instances", 8), ("max_inotify_watches", 1024), ("max_fanotify_groups", 0),
-                         ("max_fanotify_marks", 0)) + tuple(
-    (f"max_{kind}_namespaces", 0) for kind in ("user", "mnt", "pid", "net", "ipc", "uts", "cgroup", "time"))  # fmt: skip
+USER_NAMESPACE_LIMITS = (
+    ("max_inotify_instances", 8),
+    ("max_inotify_watches", 1024),
+    ("max_fanotify_groups", 0),
+    ("max_fanotify_marks", 0),
+) + tuple((f"max_{kind}_namespaces", 0) for kind in ("user", "mnt", "pid", "net", "ipc", "uts", "cgroup", "time"))
 _ISOLATION: Isolation | None = None
 _ISOLATION_LOCK = threading.Lock()
 
@@ -123,8 +186,10 @@ def _probe_isolation(mode: str) -> Isolation:
         raise InputError(f"VERILOOP_SANDBOX must be auto, process or namespaces, got {mode!r}")
     if mode == "process":  # the explicit opt-in: loud, and every verdict's layers say it
         iso = _process_layers("VERILOOP_SANDBOX=process")
-        log.warning("VERILOOP_SANDBOX=process: untrusted code runs without the kernel layer (namespaces), "
-                    f"which a hostile program can defeat; verdicts say 'sandbox: {iso.layers}'")  # fmt: skip
+        log.warning(
+            "VERILOOP_SANDBOX=process: untrusted code runs without the kernel layer (namespaces), "
+            f"which a hostile program can defeat; verdicts say 'sandbox: {iso.layers}'"
+        )
         return iso
     cgroup = _pids_cgroup_root()
     library, why_no_seccomp = _seccomp_library()
@@ -135,8 +200,9 @@ def _probe_isolation(mode: str) -> Isolation:
         why = "no unshare command (util-linux)"
     else:
         # the strongest first: the cgroup may refuse us, the filter may fail to load
-        candidates = [Isolation(True, cg, "", lib) for lib in dict.fromkeys([library, ""]) for cg in
-                      dict.fromkeys([cgroup, ""])]  # fmt: skip
+        candidates = [
+            Isolation(True, cg, "", lib) for lib in dict.fromkeys([library, ""]) for cg in dict.fromkeys([cgroup, ""])
+        ]
         for candidate in candidates:
             ok, why = _works(candidate)
             if ok:
@@ -144,8 +210,13 @@ def _probe_isolation(mode: str) -> Isolation:
                     why_no_seccomp = f"the seccomp filter failed to load: {_works(candidates[0])[1]}"
                 memory = _memory_cgroup_root()
                 why_no_memory = "" if memory else "no memory cgroup this process may make"
-                return Isolation(True, candidate.pids_cgroup, "; ".join(w for w in (why_no_seccomp, why_no_memory) if w),
-                                 candidate.seccomp, memory)  # fmt: skip
+                return Isolation(
+                    True,
+                    candidate.pids_cgroup,
+                    "; ".join(w for w in (why_no_seccomp, why_no_memory) if w),
+                    candidate.seccomp,
+                    memory,
+                )
         why = f"namespaces unavailable: {why}"
     if mode == "namespaces":
         raise SandboxError(f"VERILOOP_SANDBOX=namespaces, but {why}")
@@ -157,7 +228,8 @@ def _probe_isolation(mode: str) -> Isolation:
         "user namespaces (unprivileged user namespaces allowed: sysctl kernel.unprivileged_userns_clone=1 or "
         "user.max_user_namespaces > 0; in a container, a profile that permits unshare) and util-linux's "
         "'unshare'. To run anyway without it (the seccomp filter and cgroups where they work, resource limits and an "
-        "audit hook, which a hostile program can defeat), set VERILOOP_SANDBOX=process: every verdict then says so.")
+        "audit hook, which a hostile program can defeat), set VERILOOP_SANDBOX=process: every verdict then says so."
+    )
 
 
 def _process_layers(why: str) -> Isolation:
@@ -166,8 +238,11 @@ def _process_layers(why: str) -> Isolation:
     limits and the audit hook."""
     library, _ = _seccomp_library()
     pids, memory = _pids_cgroup_root(), _memory_cgroup_root()
-    candidates = [Isolation(False, cg, why, lib, mem) for lib in dict.fromkeys([library, ""])
-                  for cg, mem in dict.fromkeys([(pids, memory), ("", "")])]  # fmt: skip
+    candidates = [
+        Isolation(False, cg, why, lib, mem)
+        for lib in dict.fromkeys([library, ""])
+        for cg, mem in dict.fromkeys([(pids, memory), ("", "")])
+    ]
     for candidate in candidates[:-1]:
         if _works(candidate)[0]:
             return candidate
@@ -200,8 +275,13 @@ def seccomp_bpf(library: str) -> bytes:
     lib = ctypes.CDLL(library, use_errno=True)
     lib.seccomp_init.restype, lib.seccomp_init.argtypes = ctypes.c_void_p, [ctypes.c_uint32]
     lib.seccomp_syscall_resolve_name.argtypes = [ctypes.c_char_p]
-    lib.seccomp_rule_add_array.argtypes = [ctypes.c_void_p, ctypes.c_uint32, ctypes.c_int, ctypes.c_uint,
-                                           ctypes.POINTER(Cmp)]  # fmt: skip
+    lib.seccomp_rule_add_array.argtypes = [
+        ctypes.c_void_p,
+        ctypes.c_uint32,
+        ctypes.c_int,
+        ctypes.c_uint,
+        ctypes.POINTER(Cmp),
+    ]
     lib.seccomp_export_bpf.argtypes = [ctypes.c_void_p, ctypes.c_int]
     lib.seccomp_release.argtypes = [ctypes.c_void_p]
     eperm, enosys = 0x00050000 | 1, 0x00050000 | 38  # SCMP_ACT_ERRNO(errno)

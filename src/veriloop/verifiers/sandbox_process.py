@@ -187,5 +187,3 @@ def _kill_group(proc: subprocess.Popen) -> None:
     except (ProcessLookupError, PermissionError):
         pass
     _wait_exit(proc, 5.0)  # False only for a process that ignores SIGKILL
-
-

@@ -49,18 +49,23 @@ from veriloop.verifiers.polarity import (
 )
 
 RETRACTS, DOUBTS, CONFIRMS = "retracts", "doubts", "confirms"
-_TRIGGER = re.compile(r"scratch|scrap|kidding|\bjk\b|ignore|disregard|forget|strike|delete|discard|erase|cancel|undo|"
-                      r"retract|withdraw|cross|rul(?:e|es|ed|ing)\s+out|"
-                      r"throw|back|mind|wrong|incorrect|false|mistake|error|typo|right|correct|true|accurate|valid|off|"
-                      r"bogus|nonsense|flaw|miscalc|misread|miscount|mess|erred|re-?do|recomput|recalcul|rework|"
-                      r"re-solve|reconsider|rethink|over|again|fix|oops|bad|second|\bno\b|nope|nah|not|n't|sure|"
-                      r"certain|confident|doubt|maybe|probabl|perhaps|think|guess|might|could|sceptic|skeptic|"
-                      r"tentativ|dubious|provisional", re.IGNORECASE)
-_POINTER = (r"(?:that|this|it|these|those|everything(?:\s+(?:above|before|so\s+far))?|all\s+(?:of\s+)?(?:that|this|it)"
-            r"|(?:the\s+|my\s+|our\s+)?(?:above|previous|prior|preceding|last|earlier|first|old|original|former)"
-            r"(?:\s+[a-z]+){0,2}|what\s+(?:i|we)\s+(?:just\s+)?(?:said|wrote|did|had|got|found|computed|calculated)"
-            r"|(?:the|my|our)\s+(?:line|answer|result|value|step|calculation|computation|work|part|number|solution"
-            r"|attempt)s?\s+(?:above|before))\b")  # fmt: skip
+_TRIGGER = re.compile(
+    r"scratch|scrap|kidding|\bjk\b|ignore|disregard|forget|strike|delete|discard|erase|cancel|undo|"
+    r"retract|withdraw|cross|rul(?:e|es|ed|ing)\s+out|"
+    r"throw|back|mind|wrong|incorrect|false|mistake|error|typo|right|correct|true|accurate|valid|off|"
+    r"bogus|nonsense|flaw|miscalc|misread|miscount|mess|erred|re-?do|recomput|recalcul|rework|"
+    r"re-solve|reconsider|rethink|over|again|fix|oops|bad|second|\bno\b|nope|nah|not|n't|sure|"
+    r"certain|confident|doubt|maybe|probabl|perhaps|think|guess|might|could|sceptic|skeptic|"
+    r"tentativ|dubious|provisional",
+    re.IGNORECASE,
+)
+_POINTER = (
+    r"(?:that|this|it|these|those|everything(?:\s+(?:above|before|so\s+far))?|all\s+(?:of\s+)?(?:that|this|it)"
+    r"|(?:the\s+|my\s+|our\s+)?(?:above|previous|prior|preceding|last|earlier|first|old|original|former)"
+    r"(?:\s+[a-z]+){0,2}|what\s+(?:i|we)\s+(?:just\s+)?(?:said|wrote|did|had|got|found|computed|calculated)"
+    r"|(?:the|my|our)\s+(?:line|answer|result|value|step|calculation|computation|work|part|number|solution"
+    r"|attempt)s?\s+(?:above|before))\b"
+)
 _OPENING = r"^\W*(?:(?:wait|hmm+|oh|ah|uh|um|ugh|argh|ack|actually|well|ok|okay|sorry|oops|whoops|no|nope|please)\W+)*"
 _WITHDRAW = re.compile(  # the speech acts that withdraw what came before, opening their clause
     rf"{_OPENING}(?:(?:you\s+(?:can|should|may|must)\s+)?(?:scratch|scrap|ignore|disregard|forget|strike|delete|discard|erase"
@@ -70,21 +75,31 @@ _WITHDRAW = re.compile(  # the speech acts that withdraw what came before, openi
     rf"|never\s*mind(?!\s+(?!(?:that|this|it|what)\b)[a-z])"
     rf"|(?:(?:wait|hmm+|ugh|argh|ack|actually|well|hold\s+on|hang\s+on)\W+)*(?:no|nope|nah)(?:\W*$|\s*[,.!;:\u2014-]|\s+(?:wait|actually"
     rf"|no)\b)|(?:that's\s+|that\s+is\s+)?(?:wrong|incorrect|not\s+(?:quite|really|right|correct|so))\W*$)",
-    re.IGNORECASE)  # fmt: skip
-_REDO = re.compile(r"(?:^\W*|(?:let\s+me|let's|let\s+us|i\s+(?:need|have|should|must|will|'ll|'d\s+better|had\s+better)"
-                   r"\s+(?:to\s+)?|we\s+(?:need|have|should|must|will)\s+(?:to\s+)?|time\s+to)\s+)(?:re-?do(?:ing)?|"
-                   r"recomput(?:e|ing)|recalculat(?:e|ing)|rework(?:ing)?|re-solv(?:e|ing)|reconsider(?:ing)?|"
-                   r"rethink(?:ing)?|start(?:ing)?\s+over|try(?:ing)?\s+(?:(?:this|that|it)\s+)?again|fix(?:ing)?\s+"
-                   r"(?:this|that|it|my)|correct(?:ing)?\s+(?:this|that|it|my))\b", re.IGNORECASE)  # fmt: skip
-_CHECKING = re.compile(r"\bto\s+(?:check|verify|confirm|be\s+(?:sure|safe|certain)|make\s+sure|double[-\s]?check|"
-                       r"validate)|\bjust\s+to\b|\bas\s+a\s+check\b", re.IGNORECASE)
-_EVAL_NEG = frozenset("wrong incorrect false mistaken off invalid inaccurate bogus nonsense flawed mistake mistakes "
-                      "error errors typo miscalculated miscalculation misread miscounted messed erred".split()) | {
-    "ruled out", "rule out"}  # the texts of operator phrases
+    re.IGNORECASE,
+)
+_REDO = re.compile(
+    r"(?:^\W*|(?:let\s+me|let's|let\s+us|i\s+(?:need|have|should|must|will|'ll|'d\s+better|had\s+better)"
+    r"\s+(?:to\s+)?|we\s+(?:need|have|should|must|will)\s+(?:to\s+)?|time\s+to)\s+)(?:re-?do(?:ing)?|"
+    r"recomput(?:e|ing)|recalculat(?:e|ing)|rework(?:ing)?|re-solv(?:e|ing)|reconsider(?:ing)?|"
+    r"rethink(?:ing)?|start(?:ing)?\s+over|try(?:ing)?\s+(?:(?:this|that|it)\s+)?again|fix(?:ing)?\s+"
+    r"(?:this|that|it|my)|correct(?:ing)?\s+(?:this|that|it|my))\b",
+    re.IGNORECASE,
+)
+_CHECKING = re.compile(
+    r"\bto\s+(?:check|verify|confirm|be\s+(?:sure|safe|certain)|make\s+sure|double[-\s]?check|"
+    r"validate)|\bjust\s+to\b|\bas\s+a\s+check\b",
+    re.IGNORECASE,
+)
+_EVAL_NEG = frozenset(
+    "wrong incorrect false mistaken off invalid inaccurate bogus nonsense flawed mistake mistakes "
+    "error errors typo miscalculated miscalculation misread miscounted messed erred".split()
+) | {"ruled out", "rule out"}  # the texts of operator phrases
 _EVAL_POS = frozenset("right correct true accurate valid fine".split())
-_POINTS_BACK = frozenset("that this it above previous earlier last first answer result value calculation computation "
-                         "line step work reasoning solution there i we my our total sum figure amount something "
-                         "somewhere".split())  # fmt: skip
+_POINTS_BACK = frozenset(
+    "that this it above previous earlier last first answer result value calculation computation "
+    "line step work reasoning solution there i we my our total sum figure amount something "
+    "somewhere".split()
+)
 _EVAL_VERBS = frozenset("make made makes making have has had up somewhere".split())  # "I made a mistake somewhere"
 _APPEARANCE = frozenset("look looks sound sounds".split())  # "that doesn't look right": looks not right
 _ABOUT_ELSE = frozenset("to that about for of with".split())  # "it's wrong to add tax": about something else
@@ -92,8 +107,11 @@ _CONDITION = frozenset("if unless when whenever in case".split())
 
 
 # "can't tell if P" asks whether P (not "let me know if ...", an offer)
-_EMBEDDED_IF = re.compile(r"(?<!let\sme\s)(?<!let\sus\s)\b(tell|know|sure|certain|decide|say|see|wonder|check|settle|"
-                          r"determine)\s+if\b", re.I)
+_EMBEDDED_IF = re.compile(
+    r"(?<!let\sme\s)(?<!let\sus\s)\b(tell|know|sure|certain|decide|say|see|wonder|check|settle|"
+    r"determine)\s+if\b",
+    re.I,
+)
 # chunks of a sentence: "But I'm not sure about that." is a hedge after "But"; "Cheers — but ..." after a dash
 _CHUNK = re.compile(r"[,;:]|\bbut\b|\s[-\u2013\u2014]+\s|\u2014", re.IGNORECASE)
 
@@ -123,9 +141,13 @@ def speech_act(sentence: str, key: str = "") -> str | None:
 def _bare_hedge(s: str) -> str | None:
     """``RETRACTS`` / ``DOUBTS`` for a sentence or chunk made of operators only ("I'm not sure (about
     this).", "Maybe.", "I doubt it.", "... , I'm not confident."), else None."""
-    bare = re.sub(r"\s+(?:about|of|on|with|in)\s+(?:(?:this|that|the|my)\s+(?:answer|result|value|number|calculation|"
-                  r"figure|total)|this|that|it)(?:\s+one)?(?=(?:\s+(?:though|tho))?\W*$)", "", s,
-                  flags=re.I)  # "Not 100% sure on this one."
+    bare = re.sub(
+        r"\s+(?:about|of|on|with|in)\s+(?:(?:this|that|the|my)\s+(?:answer|result|value|number|calculation|"
+        r"figure|total)|this|that|it)(?:\s+one)?(?=(?:\s+(?:though|tho))?\W*$)",
+        "",
+        s,
+        flags=re.I,
+    )  # "Not 100% sure on this one."
     bare = re.sub(r"^\W*(?:and|but|yet|so|though|still)\b", "", bare.strip(), flags=re.I)  # ", and I can't settle it."
     items = [it for it in tokens(bare) if it.kind not in ("sep", "disc")]  # "I'm not sure about this."
     if any(it.text in _EVAL_NEG | _EVAL_POS for it in items):
@@ -159,16 +181,19 @@ def _evaluation(items: list[Item], key: str) -> str | None:
     if at is None or any(it.text in _CONDITION for it in items):
         return None
     subject = items[:at]
-    if not any(it.text in _POINTS_BACK or (key and it.kind == "num" and it.text.replace(",", "") == key)
-               for it in subject):  # fmt: skip
+    if not any(
+        it.text in _POINTS_BACK or (key and it.kind == "num" and it.text.replace(",", "") == key) for it in subject
+    ):
         return None
     if at + 1 < len(items) and items[at + 1].text in _ABOUT_ELSE:
         return None  # "it's wrong to add tax", "I was wrong about the units"
     if any(it.kind == "num" and it.text.replace(",", "") != key for it in subject):
         return None  # "the attempt that gave 52 was wrong": about 52
     word = items[at].text
-    head = [Item("fn", it.text) if it.text in _EVAL_VERBS else Item("op", it.text, RAISER)
-            if it.text in _APPEARANCE else it for it in subject]  # fmt: skip
+    head = [
+        Item("fn", it.text) if it.text in _EVAL_VERBS else Item("op", it.text, RAISER) if it.text in _APPEARANCE else it
+        for it in subject
+    ]
     head.append(Item("op", word, NEG_PRED if word in _EVAL_NEG else TRUTH))
     ops = [cls for cls, _ in chunk_operators(head, final=True)]
     p = compose(ops)

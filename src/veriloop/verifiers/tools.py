@@ -42,8 +42,12 @@ def run_block(earlier: list[str], code: str, settings: ToolSettings) -> tuple[st
     """(status, shown output, seconds) of ``code`` run after the ``earlier`` blocks (their output dropped)."""
     marker = "veriloop-tool-" + secrets.token_hex(8)  # the earlier blocks' output ends at the marker
     program = "\n".join([*map(with_display, earlier), f"print({marker!r})", with_display(code)])
-    limits = SandboxLimits(wall_seconds=settings.wall_seconds, cpu_seconds=max(1, int(settings.wall_seconds)),
-                           memory_mb=512, output_bytes=1 << 16)  # fmt: skip
+    limits = SandboxLimits(
+        wall_seconds=settings.wall_seconds,
+        cpu_seconds=max(1, int(settings.wall_seconds)),
+        memory_mb=512,
+        output_bytes=1 << 16,
+    )
     run = run_program(program, limits=limits)
     stdout = run.stdout.split(marker + "\n", 1)[1] if marker + "\n" in run.stdout else ""
     if marker not in run.stdout and run.status == "ok":  # pragma: no cover - the earlier blocks ran before
