@@ -4,23 +4,24 @@
 
 Runs one after another in this process (no worker pool), after one warm-up run per row; each row is timed
 ``--repeats`` times and the table gives every repeat.  Rows the machine cannot run (no namespaces, no libseccomp,
-no pids cgroup) are left out.  The `Popen.wait` rows wait for the run's end as the supervisor did before it used
-a pidfd (polling with sleeps of up to 50 ms).  ``--quick``: 2 runs, one repeat.
+no pids cgroup) are left out.  Namespaces are made by bwrap where the machine's sandbox uses it, and then the
+strongest row is timed with the unshare fall-back too.  The `Popen.wait` rows wait for the run's end as the
+supervisor did before it used a pidfd (polling with sleeps of up to 50 ms).  ``--quick``: 2 runs, one repeat.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import time
 
 from common import result_args, save
 
-from veriloop.verifiers import sandbox_isolation as si
-from veriloop.verifiers.sandbox import run_program
+from veriloop.sandbox import Isolation, isolation, run_program
 
 
-def rows(best: si.Isolation) -> list[tuple[str, si.Isolation, bool]]:
+def rows(best: Isolation) -> list[tuple[str, Isolation, bool]]:
     out = []
     for name, ns, cgroup, seccomp in [
         ("namespaces+seccomp+pids-cgroup", True, True, True),
@@ -32,14 +33,21 @@ def rows(best: si.Isolation) -> list[tuple[str, si.Isolation, bool]]:
     ]:
         if (ns and not best.namespaces) or (cgroup and not best.pids_cgroup) or (seccomp and not best.seccomp):
             continue
+        iso = Isolation(ns, best.pids_cgroup if cgroup else "", "", best.seccomp if seccomp else "")
         out.append(
-            (name, si.Isolation(ns, best.pids_cgroup if cgroup else "", "", best.seccomp if seccomp else ""), True)
+            (
+                name + (" (bwrap)" if ns and best.bwrap else ""),
+                dataclasses.replace(iso, bwrap=ns and best.bwrap or ""),
+                True,
+            )
         )
+    if best.bwrap and out[0][1].namespaces:  # the fall-back, for comparison
+        out.insert(1, (out[0][0].replace("(bwrap)", "(unshare)"), dataclasses.replace(out[0][1], bwrap=""), True))
     out += [(f"{name}, Popen.wait", iso, False) for name, iso, _ in (out[0], out[-1])]
     return out
 
 
-def timed(iso: si.Isolation, runs: int) -> float:
+def timed(iso: Isolation, runs: int) -> float:
     run_program("print(1)", isolation_=iso)  # warm-up: the filter's compilation, the page cache
     start = time.perf_counter()
     for _ in range(runs):
@@ -57,7 +65,7 @@ def main() -> None:
     args = p.parse_args()
     if args.quick:
         args.runs, args.repeats = 2, 1
-    best = si.isolation()
+    best = isolation()
     result = {"best": best.layers, "runs": args.runs, "repeats": args.repeats, "rows": []}
     print(f"| layers | waiting | ms per run ({args.repeats} repeats of {args.runs} runs) |")
     print("|---|---|---|")

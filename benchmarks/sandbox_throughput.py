@@ -122,7 +122,7 @@ def main() -> None:
     args = p.parse_args()
     if args.quick:
         args.runs, args.repeats = 4, 1
-    from veriloop.verifiers.sandbox import isolation
+    from veriloop.sandbox import isolation
 
     checkout = Path(veriloop.__file__).resolve().parents[2]  # the veriloop measured (PYTHONPATH may name another)
     result = {

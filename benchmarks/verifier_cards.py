@@ -32,7 +32,7 @@ def audit_one(name: str) -> dict:
         getattr(verifier, "close", lambda: None)()
     out = {**report.to_json(), "command": f"veriloop audit {name} --part all"}
     if hasattr(verifier, "limits"):  # code runs completions in the sandbox: its layers decide some verdicts
-        from veriloop.verifiers.sandbox import isolation
+        from veriloop.sandbox import isolation
 
         out["sandbox"] = isolation().layers
     return out

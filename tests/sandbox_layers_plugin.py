@@ -6,7 +6,11 @@ lacks one of a test's layers (``isolation()`` did not find it) the test is skipp
 why it is missing: the one way a sandbox test skips for the machine's sake.  The terminal summary then says, in one
 line, what was exercised and what this machine lacks:
 
-    sandbox layers exercised: namespaces, seccomp, pids-cgroup, rlimits, audit-hook; not available here: none
+    sandbox layers exercised: namespaces, bwrap, seccomp, pids-cgroup, rlimits, audit-hook; not available here: none
+
+``bwrap`` is the namespaces made by bubblewrap (``Isolation.bwrap``): the kernel layer's tests run once under it
+(marked ``bwrap``) and once under the ``unshare`` fall-back (tests/test_sandbox_isolation_on_cpu.py), so a machine
+with bwrap exercises both ways, and one without it says so here.
 
 ``VERILOOP_EXPECT_SANDBOX_LAYERS=namespaces,seccomp,...`` (.ci/run sets it to what the machine offers) turns a gap
 into a failure: the session fails unless each layer named there was exercised by a selected test that ran, and no
@@ -22,7 +26,7 @@ import os
 
 import pytest
 
-from veriloop.verifiers.sandbox_isolation import Isolation, isolation
+from veriloop.sandbox import Isolation, isolation
 
 ENV = "VERILOOP_EXPECT_SANDBOX_LAYERS"
 MARKER = "sandbox_layer"
@@ -30,6 +34,7 @@ _LAYERS, _MISSING = "sandbox_layers", "sandbox_layers_missing"  # user_propertie
 # words by which Isolation.why names each kernel layer (rlimits and the audit hook are always there)
 _WORDS = {
     "namespaces": ("namespace", "unshare"),
+    "bwrap": ("bwrap", "namespace"),  # missing where the namespaces are, for their reason
     "seccomp": ("seccomp",),
     "pids-cgroup": ("pids",),
     "memory-cgroup": ("memory",),
@@ -38,7 +43,7 @@ _WORDS = {
 
 def known_layers() -> tuple[str, ...]:
     """Every layer the sandbox has, in its own order: ``Isolation.layers`` of a machine that has them all."""
-    return tuple(Isolation(True, "pids-cgroup", "", "libseccomp", "memory-cgroup").layers.split("+"))
+    return tuple(Isolation(True, "pids-cgroup", "", "libseccomp", "memory-cgroup", "bwrap").layers.split("+"))
 
 
 def missing_layers(iso: Isolation) -> dict[str, str]:

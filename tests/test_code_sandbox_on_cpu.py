@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from veriloop.sandbox import SandboxLimits, run_program
 from veriloop.verifiers import VerifierError, get
-from veriloop.verifiers.sandbox import SandboxLimits, run_program
 
 ASSERTS = "assert add(2, 3) == 5\nassert add(-1, 1) == 0\nassert add(10, 5) == 15\nassert add(0, 0) == 0"
 STDIO = '[{"input": "2 3\\n", "output": "5\\n"}, {"input": "10 -4\\n", "output": "6\\n"}]'
@@ -265,7 +265,7 @@ def test_waiting_for_a_run_reaps_it_and_times_out_on_a_live_one(pidfd, monkeypat
     import subprocess
     import sys
 
-    from veriloop.verifiers import sandbox
+    from veriloop.sandbox import process
 
     if not pidfd:
         monkeypatch.delattr(os, "pidfd_open", raising=False)
@@ -273,10 +273,10 @@ def test_waiting_for_a_run_reaps_it_and_times_out_on_a_live_one(pidfd, monkeypat
         [sys.executable, "-c", "import sys; sys.stdin.read(); raise SystemExit(3)"], stdin=subprocess.PIPE
     )
     try:
-        assert sandbox._wait_exit(proc, 0.2) is False and proc.returncode is None
+        assert process.wait_exit(proc, 0.2) is False and proc.returncode is None
         proc.stdin.close()  # the program reads EOF and ends
-        assert sandbox._wait_exit(proc, 30.0) is True and proc.returncode == 3
-        assert sandbox._wait_exit(proc, 0.0) is True  # already reaped: no pidfd, no error
+        assert process.wait_exit(proc, 30.0) is True and proc.returncode == 3
+        assert process.wait_exit(proc, 0.0) is True  # already reaped: no pidfd, no error
     finally:
         proc.kill()
         proc.wait()

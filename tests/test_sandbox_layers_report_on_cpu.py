@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import sandbox_layers_plugin as plugin
 
-from veriloop.verifiers.sandbox_isolation import Isolation
+from veriloop.sandbox import Isolation
 
 pytestmark = pytest.mark.timeout(300)
 TESTS = Path(__file__).parent
@@ -41,9 +41,9 @@ def _absent() -> tuple[str, str]:
     """What the inner sessions lack, as the plugin says it: namespaces always (VERILOOP_SANDBOX=process), and the
     layers short of namespaces that this machine cannot give (the process mode takes every one that works); and
     the kernel layers it has that no inner test marks."""
-    from veriloop.verifiers.sandbox_isolation import _process_layers
+    from veriloop.sandbox.probe import process_layers
 
-    missing = plugin.missing_layers(_process_layers(PROCESS))
+    missing = plugin.missing_layers(process_layers(PROCESS))
     assert "namespaces" in missing
     unmarked = [
         f"{layer} (no test of it selected)"
@@ -126,7 +126,15 @@ def test_a_wrong_layer_name_is_an_error_that_names_it(tmp_path):
 
 
 def test_missing_layers_name_each_layer_with_its_own_reason():
-    assert plugin.known_layers() == ("namespaces", "seccomp", "pids-cgroup", "memory-cgroup", "rlimits", "audit-hook")
+    assert plugin.known_layers() == (
+        "namespaces",
+        "bwrap",
+        "seccomp",
+        "pids-cgroup",
+        "memory-cgroup",
+        "rlimits",
+        "audit-hook",
+    )
     iso = Isolation(
         False,
         "",
@@ -135,17 +143,25 @@ def test_missing_layers_name_each_layer_with_its_own_reason():
     )
     assert plugin.missing_layers(iso) == {
         "namespaces": "namespaces unavailable: unshare failed",
+        "bwrap": "namespaces unavailable: unshare failed",
         "seccomp": "no seccomp filter: libseccomp is not installed (Debian: libseccomp2)",
         "pids-cgroup": "isolation() found none on this machine and gives no reason",
         "memory-cgroup": "isolation() found none on this machine and gives no reason",
     }
-    assert plugin.missing_layers(Isolation(True, "/sys/fs/cgroup/x", "", "libseccomp.so.2", "/sys/fs/cgroup/m")) == {}
-    assert plugin.missing_layers(Isolation(True, "/x", "no memory cgroup this process may make", "lib")) == {
-        "memory-cgroup": "no memory cgroup this process may make"
+    full = Isolation(True, "/sys/fs/cgroup/x", "", "libseccomp.so.2", "/sys/fs/cgroup/m", "/usr/bin/bwrap")
+    assert plugin.missing_layers(full) == {}
+    unshare = Isolation(True, "/x", "no bwrap command (Debian: bubblewrap): unshare makes the namespaces", "lib", "/m")
+    assert plugin.missing_layers(unshare) == {
+        "bwrap": "no bwrap command (Debian: bubblewrap): unshare makes the namespaces"
     }
+    assert plugin.missing_layers(
+        Isolation(True, "/x", "no memory cgroup this process may make", "lib", "", "bwrap")
+    ) == {"memory-cgroup": "no memory cgroup this process may make"}
     assert plugin.parse_expected(" audit-hook,namespaces,,namespaces ") == ("namespaces", "audit-hook")
     assert plugin.parse_expected("") == ()
-    with pytest.raises(pytest.UsageError, match="'pids' is not a sandbox layer; the layers are namespaces, seccomp"):
+    with pytest.raises(
+        pytest.UsageError, match="'pids' is not a sandbox layer; the layers are namespaces, bwrap, seccomp"
+    ):
         plugin.parse_expected("pids")
 
 

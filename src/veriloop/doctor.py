@@ -118,7 +118,7 @@ def _optional_packages() -> list[Check]:
 
 
 def _sandbox() -> Check:
-    from veriloop.verifiers.sandbox_isolation import isolation
+    from veriloop.sandbox import isolation
 
     iso = isolation()
     detail = iso.layers + (f" ({iso.why})" if iso.why else "")
@@ -128,7 +128,8 @@ def _sandbox() -> Check:
         "code sandbox",
         "missing",
         detail + ": code verdicts run without the kernel layer",
-        "a Linux kernel with unprivileged user namespaces and util-linux's unshare (docs/security.md)",
+        "a Linux kernel with unprivileged user namespaces, and bubblewrap (Debian: bubblewrap) or util-linux's "
+        "unshare (docs/security.md)",
     )
 
 

@@ -2,7 +2,7 @@
 the sandbox runs, the output fed back, generation going on.
 
 A completion is a sequence of *model* segments and *tool* segments.  Sampling pauses when a code block
-closes (``ToolFormat.code_close``); the sandbox of the ``code`` verifier (``verifiers/sandbox.py``: a fresh
+closes (``ToolFormat.code_close``); the sandbox of the ``code`` verifier (``veriloop.sandbox``: a fresh
 limited process, the audit hook, no network, no input) runs that block after the earlier blocks of the
 same completion that ran to their end, so names they defined are still there (state by re-running: the
 earlier blocks' own output is discarded); what the block printed is appended inside an output block

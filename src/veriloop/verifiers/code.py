@@ -18,9 +18,8 @@ import os
 import re
 from concurrent.futures import ThreadPoolExecutor
 
-from veriloop.verifiers.base import Verdict, Verifier, VerifierError, register
-from veriloop.verifiers.sandbox import SandboxLimits, run_program
-from veriloop.verifiers.sandbox_grader import parse_tests, run_tests
+from veriloop.sandbox import SandboxLimits, parse_tests, run_program, run_tests
+from veriloop.verifiers.base import Verdict, Verifier, VerifierError
 
 SEVERITY = ("violation", "timeout", "crash", "output_limit", "fail")
 _FENCE = re.compile(r"```(?:python|py|python3)?[ \t]*\n(.*?)```", re.DOTALL | re.IGNORECASE)
@@ -116,6 +115,3 @@ class CodeVerifier(Verifier):
         detail = next((r[3] for r in runs if r[0] == outcome and r[3]), "")
         detail = "; ".join(filter(None, [detail, "sandbox: " + "/".join(sorted({r[4] for r in runs}))]))
         return Verdict(score, {"tests_passed": share, "outcome": float(outcome == "pass")}, self.tag, detail, outcome)
-
-
-register("code")(CodeVerifier)

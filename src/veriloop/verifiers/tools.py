@@ -1,6 +1,6 @@
 """The sandbox as a tool for tool-integrated rollouts (``rollout/tools.py``): a code block runs in the ``code``
-verifier's sandbox (``verifiers/sandbox.py``: a fresh limited process, the audit hook, no network, no input), after
-the earlier blocks of its completion that ran to their end (their state; their own output dropped).  A block's last
+verifier's sandbox (``veriloop.sandbox``: a fresh limited process, the audit hook, no network, no input), after the
+earlier blocks of its completion that ran to their end (their state; their own output dropped).  A block's last
 expression prints its value, as in a notebook.  ``tool_settings`` gives a task's tool format this runner."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import ast
 import secrets
 
 from veriloop.rollout.tools import ToolSettings
-from veriloop.verifiers.sandbox import SandboxLimits, run_program
+from veriloop.sandbox import SandboxLimits, run_program
 
 
 def shown_output(status: str, stdout: str, detail: str, limit: int) -> str:

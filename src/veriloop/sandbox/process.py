@@ -1,6 +1,6 @@
 """Starting and ending a sandboxed process: what the forked child does before the exec (dies with its grader,
 joins the run's cgroups, sets its resource limits), the run's cgroups, waiting and killing, and removing the
-run's directory however deep.  The supervisor (``sandbox.py``) calls these; none of them reads what the
+run's directory however deep.  The supervisor (``supervisor.py``) calls these; none of them reads what the
 program says."""
 
 from __future__ import annotations
@@ -12,27 +12,24 @@ import signal
 import subprocess
 import sys
 import time
-from typing import TYPE_CHECKING
 
-from veriloop.verifiers.sandbox_isolation import MEMORY_LIMIT_FILES, PIDS_MAX, Isolation
-
-if TYPE_CHECKING:
-    from veriloop.verifiers.sandbox import SandboxLimits
+from veriloop.sandbox.layers import MEMORY_LIMIT_FILES, PIDS_MAX, Isolation
+from veriloop.sandbox.limits import SandboxLimits
 
 # prctl(2) from the C library, looked up here: the forked child only calls it (no import between fork and exec)
 _LIBC = ctypes.CDLL(None, use_errno=True) if sys.platform.startswith("linux") else None
 _PR_SET_PDEATHSIG = 1
 
 
-def _preexec(limits: SandboxLimits, cgroup: str = "", memory: str = ""):
+def preexec(limits: SandboxLimits, cgroup: str = "", memory: str = ""):
     grader = os.getpid()
 
     def apply() -> None:
         import resource
 
         # The sandboxed process dies with its grader: SIGKILL when the thread that started it ends (the grader
-        # killed, say), and under unshare --kill-child the namespace's processes go with it.  A grader that died
-        # before this line leaves the child an orphan already: it stops here.
+        # killed, say), and under unshare --kill-child or bwrap --die-with-parent the namespace's processes go with
+        # it.  A grader that died before this line leaves the child an orphan already: it stops here.
         if _LIBC is not None:
             _LIBC.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
             if os.getppid() != grader:
@@ -61,7 +58,7 @@ def _preexec(limits: SandboxLimits, cgroup: str = "", memory: str = ""):
     return apply
 
 
-def _run_cgroups(iso: Isolation, limits: SandboxLimits, name: str) -> tuple[str, str]:
+def run_cgroups(iso: Isolation, limits: SandboxLimits, name: str) -> tuple[str, str]:
     """The run's own pids cgroup (``pids.max``) and memory cgroup (its memory limit for all its processes, shmem
     and memfd pages included), where the machine has them; "" where not."""
     pids = memory = ""
@@ -142,7 +139,7 @@ def remove_tree(top: str) -> None:
         pass
 
 
-def _write_all(fd: int, data: bytes, deadline: float) -> None:
+def write_all(fd: int, data: bytes, deadline: float) -> None:
     view = memoryview(data)
     while view:
         left = deadline - time.monotonic()
@@ -153,7 +150,7 @@ def _write_all(fd: int, data: bytes, deadline: float) -> None:
             view = view[os.write(fd, view[: select.PIPE_BUF]) :]
 
 
-def _wait_exit(proc: subprocess.Popen, seconds: float) -> bool:
+def wait_exit(proc: subprocess.Popen, seconds: float) -> bool:
     """Wait up to ``seconds`` for ``proc`` to end (and reap it); False if it is still running.
 
     ``Popen.wait(timeout)`` polls with sleeps that double up to 50 ms, so a short run is seen ending late
@@ -181,9 +178,9 @@ def _wait_exit(proc: subprocess.Popen, seconds: float) -> bool:
         return False
 
 
-def _kill_group(proc: subprocess.Popen) -> None:
+def kill_group(proc: subprocess.Popen) -> None:
     try:
         os.killpg(proc.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass
-    _wait_exit(proc, 5.0)  # False only for a process that ignores SIGKILL
+    wait_exit(proc, 5.0)  # False only for a process that ignores SIGKILL

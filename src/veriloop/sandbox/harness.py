@@ -1,9 +1,10 @@
 """The program a sandboxed process runs (``python -I -c HARNESS ctrl_in ctrl_out``): kept apart from its
-supervisor (``sandbox.py``) because it is text that runs in the child, not code of this process.
+supervisor (``supervisor.py``) because it is text that runs in the child, not code of this process.
 
 What it does, in order: read the bundle (one line on the control pipe); with a ``view`` (the kernel layer) make
-the run's file system, drop every capability; load the seccomp filter (where the bundle has one); with a view,
-fork (the namespace's first process only waits); install the audit hook; run the program; then either report
+the run's file system (under unshare all of it; under bwrap what bwrap leaves: see ``namespaces.py``) and move into
+it, drop every capability; load the seccomp filter (where the bundle has one); as the namespace's first process
+(under unshare), fork (the first process only waits); install the audit hook; run the program; then either report
 how it ended (``run`` mode) or answer the grader's requests (``serve`` mode: the program's names, then calls in,
 strictly encoded values, handles or exceptions out).
 """
@@ -31,54 +32,41 @@ def _enter_seccomp(bpf):
 def _forget_ctypes():
     for name in [m for m in sys.modules if m in ("ctypes", "_ctypes") or m.startswith("ctypes.")]:
         del sys.modules[name]  # an import of a cached module raises no audit event: make the program's import a new one
-def _enter_view(view, seccomp):
-    # A fresh tmpfs becomes "/": the interpreter's library directories and a few device files bound read-only at
-    # their own paths, the run's directory (a size-limited tmpfs) read-write, nothing else (no /proc, /tmp, /home,
-    # the grader's files, other runs).  pivot_root and detaching the old root leave no path back to it.
+def _mount(src, target, fs, flags, data=None):
     import ctypes
     libc = ctypes.CDLL(None, use_errno=True)
-    MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT = 1, 2, 4, 8, 32
-    MS_BIND, MS_REC, MS_PRIVATE = 4096, 16384, 1 << 18
-    def mount(src, target, fs, flags, data=None):
-        enc = lambda x: None if x is None else x.encode()
-        if libc.mount(enc(src), enc(target), enc(fs), flags, enc(data)) != 0:
-            raise OSError(ctypes.get_errno(), "mount " + target + ": " + os.strerror(ctypes.get_errno()))
-    root, work = view["root"], view["work"]
+    enc = lambda x: None if x is None else x.encode()
+    if libc.mount(enc(src), enc(target), enc(fs), flags, enc(data)) != 0:
+        raise OSError(ctypes.get_errno(), "mount " + target + ": " + os.strerror(ctypes.get_errno()))
+def _umount(target):
+    import ctypes
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.umount2(target.encode(), 2) != 0:  # MNT_DETACH
+        raise OSError(ctypes.get_errno(), "umount " + target + ": " + os.strerror(ctypes.get_errno()))
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT = 1, 2, 4, 8, 32
+MS_BIND, MS_REC, MS_PRIVATE = 4096, 16384, 1 << 18
+def _set_user_limits(proc, limits):
     # Counts the kernel keeps per user namespace (inotify instances and watches, namespaces), set in this run's own
-    # namespace while it is root there: a run takes at most these, however many processes it makes.
-    for name, value in view["user_limits"]:
-        path = "/proc/sys/user/" + name
+    # namespace while it may (root there, CAP_SYS_RESOURCE): a run takes at most these, however many processes it
+    # makes.  ``proc``: a procfs (the sysctl files a process opens are those of its own user namespace).
+    for name, value in limits:
+        path = proc + "/sys/user/" + name
         if os.path.exists(path):  # older kernels lack some
             with open(path, "w") as fh:
                 fh.write(str(value))
-    mount(None, "/", None, MS_REC | MS_PRIVATE)
-    mount("tmpfs", root, "tmpfs", MS_NOSUID | MS_NODEV, "size=64k,mode=755")
-    for path in view["read_only"]:
-        target = root + path
-        if os.path.isdir(path):
-            os.makedirs(target, exist_ok=True)
-        else:
-            os.makedirs(os.path.dirname(target), exist_ok=True)
-            open(target, "a").close()
-        mount(path, target, None, MS_BIND | MS_REC)
-        # device files keep their device (no MS_NODEV): /dev/null, /dev/zero and /dev/urandom must open
-        nodev = 0 if path.startswith("/dev/") else MS_NODEV
-        mount(None, target, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | nodev)
+def _read_only_device(path):
+    # device files keep their device (no MS_NODEV): /dev/null, /dev/zero and /dev/urandom must open; read-only,
+    # so that the run (root in its namespace, the files' owner where the grader is root) cannot chmod them
+    _mount(None, path, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID)
+def _scratch(work, options):
     # The run's directory is a tmpfs of its own, at the path of the (empty) directory made for it: what it writes
     # is bounded in bytes and files (and counted by the memory cgroup), executes nothing, and vanishes with the
     # namespace, however deep it is.
-    os.makedirs(root + work, exist_ok=True)
-    mount("tmpfs", root + work, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, view["scratch"])
-    os.mkdir(root + "/.old")
-    if libc.syscall(view["pivot_root"], root.encode(), (root + "/.old").encode()) != 0:
-        raise OSError(ctypes.get_errno(), "pivot_root: " + os.strerror(ctypes.get_errno()))
-    os.chdir("/")
-    if libc.umount2(b"/.old", 2) != 0:  # MNT_DETACH
-        raise OSError(ctypes.get_errno(), "umount old root: " + os.strerror(ctypes.get_errno()))
-    os.rmdir("/.old")
-    mount(None, "/", None, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV)
-    os.chdir(work)
+    _mount("tmpfs", work, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, options)
+def _drop_privileges(seccomp):
     # Root of its namespace, the run keeps no capability: no mount, chroot, raw socket or namespace of its own.
+    import ctypes
+    libc = ctypes.CDLL(None, use_errno=True)
     if libc.prctl(38, 1, 0, 0, 0) != 0:  # PR_SET_NO_NEW_PRIVS
         raise OSError(ctypes.get_errno(), "no_new_privs")
     for cap in range(64):
@@ -89,6 +77,78 @@ def _enter_view(view, seccomp):
         raise OSError(ctypes.get_errno(), "capset: " + os.strerror(ctypes.get_errno()))
     if seccomp:
         _enter_seccomp(seccomp)
+def _loopback_down():
+    # bwrap brings the network namespace's loopback device up (127.0.0.1 on it); unshare leaves it down with no
+    # address, as it is here after this: no device that reaches anything, not even the run itself.  SIOCSIFADDR
+    # with 0.0.0.0 deletes the address, SIOCSIFFLAGS without IFF_UP takes the device down.
+    import ctypes
+    libc = ctypes.CDLL(None, use_errno=True)
+    fd = libc.socket(2, 2, 0)  # AF_INET, SOCK_DGRAM
+    if fd < 0:
+        raise OSError(ctypes.get_errno(), "socket: " + os.strerror(ctypes.get_errno()))
+    try:
+        for request, what in ((0x8916, "SIOCSIFADDR"), (0x8913, "SIOCGIFFLAGS"), (0x8914, "SIOCSIFFLAGS")):
+            if request != 0x8914:  # struct ifreq: the name, then sin_family 2, port 0, 0.0.0.0; or the flags
+                ifreq = ctypes.create_string_buffer(b"lo", 40)
+                ctypes.c_short.from_buffer(ifreq, 16).value = 2 if request == 0x8916 else 0
+            else:
+                ctypes.c_short.from_buffer(ifreq, 16).value &= ~1  # IFF_UP
+            if libc.ioctl(fd, request, ifreq) != 0:
+                raise OSError(ctypes.get_errno(), what + " lo: " + os.strerror(ctypes.get_errno()))
+    finally:
+        libc.close(fd)
+def _make_view(view):
+    # Under unshare the harness makes the view itself (bwrap made it before the interpreter started): a fresh tmpfs,
+    # the interpreter's library directories and a few device files bound at their own paths in it, read-only (the
+    # device files made read-only after), and the mount point of the run's directory.
+    root = view["root"]
+    _mount("tmpfs", root, "tmpfs", MS_NOSUID | MS_NODEV, view["view_root"])
+    for path in view["read_only"]:
+        target = root + path
+        if os.path.isdir(path):
+            os.makedirs(target, exist_ok=True)
+        else:
+            os.makedirs(os.path.dirname(target), exist_ok=True)
+            open(target, "a").close()
+        _mount(path, target, None, MS_BIND | MS_REC)
+        if not path.startswith("/dev/"):
+            _mount(None, target, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV)
+    os.makedirs(root + view["work"], exist_ok=True)
+def _enter_view(view, seccomp):
+    # The view becomes "/": the interpreter's library directories and a few device files read-only at their own
+    # paths, the run's directory (a size-limited tmpfs) read-write, nothing else (no /proc, /tmp, /home, the
+    # grader's files, other runs).  pivot_root and detaching the old root leave no path back to it.  Under bwrap
+    # this process holds CAP_SYS_ADMIN, CAP_SYS_RESOURCE, CAP_NET_ADMIN and CAP_SETPCAP until it drops them all;
+    # under unshare every capability in its namespaces.
+    import ctypes
+    libc = ctypes.CDLL(None, use_errno=True)
+    root, work, bwrap = view["root"], view["work"], view.get("bwrap")
+    if bwrap:
+        try:  # where bwrap covers /proc/sys read-only: the counts below are its procfs's own
+            _umount("/proc/sys")
+        except OSError:
+            pass
+    _set_user_limits("/proc", view["user_limits"])
+    if bwrap:
+        _loopback_down()
+    _mount(None, "/", None, MS_REC | MS_PRIVATE)
+    if not bwrap:
+        _make_view(view)
+    for path in view["read_only"]:
+        if path.startswith("/dev/"):
+            _read_only_device(root + path)
+    _scratch(root + work, view["scratch"])
+    os.mkdir(root + "/.old")
+    if libc.syscall(view["pivot_root"], root.encode(), (root + "/.old").encode()) != 0:
+        raise OSError(ctypes.get_errno(), "pivot_root: " + os.strerror(ctypes.get_errno()))
+    os.chdir("/")
+    _umount("/.old")
+    os.rmdir("/.old")
+    _mount(None, "/", None, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV)
+    os.chdir(work)
+    if bwrap:
+        os.environ.pop("PWD", None)  # bwrap sets it; the run's environment is the supervisor's, as under unshare
+    _drop_privileges(seccomp)
 def _main(_read=os.read, _write=os.write, _exit=os._exit, _exec=exec, _compile=compile, _type=type,
           _isinstance=isinstance, _str=str, _repr=repr, _len=len, _tuple=tuple, _list=list, _dict=dict, _set=set,
           _frozenset=frozenset, _sorted=sorted, _any=any, _float=float, _getattr=getattr, _iter=iter, _next=next,
@@ -122,7 +182,7 @@ def _main(_read=os.read, _write=os.write, _exit=os._exit, _exec=exec, _compile=c
         return _any(p == r or p.startswith(r + sep) for r in roots)
     view, seccomp = bundle.get("view"), bundle.get("seccomp")
     try:
-        if view:  # kernel layer: in new user/mount/pid/net/ipc/uts namespaces, make the file system this run's view
+        if view:  # kernel layer: in new user/mount/pid/net/ipc/uts namespaces, the file system becomes this run's view
             _enter_view(view, seccomp)
         elif seccomp:
             _enter_seccomp(seccomp)
@@ -130,9 +190,10 @@ def _main(_read=os.read, _write=os.write, _exit=os._exit, _exec=exec, _compile=c
     except BaseException as e:
         report("SETUP", _type(e).__name__ + ": " + _str(e))
         _exit(0)
-    if view:
+    if view and os.getpid() == 1:
         # The namespace's first process ignores signals it has no handler for (SIGXCPU at the CPU limit among
-        # them): it only waits, and the run is its child, which ends as any process does.
+        # them): it only waits, and the run is its child, which ends as any process does.  (Under bwrap, bwrap's
+        # own first process waits, and this one is its child already.)
         pid = os.fork()
         if pid:
             os.close(ctrl_in)

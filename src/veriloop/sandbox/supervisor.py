@@ -1,33 +1,8 @@
-"""Run model-written Python in a separate, limited process, and say exactly how it ended.
-
-Every run is a fresh ``python -I`` process in its own session, with
-
-* resource limits set before the interpreter starts: CPU seconds, address space, file size,
-  open files, and (where the kernel honours it for this user) the process count;
-* a fresh working directory (in the namespaces a size-limited tmpfs of its own), removed afterwards;
-* a wall-clock limit enforced by the parent (the whole process group is killed);
-* a cap on what it may print (the parent stops reading and kills it past the cap);
-* an audit hook (PEP 578) installed before the program runs that ends the process at the
-  first forbidden act and reports it: reading outside the standard library and its working
-  directory (the tests and the grader's files included), writing or deleting outside its
-  directory, sockets, new processes (fork, exec, spawn, subprocess), signals, ``ctypes``,
-  ``gc`` object walks.
-
-**The verdict is the grader's; the program only answers.**  In ``stdio`` mode the parent feeds the
-input and compares what was printed.  With assert-style tests (``run_tests``) the test code never
-enters the sandbox: it runs in the grader, where each name the program defined is a proxy; a call,
-attribute, iteration, ``len``, ``[]``, ``in`` or truth test on it is one request to the sandboxed
-process, which answers with a strictly encoded built-in value (exact built-in types, so an object whose
-``__eq__`` always says yes is not a value), a handle to any other object (equal only to itself), or the
-exception raised.  Every ``assert`` and comparison is evaluated by the grader, so walking the frames to
-the harness, writing fake result lines to any descriptor, exiting early, patching builtins or installing
-signal handlers in the program's process decides nothing (``tests/forgers.py``).  A program's name that
-shadows a built-in (``abs``) is not the tests' ``abs``, and a standard-library module it imported is the
-grader's own import of it.
-
-Outcomes: ``pass``, ``fail`` (wrong output or a failed assert), ``timeout``, ``crash``
-(an exception, a non-zero exit, memory exhausted, early exit), ``violation`` (a forbidden
-act), ``output_limit``.
+"""The supervisor of one sandboxed process (``Child``): it starts the harness (``harness.py``) with the run's limits,
+in its namespaces (``namespaces.py``) and cgroups where this machine has them, drains its output under a cap, talks
+to it on the control pipes, enforces the wall-clock limit, kills its process group and removes its directory and
+cgroups; and says how the run ended (``RunResult``).  ``run_under`` is one run of a program under a given
+``Isolation``; ``run.run_program`` runs one under this machine's, ``grader.run_tests`` judges assert-style tests.
 """
 
 from __future__ import annotations
@@ -45,55 +20,13 @@ import threading
 import time
 from dataclasses import dataclass
 
-from veriloop.errors import InputError
-from veriloop.verifiers.sandbox_harness import HARNESS
-from veriloop.verifiers.sandbox_isolation import (  # noqa: F401 - Isolation, isolation, SandboxError, _probe_isolation: this module's API too
-    _NAMESPACES,
-    _PIVOT_ROOT,
-    CGROUP_REAPER,
-    USER_NAMESPACE_LIMITS,
-    Isolation,
-    SandboxError,
-    _denied_roots,
-    _probe_isolation,
-    _read_roots,
-    _read_text,
-    _view_paths,
-    isolation,
-)
-from veriloop.verifiers.sandbox_process import (  # noqa: F401 - remove_tree, _wait_exit: this module's API too
-    _kill_group,
-    _preexec,
-    _run_cgroups,
-    _wait_exit,
-    _write_all,
-    remove_tree,
-)
+from veriloop.sandbox.harness import HARNESS
+from veriloop.sandbox.layers import CGROUP_REAPER, Isolation, SandboxError, denied_roots, read_roots, read_text
+from veriloop.sandbox.limits import DEFAULT_LIMITS, SandboxLimits
+from veriloop.sandbox.namespaces import launcher
+from veriloop.sandbox.process import kill_group, preexec, remove_tree, run_cgroups, wait_exit, write_all
 
 OUTCOMES = ("pass", "fail", "timeout", "crash", "violation", "output_limit")
-
-
-@dataclass(frozen=True)
-class SandboxLimits:
-    wall_seconds: float = 10.0  # per run, enforced by the parent
-    cpu_seconds: int = 5
-    memory_mb: int = 1024  # address space (RLIMIT_AS)
-    output_bytes: int = 1 << 20  # stdout + stderr
-    file_bytes: int = 16 << 20  # largest file the program may write
-    open_files: int = 64  # per process (RLIMIT_NOFILE); a run has at most PIDS_MAX processes
-    disk_bytes: int = 64 << 20  # all the run writes (its directory is a tmpfs of this size, in namespaces)
-    disk_files: int = 4096  # files and directories in it (the tmpfs's inodes)
-
-    def __post_init__(self):
-        if (
-            self.wall_seconds <= 0
-            or self.cpu_seconds < 1
-            or self.memory_mb < 64
-            or self.output_bytes < 1
-            or self.disk_bytes < 1 << 20
-            or self.disk_files < 16
-        ):
-            raise InputError(f"bad sandbox limits: {self}")
 
 
 @dataclass(frozen=True)
@@ -107,22 +40,17 @@ class RunResult:
     layers: str = ""  # the isolation it ran under (``Isolation.layers``)
 
 
-class _SessionOver(BaseException):  # noqa: N818 - not an error of a test: the run ended (test code cannot catch it)
+class SessionOver(BaseException):  # noqa: N818 - not an error of a test: the run ended (test code cannot catch it)
     """The program stopped answering (it ended, timed out, broke a rule or sent what is not a value)."""
 
 
-def run_program(
-    program: str,
-    *,
-    stdin: str = "",
-    limits: SandboxLimits = SandboxLimits(),
-    isolation_: Isolation | None = None,
-    audit_hook: bool = True,
+def run_under(
+    iso: Isolation, program: str, *, stdin: str = "", limits: SandboxLimits = DEFAULT_LIMITS, audit_hook: bool = True
 ) -> RunResult:
-    """Run ``program`` once in the sandbox, feeding ``stdin``.  Returns how it ended and what it printed
-    (the caller judges the output).  ``audit_hook=False`` leaves the process layer's hook out (tests of the
-    kernel layer only)."""
-    child = _Child(program, "run", limits, stdin, isolation_, audit_hook)
+    """Run ``program`` once in the sandbox under ``iso``, feeding ``stdin``.  Returns how it ended and what it printed
+    (the caller judges the output).  ``audit_hook=False`` leaves the process layer's hook out (tests of the kernel
+    layer only)."""
+    child = Child(program, "run", limits, stdin, iso, audit_hook)
     try:
         control = bytearray()
 
@@ -145,6 +73,7 @@ def run_program(
         child.close()
 
 
+_LAUNCHER_ERROR = 2000  # bytes of the process's stderr kept: what bwrap or unshare said when it could not start
 _MAX_REPLY = 1 << 20  # bytes of one answer from the sandbox
 _MAX_VALUES = 100_000  # values in one answer: parsing costs the grader about 1 KB a value
 _MAX_READ = 4 * _MAX_REPLY  # bytes the grader reads for one request, lines of the program's included (a flood)
@@ -161,7 +90,7 @@ def parse_answer(text: str):
 # ---------------------------------------------------------------- one sandboxed process
 
 
-class _Child:
+class Child:
     """One sandboxed process: started with its limits (in its namespaces and pids cgroup where the machine has
     them), its output drained under a cap, talked to on the control pipes, killed with its process group, its
     directory (and cgroup) removed."""
@@ -172,12 +101,31 @@ class _Child:
         mode: str,
         limits: SandboxLimits,
         stdin: str | None,
-        isolation_: Isolation | None = None,
+        iso: Isolation,
         audit_hook: bool = True,
     ):
-        self.limits, self.token = limits, secrets.token_hex(16)
-        self.isolation = iso = isolation_ or isolation()
+        self.limits, self.token, self.isolation = limits, secrets.token_hex(16), iso
         seccomp = iso.seccomp_spec()  # before anything is made: an error here leaves nothing behind
+        argv, bundle = self._make_run(program, mode, audit_hook)
+        if seccomp:
+            bundle["seccomp"] = seccomp
+        self.cgroup, self.memory = run_cgroups(iso, limits, self.token[:16])
+        self._spawn(argv)
+        self.out, self.err, self.printed, self.lock = bytearray(), bytearray(), 0, threading.Lock()
+        self.overflow, self.closed_in = threading.Event(), False
+        self.buffer, self.reports, self.over, self.read = b"", [], "", 0
+        bundle = repr(bundle).encode() + b"\n"
+        self.threads = [
+            threading.Thread(target=self._feed, args=(bundle, stdin, mode == "serve"), daemon=True),
+            threading.Thread(target=self._drain, args=(self.proc.stdout, self.out, None), daemon=True),
+            threading.Thread(target=self._drain, args=(self.proc.stderr, self.err, _LAUNCHER_ERROR), daemon=True),
+        ]
+        for t in self.threads:
+            t.start()
+
+    def _make_run(self, program: str, mode: str, audit_hook: bool) -> tuple[list[str], dict]:
+        """The run's directory (and, in namespaces, its view's mount point), the command that starts the harness,
+        and the bundle the harness reads first."""
         self.base = tempfile.mkdtemp(prefix="veriloop-sandbox-")
         os.chmod(self.base, 0o700)
         self.workdir = os.path.join(os.path.realpath(self.base), "work")
@@ -186,30 +134,23 @@ class _Child:
             "token": self.token,
             "mode": mode,
             "program": program,
-            "read_roots": _read_roots(),
-            "denied_roots": _denied_roots(),
+            "read_roots": read_roots(),
+            "denied_roots": denied_roots(),
             "hook": audit_hook,
         }
         argv = [sys.executable, "-I", "-c", HARNESS]
-        if iso.namespaces:
-            os.mkdir(os.path.join(self.base, "root"), 0o700)
-            bundle["view"] = {
-                "root": os.path.join(os.path.realpath(self.base), "root"),
-                "work": self.workdir,
-                "read_only": _view_paths(),
-                "pivot_root": _PIVOT_ROOT[os.uname().machine],
-                "scratch": f"size={limits.disk_bytes},nr_inodes={limits.disk_files},mode=700",
-                "user_limits": USER_NAMESPACE_LIMITS,
-            }
-            argv = ["unshare", *_NAMESPACES, *argv]
-        if seccomp:
-            bundle["seccomp"] = seccomp
-        self.cgroup, self.memory = _run_cgroups(iso, limits, self.token[:16])
+        if self.isolation.namespaces:
+            command, bundle["view"] = launcher(self.isolation, self.base, self.workdir, self.limits)
+            argv = [*command, *argv]
+        return argv, bundle
+
+    def _spawn(self, argv: list[str]) -> None:
+        """Start the process with its control pipes (its descriptors 3 and 4 by number in ``argv``)."""
         ctrl_in_r, self.ctrl_in = os.pipe()
         self.ctrl_out, ctrl_out_w = os.pipe()
         env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "PYTHONHASHSEED": "0", "PYTHONDONTWRITEBYTECODE": "1"}
         self.started = time.monotonic()
-        self.deadline = self.started + limits.wall_seconds
+        self.deadline = self.started + self.limits.wall_seconds
         try:
             self.proc = subprocess.Popen(
                 [*argv, str(ctrl_in_r), str(ctrl_out_w)],
@@ -220,7 +161,7 @@ class _Child:
                 env=env,
                 pass_fds=(ctrl_in_r, ctrl_out_w),
                 start_new_session=True,
-                preexec_fn=_preexec(limits, self.cgroup, self.memory),
+                preexec_fn=preexec(self.limits, self.cgroup, self.memory),
             )
         except (OSError, subprocess.SubprocessError):  # SubprocessError: the preexec_fn (rlimits, cgroup) failed
             for fd in (self.ctrl_in, self.ctrl_out):
@@ -230,18 +171,6 @@ class _Child:
         finally:
             os.close(ctrl_in_r)
             os.close(ctrl_out_w)
-        bundle = repr(bundle).encode() + b"\n"
-        self.out, self.printed, self.lock = bytearray(), 0, threading.Lock()
-        self.overflow, self.closed_in = threading.Event(), False
-        self.buffer, self.reports, self.over, self.read = b"", [], "", 0
-        keep_in = mode == "serve"
-        self.threads = [
-            threading.Thread(target=self._feed, args=(bundle, stdin, keep_in), daemon=True),
-            threading.Thread(target=self._drain, args=(self.proc.stdout, True), daemon=True),
-            threading.Thread(target=self._drain, args=(self.proc.stderr, False), daemon=True),
-        ]
-        for t in self.threads:
-            t.start()
 
     # -- supervision
     def _feed(self, bundle: bytes, stdin: str | None, keep_in: bool) -> None:
@@ -266,25 +195,26 @@ class _Child:
                 self.closed_in = True
                 os.close(self.ctrl_in)
 
-    def _drain(self, stream, keep: bool) -> None:
+    def _drain(self, stream, kept: bytearray, keep: int | None) -> None:
+        """Read ``stream`` to its end, counting it against the output limit; ``kept`` gets all of it (``keep``
+        None) or its first ``keep`` bytes."""
         while True:
             chunk = stream.read1(65536)
             if not chunk:
                 return
             with self.lock:
                 self.printed += len(chunk)
-                if keep:
-                    self.out.extend(chunk)
+                kept.extend(chunk if keep is None else chunk[: max(keep - len(kept), 0)])
                 if self.printed > self.limits.output_bytes:
                     self.overflow.set()
             if self.overflow.is_set():
-                _kill_group(self.proc)
+                kill_group(self.proc)
                 return
 
     def wait(self, seconds: float) -> bool:
-        if _wait_exit(self.proc, seconds):
+        if wait_exit(self.proc, seconds):
             return True
-        _kill_group(self.proc)
+        kill_group(self.proc)
         return False
 
     def join_threads(self) -> None:
@@ -292,7 +222,7 @@ class _Child:
             t.join(timeout=2)
 
     def close(self) -> None:
-        _kill_group(self.proc)
+        kill_group(self.proc)
         self._close_in()
         os.close(self.ctrl_out)
         self._remove()
@@ -302,7 +232,7 @@ class _Child:
         for group in (self.cgroup, self.memory):
             if not group:
                 continue
-            for pid in _read_text(os.path.join(group, "cgroup.procs")).split():
+            for pid in read_text(os.path.join(group, "cgroup.procs")).split():
                 try:  # anything still in it (a process that left the killed group) goes with the run
                     os.kill(int(pid), signal.SIGKILL)
                 except (ProcessLookupError, PermissionError, ValueError):
@@ -319,12 +249,21 @@ class _Child:
 
     def ending(self, reports, timed_out: bool, finished: bool) -> RunResult:
         rc = self.proc.returncode
+        if self.isolation.namespaces and not reports and not timed_out:
+            self._launcher_failed()
         if self.isolation.namespaces and rc is not None and rc > 128:  # the run's signal, through its first process
             rc = -(rc - 128)
         result = _ending(
             rc, reports, self.out, self.overflow, timed_out, finished, self.limits, time.monotonic() - self.started
         )
         return dataclasses.replace(result, layers=self.isolation.layers)
+
+    def _launcher_failed(self) -> None:
+        """No line of the harness at all: where bwrap or unshare said why it could not start it, the sandbox could
+        not be set up (an error, never a verdict: the program never ran, so nothing it printed is here)."""
+        said = bytes(self.err).decode("utf-8", errors="replace").strip()
+        if said.startswith("bwrap: " if self.isolation.bwrap else "unshare: "):
+            raise SandboxError(f"the sandbox could not be set up: {' '.join(said.split())}")
 
     # -- the session of an assert-style run
     def _next_report(self):
@@ -383,30 +322,30 @@ class _Child:
             return None
 
     def exchange(self, op: str, target, payload) -> tuple[str, str]:
-        """Send one request; the harness's answer ``(kind, text)``.  Raises ``_SessionOver`` when the run is over."""
+        """Send one request; the harness's answer ``(kind, text)``.  Raises ``SessionOver`` when the run is over."""
         if self.over:
-            raise _SessionOver(self.over)
+            raise SessionOver(self.over)
         self.read = 0
         try:
-            _write_all(self.ctrl_in, repr((op, target, payload)).encode() + b"\n", self.deadline)
+            write_all(self.ctrl_in, repr((op, target, payload)).encode() + b"\n", self.deadline)
         except (OSError, TimeoutError) as e:
             self.over = "timeout" if isinstance(e, TimeoutError) else "ended"
-            raise _SessionOver(self.over) from None
+            raise SessionOver(self.over) from None
         report = self._next_report()
         if report is None:
-            raise _SessionOver(self.over)
+            raise SessionOver(self.over)
         return report
 
     def protocol_error(self, why: str = "protocol"):
         """The program sent what is not an answer (or one too large): the run is over."""
         self.over = why
-        raise _SessionOver(self.over)
+        raise SessionOver(self.over)
 
     def end_session(self) -> RunResult:
         finished = not self.over and ("READY", "") in self.reports
         if not self.over:
             try:
-                _write_all(self.ctrl_in, repr(("end", None, None)).encode() + b"\n", self.deadline)
+                write_all(self.ctrl_in, repr(("end", None, None)).encode() + b"\n", self.deadline)
             except (OSError, TimeoutError):
                 pass
         self._close_in()

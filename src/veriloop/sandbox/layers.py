@@ -1,13 +1,11 @@
-"""The sandbox's isolation layers: what this machine allows (probed once per process), the read-only view a
-run in namespaces sees, the read roots the audit hook allows, and each run's pids cgroup (made by the
-supervisor, removed here in the background).
+"""The sandbox's isolation layers: what every run gets (``Isolation``: which layers, and why a stronger one is
+missing), the seccomp filter, the read-only view a run in namespaces sees, the read roots the audit hook allows,
+and the removal of each run's cgroups (made by the supervisor, removed here in the background).  What this machine
+allows is probed in ``probe.py``; how the namespaces are made (bubblewrap, or unshare), in ``namespaces.py``.
 
-``VERILOOP_SANDBOX=auto`` (default) takes the strongest layers that work: namespaces (user, mount, pid, net,
-ipc, uts; a read-only ``pivot_root`` view; no capabilities), a seccomp filter, a pids cgroup per run, resource
-limits and the audit hook; where the kernel layer cannot be had it refuses untrusted code (``SandboxError``,
-saying what is missing).  ``process`` is the explicit, logged opt-in to every layer short of namespaces that
-works here;
-``namespaces`` requires the kernel layer.
+The layers, strongest first: namespaces (user, mount, pid, net, ipc, uts; a read-only view of the file system; no
+capabilities), made by bubblewrap (``bwrap``) where it works here, else by util-linux's ``unshare``; a seccomp
+filter; a pids cgroup and a memory cgroup per run; resource limits; the audit hook.
 
 The seccomp filter is compiled by libseccomp (the maintained C library, ``libseccomp2`` on Debian), called
 through ctypes here, once per process (libseccomp's own Python binding is a distribution package, not on PyPI);
@@ -22,19 +20,12 @@ from __future__ import annotations
 
 import atexit
 import functools
-import logging
 import os
-import shutil
-import subprocess
 import sys
 import tempfile
 import threading
 import time
 from dataclasses import dataclass
-
-from veriloop.errors import InputError
-
-log = logging.getLogger(__name__)
 
 SECCOMP_EPERM = (
     # other processes' memory and namespaces; the file system's shape
@@ -102,9 +93,6 @@ SECCOMP_ENOSYS = ("clone3",)  # its flags lie in memory, unreadable to a filter:
 SECCOMP_CLONE_FLAGS = (0x80, 0x20000, 0x02000000, 0x04000000, 0x08000000, 0x10000000, 0x20000000, 0x40000000)
 AF_UNIX = 1
 
-_PIVOT_ROOT = {"x86_64": 155, "aarch64": 41}  # syscall numbers
-_NAMESPACES = ["--user", "--map-root-user", "--mount", "--pid", "--net", "--ipc", "--uts", "--fork", "--kill-child"]
-
 
 @dataclass(frozen=True)
 class Isolation:
@@ -115,46 +103,55 @@ class Isolation:
     why: str = ""
     seccomp: str = ""  # the libseccomp library the child loads its syscall filter with, or "" (no filter)
     memory_cgroup: str = ""  # the cgroup directory under which each run gets its own memory limit, or ""
+    bwrap: str = ""  # the bubblewrap command that makes the namespaces and the view, or "" (unshare makes them)
 
     @property
     def layers(self) -> str:
-        parts = (["namespaces"] if self.namespaces else []) + (["seccomp"] if self.seccomp else [])
+        parts = (["namespaces"] + (["bwrap"] if self.bwrap else [])) if self.namespaces else []
+        parts += ["seccomp"] if self.seccomp else []
         parts += ["pids-cgroup"] if self.pids_cgroup else []
         parts += ["memory-cgroup"] if self.memory_cgroup else []
         return "+".join(parts + ["rlimits", "audit-hook"])
 
     def describe(self) -> str:
-        kernel = (
-            (
-                "user, mount, pid, net, ipc and uts namespaces; a read-only view of the interpreter's library "
-                "directories and the run's own directory (a size-limited tmpfs), nothing else; no network device; "
-                f"no capabilities; {dict(USER_NAMESPACE_LIMITS)['max_inotify_instances']} inotify instances and no "
-                "namespace of its own"
-            )
-            if self.namespaces
-            else ("no namespaces")
+        return (
+            f"sandbox layers: {self.layers}: {self._kernel()}{self._filter()}{self._cgroups()}; resource limits; the "
+            "audit hook" + (f" ({self.why})" if self.why else "")
         )
-        seccomp = (
-            (
-                f"; a seccomp filter (libseccomp): {len(SECCOMP_EPERM) + 1} calls refused, no namespace flag to "
-                "clone, no socket but a Unix one"
-            )
-            if self.seccomp
-            else "; no seccomp filter"
+
+    def _kernel(self) -> str:
+        if not self.namespaces:
+            return "no namespaces"
+        made_by = f"bubblewrap ({self.bwrap})" if self.bwrap else "util-linux's unshare"
+        return (
+            f"user, mount, pid, net, ipc and uts namespaces, made by {made_by}; a read-only view of the interpreter's "
+            "library directories and the run's own directory (a size-limited tmpfs), nothing else; no network "
+            f"device; no capabilities; {dict(USER_NAMESPACE_LIMITS)['max_inotify_instances']} inotify instances and "
+            "no namespace of its own"
         )
+
+    def _filter(self) -> str:
+        if not self.seccomp:
+            return "; no seccomp filter"
+        return (
+            f"; a seccomp filter (libseccomp): {len(SECCOMP_EPERM) + 1} calls refused, no namespace flag to clone, "
+            "no socket but a Unix one"
+        )
+
+    def _cgroups(self) -> str:
         pids = f"; at most {PIDS_MAX} processes and threads (pids cgroup)" if self.pids_cgroup else ""
-        pids += (
-            ("; the run's memory limit holds for all its processes, shared memory and memfd included (memory cgroup)")
-            if self.memory_cgroup
-            else ""
+        memory = (
+            "; the run's memory limit holds for all its processes, shared memory and memfd included (memory cgroup)"
         )
-        return f"sandbox layers: {self.layers}: {kernel}{seccomp}{pids}; resource limits; the audit hook" + (
-            f" ({self.why})" if self.why else ""
-        )
+        return pids + (memory if self.memory_cgroup else "")
 
     def seccomp_spec(self) -> bytes | None:
         """The filter the child loads, as a BPF program (None: no filter); compiled once per process."""
         return seccomp_bpf(self.seccomp) if self.seccomp else None
+
+
+class SandboxError(RuntimeError):
+    """The sandbox itself could not be set up: no judgement was made (never a score)."""
 
 
 PIDS_MAX = 64
@@ -167,96 +164,8 @@ USER_NAMESPACE_LIMITS = (
     ("max_fanotify_groups", 0),
     ("max_fanotify_marks", 0),
 ) + tuple((f"max_{kind}_namespaces", 0) for kind in ("user", "mnt", "pid", "net", "ipc", "uts", "cgroup", "time"))
-_ISOLATION: Isolation | None = None
-_ISOLATION_LOCK = threading.Lock()
 
-
-def isolation() -> Isolation:
-    """The strongest isolation this machine allows, probed once per process.  ``VERILOOP_SANDBOX=process`` does
-    without namespaces; ``namespaces`` requires the kernel layer (an error where it cannot be had)."""
-    global _ISOLATION
-    with _ISOLATION_LOCK:
-        if _ISOLATION is None:
-            _ISOLATION = _probe_isolation(os.environ.get("VERILOOP_SANDBOX", "auto"))
-        return _ISOLATION
-
-
-def _probe_isolation(mode: str) -> Isolation:
-    if mode not in ("auto", "process", "namespaces"):
-        raise InputError(f"VERILOOP_SANDBOX must be auto, process or namespaces, got {mode!r}")
-    if mode == "process":  # the explicit opt-in: loud, and every verdict's layers say it
-        iso = _process_layers("VERILOOP_SANDBOX=process")
-        log.warning(
-            "VERILOOP_SANDBOX=process: untrusted code runs without the kernel layer (namespaces), "
-            f"which a hostile program can defeat; verdicts say 'sandbox: {iso.layers}'"
-        )
-        return iso
-    cgroup = _pids_cgroup_root()
-    library, why_no_seccomp = _seccomp_library()
-    why = ""
-    if not sys.platform.startswith("linux") or os.uname().machine not in _PIVOT_ROOT:
-        why = f"no namespaces on {sys.platform}/{os.uname().machine}"
-    elif shutil.which("unshare") is None:
-        why = "no unshare command (util-linux)"
-    else:
-        # the strongest first: the cgroup may refuse us, the filter may fail to load
-        candidates = [
-            Isolation(True, cg, "", lib) for lib in dict.fromkeys([library, ""]) for cg in dict.fromkeys([cgroup, ""])
-        ]
-        for candidate in candidates:
-            ok, why = _works(candidate)
-            if ok:
-                if library and not candidate.seccomp:  # the filter failed where the namespaces worked: say why
-                    why_no_seccomp = f"the seccomp filter failed to load: {_works(candidates[0])[1]}"
-                memory = _memory_cgroup_root()
-                why_no_memory = "" if memory else "no memory cgroup this process may make"
-                return Isolation(
-                    True,
-                    candidate.pids_cgroup,
-                    "; ".join(w for w in (why_no_seccomp, why_no_memory) if w),
-                    candidate.seccomp,
-                    memory,
-                )
-        why = f"namespaces unavailable: {why}"
-    if mode == "namespaces":
-        raise SandboxError(f"VERILOOP_SANDBOX=namespaces, but {why}")
-    # Without the kernel layer untrusted code is refused by default: the process layers alone have been
-    # patched, escaped and made to leak by hostile programs (docs/security.md).  Running without it is an
-    # explicit opt-in.
-    raise SandboxError(
-        f"the sandbox's kernel layer is unavailable here ({why}), so untrusted code is refused. It needs Linux "
-        "user namespaces (unprivileged user namespaces allowed: sysctl kernel.unprivileged_userns_clone=1 or "
-        "user.max_user_namespaces > 0; in a container, a profile that permits unshare) and util-linux's "
-        "'unshare'. To run anyway without it (the seccomp filter and cgroups where they work, resource limits and an "
-        "audit hook, which a hostile program can defeat), set VERILOOP_SANDBOX=process: every verdict then says so."
-    )
-
-
-def _process_layers(why: str) -> Isolation:
-    """The strongest layers short of namespaces that work here: the seccomp filter (no socket but a Unix one, no
-    exec), the run's pids and memory cgroups (every process it leaves behind is killed with the cgroup), resource
-    limits and the audit hook."""
-    library, _ = _seccomp_library()
-    pids, memory = _pids_cgroup_root(), _memory_cgroup_root()
-    candidates = [
-        Isolation(False, cg, why, lib, mem)
-        for lib in dict.fromkeys([library, ""])
-        for cg, mem in dict.fromkeys([(pids, memory), ("", "")])
-    ]
-    for candidate in candidates[:-1]:
-        if _works(candidate)[0]:
-            return candidate
-    return candidates[-1]
-
-
-def _seccomp_library() -> tuple[str, str]:
-    """libseccomp's shared library (by its soname, for the child's loader), or "" and why not."""
-    if not sys.platform.startswith("linux"):
-        return "", f"no seccomp on {sys.platform}"
-    import ctypes.util
-
-    name = ctypes.util.find_library("seccomp")
-    return (name, "") if name else ("", "no seccomp filter: libseccomp is not installed (Debian: libseccomp2)")
+MEMORY_LIMIT_FILES = ("memory.limit_in_bytes", "memory.max")  # cgroup v1, v2
 
 
 @functools.cache
@@ -319,54 +228,7 @@ def seccomp_bpf(library: str) -> bytes:
     return program
 
 
-def _works(candidate: Isolation) -> tuple[bool, str]:
-    """Does a trivial program run, and print what it should, under ``candidate``?"""
-    from veriloop.verifiers.sandbox import SandboxLimits, run_program  # the supervisor imports this module
-
-    try:
-        res = run_program("print(sum(range(10)))", limits=SandboxLimits(wall_seconds=20), isolation_=candidate)
-    except (OSError, subprocess.SubprocessError, SandboxError) as e:  # SubprocessError: preexec_fn (the cgroup)
-        return False, f"{type(e).__name__}: {e}"
-    if res.status == "ok" and res.stdout.strip() == "45":
-        return True, ""
-    return False, f"{res.status} {res.detail}".strip()
-
-
-MEMORY_LIMIT_FILES = ("memory.limit_in_bytes", "memory.max")  # cgroup v1, v2
-
-
-def _pids_cgroup_root() -> str:
-    """A directory where this process may make cgroups with a ``pids.max`` (cgroup v1 or v2), or ""."""
-    return _cgroup_root("pids", ("pids.max",))
-
-
-def _memory_cgroup_root() -> str:
-    """A directory where this process may make cgroups with a memory limit (cgroup v1 or v2), or ""."""
-    return _cgroup_root("memory", MEMORY_LIMIT_FILES)
-
-
-def _cgroup_root(controller: str, limit_files: tuple[str, ...]) -> str:
-    """``veriloop-sandbox`` under the ``controller``'s hierarchy (v1) or the unified one (v2, where the controller
-    is enabled for children), if this process may make a cgroup there that has one of ``limit_files``; else ""."""
-    for base in (f"/sys/fs/cgroup/{controller}", "/sys/fs/cgroup"):
-        if not os.path.isfile(os.path.join(base, "cgroup.procs")):
-            continue
-        if base == "/sys/fs/cgroup" and controller not in _read_text(os.path.join(base, "cgroup.subtree_control")):
-            continue
-        root = os.path.join(base, "veriloop-sandbox")
-        try:
-            os.makedirs(root, exist_ok=True)
-            probe = tempfile.mkdtemp(dir=root)
-            ok = any(os.path.isfile(os.path.join(probe, name)) for name in limit_files)
-            os.rmdir(probe)
-            if ok:
-                return root
-        except OSError:
-            continue
-    return ""
-
-
-def _read_text(path: str) -> str:
+def read_text(path: str) -> str:
     try:
         with open(path) as fh:
             return fh.read()
@@ -374,15 +236,8 @@ def _read_text(path: str) -> str:
         return ""
 
 
-class SandboxError(RuntimeError):
-    """The sandbox itself could not be set up: no judgement was made (never a score)."""
-
-
-# Computed once per process (each is a few realpath calls, and every run asks).
-
-
 @functools.cache
-def _denied_roots() -> tuple[str, ...]:
+def denied_roots() -> tuple[str, ...]:
     """The grader's own files (the veriloop package), even where they lie under a readable root
     (an installed package in site-packages).  Everything outside the readable roots, other runs'
     temporary directories included, is denied anyway."""
@@ -395,7 +250,7 @@ def _prefixes() -> frozenset[str]:
 
 
 @functools.cache
-def _view_paths() -> tuple[str, ...]:
+def view_paths() -> tuple[str, ...]:
     """What a run in namespaces sees, read-only: the library directories of the interpreter's prefixes (its
     standard library, extension modules and site-packages; not its ``bin``), the system's shared libraries (the
     interpreter's extension modules load them), and the device files a program may open."""
@@ -408,7 +263,7 @@ def _view_paths() -> tuple[str, ...]:
 
 
 @functools.cache
-def _read_roots() -> tuple[str, ...]:
+def read_roots() -> tuple[str, ...]:
     """What the audit hook lets a program read outside its directory: the interpreter's prefixes, 3 devices."""
     return tuple(sorted(_prefixes() | {"/dev/null", "/dev/urandom", "/dev/zero"}))
 

@@ -1,7 +1,7 @@
 """Assert-style tests judged by the grader: the test code runs here, the program in the sandbox answers.
 
 Each name the program defined is, in the tests' namespace, a proxy (``_Remote``); every request it makes
-crosses the control pipe of one sandboxed process (``sandbox._Child``) and comes back as a strictly encoded
+crosses the control pipe of one sandboxed process (``supervisor.Child``) and comes back as a strictly encoded
 built-in value, a handle or an exception.  Nothing the program sends is a verdict.
 """
 
@@ -13,7 +13,9 @@ import importlib
 import keyword
 from dataclasses import dataclass
 
-from veriloop.verifiers.sandbox import SandboxLimits, _Child, _SessionOver, parse_answer
+from veriloop.sandbox.limits import SandboxLimits
+from veriloop.sandbox.probe import isolation
+from veriloop.sandbox.supervisor import Child, SessionOver, parse_answer
 
 
 class RemoteError(Exception):
@@ -74,7 +76,7 @@ def run_tests(program: str, tests: list[tuple[bool, object, str]], limits: Sandb
     So every comparison and every ``assert`` is the grader's: what the program prints, exits with or patches
     in its own process decides nothing.  The test code is the grader's own code (it comes with the reference):
     it runs in this process, unsandboxed, and only its calls into the program cross the boundary."""
-    child = _Child(program, "serve", limits or SandboxLimits(), None)
+    child = Child(program, "serve", limits or SandboxLimits(), None, isolation())
     passed, total, first_fail = 0, sum(is_test for is_test, _, _ in tests), ""
     try:
         names = child.start_session()
@@ -83,7 +85,7 @@ def run_tests(program: str, tests: list[tuple[bool, object, str]], limits: Sandb
             for is_test, code, text in tests:
                 try:
                     exec(code, namespace)  # noqa: S102 - the reference's own test code, with proxies
-                except _SessionOver:
+                except SessionOver:
                     break
                 except (Exception, SystemExit) as e:  # a failed assert, or the program's exception re-raised
                     if not first_fail:
@@ -240,7 +242,7 @@ class _Remote:
         return f"<the program's {object.__getattribute__(self, '_type')}>"
 
 
-def _answer(child: _Child, op: str, target, payload):
+def _answer(child: Child, op: str, target, payload):
     """One request to the program, its answer as a value or a proxy, or its exception raised here."""
     kind, text = child.exchange(op, target, payload)
     try:
