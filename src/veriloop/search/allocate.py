@@ -56,6 +56,7 @@ from veriloop.search.run import (
     _run_cells,
     _settings,
     _strategies,
+    bin_of,
     judged,
     search_plan,
 )
@@ -178,10 +179,6 @@ def fit_edges(values: list[float], levels: int) -> list[float]:
         if e > v[0] and (not edges or e > edges[-1]):
             edges.append(e)
     return edges
-
-
-def bin_of(value: float, edges: list[float]) -> int:
-    return sum(value >= e for e in edges)
 
 
 def bin_names(edges: list[float]) -> list[str]:

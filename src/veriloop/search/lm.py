@@ -27,13 +27,14 @@ class LMProposer:
     ``complete_many`` / ``step_many`` serve several problems in one sampler call: problem k's rows
     draw from its own generator (``reseed_many``) exactly what its own call would draw
     (``GroupStreams``), so batching problems changes no draw, only the batch the matmuls see.
+    One problem is a batch of one: ``reseed`` seeds problem 0, and ``complete`` / ``step`` draw from it.
     """
 
     def __init__(self, policy, sampling: SamplingParams, splitter: str, seed: int = 0):
         self.policy, self.sampling, self.splitter = policy, sampling, splitter
         self.stops = separator_ids(policy.tokenizer, splitter)
-        self.generator = torch.Generator().manual_seed(seed)
         self.generators: list[torch.Generator] = []  # one per problem of a batch (reseed_many)
+        self.reseed(seed)
         self.greedy_params = SamplingParams(
             temperature=0.0,
             max_new_tokens=sampling.max_new_tokens,
@@ -42,7 +43,7 @@ class LMProposer:
         )
 
     def reseed(self, seed: int) -> None:
-        self.generator.manual_seed(seed)
+        self.reseed_many([seed])
 
     def reseed_many(self, seeds: list[int]) -> None:
         self.generators = [torch.Generator().manual_seed(s) for s in seeds]
@@ -91,11 +92,10 @@ class LMProposer:
         return results
 
     def complete(self, prompt, prefixes, n, cost: Cost, greedy=False):
-        res = self._generate_many([(prompt, prefixes)], n, [cost], greedy, False, [self.generator])[0]
-        return [t for t, _ in res]
+        return self.complete_many([(0, prompt, prefixes)], n, [cost], greedy)[0]
 
     def step(self, prompt, prefixes, n, cost: Cost, greedy=False):
-        return self._generate_many([(prompt, prefixes)], n, [cost], greedy, True, [self.generator])[0]
+        return self.step_many([(0, prompt, prefixes)], n, [cost], greedy)[0]
 
     def complete_many(self, jobs: list[tuple[int, str, list[str]]], n, costs: list[Cost], greedy=False):
         """``jobs``: (problem k of ``reseed_many``, prompt, prefixes); per job, ``complete``'s list."""

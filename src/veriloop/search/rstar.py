@@ -43,8 +43,7 @@ import zlib
 from dataclasses import dataclass, field
 
 from veriloop.prm.steps import SEPARATORS, split_steps
-from veriloop.registry import STRATEGIES
-from veriloop.search.strategies import Cost, Outcome, Strategies, Strategy, Visited, answer_of
+from veriloop.search.strategies import Cost, Outcome, Strategies, Strategy, Visited, answer_of, one_problem
 from veriloop.verifiers.answers import answer_key
 
 
@@ -82,7 +81,7 @@ def sub_steps(completion: str, splitter: str) -> str:
 
 
 class RStar:
-    """One problem's rStar search (the ``rstar`` strategy, ``_rstar`` below, runs it)."""
+    """One problem's rStar search (the ``rstar`` strategy, ``RSTAR`` below, runs it)."""
 
     def __init__(self, strategies: Strategies, prompt: str, cost: Cost):
         self.s, self.prompt, self.cost = strategies, prompt, cost
@@ -223,6 +222,7 @@ def _rstar(self: Strategies, prompt: str, budget: int, cost: Cost) -> Outcome:
     return RStar(self, prompt, cost).run(budget)
 
 
-STRATEGIES.register(
-    "rstar", Strategy(_rstar, reads=("expand", "max_steps", "uct_c", "rstar_reanswer", "discriminator"))
+# registered by veriloop/search/__init__.py; each rollout walks the tree the last ones grew: one problem per call
+RSTAR = Strategy(
+    one_problem(_rstar), batches=False, reads=("expand", "max_steps", "uct_c", "rstar_reanswer", "discriminator")
 )

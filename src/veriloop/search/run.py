@@ -65,8 +65,9 @@ def bin_names(edges: list[float]) -> list[str]:
     return [f"pass {bounds[i]:.2f}-{bounds[i + 1]:.2f}" for i in range(len(bounds) - 1)]
 
 
-def bin_of(pass_rate: float, edges: list[float]) -> int:
-    return sum(pass_rate >= e for e in edges)
+def bin_of(value: float, edges: list[float]) -> int:
+    """The bin of ``value`` (a pass rate here, a probe's agreement in ``allocate``): how many edges it reaches."""
+    return sum(value >= e for e in edges)
 
 
 BIN_BATCH = 64  # problems per sampler call of the difficulty bins' samples
@@ -257,12 +258,7 @@ def _run_cells(
         size = problems_per_call(cfg, s, isinstance(strategies.scorer, VerifierScorer))
         for start in range(0, len(problems), size):
             chunk = problems[start : start + size]
-            solved = (
-                _solve_many(cfg, strategies, verifier, s, b, chunk)
-                if size > 1
-                else [_solve(cfg, strategies, verifier, s, b, chunk[0])]
-            )
-            for i, row in enumerate(solved, start):
+            for i, row in enumerate(_solve(cfg, strategies, verifier, s, b, chunk), start):
                 rows.append(
                     {
                         "strategy": s,
@@ -282,11 +278,29 @@ def _run_cells(
     return results, cells
 
 
-def _solve(cfg: SearchConfig, strategies: Strategies, verifier, strategy: str, budget: int, p) -> dict:
-    """One strategy at one budget on one problem: its answer, whether it is right, and its cost."""
-    # Common random numbers: every strategy at budget b on problem p starts from one seed, so
-    # best-of-N, majority and weighted vote at equal N choose among the very same N samples.
-    strategies.proposer.reseed(derive_seed(cfg.seed, budget, p.id))
+def _solve(cfg: SearchConfig, strategies: Strategies, verifier, strategy: str, budget: int, problems) -> list[dict]:
+    """One strategy at one budget on a batch of problems (``problems_per_call`` of them; one problem is a batch
+    of one): each one's answer, whether it is right, and its cost."""
+    # Common random numbers: every strategy at budget b on problem p starts from one seed, so best-of-N,
+    # majority and weighted vote at equal N choose among the very same N samples; batched, each problem
+    # keeps its own seed, so its draws are those it makes alone.
+    strategies.proposer.reseed_many([derive_seed(cfg.seed, budget, p.id) for p in problems])
+    if len(problems) == 1:
+        _prepare_one(cfg, strategies, verifier, budget, problems[0])
+        outs = [strategies.run(strategy, problems[0].prompt, budget)]
+    else:
+        outs = strategies.run_many(strategy, [p.prompt for p in problems], budget)
+    verdicts = verifier.verify_batch([o.text for o in outs], [p.reference for p in problems])
+    rows = [_result_row(out, verdict) for out, verdict in zip(outs, verdicts)]
+    for row, out, p in zip(rows, outs, problems):
+        if out.chains is not None:  # revision: what its rewrites did, judged against the reference
+            row.update(revision_drift(out.chains, verifier, p.reference))
+    return rows
+
+
+def _prepare_one(cfg: SearchConfig, strategies: Strategies, verifier, budget: int, p) -> None:
+    """What a strategy that searches one problem per call reads of that problem besides the proposer's seed:
+    the revision model's and the discriminator's seeds, and its reference (the outcome check, the verifier scorer)."""
     if strategies.reviser is not None:
         strategies.reviser.reseed(derive_seed(cfg.seed, budget, p.id, "revise"))
     if strategies.discriminator is not None:
@@ -294,11 +308,6 @@ def _solve(cfg: SearchConfig, strategies: Strategies, verifier, strategy: str, b
     strategies.outcome_check = lambda text, ref=p.reference: verifier.verify(text, ref).score
     if isinstance(strategies.scorer, VerifierScorer):
         strategies.scorer.reference = p.reference
-    out = strategies.run(strategy, p.prompt, budget)
-    row = _result_row(out, verifier.verify(out.text, p.reference))
-    if out.chains is not None:
-        row.update(revision_drift(out.chains, verifier, p.reference))
-    return row
 
 
 def revision_drift(chains: list[list[str]], verifier, reference: str) -> dict:
@@ -322,16 +331,7 @@ def revision_drift(chains: list[list[str]], verifier, reference: str) -> dict:
 def problems_per_call(cfg: SearchConfig, strategy: str, verifier_scores: bool) -> int:
     """``batch_problems`` where ``strategy`` serves several problems per call: it batches, and the scorer needs no
     per-problem reference (the verifier scorer, ``verifier_scores``, judges against one problem's at a time); else 1."""
-    return cfg.batch_problems if STRATEGIES.get(strategy).run_many is not None and not verifier_scores else 1
-
-
-def _solve_many(cfg: SearchConfig, strategies: Strategies, verifier, strategy: str, budget: int, problems) -> list:
-    """``_solve`` on several problems in one batch; each problem keeps its own seed, so its draws are
-    those of ``_solve``."""
-    strategies.proposer.reseed_many([derive_seed(cfg.seed, budget, p.id) for p in problems])
-    outs = strategies.run_many(strategy, [p.prompt for p in problems], budget)
-    verdicts = verifier.verify_batch([o.text for o in outs], [p.reference for p in problems])
-    return [_result_row(o, v) for o, v in zip(outs, verdicts)]
+    return cfg.batch_problems if STRATEGIES.get(strategy).batches and not verifier_scores else 1
 
 
 def judged(text: str, verdict) -> dict:

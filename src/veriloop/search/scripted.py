@@ -4,7 +4,8 @@
 probabilities; a step ending in ``;`` continues the solution, any other step ends it.  One
 character is one token (so ``"1+1=2;"`` costs 6).  Greedy picks the most probable step (the
 first of ties).  ``per_prompt=True``: ``tree[prompt][prefix]``, one tree per problem.  The ``*_many``
-methods serve several problems, problem k drawing from its own ``reseed_many`` stream.
+methods serve several problems, problem k drawing from its own ``reseed_many`` stream; ``complete`` / ``step``
+draw from problem 0's (what ``reseed`` seeds: one problem is a batch of one).
 ``ScriptedScorer(values)``: ``values[prefix]`` is the score of the step that
 ends ``prefix`` (missing prefixes score ``default``).  ``max_new_tokens`` (0 = none) caps what one call
 writes, as the sampler's budget does: a text cut there is ``Truncated`` (and, for ``step``, finished).
@@ -23,16 +24,17 @@ class ScriptedProposer:
             if not options or any(p < 0 for _, p in options) or sum(p for _, p in options) <= 0:
                 raise ValueError(f"tree[{prefix!r}]: options need non-negative probabilities with a positive sum")
         self.tree, self.per_prompt, self.max_new_tokens = tree, per_prompt, max_new_tokens
-        self.rng = random.Random(seed)
-        self.rngs: list[random.Random] = []
+        self.reseed(seed)
 
     def reseed(self, seed: int) -> None:
-        self.rng.seed(seed)
+        self.reseed_many([seed])
 
     def reseed_many(self, seeds: list[int]) -> None:
         self.rngs = [random.Random(s) for s in seeds]
+        self.rng = self.rngs[0] if self.rngs else random.Random()  # what complete / step draw from: problem 0's
 
     def _many(self, method, jobs, n, costs, greedy):
+        """``method`` (complete or step, a subclass's own included) on each job, from its problem's stream."""
         out, rng = [], self.rng
         try:
             for (k, prompt, prefixes), cost in zip(jobs, costs):

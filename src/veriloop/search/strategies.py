@@ -6,6 +6,12 @@ same code runs on a language model (``LMProposer``, ``PRMScorer``) and on script
 in the tests.  Costs are counted where they arise: tokens by the proposer, scored sequences
 (PRM calls) by the scorer, wall time by ``run``.
 
+Each strategy has one implementation, over a batch of problems (``Strategy.run``): searching one problem
+(``Strategies.run``) is a batch of one, drawing from the proposer's stream of problem 0.  A strategy whose
+every step depends on the last (mcts, revision, rstar) searches one problem per call (``one_problem``).
+The built-in strategies are the ``Strategy`` objects defined here and in ``veriloop.search.rstar``;
+``veriloop/search/__init__.py`` registers them in ``STRATEGIES``.
+
 Strategies (``budget`` is their one size knob):
 
 * ``single``: one sample (the budget is ignored).
@@ -52,6 +58,7 @@ from typing import Protocol
 from veriloop.errors import InputError
 from veriloop.prm.model import aggregate
 from veriloop.registry import STRATEGIES
+from veriloop.search.revision import revision_prompt
 from veriloop.verifiers.answers import answer_key
 
 
@@ -70,10 +77,12 @@ def answer_of(text: str) -> str | None:
 
 @dataclass(frozen=True)
 class Strategy:
-    """A registered strategy: ``run(strategies, prompt, budget, cost) -> Outcome`` and what it needs."""
+    """A registered strategy: ``run(strategies, prompts, budget, costs) -> [Outcome per prompt]`` and what it needs.
 
-    run: Callable[..., Outcome]
-    run_many: Callable[..., list[Outcome]] | None = None  # the same on several problems at once, if it batches
+    Problem k of ``prompts`` draws from the proposer's stream k (``reseed_many``) and counts into ``costs[k]``."""
+
+    run: Callable[..., list[Outcome]]
+    batches: bool = True  # several problems per call; else one (the caller reseeds every model per problem)
     needs_scorer: Callable[[SearchSettings], bool] = lambda settings: False  # ranks with a PRM under settings
     needs_reviser: bool = False  # a revision model (--revision_policy)
     # judges with the outcome verifier against the reference under settings (mcts_value=verifier): an oracle
@@ -110,14 +119,26 @@ class Outcome:
         return is_truncated(self.text)
 
 
+Job = tuple[int, str, list[str]]  # (problem k of the proposer's reseed_many, its prompt, prefixes to extend)
+
+
 class Proposer(Protocol):
+    def complete_many(self, jobs: list[Job], n: int, costs: list[Cost], greedy: bool = False) -> list[list[str]]:
+        """Per job, ``n`` finished solutions per prefix (prefix + continuation), prefix-major order; job j draws
+        from problem ``jobs[j][0]``'s stream and counts into ``costs[j]``."""
+
+    def step_many(
+        self, jobs: list[Job], n: int, costs: list[Cost], greedy: bool = False
+    ) -> list[list[tuple[str, bool]]]:
+        """Per job, ``n`` one-step extensions per prefix: (prefix + step, finished?), prefix-major order."""
+
     def complete(self, prompt: str, prefixes: list[str], n: int, cost: Cost, greedy: bool = False) -> list[str]:
-        """``n`` finished solutions per prefix (prefix + continuation), prefix-major order."""
+        """``complete_many`` of one job of problem 0 (the stream ``reseed`` seeds)."""
 
     def step(
         self, prompt: str, prefixes: list[str], n: int, cost: Cost, greedy: bool = False
     ) -> list[tuple[str, bool]]:
-        """``n`` one-step extensions per prefix: (prefix + step, finished?), prefix-major order."""
+        """``step_many`` of one job of problem 0."""
 
 
 class Scorer(Protocol):
@@ -166,41 +187,38 @@ class Strategies:
         return scored or strategy.needs_outcome_check(self.settings)
 
     def run(self, name: str, prompt: str, budget: int) -> Outcome:
+        """Strategy ``name`` on one problem: a batch of one, drawing from the proposer's stream of problem 0
+        (what ``reseed`` seeds)."""
+        return self._search(STRATEGIES.get(name), name, [prompt], budget)[0]
+
+    def run_many(self, name: str, prompts: list[str], budget: int) -> list[Outcome]:
+        """``run`` on several problems at once, for a strategy that batches (``Strategy.batches``): one sampler
+        call and one PRM pass serve every problem's step.  The proposer's ``reseed_many`` gave problem k its
+        generator; each problem's draws are those of its own ``run``.  A strategy that does not batch (mcts,
+        revision, rstar) runs problem by problem (the caller reseeds it per problem).  ``Cost.seconds`` is the
+        batch's wall time shared equally."""
         strategy = STRATEGIES.get(name)  # an unknown name: UnknownNameError listing the known ones
+        if not strategy.batches:
+            raise InputError(f"strategy {name!r} does not batch problems; run it problem by problem")
+        return self._search(strategy, name, prompts, budget)
+
+    def _search(self, strategy: Strategy, name: str, prompts: list[str], budget: int) -> list[Outcome]:
         if budget < 1:
             raise InputError(f"budget must be >= 1, got {budget}")
         if strategy.needs_reviser and self.reviser is None:
             raise InputError(f"strategy {name!r} needs a revision model (--revision_policy DIR)")
         if strategy.needs_scorer(self.settings) and self.scorer is None:
             raise InputError(f"strategy {name!r} needs a scorer (a PRM: --prm DIR)")
-        cost, t0 = Cost(), time.perf_counter()
-        out = strategy.run(self, prompt, budget, cost)
-        cost.seconds = time.perf_counter() - t0
-        out.cost = cost
-        return out
-
-    def run_many(self, name: str, prompts: list[str], budget: int) -> list[Outcome]:
-        """``run`` on several problems at once, batched where the strategy batches (``Strategy.run_many``):
-        one sampler call and one PRM pass serve every problem's step.  The proposer's ``reseed_many``
-        gave problem k its generator; each problem's draws are those of its own ``run``.  A strategy that
-        does not batch (mcts, revision) runs problem by problem (the caller reseeds it per problem).
-        ``Cost.seconds`` is the batch's wall time shared equally."""
-        strategy = STRATEGIES.get(name)
-        if strategy.run_many is None:
-            raise InputError(f"strategy {name!r} does not batch problems; run it problem by problem")
-        if budget < 1:
-            raise InputError(f"budget must be >= 1, got {budget}")
-        if strategy.needs_scorer(self.settings) and self.scorer is None:
-            raise InputError(f"strategy {name!r} needs a scorer (a PRM: --prm DIR)")
         costs, t0 = [Cost() for _ in prompts], time.perf_counter()
-        outs = strategy.run_many(self, prompts, budget, costs)
+        outs = strategy.run(self, prompts, budget, costs)
         share = (time.perf_counter() - t0) / max(len(prompts), 1)
         for out, cost in zip(outs, costs):
             cost.seconds = share
             out.cost = cost
         return outs
 
-    def _scores_many(self, jobs: list[tuple[str, list[str]]], costs: list[Cost]) -> list[list[list[float]]]:
+    def _scores(self, jobs: list[tuple[str, list[str]]], costs: list[Cost]) -> list[list[list[float]]]:
+        """Step scores of several problems' texts (``jobs``: prompt, texts), in one pass where the scorer can."""
         many = getattr(self.scorer, "step_scores_many", None)
         if many is not None:
             return many(jobs, costs)
@@ -219,32 +237,25 @@ class Strategies:
 
     # -------------------------------------------------------------- whole-solution strategies
 
-    def _single(self, prompt, budget, cost):
-        text = self.proposer.complete(prompt, [""], 1, cost)[0]
-        return Outcome(text, answer_of(text), cost, 1)
-
-    def _best_of_n(self, prompt, budget, cost):
-        texts = self.proposer.complete(prompt, [""], budget, cost)
-        return self._best(texts, self.scorer.step_scores(prompt, texts, cost), cost)
-
-    def _samples_many(self, prompts, n, costs) -> list[list[str]]:
+    def _samples(self, prompts, n, costs) -> list[list[str]]:
+        """``n`` whole solutions of every problem, in one sampler call."""
         return self.proposer.complete_many([(k, p, [""]) for k, p in enumerate(prompts)], n, costs)
 
-    def _single_many(self, prompts, budget, costs):
-        return [Outcome(t[0], answer_of(t[0]), c, 1) for t, c in zip(self._samples_many(prompts, 1, costs), costs)]
+    def _single(self, prompts, budget, costs):
+        return [Outcome(t[0], answer_of(t[0]), c, 1) for t, c in zip(self._samples(prompts, 1, costs), costs)]
 
-    def _best_of_n_many(self, prompts, budget, costs):
-        texts = self._samples_many(prompts, budget, costs)
-        scores = self._scores_many(list(zip(prompts, texts)), costs)
+    def _best_of_n(self, prompts, budget, costs):
+        texts = self._samples(prompts, budget, costs)
+        scores = self._scores(list(zip(prompts, texts)), costs)
         return [self._best(t, sc, c) for t, sc, c in zip(texts, scores, costs)]
 
-    def _majority_many(self, prompts, budget, costs):
-        texts = self._samples_many(prompts, budget, costs)
+    def _majority(self, prompts, budget, costs):
+        texts = self._samples(prompts, budget, costs)
         return [self._vote(t, [1.0] * len(t), c) for t, c in zip(texts, costs)]
 
-    def _weighted_vote_many(self, prompts, budget, costs):
-        texts = self._samples_many(prompts, budget, costs)
-        scores = self._scores_many(list(zip(prompts, texts)), costs)
+    def _weighted_vote(self, prompts, budget, costs):
+        texts = self._samples(prompts, budget, costs)
+        scores = self._scores(list(zip(prompts, texts)), costs)
         return [
             self._vote(t, [aggregate(x, self.settings.aggregation) for x in sc], c)
             for t, sc, c in zip(texts, scores, costs)
@@ -272,60 +283,18 @@ class Strategies:
             c["chosen"], c["answer_total"] = c["answer"] == best, None if total is None else round(total, 5)
         return Outcome(first[best], best, cost, len(texts), considered=considered)
 
-    def _majority(self, prompt, budget, cost):
-        texts = self.proposer.complete(prompt, [""], budget, cost)
-        return self._vote(texts, [1.0] * len(texts), cost)
-
-    def _weighted_vote(self, prompt, budget, cost):
-        texts = self.proposer.complete(prompt, [""], budget, cost)
-        scores = [aggregate(s, self.settings.aggregation) for s in self.scorer.step_scores(prompt, texts, cost)]
-        return self._vote(texts, scores, cost)
-
     # -------------------------------------------------------------- step-level search
 
-    def _newest(self, prompt, texts, cost) -> list[float]:
-        return [s[-1] if s else 0.0 for s in self.scorer.step_scores(prompt, texts, cost)]
-
-    def _beam(self, prompt, budget, cost, lookahead: int = 0):
-        st = self.settings
-        expand = min(st.expand, budget)  # budget = candidates per step = beams x expansions
-        width = max(1, budget // expand)
-        beams, finished, tree = [""], [], SearchTree()
-        for _ in range(st.max_steps):
-            cands = self.proposer.step(prompt, beams, expand, cost)
-            tree.extend(beams, expand, cands)
-            done = [t for t, f in cands if f]
-            open_ = list(dict.fromkeys(t for t, f in cands if not f))  # identical prefixes once
-            finished += done
-            if not open_:
-                break
-            if lookahead:
-                rolled = self._rollout(prompt, open_, lookahead, cost)
-                values = self._newest(prompt, rolled, cost)
-            else:
-                values = self._newest(prompt, open_, cost)
-            order = sorted(range(len(open_)), key=lambda i: -values[i])
-            beams = [open_[i] for i in order[:width]]
-            tree.valued(open_, values, beams)
-        else:
-            finished += tree.finish(beams, self.proposer.complete(prompt, beams, 1, cost, greedy=True))
-        if not finished:
-            finished = tree.finish(beams, self.proposer.complete(prompt, beams, 1, cost, greedy=True))
-        out = self._best(finished, self.scorer.step_scores(prompt, finished, cost), cost)
-        out.tree = tree.nodes(out.text)
-        return out
-
-    def _beam_many(self, prompts, budget, costs, lookahead: int = 0):
-        """``_beam`` on every problem in lockstep: each round one sampler call extends every live
+    def _beam(self, prompts, budget, costs, lookahead: int = 0):
+        """Beam search on every problem in lockstep: each round one sampler call extends every live
         problem's beams, one PRM pass values every problem's candidates."""
-        st = self.settings
-        expand = min(st.expand, budget)
+        expand = min(self.settings.expand, budget)  # budget = candidates per step = beams x expansions
         width = max(1, budget // expand)
         beams = [[""] for _ in prompts]
         finished: list[list[str]] = [[] for _ in prompts]
         trees = [SearchTree() for _ in prompts]
         live = list(range(len(prompts)))  # problems whose search goes on
-        for _ in range(st.max_steps):
+        for _ in range(self.settings.max_steps):
             if not live:
                 break
             cands = self.proposer.step_many([(k, prompts[k], beams[k]) for k in live], expand, [costs[k] for k in live])
@@ -340,11 +309,11 @@ class Strategies:
             if not live:
                 break
             if lookahead:
-                rolled = self._rollout_many([(k, prompts[k], opens[k]) for k in live], lookahead, costs)
+                rolled = self._rollout([(k, prompts[k], opens[k]) for k in live], lookahead, costs)
                 jobs = [(prompts[k], rolled[i]) for i, k in enumerate(live)]
             else:
                 jobs = [(prompts[k], opens[k]) for k in live]
-            values = self._scores_many(jobs, [costs[k] for k in live])
+            values = self._scores(jobs, [costs[k] for k in live])
             for k, vals in zip(live, values):
                 newest = [x[-1] if x else 0.0 for x in vals]
                 order = sorted(range(len(opens[k])), key=lambda i: -newest[i])
@@ -358,17 +327,17 @@ class Strategies:
             )
             for k, texts in zip(rest, done):
                 finished[k] += trees[k].finish(beams[k], texts)
-        scores = self._scores_many([(prompts[k], finished[k]) for k in range(len(prompts))], costs)
+        scores = self._scores([(prompts[k], finished[k]) for k in range(len(prompts))], costs)
         outs = [self._best(finished[k], scores[k], costs[k]) for k in range(len(prompts))]
         for out, tree in zip(outs, trees):
             out.tree = tree.nodes(out.text)
         return outs
 
-    def _lookahead_many(self, prompts, budget, costs):
-        return self._beam_many(prompts, budget, costs, lookahead=max(1, self.settings.lookahead))
+    def _lookahead(self, prompts, budget, costs):
+        return self._beam(prompts, budget, costs, lookahead=max(1, self.settings.lookahead))
 
-    def _rollout_many(self, jobs: list[tuple[int, str, list[str]]], k: int, costs) -> list[list[str]]:
-        """``_rollout`` of several problems' prefixes: ``k`` greedy steps, each round one sampler call."""
+    def _rollout(self, jobs: list[Job], k: int, costs: list[Cost]) -> list[list[str]]:
+        """Each job's prefixes rolled out ``k`` greedy steps (fewer where they finish), each round one sampler call."""
         out = [list(prefixes) for _, _, prefixes in jobs]
         live = [list(range(len(o))) for o in out]
         for _ in range(k):
@@ -387,22 +356,6 @@ class Strategies:
                     if f:
                         live[j].remove(i)
         return out
-
-    def _rollout(self, prompt, prefixes, k, cost) -> list[str]:
-        out = list(prefixes)
-        live = list(range(len(out)))
-        for _ in range(k):
-            if not live:
-                break
-            ext = self.proposer.step(prompt, [out[i] for i in live], 1, cost, greedy=True)
-            for i, (t, f) in zip(list(live), ext):
-                out[i] = t
-                if f:
-                    live.remove(i)
-        return out
-
-    def _lookahead(self, prompt, budget, cost):
-        return self._beam(prompt, budget, cost, lookahead=max(1, self.settings.lookahead))
 
     def _mcts(self, prompt, budget, cost):
         st = self.settings
@@ -431,8 +384,6 @@ class Strategies:
         return Outcome(text, answer_of(text), cost, 1, tree=mcts_nodes(root, node))
 
     def _revision(self, prompt, budget, cost):
-        from veriloop.search.revision import revision_prompt
-
         st = self.settings
         n_chains = min(st.revision_chains, budget)
         lengths = [budget // n_chains + (i < budget % n_chains) for i in range(n_chains)]
@@ -559,45 +510,41 @@ def mcts_nodes(root, chosen) -> list[dict]:
     return out
 
 
+def one_problem(search: Callable[..., Outcome]) -> Callable[..., list[Outcome]]:
+    """A strategy's ``run`` from ``search(strategies, prompt, budget, cost) -> Outcome``, for a strategy that does
+    not batch: ``run_many`` refuses it, so its batch is the one problem whose models the caller reseeded."""
+
+    def run(strategies: Strategies, prompts: list[str], budget: int, costs: list[Cost]) -> list[Outcome]:
+        (prompt,), (cost,) = prompts, costs
+        return [search(strategies, prompt, budget, cost)]
+
+    return run
+
+
 def _always(settings: SearchSettings) -> bool:
     return True
 
 
+# The built-in strategies (registered by veriloop/search/__init__.py, with rstar's from veriloop.search.rstar).
 SCORED = ("prm", "scorer", "aggregation")  # what a strategy that ranks with a scorer reads
-STRATEGIES.register("single", Strategy(Strategies._single, Strategies._single_many))
-STRATEGIES.register("best_of_n", Strategy(Strategies._best_of_n, Strategies._best_of_n_many, _always, reads=SCORED))
-STRATEGIES.register("majority", Strategy(Strategies._majority, Strategies._majority_many))
-STRATEGIES.register(
-    "weighted_vote", Strategy(Strategies._weighted_vote, Strategies._weighted_vote_many, _always, reads=SCORED)
+STEPWISE = ("expand", "max_steps")  # what a step-level search reads
+SINGLE = Strategy(Strategies._single)
+BEST_OF_N = Strategy(Strategies._best_of_n, needs_scorer=_always, reads=SCORED)
+MAJORITY = Strategy(Strategies._majority)
+WEIGHTED_VOTE = Strategy(Strategies._weighted_vote, needs_scorer=_always, reads=SCORED)
+BEAM = Strategy(Strategies._beam, needs_scorer=_always, reads=(*SCORED, *STEPWISE))
+LOOKAHEAD = Strategy(Strategies._lookahead, needs_scorer=_always, reads=(*SCORED, *STEPWISE, "lookahead"))
+MCTS = Strategy(
+    one_problem(Strategies._mcts),
+    batches=False,  # each simulation walks the tree the last one grew
+    needs_scorer=lambda s: s.mcts_value == "prm",
+    needs_outcome_check=lambda s: s.mcts_value == "verifier",
+    reads=(*SCORED, *STEPWISE, "uct_c", "mcts_value"),
 )
-STRATEGIES.register(
-    "beam", Strategy(Strategies._beam, Strategies._beam_many, _always, reads=(*SCORED, "expand", "max_steps"))
+REVISION = Strategy(
+    one_problem(Strategies._revision),
+    batches=False,  # each rewrite reads its chain's last attempts; the reviser is reseeded per problem
+    needs_scorer=lambda s: s.revision_select == "prm",
+    needs_reviser=True,
+    reads=(*SCORED, "revision_policy", "revision_select", "revision_history", "revision_chains"),
 )
-STRATEGIES.register(
-    "lookahead",
-    Strategy(
-        Strategies._lookahead, Strategies._lookahead_many, _always, reads=(*SCORED, "expand", "max_steps", "lookahead")
-    ),
-)
-STRATEGIES.register(
-    "mcts",
-    Strategy(
-        Strategies._mcts,
-        None,
-        lambda s: s.mcts_value == "prm",
-        needs_outcome_check=lambda s: s.mcts_value == "verifier",
-        reads=(*SCORED, "expand", "max_steps", "uct_c", "mcts_value"),
-    ),
-)
-STRATEGIES.register(
-    "revision",
-    Strategy(
-        Strategies._revision,
-        None,
-        lambda s: s.revision_select == "prm",
-        needs_reviser=True,
-        reads=(*SCORED, "revision_policy", "revision_select", "revision_history", "revision_chains"),
-    ),
-)
-
-from veriloop.search import rstar as _rstar  # noqa: E402,F401  (registers "rstar"; it builds on this module)
