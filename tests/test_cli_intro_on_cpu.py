@@ -72,6 +72,18 @@ def test_every_command_is_listed_once_in_its_group_with_its_own_help_line(capsys
             assert summary == helps[name], name  # the same line as the command's own
 
 
+def test_a_command_needs_both_its_line_and_its_code(monkeypatch):
+    """cli_help.COMMANDS (name, group, help line) is the one list of commands; cli._HANDLERS gives each its parser
+    and its runner: a command in one and not the other stops the parser from being built, naming it."""
+    listed = cli.COMMANDS  # replaced, not edited: its order is the help's
+    monkeypatch.setattr(cli, "COMMANDS", {**listed, "frobnicate": ("tools", "a command without code")})
+    with pytest.raises(AssertionError, match="frobnicate"):
+        cli._parser()
+    monkeypatch.setattr(cli, "COMMANDS", {k: v for k, v in listed.items() if k != "doctor"})
+    with pytest.raises(AssertionError, match="doctor"):
+        cli._parser()
+
+
 def test_each_command_s_own_help_still_works(capsys):
     for name in _commands():
         with pytest.raises(SystemExit) as done:

@@ -108,6 +108,23 @@ def test_demo_small_budget(tmp_path, capsys):
 # ---------------------------------------------------------------------------------------------------- the SFT control
 
 
+@pytest.mark.parametrize(
+    "flags",
+    [
+        ["--train.algo", "dapo"],  # DAPO's recipe sets clip_eps_high, dynamic sampling, the overlong buffer
+        ["--train.task.name", "gsm8k"],  # the reward verifier is the task's own: gsm8k, not arithmetic's
+        ["--train.steps", "7", "--threads", "2"],
+    ],
+)
+def test_the_demo_command_builds_its_config_as_the_config_layer_does(flags, monkeypatch):
+    """`veriloop demo`'s config is DemoConfig's defaults under the flags, nothing pinned on top: a nested
+    --train.algo takes its recipe's defaults and a --train.task its own verifier, as docs/configuration.md says."""
+    got = []
+    monkeypatch.setattr(demo_module, "run_demo", lambda cfg, progress: got.append(cfg))
+    assert cli.main(["demo", "--quiet", *flags]) == 0
+    assert got == [build_config(DemoConfig, {}, {flag[2:]: value for flag, value in zip(flags[::2], flags[1::2])})]
+
+
 def test_every_train_option_reaches_the_sft_control_or_is_named():
     """Each train.* option is placed: passed to the control where it means the same in SFT, named as the GRPO
     runs' own, or refused; a set option that means the same (dtype, LoRA, the update's split) reaches it."""

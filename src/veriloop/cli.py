@@ -13,17 +13,19 @@ stopped on a NaN or an infinity (its step and tensor named: ``training/alarms.py
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import logging
 import os
 import shlex
 import sys
 import traceback
+from collections.abc import Callable
 from contextlib import contextmanager
 
 from veriloop import __version__, logs
 from veriloop.cli_help import COMMANDS, EPILOG, INTRO, USAGE, _listing
-from veriloop.config import ConfigError, add_arguments, config_from_args, to_dict
+from veriloop.config import ConfigError, add_arguments, config_from_args
 from veriloop.errors import InputError
 from veriloop.training.alarms import NonFiniteError
 
@@ -56,11 +58,15 @@ def _parser(only: set[str] | None = None) -> argparse.ArgumentParser:
     sub = parser.add_subparsers(
         dest="command", required=True, metavar="COMMAND", prog="veriloop", help=argparse.SUPPRESS
     )  # listed by group in the description
-    for name in COMMANDS:
+    if _HANDLERS.keys() != COMMANDS.keys():
+        raise AssertionError(
+            f"cli_help.COMMANDS and cli._HANDLERS name different commands: {_HANDLERS.keys() ^ COMMANDS.keys()}"
+        )
+    for name, (_, help_text) in COMMANDS.items():
         if only is None or name in only:
-            _build(sub, name)
+            _HANDLERS[name][0](sub, name, help_text)
         else:
-            sub.add_parser(name, help=COMMANDS[name][1], add_help=False)
+            sub.add_parser(name, help=help_text, add_help=False)
     return parser
 
 
@@ -100,84 +106,59 @@ def _command(sub, name: str, cls, help_text: str, defaults=None) -> argparse.Arg
     return p
 
 
-def _config_class(name: str):
-    """The config dataclass of a command whose options are its fields, and the defaults it starts from; None
-    for the other commands."""
-    if name in ("sft", "train"):
-        from veriloop.training.config import TrainConfig
+def _configured(module: str, cls_name: str, defaults: Callable | None = None, *flags: Callable) -> Callable:
+    """The parser builder of a command whose options are the fields of the config dataclass ``module.cls_name``,
+    shown from ``defaults()`` when given, then ``flags`` (adders of its own further arguments).  The module is
+    imported only when the command's parser is built: ``veriloop --help`` does not load the training stack."""
 
-        return TrainConfig, _sft_defaults() if name == "sft" else None
-    if name == "eval":
-        from veriloop.evaluation.run import EvalRunConfig
+    def add(sub, name: str, help_text: str) -> None:
+        cls = getattr(importlib.import_module(module), cls_name)
+        p = _command(sub, name, cls, help_text, defaults() if defaults is not None else None)
+        for flag in flags:
+            flag(p)
 
-        return EvalRunConfig, None
-    if name == "demo":
-        from veriloop.demo import DemoConfig, demo_defaults
-
-        return DemoConfig, demo_defaults()
-    if name == "pipeline":
-        from veriloop.pipeline import PipelineConfig
-
-        return PipelineConfig, None
-    if name in ("search", "allocate", "revision-pairs"):
-        from veriloop.search.allocate import AllocateConfig
-        from veriloop.search.revision import RevisionPairsConfig
-        from veriloop.search.run import SearchConfig
-
-        return {"search": SearchConfig, "allocate": AllocateConfig, "revision-pairs": RevisionPairsConfig}[name], None
-    return None
+    return add
 
 
-def _build(sub, name: str) -> None:
-    """Command ``name``'s parser, with all its options."""
-    config = _config_class(name)
-    if config is not None:
-        p = _command(sub, name, config[0], COMMANDS[name][1], config[1])
-        if name == "train":
-            p.add_argument(
-                "--resume",
-                metavar="RUN_DIR",
-                help="continue the run in RUN_DIR from its latest "
-                "checkpoint that matches its manifest; with none (killed before its first), start it "
-                "over from step 0",
-            )
-        if name in ("train", "sft", "pipeline"):
-            p.add_argument(
-                "--dry-run",
-                action="store_true",
-                help="print what the run would do (samples and "
-                "tokens per step, optimizer steps and micro-batches per batch, staleness, estimated "
-                "memory) from its config, the model's shapes and the data; train nothing, make no run "
-                "directory",
-            )
-        if name == "search":
-            p.add_argument(
-                "--dry-run",
-                action="store_true",
-                help="print what the search would cost (per strategy "
-                "and budget: generations, tokens, PRM and verifier calls per problem and in all; estimated "
-                "memory) from its config, the models' shapes and the problems; draw nothing, make no run "
-                "directory",
-            )
-        return
-    builders = {
-        "report": _add_report,
-        "compare": _add_compare,
-        "verify": _add_verify,
-        "audit": _add_audit,
-        "prm": _add_prm,
-        "completion": _add_completion,
-    }
-    if name in builders:
-        builders[name](sub, COMMANDS[name][1])
-    elif name in ("algos", "verifiers", "doctor"):
-        _add_output_options(sub.add_parser(name, help=COMMANDS[name][1], description=COMMANDS[name][1]))
-    else:
-        raise AssertionError(f"command {name!r} has no parser: add it to _build")
+def _add_resume(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--resume",
+        metavar="RUN_DIR",
+        help="continue the run in RUN_DIR from its latest "
+        "checkpoint that matches its manifest; with none (killed before its first), start it "
+        "over from step 0",
+    )
 
 
-def _add_report(sub, help_text: str) -> None:
-    p = sub.add_parser("report", help=help_text, description=help_text)
+def _add_run_dry_run(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="print what the run would do (samples and "
+        "tokens per step, optimizer steps and micro-batches per batch, staleness, estimated "
+        "memory) from its config, the model's shapes and the data; train nothing, make no run "
+        "directory",
+    )
+
+
+def _add_search_dry_run(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="print what the search would cost (per strategy "
+        "and budget: generations, tokens, PRM and verifier calls per problem and in all; estimated "
+        "memory) from its config, the models' shapes and the problems; draw nothing, make no run "
+        "directory",
+    )
+
+
+def _add_plain(sub, name: str, help_text: str) -> None:
+    """A command with no arguments but the output options (a listing, ``doctor``)."""
+    _add_output_options(sub.add_parser(name, help=help_text, description=help_text))
+
+
+def _add_report(sub, name: str, help_text: str) -> None:
+    p = sub.add_parser(name, help=help_text, description=help_text)
     p.add_argument("run_dir", help="a training run, a search run, or a directory of runs (a demo's, a pipeline's)")
     p.add_argument(
         "--serve",
@@ -195,15 +176,15 @@ def _add_report(sub, help_text: str) -> None:
     _add_output_options(p)
 
 
-def _add_compare(sub, help_text: str) -> None:
-    p = sub.add_parser("compare", help=help_text, description=help_text)
+def _add_compare(sub, name: str, help_text: str) -> None:
+    p = sub.add_parser(name, help=help_text, description=help_text)
     p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="two or more training run directories")
     p.add_argument("--out", default="compare.html", help="the page to write (default compare.html)")
     _add_output_options(p)
 
 
-def _add_verify(sub, help_text: str) -> None:
-    p = sub.add_parser("verify", help=help_text, description=help_text)
+def _add_verify(sub, name: str, help_text: str) -> None:
+    p = sub.add_parser(name, help=help_text, description=help_text)
     p.add_argument("--verifier", required=True, help="verifier name (see `veriloop verifiers`)")
     p.add_argument("--input", required=True, metavar="IN.jsonl", help="rows with completion and reference")
     p.add_argument("--output", required=True, metavar="OUT.jsonl", help="the rows with score, outcome, components")
@@ -218,8 +199,8 @@ def _add_verify(sub, help_text: str) -> None:
     _add_output_options(p)
 
 
-def _add_audit(sub, help_text: str) -> None:
-    p = sub.add_parser("audit", help=help_text, description=help_text)
+def _add_audit(sub, name: str, help_text: str) -> None:
+    p = sub.add_parser(name, help=help_text, description=help_text)
     p.add_argument("verifier", help="verifier name")
     p.add_argument(
         "--part",
@@ -241,11 +222,11 @@ def _add_audit(sub, help_text: str) -> None:
     _add_output_options(p)
 
 
-def _add_prm(sub, help_text: str) -> None:
+def _add_prm(sub, name: str, help_text: str) -> None:
     from veriloop.prm.label import LabelConfig
     from veriloop.prm.train import PRMTrainConfig
 
-    prm = sub.add_parser("prm", help=help_text, description=help_text)
+    prm = sub.add_parser(name, help=help_text, description=help_text)
     _add_output_options(prm)
     prm_sub = prm.add_subparsers(dest="prm_command", required=True, metavar="PRM_COMMAND", prog="veriloop prm")
     _command(prm_sub, "label", LabelConfig, "Math-Shepherd step labels: complete each step prefix N times, JSONL out")
@@ -258,9 +239,9 @@ def _add_prm(sub, help_text: str) -> None:
     _add_output_options(p)
 
 
-def _add_completion(sub, help_text: str) -> None:
+def _add_completion(sub, name: str, help_text: str) -> None:
     p = sub.add_parser(
-        "completion",
+        name,
         help=help_text,
         description=help_text + " (or add it to ~/.bashrc; zsh: veriloop completion zsh > ~/.zfunc/_veriloop)",
     )
@@ -281,53 +262,57 @@ def _run_log(args: argparse.Namespace, run_dir, name: str, marker: str | None = 
 
 
 def _run(args: argparse.Namespace, progress: bool = True) -> int:
-    if args.command in ("sft", "train", "eval", "demo"):
-        return _run_training(args, progress)
-    if args.command == "pipeline":
-        from veriloop.pipeline import STATE, PipelineConfig, run_pipeline
+    return _HANDLERS[args.command][1](args, progress)
 
-        cfg = config_from_args(PipelineConfig, args)
-        if args.dry_run:
-            from veriloop.pipeline import dry_run
 
-            print(dry_run(cfg))
-            return 0
-        with _run_log(args, cfg.run_dir, "pipeline", marker=STATE):
-            run_pipeline(cfg, progress=progress)
-        print(open(f"{cfg.run_dir}/table.md").read())
-        print(f"pipeline directory: {cfg.run_dir} (pipeline.json, table.md, one run directory per stage)")
-    elif args.command == "report":
-        _report(args)
-    elif args.command == "compare":
-        from veriloop.report.compare import write_compare
+def _run_pipeline(args: argparse.Namespace, progress: bool) -> int:
+    from veriloop.pipeline import STATE, PipelineConfig, run_pipeline
 
-        print(write_compare(args.run_dirs, args.out))
-    elif args.command == "completion":
-        import shtab
+    cfg = config_from_args(PipelineConfig, args)
+    if args.dry_run:
+        from veriloop.pipeline import dry_run
 
-        parser = _parser()
-        next(a for a in parser._actions if a.dest == "command").help = "command"  # listed (shtab skips hidden)
-        print(shtab.complete(parser, args.shell))
-    elif args.command in ("audit", "verifiers", "verify"):
-        return _verifiers(args)
-    elif args.command == "doctor":
-        from veriloop.doctor import run_doctor
-
-        return run_doctor()
-    elif args.command == "prm":
-        return _prm(args, progress)
-    elif args.command in ("search", "revision-pairs", "allocate"):
-        return _search(args, progress)
-    elif args.command == "algos":
-        from veriloop.training.recipes import RECIPES
-
-        for name, recipe in RECIPES.items():
-            sets = ", ".join(f"{k}={v}" for k, v in recipe.overrides.items()) or "(the defaults)"
-            print(f"{name:<11} {recipe.description}\n{'':<11} sets: {sets}")
+        print(dry_run(cfg))
+        return 0
+    with _run_log(args, cfg.run_dir, "pipeline", marker=STATE):
+        run_pipeline(cfg, progress=progress)
+    print(open(f"{cfg.run_dir}/table.md").read())
+    print(f"pipeline directory: {cfg.run_dir} (pipeline.json, table.md, one run directory per stage)")
     return 0
 
 
-def _verifiers(args: argparse.Namespace) -> int:
+def _run_compare(args: argparse.Namespace, progress: bool) -> int:
+    from veriloop.report.compare import write_compare
+
+    print(write_compare(args.run_dirs, args.out))
+    return 0
+
+
+def _run_completion(args: argparse.Namespace, progress: bool) -> int:
+    import shtab
+
+    parser = _parser()
+    next(a for a in parser._actions if a.dest == "command").help = "command"  # listed (shtab skips hidden)
+    print(shtab.complete(parser, args.shell))
+    return 0
+
+
+def _run_doctor(args: argparse.Namespace, progress: bool) -> int:
+    from veriloop.doctor import run_doctor
+
+    return run_doctor()
+
+
+def _run_algos(args: argparse.Namespace, progress: bool) -> int:
+    from veriloop.training.recipes import RECIPES
+
+    for name, recipe in RECIPES.items():
+        sets = ", ".join(f"{k}={v}" for k, v in recipe.overrides.items()) or "(the defaults)"
+        print(f"{name:<11} {recipe.description}\n{'':<11} sets: {sets}")
+    return 0
+
+
+def _verifiers(args: argparse.Namespace, progress: bool) -> int:
     if args.command == "audit":
         return _audit(args)
     if args.command == "verifiers":
@@ -344,7 +329,7 @@ def _verifiers(args: argparse.Namespace) -> int:
     return 0
 
 
-def _report(args: argparse.Namespace) -> None:
+def _report(args: argparse.Namespace, progress: bool) -> int:
     from veriloop.report.report import import_marks, marks_summary, write_report
 
     if args.marks:
@@ -352,7 +337,7 @@ def _report(args: argparse.Namespace) -> None:
         print(marks_summary(args.run_dir))
     if not args.serve:
         print(write_report(args.run_dir))
-        return
+        return 0
     import time
 
     from veriloop.report.serve import start_server
@@ -366,6 +351,7 @@ def _report(args: argparse.Namespace) -> None:
         print("stopped")
     finally:
         httpd.shutdown()
+    return 0
 
 
 def _run_training(args: argparse.Namespace, progress: bool) -> int:
@@ -402,9 +388,10 @@ def _run_training(args: argparse.Namespace, progress: bool) -> int:
 
         run_eval(config_from_args(EvalRunConfig, args))
     else:
-        from veriloop.demo import DemoConfig, demo_defaults, run_demo
+        from veriloop.demo import DemoConfig, run_demo
 
-        cfg = config_from_args(DemoConfig, args, base=to_dict(demo_defaults()))
+        # no base: DemoConfig's own defaults, and a --train.algo's recipe defaults under them (as in `train`)
+        cfg = config_from_args(DemoConfig, args)
         with _run_log(args, None, "demo"):  # the demo says its directory (a new demo-N, or one it continues)
             run_demo(cfg, progress=progress)
     return 0
@@ -490,7 +477,7 @@ def _audit(args: argparse.Namespace) -> int:
     print(report.table())
     sandboxed = hasattr(verifier, "limits")  # code and the program verifiers run completions in the sandbox
     if sandboxed:
-        from veriloop.verifiers.sandbox import isolation
+        from veriloop.sandbox import isolation
 
         print(isolation().describe())
     if args.json:
@@ -533,6 +520,34 @@ def _sft_defaults():
     from veriloop.training.recipes import SFT_COMMAND_DEFAULTS
 
     return build_config(TrainConfig, SFT_COMMAND_DEFAULTS)
+
+
+# How each command is parsed and run: (add its parser: (sub, name, help line) -> None, run it: (args, progress) ->
+# exit status).  cli_help.COMMANDS is the one list of the commands (their order, groups and help lines, from which
+# the parser, `veriloop --help` and docs/reference/commands.md are made): this gives each its code, and _parser
+# refuses a command named in one but not the other.
+_HANDLERS: dict[str, tuple[Callable, Callable]] = {
+    "demo": (_configured("veriloop.demo", "DemoConfig"), _run_training),
+    "train": (
+        _configured("veriloop.training.config", "TrainConfig", None, _add_resume, _add_run_dry_run),
+        _run_training,
+    ),
+    "sft": (_configured("veriloop.training.config", "TrainConfig", _sft_defaults, _add_run_dry_run), _run_training),
+    "pipeline": (_configured("veriloop.pipeline", "PipelineConfig", None, _add_run_dry_run), _run_pipeline),
+    "algos": (_add_plain, _run_algos),
+    "eval": (_configured("veriloop.evaluation.run", "EvalRunConfig"), _run_training),
+    "report": (_add_report, _report),
+    "compare": (_add_compare, _run_compare),
+    "search": (_configured("veriloop.search.run", "SearchConfig", None, _add_search_dry_run), _search),
+    "allocate": (_configured("veriloop.search.allocate", "AllocateConfig"), _search),
+    "revision-pairs": (_configured("veriloop.search.revision", "RevisionPairsConfig"), _search),
+    "verifiers": (_add_plain, _verifiers),
+    "verify": (_add_verify, _verifiers),
+    "audit": (_add_audit, _verifiers),
+    "prm": (_add_prm, _prm),
+    "doctor": (_add_plain, _run_doctor),
+    "completion": (_add_completion, _run_completion),
+}
 
 
 def _import_plugins(argv: list[str] | None) -> None:

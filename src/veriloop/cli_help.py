@@ -17,8 +17,10 @@ start with:
   veriloop eval --policy RUN/final  evaluate a policy on held-out problems
 """
 
-# The commands, by group, with what each does: the top-level help lists them from here, and each command's
-# parser takes its line as its help (a command missing here has no parser: see veriloop.cli._build).
+# The commands, by group, with what each does: the one list of them.  The parser is built from it in this order
+# (veriloop.cli._HANDLERS gives each its parser and its runner, and must name the same commands), the top-level
+# help lists them from here, each command's parser takes its line as its help, and docs/reference/commands.md is
+# generated from the parser (scripts/gen_cli_reference.py); README's tour is checked against it.
 GROUPS = {
     "train": "train",
     "evaluate": "evaluate",

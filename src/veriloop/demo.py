@@ -205,10 +205,6 @@ declare(
 )
 
 
-def demo_defaults() -> DemoConfig:
-    return DemoConfig()
-
-
 def set_options(train: TrainConfig, defaults: dict | None = None) -> dict:
     """The train.* options (dotted) whose values differ from ``defaults`` (dotted; by default those of the recipe
     ``train.algo``)."""

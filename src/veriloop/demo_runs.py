@@ -80,8 +80,34 @@ def train_side_by_side(runs: dict, configs: dict[str, TrainConfig], threads: int
     names = list(configs)
     ctx = multiprocessing.get_context("spawn")  # a fresh interpreter each: torch's threads are per process
     stop, reports = ctx.Event(), ctx.Queue()
+    procs = _start_runs(ctx, runs, configs, threads, stop, reports)
+    done = _steps_done(configs["grpo"].run_dir)  # a continued demo: the steps its GRPO run had done
+    bar = logs.progress(desc="grpo", unit="step", total=steps, initial=done, enabled=progress, logger=log)
+    try:
+        _watch_runs(runs, procs, configs, stop, reports, bar)
+    except BaseException as e:  # a stop signal, Ctrl-C or a run that failed: the others checkpoint and end
+        _end_runs(procs)
+        _collect(reports, runs)
+        bar.close()
+        if isinstance(e, (Stopped, KeyboardInterrupt)):
+            where = ", ".join(
+                f"{n} step {_steps_done(configs[n].run_dir)}" for n in names if not runs.get(n, {}).get("done")
+            )
+            raise Stopped(getattr(e, "signum", signal.SIGINT), f"checkpoints written: {where}") from None
+        raise
+    bar.close()
+    _collect(reports, runs)
+    stopped = [n for n in names if not runs.get(n, {}).get("done")]
+    if stopped:  # a run ended by a signal sent to it alone: the demo stops as if it had received it
+        raise Stopped(signal.SIGTERM, f"{', '.join(stopped)} stopped by a signal; checkpoints written")
+    return runs
+
+
+def _start_runs(ctx, runs: dict, configs: dict[str, TrainConfig], threads: int, stop, reports) -> dict:
+    """One spawned process per run not yet done (a continued demo does not train a finished run again), each
+    resuming its run directory when it holds a run; only the SFT control is given ``stop``, the GRPO run's end."""
     procs = {}
-    for name in names:
+    for name in configs:
         if runs.get(name, {}).get("done"):
             continue
         run_dir = Path(configs[name].run_dir)
@@ -98,42 +124,36 @@ def train_side_by_side(runs: dict, configs: dict[str, TrainConfig], threads: int
             ),
         )
         procs[name].start()
-    done = _steps_done(configs["grpo"].run_dir)  # a continued demo: the steps its GRPO run had done
-    bar = logs.progress(desc="grpo", unit="step", total=steps, initial=done, enabled=progress, logger=log)
-    try:
-        while True:
-            _collect(reports, runs)
-            others = {n: _steps_done(configs[n].run_dir) for n in names if n != "grpo"}
-            if others != bar.postfix:
-                bar.set_postfix(others)
-            if _steps_done(configs["grpo"].run_dir) > bar.n:
-                bar.update(_steps_done(configs["grpo"].run_dir) - bar.n)
-            if runs.get("grpo", {}).get("done") or ("grpo" in procs and procs["grpo"].exitcode is not None):
-                stop.set()  # the GRPO run's training has ended: so does the control's, after its step
-            _raise_failure(runs, procs, configs)
-            if not any(p.is_alive() for p in procs.values()):
-                break
-            time.sleep(0.25)
-    except BaseException as e:  # a stop signal, Ctrl-C or a run that failed: the others checkpoint and end
-        for p in procs.values():
-            if p.is_alive():
-                os.kill(p.pid, signal.SIGTERM)
-        for p in procs.values():
-            p.join(timeout=600)
+    return procs
+
+
+def _watch_runs(runs: dict, procs: dict, configs: dict[str, TrainConfig], stop, reports, bar) -> None:
+    """Until every process has ended: collect their reports, show the GRPO run's steps on the bar (the others'
+    beside it), end the SFT control once the GRPO run has ended, and raise as soon as a run fails."""
+    names = list(configs)
+    while True:
         _collect(reports, runs)
-        bar.close()
-        if isinstance(e, (Stopped, KeyboardInterrupt)):
-            where = ", ".join(
-                f"{n} step {_steps_done(configs[n].run_dir)}" for n in names if not runs.get(n, {}).get("done")
-            )
-            raise Stopped(getattr(e, "signum", signal.SIGINT), f"checkpoints written: {where}") from None
-        raise
-    bar.close()
-    _collect(reports, runs)
-    stopped = [n for n in names if not runs.get(n, {}).get("done")]
-    if stopped:  # a run ended by a signal sent to it alone: the demo stops as if it had received it
-        raise Stopped(signal.SIGTERM, f"{', '.join(stopped)} stopped by a signal; checkpoints written")
-    return runs
+        others = {n: _steps_done(configs[n].run_dir) for n in names if n != "grpo"}
+        if others != bar.postfix:
+            bar.set_postfix(others)
+        if _steps_done(configs["grpo"].run_dir) > bar.n:
+            bar.update(_steps_done(configs["grpo"].run_dir) - bar.n)
+        if runs.get("grpo", {}).get("done") or ("grpo" in procs and procs["grpo"].exitcode is not None):
+            stop.set()  # the GRPO run's training has ended: so does the control's, after its step
+        _raise_failure(runs, procs, configs)
+        if not any(p.is_alive() for p in procs.values()):
+            return
+        time.sleep(0.25)
+
+
+def _end_runs(procs: dict) -> None:
+    """SIGTERM to every run still going, then wait for each: a run ends after its step in progress, with its
+    checkpoint written (so a stopped demo continues where its runs were)."""
+    for p in procs.values():
+        if p.is_alive():
+            os.kill(p.pid, signal.SIGTERM)
+    for p in procs.values():
+        p.join(timeout=600)
 
 
 def _collect(reports, runs: dict) -> None:

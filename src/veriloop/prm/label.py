@@ -110,6 +110,26 @@ def label_solutions(
     """Label rows for ``solutions`` [(problem, completion text)]: each proper step prefix is
     completed ``completions`` times by ``completer``; the last step takes the solution's own outcome."""
     outcomes = verifier.verify_batch([c for _, c in solutions], [p.reference for p, _ in solutions])
+    split, prefixes = _step_prefixes(solutions, splitter)
+    hits = [[0] * len(st) for st in split]
+    bar = progress_display(total=len(prefixes) * completions, desc="prm label", unit="completion", enabled=progress)
+    for i in range(0, len(prefixes), batch_prompts):
+        chunk = prefixes[i : i + batch_prompts]
+        bar.update(_complete_prefixes(chunk, solutions, completer, verifier, completions, sampling, generator, hits))
+    bar.close()
+    provenance = {
+        **provenance,
+        "completions": completions,
+        "verifier": verifier.tag,
+        "sampling": sampling.as_dict(),
+        "splitter": splitter,
+    }
+    return _label_rows(solutions, split, hits, outcomes, completions, provenance)
+
+
+def _step_prefixes(solutions, splitter: str) -> tuple[list, list]:
+    """Each solution's steps, and the prefixes to complete: (solution index, step index, the text up to the next
+    step's start, separator included) for every step but the last (whose label is the solution's outcome)."""
     prefixes = []  # (solution index, step index, prefix text)
     split = []
     for s, (_, text) in enumerate(solutions):
@@ -117,38 +137,36 @@ def label_solutions(
         split.append(steps)
         for k in range(len(steps) - 1):
             prefixes.append((s, k, text[: steps[k + 1].start]))
-    hits = [[0] * len(st) for st in split]
-    N = completions
-    bar = progress_display(total=len(prefixes) * N, desc="prm label", unit="completion", enabled=progress)
-    for i in range(0, len(prefixes), batch_prompts):
-        chunk = prefixes[i : i + batch_prompts]
-        prompt_ids = []
-        for s, _, prefix in chunk:
-            ids = completer.encode_prompt(solutions[s][0].prompt)
-            prompt_ids.append(ids + completer.tokenizer(prefix, add_special_tokens=False).input_ids)
-        out = completer.sample(prompt_ids, sampling, generator=generator, n=N)
-        texts = [
-            chunk[j // N][2] + completer.completion_text(ids, f)
-            for j, (ids, f) in enumerate(zip(out.completion_ids, out.finish_reasons))
-        ]
-        refs = [solutions[chunk[j // N][0]][0].reference for j in range(len(texts))]
-        for j, v in enumerate(verifier.verify_batch(texts, refs)):
-            s, k, _ = chunk[j // N]
-            hits[s][k] += is_correct(v)
-        bar.update(len(texts))
-    bar.close()
-    provenance = {
-        **provenance,
-        "completions": N,
-        "verifier": verifier.tag,
-        "sampling": sampling.as_dict(),
-        "splitter": splitter,
-    }
+    return split, prefixes
+
+
+def _complete_prefixes(chunk, solutions, completer, verifier, n: int, sampling, generator, hits) -> int:
+    """One generation batch: continue each prefix of ``chunk`` ``n`` times after its problem's prompt, judge the
+    continuations against the problem's reference and add the right ones to ``hits``; returns how many it made."""
+    prompt_ids = []
+    for s, _, prefix in chunk:
+        ids = completer.encode_prompt(solutions[s][0].prompt)
+        prompt_ids.append(ids + completer.tokenizer(prefix, add_special_tokens=False).input_ids)
+    out = completer.sample(prompt_ids, sampling, generator=generator, n=n)
+    texts = [
+        chunk[j // n][2] + completer.completion_text(ids, f)
+        for j, (ids, f) in enumerate(zip(out.completion_ids, out.finish_reasons))
+    ]
+    refs = [solutions[chunk[j // n][0]][0].reference for j in range(len(texts))]
+    for j, v in enumerate(verifier.verify_batch(texts, refs)):
+        s, k, _ = chunk[j // n]
+        hits[s][k] += is_correct(v)
+    return len(texts)
+
+
+def _label_rows(solutions, split, hits, outcomes, n: int, provenance: dict) -> list[dict]:
+    """The output rows, one per solution with steps: soft labels (the share of a prefix's ``n`` continuations
+    that were right; the last step's is the outcome), hard labels (some continuation was right), provenance."""
     rows = []
     for s, ((problem, text), steps) in enumerate(zip(solutions, split)):
         if not steps:
             continue
-        soft = [hits[s][k] / N for k in range(len(steps) - 1)] + [float(is_correct(outcomes[s]))]
+        soft = [hits[s][k] / n for k in range(len(steps) - 1)] + [float(is_correct(outcomes[s]))]
         rows.append(
             {
                 "problem_id": problem.id,

@@ -271,28 +271,17 @@ def fit_prm(
 
 
 def train_prm(cfg: PRMTrainConfig, progress: bool = True) -> dict:
+    """``veriloop prm train``: fit a PRM on ``cfg.data``, keep the epoch ``cfg.select`` picks on the validation
+    labels, score it on the eval labels, save it to ``cfg.out``; returns the training summary."""
     t0 = time.time()
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
-    rows = load_labels(cfg.data)
-    val_rows = load_labels(cfg.val_data) if cfg.val_data else []
-    eval_rows = load_labels(cfg.eval_data) if cfg.eval_data else []
-    if cfg.select == "exact_checker" and val_rows and exact_step_labels(val_rows) is None:
-        raise InputError(f"select exact_checker needs a task with an exact process checker; {cfg.val_data} has none")
+    rows, val_rows, eval_rows = _load_label_sets(cfg)
     torch.manual_seed(cfg.seed)
     provenance = rows[0].get("provenance", {})
     prm = PRM(load_policy(cfg.backbone), provenance.get("splitter", "semicolon"), provenance.get("prompt_template", ""))
     history: list[dict] = []
     best: dict = {}
-
-    def validate(epoch: int) -> None:  # score the epoch on validation; remember the best weights
-        ev = evaluate_prm(prm, val_rows, cfg.labels, cfg.cumulative)
-        history.append({"epoch": epoch, **{k: v for k, v in ev.items() if k.startswith("auc_vs_")}})
-        key = {"targets": "auc_vs_targets", "exact_checker": "auc_vs_exact_checker", "last": None}[cfg.select]
-        value = float(epoch) if key is None else (ev[key] if ev[key] is not None else float("-inf"))
-        if not best or value > best["value"]:
-            best.update(value=value, epoch=epoch, state={k: v.clone() for k, v in prm.state_dict().items()})
-
     losses = fit_prm(
         prm,
         rows,
@@ -305,7 +294,7 @@ def train_prm(cfg: PRMTrainConfig, progress: bool = True) -> dict:
         progress,
         where=cfg.data,
         cumulative=cfg.cumulative,
-        after_epoch=validate if val_rows else None,
+        after_epoch=_epoch_selector(prm, val_rows, cfg, history, best) if val_rows else None,
     )
     summary = {
         "train_solutions": len(rows),
@@ -318,6 +307,39 @@ def train_prm(cfg: PRMTrainConfig, progress: bool = True) -> dict:
     if eval_rows:
         summary["eval"] = evaluate_prm(prm, eval_rows, cfg.labels, cfg.cumulative)
     summary["seconds"] = round(time.time() - t0, 1)
+    _save_trained_prm(prm, cfg, provenance, summary)
+    return summary
+
+
+def _load_label_sets(cfg: PRMTrainConfig) -> tuple[list, list, list]:
+    """The training, validation and eval label rows, checked before any training: selecting by the exact checker
+    needs validation rows that have one (said at once, not after the first epoch)."""
+    rows = load_labels(cfg.data)
+    val_rows = load_labels(cfg.val_data) if cfg.val_data else []
+    eval_rows = load_labels(cfg.eval_data) if cfg.eval_data else []
+    if cfg.select == "exact_checker" and val_rows and exact_step_labels(val_rows) is None:
+        raise InputError(f"select exact_checker needs a task with an exact process checker; {cfg.val_data} has none")
+    return rows, val_rows, eval_rows
+
+
+def _epoch_selector(prm: PRM, val_rows: list, cfg: PRMTrainConfig, history: list, best: dict):
+    """The ``after_epoch`` hook of ``fit_prm``: score the epoch on validation (appended to ``history``) and keep
+    the best weights so far in ``best`` by ``cfg.select`` (``last``: the latest epoch)."""
+
+    def validate(epoch: int) -> None:
+        ev = evaluate_prm(prm, val_rows, cfg.labels, cfg.cumulative)
+        history.append({"epoch": epoch, **{k: v for k, v in ev.items() if k.startswith("auc_vs_")}})
+        key = {"targets": "auc_vs_targets", "exact_checker": "auc_vs_exact_checker", "last": None}[cfg.select]
+        value = float(epoch) if key is None else (ev[key] if ev[key] is not None else float("-inf"))
+        if not best or value > best["value"]:
+            best.update(value=value, epoch=epoch, state={k: v.clone() for k, v in prm.state_dict().items()})
+
+    return validate
+
+
+def _save_trained_prm(prm: PRM, cfg: PRMTrainConfig, provenance: dict, summary: dict) -> None:
+    """Save the PRM with the metadata ``load_prm`` and the verifier read back (kind, aggregation, labels, where
+    its labels came from), and the summary beside it as train_summary.json."""
     prm.save(
         cfg.out,
         {
@@ -333,7 +355,6 @@ def train_prm(cfg: PRMTrainConfig, progress: bool = True) -> dict:
         },
     )
     atomic_write_json(Path(cfg.out) / "train_summary.json", summary)
-    return summary
 
 
 def score_file(prm_dir: str, input_path: str, output_path: str, aggregation: str = "") -> dict:

@@ -44,19 +44,10 @@ def _gib(n: float) -> str:
     return f"{n / 2**30:.2f} GiB" if n >= 2**30 else f"{n / 2**20:.1f} MiB"
 
 
-def plan(cfg: TrainConfig, policy=None, task=None) -> list[tuple[str, str]]:
-    """(quantity, value) rows for ``cfg``; ``policy`` and ``task`` as ``Trainer`` takes them (built when None)."""
-    from veriloop.training.trainer import Trainer
-
-    task = task or cfg.task.build()
-    policy = policy if policy is not None else Trainer._load_start(cfg)
-    longest = max(len(policy.encode_prompt(p.prompt)) for p in sample_problems(task, cfg.seed))
-    b, g, new = cfg.rollout.prompts_per_step, cfg.rollout.group_size, cfg.sampling.max_new_tokens
-    rows_per_step, length = b * g, longest + new
-    upd = cfg.update
-    mu = upd.inner_updates * upd.mini_batches
-    per_mini = math.ceil(rows_per_step / upd.mini_batches)
-    micro = min(upd.micro_batch_size, per_mini)
+def _memory(cfg: TrainConfig, policy, micro: int, length: int, rows_per_step: int) -> tuple[int, ...]:
+    """(parameters, trained parameters, learner state bytes, KL reference bytes, activation bytes of one
+    micro-batch, sampler KV cache bytes)."""
+    upd, new = cfg.update, cfg.sampling.max_new_tokens
     params = sum(p.numel() for p in policy.model.parameters())
     trainable = sum(p.numel() for p in policy.model.parameters() if p.requires_grad)
     s, shape = BYTES.get(cfg.dtype, 4), _shapes(policy.model)
@@ -70,6 +61,24 @@ def plan(cfg: TrainConfig, policy=None, task=None) -> list[tuple[str, str]]:
     head_tokens = min(micro * new, upd.logprob_chunk_tokens) if upd.logprob_chunk_tokens else micro * new
     activations = (micro * length * shape["layers"] * per_token + 2 * head_tokens * shape["vocab"]) * s
     kv_cache = rows_per_step * length * shape["layers"] * 2 * shape["kv_dim"] * s
+    return params, trainable, state, reference, activations, kv_cache
+
+
+def plan(cfg: TrainConfig, policy=None, task=None) -> list[tuple[str, str]]:
+    """(quantity, value) rows for ``cfg``; ``policy`` and ``task`` as ``Trainer`` takes them (built when None)."""
+    from veriloop.training.trainer import Trainer
+
+    task = task or cfg.task.build()
+    policy = policy if policy is not None else Trainer._load_start(cfg)
+    longest = max(len(policy.encode_prompt(p.prompt)) for p in sample_problems(task, cfg.seed))
+    b, g, new = cfg.rollout.prompts_per_step, cfg.rollout.group_size, cfg.sampling.max_new_tokens
+    rows_per_step, length = b * g, longest + new
+    upd = cfg.update
+    mu = upd.inner_updates * upd.mini_batches
+    per_mini = math.ceil(rows_per_step / upd.mini_batches)
+    micro = min(upd.micro_batch_size, per_mini)
+    params, trainable, state, reference, activations, kv_cache = _memory(cfg, policy, micro, length, rows_per_step)
+    shape = _shapes(policy.model)
     staleness = cfg.rollout.lag * mu + mu - 1
     return [
         (

@@ -410,6 +410,43 @@ def _read_unclean(
     return None, v, span, inner
 
 
+def _called_wrong(tail: str) -> bool:
+    """Text right after the answer that calls it wrong ("... 72 is wrong", "... 72, not right"): the answer is
+    negated whatever follows, so this is read before any sentence."""
+    return bool(
+        re.match(
+            r"^[\s$)]*(?:(?:is|was|seems|would\s+be)\s+)?(?:wrong|incorrect|false|a\s+mistake|not\s+(?:right|"
+            r"correct|the\s+answer|it)\b)",
+            tail,
+            re.I,
+        )
+    )
+
+
+def _checks_the_answer(sentence: str, key: str, new: str) -> bool:
+    """A check that works from the answer to another number ("let me verify: 45 * 3 = 135"): the number it
+    ends with is the check's result, not a new answer."""
+    return bool(
+        _CHECK.search(sentence)
+        and re.search(
+            rf"(?<![\d.]){re.escape(key)}(?!\d|\.\d)[^=\n]*=\s*\$?{re.escape(new)}(?!\d|\.\d)",
+            sentence.replace(",", ""),
+        )
+    )
+
+
+def _restates_or_corrects(sentence: str, ws: set) -> bool:
+    """A sentence that gives a value bare or restated ("Definitely 18.", "Probably 18.", not "Not 18.") or with
+    a correction cue ("Wait, 20.", "Make that 20."): with a value other than the answer's, it revises the answer."""
+    restated = _operators_around(sentence.strip().rstrip(".!"), "maths")
+    bare = (
+        re.fullmatch(rf"[\s*$(]*{NUM}[\s*.!)]*", sentence)
+        or _RESTATED.match(sentence.strip())
+        or (restated is not None and restated[0] != NEGATED)
+    )
+    return bool(bare or ws & CORRECTION or CORRECTION_PHRASE.search(sentence) or any(c in sentence for c in "错改"))
+
+
 def revision(tail: str, key: str, same_line: bool = False, closing: bool = False) -> Read | None:
     """Does text after a stated answer withdraw, doubt, qualify or revise it?  A condition counts in its
     first two sentences (the rest of the answer's sentence and the next) when it is about the answer
@@ -419,13 +456,7 @@ def revision(tail: str, key: str, same_line: bool = False, closing: bool = False
     might be wrong.") is ``hedged``, and so is a question about it ("Is that right?") that no later
     sentence answers with yes.  ``closing``:
     ``tail`` runs to the end of the text, whose closing sentence stating another value revises it."""
-    lead = re.match(
-        r"^[\s$)]*(?:(?:is|was|seems|would\s+be)\s+)?(?:wrong|incorrect|false|a\s+mistake|not\s+(?:right|"
-        r"correct|the\s+answer|it)\b)",
-        tail,
-        re.I,
-    )
-    if lead:
+    if _called_wrong(tail):
         return Read("not", reason="negated", negated=frozenset({key}), numbers=frozenset({key}))
     k, asked = 0, False  # sentences so far; a question about the answer not yet answered with yes
     for n, line in enumerate(tail.splitlines()):
@@ -442,25 +473,10 @@ def revision(tail: str, key: str, same_line: bool = False, closing: bool = False
                 return Read("not", reason="conditional")
             if same_line and n == 0 and (ws & REVISING_HEDGE or HEDGE_SIGNS.search(sentence)) and new:
                 return Read("several", reason="several", numbers=frozenset({key, new}))
-            if (
-                new
-                and _CHECK.search(sentence)
-                and re.search(
-                    rf"(?<![\d.]){re.escape(key)}(?!\d|\.\d)[^=\n]*=\s*\$?"
-                    rf"{re.escape(new)}(?!\d|\.\d)",
-                    sentence.replace(",", ""),
-                )
-            ):
+            if new and _checks_the_answer(sentence, key, new):
                 continue  # "let me verify: 45 * 3 = 135": a check that uses the answer, no new answer
             act = speech_act(sentence, key)
-            restated = _operators_around(sentence.strip().rstrip(".!"), "maths") if new else None
-            bare = (
-                re.fullmatch(rf"[\s*$(]*{NUM}[\s*.!)]*", sentence)
-                or _RESTATED.match(sentence.strip())
-                or (restated is not None and restated[0] != NEGATED)
-            )  # "Definitely 18.", "Probably 18." (not "Not 18.")
-            cue = ws & CORRECTION or CORRECTION_PHRASE.search(sentence) or any(c in sentence for c in "错改")
-            if (bare or cue or act == RETRACTS or question) and new:  # "Or is it 20?"
+            if new and (_restates_or_corrects(sentence, ws) or act == RETRACTS or question):  # "Or is it 20?"
                 return Read("several", reason="revised", numbers=frozenset({key, new}))
             if act == DOUBTS and question:  # "Is that right?": a doubt unless a later sentence says yes
                 asked = True
