@@ -139,7 +139,7 @@ def run(a) -> dict:
     timers.wrap(engine_module.LocalEngine, "run", "generate")
     timers.wrap(learner_module, "completion_logprobs", "forward")
     timers.wrap(learner_module, "backward_scaled", "backward")
-    timers.wrap(learner_module.Learner, "optimizer_step", "optimizer")
+    timers.wrap(learner_module.LocalLearner, "optimizer_step", "optimizer")
     with tempfile.TemporaryDirectory(prefix="step-profile-") as tmp:
         model = peers.build_model(a.size, Path(tmp) / a.size, a.seed)
         data = Path(tmp) / "problems.jsonl"

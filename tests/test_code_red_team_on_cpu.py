@@ -96,7 +96,7 @@ def test_the_tests_namespace_is_the_graders_whatever_names_the_program_reports()
     import builtins
     import math
 
-    from veriloop.verifiers.sandbox_grader import test_namespace
+    from veriloop.sandbox.grader import test_namespace
 
     names = [
         ("__builtins__", ("object", "Builtins")),
@@ -141,22 +141,31 @@ def test_a_run_directory_is_read_as_data_only(tmp_path, monkeypatch, name):
     torch.save({"weight": torch.zeros(2)}, step / "critic.pt")
     critic = torch.nn.Module()
     critic.weight = torch.nn.Parameter(torch.ones(2))
-    learner = type("Learner", (), {"load": lambda self, path: None})()
-    load_checkpoint(step, learner, critic=critic)  # an honest checkpoint loads
+    learner = type(
+        "Learner",
+        (),
+        {
+            "critic": critic,
+            "load": lambda self, path: None,
+            "load_critic_state_dict": lambda self, s: critic.load_state_dict(s),
+        },
+    )()
+    load_checkpoint(step, learner)  # an honest checkpoint loads
     assert critic.weight.sum().item() == 0.0
     torch.save(
         {"torch": torch.get_rng_state(), "python": _Boom()} if name == "rng.pt" else {"weight": _Boom()}, step / name
     )
     with pytest.raises(InputError, match=rf"{name} holds more than tensors and plain values"):
-        load_checkpoint(step, learner, critic=critic)
+        load_checkpoint(step, learner)
     assert not (tmp_path / "boom-from-a-checkpoint").exists()
 
 
 # Nothing tied a sandboxed program's life to its grader's: a SIGKILLed grader left it running.
 GRADER = """
 import time
-from veriloop.verifiers.sandbox import _Child, SandboxLimits
-child = _Child("import time\\ntime.sleep(60)", "run", SandboxLimits(wall_seconds=120, cpu_seconds=100), "")
+from veriloop.sandbox import SandboxLimits, isolation
+from veriloop.sandbox.supervisor import Child
+child = Child("import time\\ntime.sleep(60)", "run", SandboxLimits(wall_seconds=120, cpu_seconds=100), "", isolation())
 print(child.proc.pid, child.cgroup or "-", child.memory or "-", flush=True)
 time.sleep(60)
 """
@@ -223,8 +232,7 @@ with open("veriloop-red-team-probe.txt", "w") as fh:
 def test_the_audit_hook_resolves_relative_paths_where_the_process_is():
     import os
 
-    from veriloop.verifiers.sandbox import run_program
-    from veriloop.verifiers.sandbox_isolation import Isolation
+    from veriloop.sandbox import Isolation, run_program
 
     probe = os.path.join(os.path.dirname(os.__file__), "veriloop-red-team-probe.txt")
     try:
@@ -252,8 +260,7 @@ print(len(open("/dev/urandom", "rb").read(4)), len(open("/dev/zero", "rb").read(
 
 
 def test_the_device_files_a_program_may_use_work():
-    from veriloop.verifiers.sandbox import run_program
-    from veriloop.verifiers.sandbox_isolation import Isolation
+    from veriloop.sandbox import Isolation, run_program
 
     for iso in (None, Isolation(False, "", "", "")):
         res = run_program(DEVICES, isolation_=iso)
@@ -267,8 +274,7 @@ def test_the_device_files_a_program_may_use_work():
 # the peak is VmHWM of this process's own memory map (ru_maxrss would count the forking test worker's pages)
 MEMORY_PROBE = """
 import re, sys
-from veriloop.verifiers.sandbox import SandboxLimits
-from veriloop.verifiers.sandbox_grader import parse_tests, run_tests
+from veriloop.sandbox import SandboxLimits, parse_tests, run_tests
 run = run_tests(sys.argv[1], parse_tests(sys.argv[2]), SandboxLimits(wall_seconds=20, cpu_seconds=10, memory_mb=1024))
 peak_kb = int(re.search(r"VmHWM:\\s*(\\d+)", open("/proc/self/status").read()).group(1))
 print(run.status, run.passed, peak_kb // 1024, run.detail)
@@ -315,17 +321,17 @@ def test_an_honest_answer_of_many_values_still_passes(code):
 
 # Fall-back modes were silent: where the kernel layer was missing, untrusted code ran under the process layers.
 def test_without_the_kernel_layer_untrusted_code_is_refused_unless_opted_in(monkeypatch, caplog):
-    from veriloop.verifiers import sandbox_isolation
-    from veriloop.verifiers.sandbox_isolation import SandboxError, _probe_isolation
+    from veriloop.sandbox import SandboxError, probe
+    from veriloop.sandbox.probe import probe_isolation
 
-    monkeypatch.setattr(sandbox_isolation.shutil, "which", lambda name: None)  # no unshare here
+    monkeypatch.setattr(probe.shutil, "which", lambda name: None)  # no unshare here, nor bwrap
     with pytest.raises(
         SandboxError,
         match=r"kernel layer is unavailable here \(no unshare command.*refused.*"
         r"VERILOOP_SANDBOX=process",
     ):
-        _probe_isolation("auto")
-    process = _probe_isolation("process")
+        probe_isolation("auto")
+    process = probe_isolation("process")
     assert not process.namespaces and process.layers.endswith("rlimits+audit-hook"), process
     assert "VERILOOP_SANDBOX=process" in process.why
     assert "untrusted code runs without the kernel layer" in caplog.text  # a warning, through logging
@@ -349,8 +355,7 @@ def test_cleanup_removes_any_depth(monkeypatch):
     import os
     import tempfile
 
-    from veriloop.verifiers import sandbox
-    from veriloop.verifiers.sandbox import run_program
+    from veriloop.sandbox import run_program, supervisor
 
     made, original = [], tempfile.mkdtemp
 
@@ -358,7 +363,7 @@ def test_cleanup_removes_any_depth(monkeypatch):
         made.append(original(**kw))
         return made[-1]
 
-    monkeypatch.setattr(sandbox.tempfile, "mkdtemp", mkdtemp)
+    monkeypatch.setattr(supervisor.tempfile, "mkdtemp", mkdtemp)
     res = run_program(DEEP)
     assert (res.status, res.stdout) == ("ok", "deep\n"), res
     assert made and not os.path.exists(made[0]), "the run's directory was left behind"
@@ -367,7 +372,7 @@ def test_cleanup_removes_any_depth(monkeypatch):
 def test_remove_tree_removes_links_and_never_follows_them(tmp_path):
     import os
 
-    from veriloop.verifiers.sandbox import remove_tree
+    from veriloop.sandbox.process import remove_tree
 
     outside = tmp_path / "outside"
     outside.mkdir()
@@ -401,7 +406,7 @@ print("held", held, "MB")
 
 @pytest.mark.sandbox_layer("memory-cgroup")
 def test_the_memory_limit_holds_for_the_whole_run():
-    from veriloop.verifiers.sandbox import SandboxLimits, run_program
+    from veriloop.sandbox import SandboxLimits, run_program
 
     limits = SandboxLimits(wall_seconds=20, cpu_seconds=10, memory_mb=256)
     res = run_program(MEMFD, limits=limits)
@@ -443,7 +448,7 @@ print(len(held), ctypes.get_errno())
 
 @pytest.mark.sandbox_layer("namespaces")
 def test_what_a_run_writes_and_watches_is_bounded_for_the_whole_run():
-    from veriloop.verifiers.sandbox import SandboxLimits, run_program
+    from veriloop.sandbox import SandboxLimits, run_program
 
     limits = SandboxLimits(wall_seconds=20, cpu_seconds=10, disk_bytes=32 << 20, disk_files=500)
     written, errno = map(int, run_program(DISK_FLOOD, limits=limits, audit_hook=False).stdout.split())
@@ -472,7 +477,7 @@ except OSError as e:
 @pytest.mark.sandbox_layer("namespaces")
 @pytest.mark.sandbox_layer("seccomp")
 def test_no_program_but_the_interpreter_runs():
-    from veriloop.verifiers.sandbox import run_program
+    from veriloop.sandbox import run_program
 
     res = run_program(EXEC_SELF, audit_hook=False)
     # EPERM: refused as an exec (before, ENOENT: only the view's missing /lib64 loader link stopped a dynamic
@@ -511,10 +516,10 @@ def test_the_opted_in_process_mode_takes_every_layer_short_of_namespaces(caplog)
     import socket
     import time
 
-    from veriloop.verifiers.sandbox import run_program
-    from veriloop.verifiers.sandbox_isolation import _probe_isolation
+    from veriloop.sandbox import run_program
+    from veriloop.sandbox.probe import probe_isolation
 
-    process = _probe_isolation("process")
+    process = probe_isolation("process")
     assert not process.namespaces and process.seccomp and process.pids_cgroup, process
     assert f"verdicts say 'sandbox: {process.layers}'" in caplog.text  # a warning, through logging
     res = run_program(ORPHAN, audit_hook=False, isolation_=process)

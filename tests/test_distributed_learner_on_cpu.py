@@ -16,10 +16,11 @@ import pytest
 import torch
 
 from veriloop.config import build_config
+from veriloop.registry import LEARNERS
 from veriloop.training.config import TrainConfig
 from veriloop.training.critic import Critic
-from veriloop.training.distributed import DistributedLearner, build_learner
-from veriloop.training.learner import Learner
+from veriloop.training.distributed import DDPLearner, DistributedLearner, FSDP2Learner
+from veriloop.training.learner import LocalLearner
 from veriloop.training.ranks import RankShare
 from veriloop.training.trainer import Trainer
 
@@ -68,7 +69,7 @@ def setup(tmp_path, **over):
     cfg = build_config(TrainConfig, {}, {**TINY, "run_dir": str(tmp_path / "run"), **over})
     trainer = Trainer(cfg, progress=False)
     records, _, _ = trainer.collector.collect(1, 0)
-    return cfg, trainer.policy, trainer.critic, trainer.learning_signal(records).batch
+    return cfg, trainer.policy, trainer.learner.critic, trainer.learning_signal(records).batch
 
 
 def with_learner(cfg, **over) -> TrainConfig:
@@ -110,7 +111,7 @@ def local(policy, cfg, lb, critic=None, dtype=None, **over):
     cfg = build_config(TrainConfig, {}, {**TINY, "run_dir": cfg.run_dir, **_overrides(cfg), **over})
     if critic is not None:
         critic.cfg = cfg
-    stats = run(Learner(policy, cfg), lb, critic.update if critic is not None else None)
+    stats = run(LocalLearner(policy, cfg), lb, critic.update if critic is not None else None)
     return policy, critic, stats
 
 
@@ -317,15 +318,17 @@ def test_save_load_resumes_exactly(tmp_path, groups):
     assert all(torch.equal(v, after_first[k]) for k, v in start.model.state_dict().items())
     assert run(group, lb, updates=1, seed=2) == want
     assert all(torch.equal(v, uninterrupted[k]) for k, v in start.model.state_dict().items())
-    one = Learner(copy.deepcopy(policy), cfg)
+    one = LocalLearner(copy.deepcopy(policy), cfg)
     one.load(ckpt)
     run(one, lb, updates=1, seed=2)
     assert max((one.policy.model.state_dict()[k] - v).abs().max() for k, v in uninterrupted.items()) < 1e-5
 
 
-def test_build_learner_and_a_main_without_a_file(tmp_path):
+def test_the_registered_learners_and_a_main_without_a_file(tmp_path):
     cfg, policy, critic, _ = setup(tmp_path)
-    assert type(build_learner(policy, cfg)) is Learner
+    assert type(LEARNERS.get(cfg.learner.strategy)(policy, cfg)) is LocalLearner  # the strategy names the class
+    assert (LEARNERS.get("ddp"), LEARNERS.get("fsdp2")) == (DDPLearner, FSDP2Learner)
+    assert FSDP2Learner.capabilities.shards_weights and not DDPLearner.capabilities.shards_weights
     assert isinstance(critic, Critic | type(None))
     code = (
         "from veriloop.training.distributed import check_spawnable\n"

@@ -1,6 +1,8 @@
 """One registry mechanism; validation reads it; something registered outside the package trains from the CLI."""
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -81,3 +83,29 @@ def test_an_external_estimator_and_objective_train_from_the_cli(tmp_path, monkey
 def test_a_missing_plugin_is_an_input_error(capsys):
     assert cli.main(["--plugin", "no_such_module_here", "algos"]) == 2
     assert "no_such_module_here" in capsys.readouterr().err
+
+
+def test_an_entry_registered_by_path_is_listed_without_its_import_and_resolved_on_first_use(monkeypatch, tmp_path):
+    (tmp_path / "lazy_widgets.py").write_text("IMPORTS = []\nIMPORTS.append(1)\nTABLE = {'w-1': 'one'}\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    reg = Registry("widget")
+    reg.register_path("w", "lazy_widgets:TABLE.w-1")
+    assert reg.names() == ["w"] and "w" in reg and reg.choices() == "w"
+    assert "lazy_widgets" not in sys.modules  # listed, not imported
+    assert reg.get("w") == "one" and reg.get("w") == "one"
+    assert sys.modules["lazy_widgets"].IMPORTS == [1]
+    with pytest.raises(ValueError, match="already registered"):
+        reg.register_path("w", "lazy_widgets:TABLE")
+    with pytest.raises(ValueError, match="already registered"):
+        reg.register("w", object())
+
+
+def test_the_built_in_names_are_listed_without_loading_torch():
+    code = (
+        "import sys\nfrom veriloop.registry import REGISTRIES\n"
+        "for r in REGISTRIES: r.names()\n"
+        "print(sorted(m for m in ('torch', 'transformers') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=100)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"

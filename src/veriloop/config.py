@@ -223,7 +223,14 @@ def iter_fields(cls, prefix: str = ""):
             default = f.default_factory()
         else:
             default = None
-        yield prefix + f.name, tp, default, f.metadata.get("help", "")
+        yield prefix + f.name, tp, default, field_help(f)
+
+
+def field_help(f: dataclasses.Field) -> str:
+    """A field's help; an option naming a registry entry (metadata ``registry``) lists what is registered now,
+    plugins' entries included, instead of a list typed into the help."""
+    text, registry = f.metadata.get("help", ""), f.metadata.get("registry")
+    return f"{text} (registered: {registry.choices()})" if registry is not None else text
 
 
 def add_arguments(parser: argparse.ArgumentParser, cls, defaults=None) -> None:

@@ -1,7 +1,7 @@
 """The learned verifier ``prm``: a process reward model saved by ``veriloop prm train``.
 
-It registers into ``veriloop.registry.VERIFIERS`` through the package's ``veriloop.plugins``
-entry point (pyproject.toml), so ``verifiers.get("prm", ...)`` finds it without the verifiers
+It joins ``veriloop.registry.VERIFIERS`` as the package's own ``veriloop.verifiers`` entry point
+(pyproject.toml), so ``verifiers.get("prm", ...)`` finds it without the verifiers
 package importing this higher layer.
 
 ``get("prm", path=DIR, aggregation="min"|"prod"|"last")``.  The verdict's ``steps`` holds
@@ -19,7 +19,7 @@ from pathlib import Path
 
 from veriloop.errors import InputError
 from veriloop.prm.model import AGGREGATIONS, aggregate, load_prm
-from veriloop.verifiers.base import Verdict, Verifier, VerifierError, register
+from veriloop.verifiers.base import Verdict, Verifier, VerifierError
 
 
 def _digest(path: Path) -> str:
@@ -62,6 +62,3 @@ class PRMVerifier(Verifier):
             comps = {"steps": float(len(steps)), "min": min(steps, default=0.0), "last": steps[-1] if steps else 0.0}
             out.append(Verdict(float(s), comps, self.tag, "" if steps else "no steps", "", tuple(steps)))
         return out
-
-
-register("prm")(PRMVerifier)

@@ -5,9 +5,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from veriloop.registry import ENGINES
+
 DATA_SOURCES = ("policy", "initial", "teacher", "task-teacher")
-ENGINES = ("local", "ray", "vllm")
-WORKER_ENGINES = ("local", "vllm")
 MODES = ("sync", "async")
 
 
@@ -70,9 +70,10 @@ class RolloutConfig:
     engine: str = field(
         default="local",
         metadata={
-            "help": "local (the KV-cached sampler in this process) | vllm (vLLM in this process, colocated "
-            "with the learner; needs the vllm extra) | ray (rollout.workers Ray actors, each holding the "
-            "engine ray.worker_engine names)"
+            "help": "the rollout engine: local is the KV-cached sampler in this process, vllm vLLM in this process "
+            "(colocated with the learner; the vllm extra), ray rollout.workers Ray actors each holding the engine "
+            "ray.worker_engine names",
+            "registry": ENGINES,
         },
     )
     workers: int = field(default=1, metadata={"help": "rollout engines (Ray actors) for engine=ray"})
@@ -96,25 +97,17 @@ class RolloutConfig:
         in one request for one engine, on ``engine ray`` in ``workers`` requests of ceil(groups / workers) groups
         (request i goes to worker i mod N: one request per round would leave N - 1 workers idle).  A completion's
         tokens come from its own seeded stream, so the cut never changes them."""
-        if self.request_groups or self.engine != "ray":
+        if self.request_groups or self.workers == 1:  # (workers > 1: an engine with workers, training/capabilities.py)
             return self.request_groups
         return max(1, math.ceil(groups / self.workers))
 
     def __post_init__(self):
         if self.engine not in ENGINES:
-            raise ValueError(f"rollout.engine must be one of {ENGINES}, got {self.engine!r}")
+            raise ValueError(f"rollout.engine must be a registered engine ({ENGINES.choices()}), got {self.engine!r}")
         if self.mode not in MODES:
             raise ValueError(f"rollout.mode must be one of {MODES}, got {self.mode!r}")
         if self.workers < 1:
             raise ValueError(f"rollout.workers must be >= 1, got {self.workers}")
-        if self.engine in ("ray", "vllm") and self.source == "task-teacher":
-            raise ValueError(
-                f"rollout.engine={self.engine} samples with a model; rollout.source=task-teacher samples nothing"
-            )
-        if self.workers > 1 and self.engine != "ray":
-            raise ValueError(f"rollout.workers={self.workers} needs rollout.engine=ray (the local engine is one)")
-        if self.mode == "async" and self.engine != "ray":
-            raise ValueError("rollout.mode=async needs rollout.engine=ray (one local engine cannot run ahead)")
         if self.mode == "async" and self.max_staleness < 1:
             raise ValueError(
                 "rollout.mode=async needs rollout.max_staleness >= 1 (the admission bound in policy "
@@ -168,12 +161,14 @@ class RayConfig:
     )
     timeout_s: float = field(default=120.0, metadata={"help": "connecting, starting actors, shutting down"})
     worker_engine: str = field(
-        default="local", metadata={"help": "what each rollout actor holds: local (the KV-cached sampler) | vllm"}
+        default="local",
+        metadata={
+            "help": "the engine each rollout actor holds (one that can be held by an actor)",
+            "registry": ENGINES,
+        },
     )
 
     def __post_init__(self):
-        if self.worker_engine not in WORKER_ENGINES:
-            raise ValueError(f"ray.worker_engine must be one of {WORKER_ENGINES}, got {self.worker_engine!r}")
         if self.num_cpus < 0 or self.cpus_per_worker < 0 or self.gpus_per_worker < 0 or self.worker_threads < 0:
             raise ValueError("ray.num_cpus, cpus_per_worker, gpus_per_worker and worker_threads must be >= 0")
         if self.timeout_s <= 0:

@@ -11,9 +11,12 @@ many engines share the work.
 * ``TaskTeacherEngine``: the task's own demonstrations (SFT data); nothing is sampled.
 * ``RayEngine`` (``rollout/ray_engine.py``): ``rollout.workers`` Ray actors, each a ``LocalEngine``.
 
-Every engine has ``run(requests, ledger) -> records per request`` (the ledger, ``rollout/ledger.py``,
-stores each request's records once) and ``publish(model, version)`` (the learner's new weights);
-one that holds weights of its own also ``load_weights(named_tensors, version) -> digest``.
+Every engine is a ``RolloutEngine`` (below): ``run(requests, ledger) -> records per request`` (the ledger,
+``rollout/ledger.py``, stores each request's records once) and ``publish(model, version)`` (the learner's new
+weights); one that holds weights of its own also ``load_weights(named_tensors, version) -> digest``.  The engines
+``rollout.engine`` names are registered classes (``veriloop.registry.ENGINES``, filled in ``rollout/__init__.py``)
+that declare what they can serve (``EngineCapabilities``): the config's rules about engines are derived from those
+declarations in one place (``training/capabilities.py``).
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import random
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any, ClassVar, Protocol
 
 import torch
 
@@ -35,6 +39,80 @@ from veriloop.seeding import derive_seed
 from veriloop.tasks.base import Problem
 
 FROZEN = -1  # the policy version of a source that never changes (initial policy, teacher, task traces)
+
+
+@dataclass(frozen=True)
+class EngineCapabilities:
+    """What a rollout engine can serve (read by ``training/capabilities.py``, never by name)."""
+
+    tool_calls: bool = False  # pauses mid-completion to run a code block and feeds its output back
+    thinking_budget: bool = False  # forces the end-of-thinking marker at sampling.max_thinking_tokens
+    owns_weights: bool = False  # samples from its own copy of the weights: they travel after every update
+    runs_ahead: bool = False  # serves later steps' requests while the learner updates (mode async, lag overlap)
+    many_workers: bool = False  # several engines share a round (rollout.workers > 1)
+    in_worker: bool = False  # can be what each Ray rollout actor holds (ray.worker_engine)
+    extra: str = ""  # the optional install it needs ("vllm": pip install 'veriloop[vllm]')
+
+
+class RolloutEngine(Protocol):
+    """Requests in, records out, weights in by version (what the trainer and the collectors call)."""
+
+    name: str
+    version: int  # the policy version of the weights it holds (FROZEN: a source that never changes)
+    capabilities: ClassVar[EngineCapabilities]
+
+    def run(self, requests: list[RolloutRequest], ledger=None) -> list[list[Record]]: ...
+
+    def publish(self, model: torch.nn.Module, version: int) -> Any: ...
+
+    def close(self) -> None: ...
+
+
+@dataclass(frozen=True)
+class EngineSections:
+    """The option sections an engine is built from (``EngineSections.of(train_config)``; a Ray actor builds its own
+    engine from the same sections)."""
+
+    rollout: Any = None  # RolloutConfig
+    ray: Any = None  # RayConfig
+    vllm: Any = None  # VLLMConfig
+    threads: int = 0
+
+    @classmethod
+    def of(cls, cfg) -> EngineSections:
+        return cls(cfg.rollout, cfg.ray, cfg.vllm, cfg.threads)
+
+
+class RegisteredEngine:
+    """What a class registered in ``ENGINES`` adds to ``RolloutEngine``: how a run's config builds it, and what it
+    serves under that config (an engine made of others, as Ray's actors, declares the union in ``serves``)."""
+
+    name: ClassVar[str]
+    capabilities: ClassVar[EngineCapabilities] = EngineCapabilities()
+    shipping: str = "trainable"  # what travels to it after an update (vLLM: full, merged or adapter)
+
+    @classmethod
+    def weights_to_ship(cls, model: torch.nn.Module, shipping: str, dtype: torch.dtype):
+        """(named tensors an update sends to an engine of this kind in another process, the digest it must answer):
+        the trainable tensors, against the digest of all the learner's weights."""
+        return trainable_tensors(model), weights_digest(model.state_dict().items())
+
+    @classmethod
+    def serves(cls, sections: EngineSections) -> EngineCapabilities:
+        return cls.capabilities
+
+    @classmethod
+    def label(cls, sections: EngineSections) -> str:
+        """The engine as the options reference names it (Ray's: with the engine its actors hold)."""
+        return cls.name
+
+    @classmethod
+    def require(cls, sections: EngineSections) -> None:
+        """An ``InputError`` naming the install when what the engine needs is missing (before a run starts)."""
+
+    @classmethod
+    def build(cls, policy, version: int, sections: EngineSections, **options) -> RolloutEngine:
+        raise NotImplementedError
 
 
 class WeightsVersionError(RuntimeError):
@@ -143,11 +221,18 @@ class SequentialEngine:
         pass
 
 
-class LocalEngine(SequentialEngine):
+class LocalEngine(SequentialEngine, RegisteredEngine):
     """The local KV-cached sampler on ``policy``, stamping each record with the version it holds."""
+
+    name = "local"
+    capabilities = EngineCapabilities(tool_calls=True, thinking_budget=True, in_worker=True)
 
     def __init__(self, policy, version: int = 0):
         self.policy, self.version = policy, version
+
+    @classmethod
+    def build(cls, policy, version: int, sections: EngineSections, **options) -> LocalEngine:
+        return cls(policy, version)
 
     def load_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]], version: int) -> str:
         """Copy the named tensors in (a no-op for tensors it already shares with the learner), hold

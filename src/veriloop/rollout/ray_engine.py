@@ -1,7 +1,7 @@
 """``rollout.engine=ray``: rollout engines as Ray actors, fed requests, fenced by weights version.
 
-Each of ``rollout.workers`` actors holds a ``LocalEngine`` (or, with ``ray.worker_engine=vllm``, a
-``VLLMEngine``) on its own copy of the policy.  The controller sends requests of fixed composition
+Each of ``rollout.workers`` actors holds the registered engine ``ray.worker_engine`` names (``local``: the
+KV-cached sampler; ``vllm``) on its own copy of the policy.  The controller sends requests of fixed composition
 (``build_requests``), request ``i`` of a batch to
 actor ``i mod workers``; a record depends only on its request, so which actor serves it changes
 nothing.  Weights travel by version: ``load_weights`` puts the trainable tensors in Ray's object
@@ -20,6 +20,7 @@ a request running past ``rollout.request_timeout_s`` fails the run naming the re
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import os
 import random
@@ -31,7 +32,14 @@ from dataclasses import dataclass
 import torch
 
 from veriloop.errors import InputError
-from veriloop.rollout.engine import LocalEngine, RolloutRequest, WeightsVersionError, trainable_tensors, weights_digest
+from veriloop.registry import ENGINES
+from veriloop.rollout.engine import (
+    EngineCapabilities,
+    EngineSections,
+    RegisteredEngine,
+    RolloutRequest,
+    WeightsVersionError,
+)
 from veriloop.rollout.records import Record
 from veriloop.seeding import derive_seed
 
@@ -106,17 +114,13 @@ class RolloutWorker:
     kind (once per marker file, so the restarted actor does not die again); a delay sleeps before sampling.
     """
 
-    def __init__(self, policy, version: int, threads: int, index: int, faults=(), delays=None, vllm_cfg=None):
-        if threads:
-            torch.set_num_threads(threads)
+    def __init__(self, policy, version: int, sections: EngineSections, index: int, faults=(), delays=None):
+        if sections.threads:
+            torch.set_num_threads(sections.threads)
         if getattr(policy, "device", torch.device("cpu")).type != "cpu" and not torch.cuda.is_available():
             policy.model.to("cpu")  # a policy put from a GPU controller, on an actor without a GPU
-        if vllm_cfg is not None:  # ray.worker_engine=vllm: vLLM in this actor's process
-            from veriloop.rollout.vllm_engine import VLLMEngine
-
-            self.engine = VLLMEngine(policy, version, vllm_cfg, threads)
-        else:
-            self.engine = LocalEngine(policy, version)
+        # the registered engine ray.worker_engine names, in this actor's process
+        self.engine = ENGINES.get(sections.ray.worker_engine).build(policy, version, sections)
         self.index, self.faults, self.delays = index, faults, delays
         self.calls: Counter = Counter()
 
@@ -124,7 +128,7 @@ class RolloutWorker:
         return os.getpid(), self.engine.version
 
     def shipping(self) -> str:
-        return getattr(self.engine, "shipping", "trainable")
+        return self.engine.shipping
 
     def load_weights(self, weights: dict, version: int) -> str:
         fault = self._fault("load_weights")
@@ -188,13 +192,47 @@ class Ticket:
     issued_at: float
 
 
-class RayEngine:
+class RayEngine(RegisteredEngine):
+    """``rollout.workers`` Ray actors, each holding the engine ``ray.worker_engine`` names."""
+
     name = "ray"
+    capabilities = EngineCapabilities(owns_weights=True, runs_ahead=True, many_workers=True, extra="ray")
+
+    @classmethod
+    def serves(cls, sections: EngineSections) -> EngineCapabilities:
+        """What its actors' engine serves, with Ray's own: weights of its own, running ahead, many workers."""
+        held_engine = ENGINES.get(sections.ray.worker_engine)
+        if not held_engine.capabilities.in_worker:
+            able = [name for name, engine in ENGINES.items() if engine.capabilities.in_worker]
+            raise ValueError(
+                f"ray.worker_engine {held_engine.name!r} is not an engine a Ray actor can hold; those that are: "
+                f"{', '.join(able)}"
+            )
+        held = held_engine.serves(sections)
+        extra = ",".join(filter(None, (cls.capabilities.extra, held.extra)))
+        return dataclasses.replace(
+            held, owns_weights=True, runs_ahead=True, many_workers=True, in_worker=False, extra=extra
+        )
+
+    @classmethod
+    def label(cls, sections: EngineSections) -> str:
+        held = sections.ray.worker_engine
+        return cls.name if held == "local" else f"{cls.name}+{held}"
+
+    @classmethod
+    def require(cls, sections: EngineSections) -> None:
+        require_ray()
+        ENGINES.get(sections.ray.worker_engine).require(sections)
+
+    @classmethod
+    def build(cls, policy, version: int, sections: EngineSections, **options) -> RayEngine:
+        # options: the tests' fault and delay schedules
+        return cls(policy, version, sections.rollout, sections.ray, sections.threads, vllm_cfg=sections.vllm, **options)
 
     def __init__(self, policy, version: int, rollout_cfg, ray_cfg, threads: int, faults=(), delays=None, vllm_cfg=None):
         ray = self.ray = require_ray()
         self.rollout_cfg, self.ray_cfg, self.version = rollout_cfg, ray_cfg, version
-        self.vllm_cfg = vllm_cfg if ray_cfg.worker_engine == "vllm" else None
+        self.held_engine = ENGINES.get(ray_cfg.worker_engine)  # the registered engine each actor holds
         self.dtype = next(policy.model.parameters()).dtype
         self.started_cluster = connect(ray_cfg, rollout_cfg.workers)
         actor = ray.remote(RolloutWorker).options(
@@ -202,9 +240,9 @@ class RayEngine:
         )
         policy_ref = self.policy_ref = ray.put(policy)  # kept alive: a restarted actor is built from it
         threads = ray_cfg.worker_threads or threads or torch.get_num_threads()
+        sections = EngineSections(rollout_cfg, ray_cfg, vllm_cfg, threads)
         self.actors = [
-            actor.remote(policy_ref, version, threads, i, tuple(faults), delays, self.vllm_cfg)
-            for i in range(rollout_cfg.workers)
+            actor.remote(policy_ref, version, sections, i, tuple(faults), delays) for i in range(rollout_cfg.workers)
         ]
         self.weights = {}  # version -> ObjectRef of its trainable tensors (while a request in flight names it)
         self.outstanding: Counter = Counter()  # weights version -> requests in flight naming it
@@ -217,14 +255,10 @@ class RayEngine:
     # ------------------------------------------------------------------ weights
 
     def publish(self, model: torch.nn.Module, version: int) -> str:
-        """Push the learner's new weights to every actor; every actor's digest must equal the learner's (vLLM actors:
-        the digest of what was shipped, ``rollout/vllm_engine.py``)."""
-        if self.vllm_cfg is not None:
-            from veriloop.rollout.vllm_engine import shipped_tensors
-
-            named = shipped_tensors(model, self.shipping, self.dtype)
-            return self.load_weights([(n, t.cpu()) for n, t in named], version, expected=weights_digest(named))
-        return self.load_weights(trainable_tensors(model), version, expected=weights_digest(model.state_dict().items()))
+        """Push the learner's new weights to every actor; every actor's digest must equal the learner's (what the
+        held engine takes after an update and the digest it answers: ``weights_to_ship``)."""
+        named, expected = self.held_engine.weights_to_ship(model, self.shipping, self.dtype)
+        return self.load_weights(named, version, expected=expected)
 
     def load_weights(self, named_tensors, version: int, expected: str | None = None) -> str:
         ref = self.ray.put(dict(named_tensors))

@@ -37,6 +37,9 @@ import torch
 
 from veriloop.errors import InputError
 from veriloop.rollout.engine import (
+    EngineCapabilities,
+    EngineSections,
+    RegisteredEngine,
     RolloutRequest,
     SequentialEngine,
     check_version,
@@ -107,10 +110,26 @@ def shipped_tensors(model: torch.nn.Module, shipping: str, dtype: torch.dtype) -
     return [(n, t.to(dtype)) for n, t in merged_tensors(model)]
 
 
-class VLLMEngine(SequentialEngine):
+class VLLMEngine(SequentialEngine, RegisteredEngine):
     """vLLM (``vllm.LLM``) in this process on a copy of ``policy``'s weights, stamping the version it holds."""
 
     name = "vllm"
+    # whole completions only: no pause for a tool call or a thinking budget (TOOLS_UNSUPPORTED, THINKING_UNSUPPORTED)
+    capabilities = EngineCapabilities(owns_weights=True, in_worker=True, extra="vllm")
+
+    @classmethod
+    def require(cls, sections: EngineSections) -> None:
+        require_vllm()
+
+    @classmethod
+    def build(cls, policy, version: int, sections: EngineSections, **options) -> VLLMEngine:
+        return cls(policy, version, sections.vllm, sections.threads)
+
+    @classmethod
+    def weights_to_ship(cls, model: torch.nn.Module, shipping: str, dtype: torch.dtype):
+        """What ``shipping`` says (``shipped_tensors``) in the engine's dtype, against the digest of exactly that."""
+        named = shipped_tensors(model, shipping, dtype)
+        return [(n, t.cpu()) for n, t in named], weights_digest(named)
 
     def __init__(self, policy, version: int, vcfg, threads: int = 0):
         require_vllm()

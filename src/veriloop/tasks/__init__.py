@@ -1,9 +1,14 @@
-"""Problem sources.  ``get_task(name, **options)``; built-in: ``arithmetic``, ``jsonl``, ``gsm8k``, ``fixed``."""
+"""Problem sources.  ``get_task(name, **options)``; the built-in tasks are registered here (``registry.TASKS``):
+``arithmetic`` (the built-in task), ``gsm8k``, ``jsonl`` (your rows) and ``fixed`` (one problem)."""
 
-from veriloop.tasks import arithmetic as _arithmetic  # noqa: F401  (registers the task)
-from veriloop.tasks import fixed as _fixed  # noqa: F401
-from veriloop.tasks import gsm8k as _gsm8k  # noqa: F401
-from veriloop.tasks import jsonl as _jsonl  # noqa: F401
+from veriloop.registry import TASKS
+from veriloop.tasks.arithmetic import ArithmeticTask
 from veriloop.tasks.base import Problem, Task, get_task, register_task, task_names
+from veriloop.tasks.fixed import FixedTask
+from veriloop.tasks.gsm8k import GSM8KTask
+from veriloop.tasks.jsonl import JsonlTask
+
+for _task in (ArithmeticTask, GSM8KTask, JsonlTask, FixedTask):
+    TASKS.register(_task.name, _task)
 
 __all__ = ["Problem", "Task", "get_task", "register_task", "task_names"]

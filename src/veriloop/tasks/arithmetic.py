@@ -23,7 +23,7 @@ from fractions import Fraction
 
 from veriloop.errors import InputError
 from veriloop.tasks.arithmetic_teacher import TeacherConfig, program_trace, teacher_trace, tool_trace
-from veriloop.tasks.base import BRACES, Problem, register_task
+from veriloop.tasks.base import BRACES, Problem
 from veriloop.tasks.expressions import (
     Node,
     apply_op,
@@ -299,19 +299,34 @@ class ArithmeticTask:
     prompt_template = "{reference}" + PROMPT_SUFFIX  # the prompt from the reference (a PRM verifier needs it)
     default_verifier = "arithmetic-outcome"
 
+    @classmethod
+    def verifiers(cls, reasoning: str, verifier: str) -> dict[str, str]:
+        """{role: verifier name}, known without loading a row: ``reward`` (what training is rewarded by when no
+        verifier is named), ``outcome`` and, where the traces have them, ``format`` and ``process`` (evaluation)."""
+        if reasoning == "pot":
+            return {"reward": "arithmetic-pot", "outcome": "arithmetic-pot"}
+        if reasoning == "tool":
+            return {"reward": "arithmetic-tool", "outcome": "arithmetic-tool", "process": "arithmetic-tool-process"}
+        # the seeds' R = 0.8 outcome + 0.2 format (verifier arithmetic) rewards the plain traces
+        return {
+            "reward": "arithmetic",
+            "outcome": "arithmetic-outcome",
+            "format": "arithmetic-format",
+            "process": "arithmetic-process",
+        }
+
     def __init__(
-        self, config: ArithmeticConfig | None = None, teacher: TeacherConfig | None = None, reasoning: str = "cot"
+        self, arithmetic: ArithmeticConfig | None = None, teacher: TeacherConfig | None = None, reasoning: str = "cot"
     ):
         if reasoning not in PROMPT_SUFFIXES:
             raise InputError(
                 f"task.reasoning for the arithmetic task must be one of {tuple(PROMPT_SUFFIXES)}, got {reasoning!r}"
             )
-        self.config = config or ArithmeticConfig()
+        self.config = arithmetic or ArithmeticConfig()
         self.teacher = teacher or TeacherConfig()
         self.reasoning = reasoning
         self.prompt_template = "{reference}" + PROMPT_SUFFIXES[reasoning]
-        verifiers = {"pot": "arithmetic-pot", "tool": "arithmetic-tool"}
-        self.default_verifier = verifiers.get(reasoning, "arithmetic-outcome")
+        self.default_verifier = self.verifiers(reasoning, "")["outcome"]
         self.tool_format = BRACES  # task.reasoning tool: {code}[output]
         # sampling.max_thinking_tokens: what budget forcing appends to a trace cut mid-thought (rollout/thinking.py)
         self.thinking_end = ";answer=" if reasoning == "cot" else ""
@@ -375,10 +390,3 @@ class ArithmeticTask:
         return [
             make_problem(render(child), self.reasoning).prompt for child in (node.left, node.right) if not child.is_leaf
         ]
-
-
-@register_task("arithmetic")
-def _arithmetic(
-    arithmetic: ArithmeticConfig | None = None, teacher: TeacherConfig | None = None, reasoning: str = "cot", **_
-):
-    return ArithmeticTask(arithmetic, teacher, reasoning)

@@ -29,8 +29,17 @@ class Problem:
 
 
 class Task(Protocol):
+    """A problem source (registered in ``TASKS`` as a class whose constructor's parameters are the task.* options
+    it reads, or as a factory taking them)."""
+
     name: str
     default_verifier: str
+
+    @classmethod
+    def verifiers(cls, reasoning: str, verifier: str) -> dict[str, str]:
+        """{role: verifier name} for task.reasoning ``reasoning`` and task.verifier ``verifier``: ``reward`` (what
+        training is rewarded by when --verifier is not given), ``outcome`` and, where the traces have them,
+        ``format`` and ``process`` (what evaluation reports)."""
 
     def train_batch(self, n: int, rng: random.Random) -> list[Problem]:
         """``n`` training problems drawn with ``rng`` (never from the held-out split)."""

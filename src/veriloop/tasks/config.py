@@ -19,7 +19,7 @@ CHAT_TEMPLATE_MODES = ("auto", "none")
 class TaskConfig:
     """Where problems come from."""
 
-    name: str = field(default="arithmetic", metadata={"help": "task: arithmetic | jsonl | gsm8k"})
+    name: str = field(default="arithmetic", metadata={"help": "where problems come from", "registry": TASKS})
     data: str = field(
         default="", metadata={"help": "jsonl: train rows {prompt, reference}; gsm8k: train file (default: shipped)"}
     )
@@ -96,30 +96,29 @@ class TaskConfig:
             )
         return get_task(self.name, **{k: getattr(self, k) for k in sorted(task_reads(self.name))})
 
+    def declared_verifiers(self) -> dict[str, str]:
+        """The task's ``verifiers(reasoning, verifier)``: a registered class declares them without loading a row; a
+        registered factory's task is built to be asked."""
+        entry = TASKS.get(self.name)
+        declares = entry if isinstance(entry, type) else self.build()
+        return declares.verifiers(self.reasoning, self.verifier)
+
     def reward_verifier(self) -> str:
         """The verifier that rewards training on this task when none is named ('' when the task has none: a jsonl
-        task without task.verifier): on the built-in task the seeds' R = 0.8 outcome + 0.2 format
-        (``arithmetic``; a program and a tool trace their own); else the task's own verifier."""
-        if self.name == "arithmetic":
-            return {"pot": "arithmetic-pot", "tool": "arithmetic-tool"}.get(self.reasoning, "arithmetic")
-        if self.name == "gsm8k":  # known without loading 8.8k rows to ask the task
-            return self.verifier or ("gsm8k-pot" if self.reasoning == "pot" else "gsm8k")
-        if "verifier" in task_reads(self.name) and not self.verifier:
-            return ""
-        return self.verifier or self.build().default_verifier
+        task without task.verifier): on the built-in task the seeds' R = 0.8 outcome + 0.2 format (``arithmetic``;
+        a program and a tool trace their own)."""
+        return self.declared_verifiers().get("reward", "")
 
     def eval_verifiers(self) -> dict[str, str]:
-        """Verifiers for evaluation: outcome always; format and process where the task has them (the
-        built-in task's traces; a program has neither)."""
-        if self.name == "arithmetic":
-            if self.reasoning == "pot":
-                return {"outcome": "arithmetic-pot"}
-            if self.reasoning == "tool":
-                return {"outcome": "arithmetic-tool", "process": "arithmetic-tool-process"}
-            return {"outcome": "arithmetic-outcome", "format": "arithmetic-format", "process": "arithmetic-process"}
-        if self.name == "gsm8k":  # known without loading 8.8k rows to ask the task
-            return {"outcome": self.verifier or ("gsm8k-pot" if self.reasoning == "pot" else "gsm8k")}
-        return {"outcome": self.verifier or self.build().default_verifier}
+        """Verifiers for evaluation: outcome always; format and process where the task has them (the built-in
+        task's traces; a program has neither)."""
+        roles = {role: name for role, name in self.declared_verifiers().items() if role != "reward"}
+        if not roles.get("outcome"):
+            raise InputError(
+                f"task {self.name} has no verifier of its own: name the verifier of its references with "
+                "--task.verifier (e.g. gsm8k, math, arithmetic-outcome, code; see `veriloop verifiers`)"
+            )
+        return roles
 
 
 # Read for every task: how a prompt becomes tokens (the policy's prompt format), not where problems come from.

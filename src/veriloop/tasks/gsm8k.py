@@ -17,7 +17,7 @@ import hashlib
 import random
 from pathlib import Path
 
-from veriloop.tasks.base import FENCES, Problem, register_task
+from veriloop.tasks.base import FENCES, Problem
 from veriloop.tasks.base import prompt_suffix as suffix_for
 from veriloop.tasks.jsonl import DatasetError, jsonl_objects
 
@@ -50,6 +50,13 @@ class GSM8KTask:
     default_verifier = "gsm8k"
     step_splitter = "lines"  # veriloop.prm.split_steps: one step per non-blank line
 
+    @classmethod
+    def verifiers(cls, reasoning: str, verifier: str) -> dict[str, str]:
+        """{role: verifier name}, known without loading a row: ``reward`` (what training is rewarded by when no
+        verifier is named), ``outcome`` and, where the traces have them, ``format`` and ``process`` (evaluation)."""
+        own = verifier or ("gsm8k-pot" if reasoning == "pot" else "gsm8k")
+        return {"reward": own, "outcome": own}
+
     def __init__(
         self,
         data: str = "",
@@ -61,7 +68,7 @@ class GSM8KTask:
         verifier: str = "",
     ):
         self.prompt_style, self.reasoning = prompt_style, reasoning
-        self.default_verifier = verifier or ("gsm8k-pot" if reasoning == "pot" else "gsm8k")
+        self.default_verifier = self.verifiers(reasoning, verifier)["outcome"]
         self.tool_format = FENCES  # task.reasoning tool: ToRA's ```python / ```output blocks
         # sampling.max_thinking_tokens: the final-answer line budget forcing starts (rollout/thinking.py)
         self.thinking_end = "\n#### " if reasoning == "cot" and prompt_style == "plain" else ""
@@ -98,18 +105,3 @@ class GSM8KTask:
             return solution
         body, _, answer = solution.rpartition("####")
         return f"{body.rstrip()}\nThe answer is \\boxed{{{answer.strip()}}}."
-
-
-@register_task("gsm8k")
-def _gsm8k(
-    data: str = "",
-    heldout_data: str = "",
-    heldout_size: int = 0,
-    prompt_style: str = "plain",
-    reasoning: str = "cot",
-    verifier: str = "",
-    **_,
-):
-    return GSM8KTask(
-        data, heldout_data, heldout_size=heldout_size, prompt_style=prompt_style, reasoning=reasoning, verifier=verifier
-    )

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from veriloop.errors import InputError
-from veriloop.tasks.base import FENCES, Problem, prompt_suffix, register_task
+from veriloop.tasks.base import FENCES, Problem, prompt_suffix
 
 
 class DatasetError(InputError):
@@ -80,6 +80,12 @@ class JsonlTask:
     name = "jsonl"
     step_splitter = "lines"
 
+    @classmethod
+    def verifiers(cls, reasoning: str, verifier: str) -> dict[str, str]:
+        """{role: verifier name}, known without loading a row: ``reward`` (what training is rewarded by when no
+        verifier is named), ``outcome`` and, where the traces have them, ``format`` and ``process`` (evaluation)."""
+        return {"reward": verifier, "outcome": verifier}  # the rows' references' verifier: named, never guessed
+
     def __init__(
         self,
         data: str,
@@ -132,16 +138,3 @@ class JsonlTask:
         if not self._validation:
             raise DatasetError("task jsonl has no validation rows (set task.validation_data)")
         return self._validation
-
-
-@register_task("jsonl")
-def _jsonl(
-    data: str = "",
-    heldout_data: str = "",
-    verifier: str = "",
-    validation_data: str = "",
-    prompt_style: str = "plain",
-    reasoning: str = "cot",
-    **_,
-):
-    return JsonlTask(data, heldout_data, verifier, validation_data, prompt_style, reasoning)

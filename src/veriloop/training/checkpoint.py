@@ -190,7 +190,6 @@ def save_checkpoint(
     learner,
     keep: int,
     *,
-    critic=None,
     reference=None,
     pending: list | None = None,
     ledger=None,
@@ -208,8 +207,8 @@ def save_checkpoint(
     tmp.mkdir(parents=True)
     learner.save(tmp)
     torch.save({"torch": torch.get_rng_state(), "python": random.getstate()}, tmp / "rng.pt")
-    if critic is not None:
-        torch.save(critic.state_dict(), tmp / "critic.pt")
+    if learner.critic is not None:  # the critic's model and optimizer: the learner owns them
+        torch.save(learner.critic_state_dict(), tmp / "critic.pt")
     if reference is not None:
         reference.save(tmp / "reference")
     if pending:
@@ -258,15 +257,15 @@ def _load_data(file: Path):
         ) from None
 
 
-def load_checkpoint(path: Path, learner, critic=None, reference=None, pending=None) -> RunState:
+def load_checkpoint(path: Path, learner, reference=None, pending=None) -> RunState:
     saved = json.loads((path / "trainer_state.json").read_text())
     state = RunState(**{f.name: saved[f.name] for f in fields(RunState) if f.name in saved})
     learner.load(path)
     rng = _load_data(path / "rng.pt")
     torch.set_rng_state(rng["torch"])
     random.setstate(rng["python"])
-    if critic is not None:
-        critic.load_state_dict(_load_data(path / "critic.pt"))
+    if learner.critic is not None:
+        learner.load_critic_state_dict(_load_data(path / "critic.pt"))
     if reference is not None and (path / "reference").is_dir():
         from veriloop.models.loading import load_policy
 

@@ -20,16 +20,13 @@ from veriloop.models.lora import LoraConfig
 from veriloop.models.tiny import TinyModelConfig
 from veriloop.options import declare, dotted_defaults, refuse_unread
 from veriloop.prm.config import ProcessConfig
-from veriloop.registry import ESTIMATORS, OBJECTIVES
+from veriloop.registry import ESTIMATORS, LEARNERS, OBJECTIVES, VERIFIERS
 from veriloop.rollout.config import RayConfig, RolloutConfig, VLLMConfig
 from veriloop.rollout.sampler import SamplingParams
-from veriloop.rollout.thinking import THINKING_UNSUPPORTED
-from veriloop.rollout.tools import TOOLS_UNSUPPORTED
 from veriloop.tasks.config import TaskConfig
-from veriloop.training import estimators as _estimators  # noqa: F401  (registers the built-in estimators)
-from veriloop.training import objectives as _objectives  # noqa: F401  (registers the built-in objectives)
 from veriloop.training import option_scopes
 from veriloop.training.alarms import AlarmsConfig
+from veriloop.training.capabilities import check_capabilities
 from veriloop.training.export import refuse_shipped_base
 from veriloop.training.optim import OptimConfig
 from veriloop.training.recipes import recipe_overrides
@@ -45,7 +42,8 @@ class AdvantageConfig:
     estimator: str = field(
         default="grpo",
         metadata={
-            "help": "a registered estimator: grpo | dr_grpo | rloo | reinforce | gae | filter | one | process (PRM)"
+            "help": "the advantage estimator (process: PRM step rewards; gae: a learned critic)",
+            "registry": ESTIMATORS,
         },
     )
     std: str = field(default="population", metadata={"help": "grpo group std: population | sample | none"})
@@ -72,9 +70,7 @@ class AdvantageConfig:
 class LossConfig:
     """The policy objective and how per-token values become one loss."""
 
-    policy_loss: str = field(
-        default="clip", metadata={"help": "a registered objective: clip | dual-clip | gspo | pg | likelihood | dpo"}
-    )
+    policy_loss: str = field(default="clip", metadata={"help": "the policy objective", "registry": OBJECTIVES})
     clip_eps_low: float = field(default=0.2, metadata={"help": "ratio clip below 1 - clip_eps_low"})
     clip_eps_high: float = field(default=0.2, metadata={"help": "ratio clip above 1 + clip_eps_high"})
     clip_ratio_c: float = field(default=3.0, metadata={"help": "dual-clip bound c (> 1) for negative advantages"})
@@ -123,6 +119,15 @@ class KLConfig:
             "false = their plain mean, the behaviour policy's (docs/defaults.md)"
         },
     )
+
+    def in_loss(self, beta: float) -> bool:
+        """Is the KL a term of the loss at coefficient ``beta`` (the current one: an adaptive controller moves it)?
+        The one place that says so: the signal maker asks it for the reference pass, the learner for the term."""
+        return beta > 0 and self.placement == "loss"
+
+    def in_reward(self, beta: float) -> bool:
+        """Is the KL subtracted from the reward, per token, when the batch is scored (PPO-RLHF)?"""
+        return beta > 0 and self.placement == "reward"
 
     def __post_init__(self):
         if self.importance_weighted and self.estimator == "exact":
@@ -206,9 +211,6 @@ class UpdateConfig:
                 raise ValueError(f"update.{name} must be >= 0 (0 = off / auto), got {getattr(self, name)}")
 
 
-LEARNER_STRATEGIES = ("local", "ddp", "fsdp2")
-
-
 @dataclass
 class LearnerConfig:
     """Where the update runs: in this process, or as one torch.distributed group of ``world_size`` ranks."""
@@ -216,8 +218,9 @@ class LearnerConfig:
     strategy: str = field(
         default="local",
         metadata={
-            "help": "local (this process) | ddp (data parallel: every rank a full copy) | fsdp2 (fully_shard "
-            "per decoder layer and the root)"
+            "help": "where the update runs: local (this process), ddp (data parallel: every rank a full copy), "
+            "fsdp2 (fully_shard per decoder layer and the root)",
+            "registry": LEARNERS,
         },
     )
     world_size: int = field(default=1, metadata={"help": "learner ranks (processes veriloop spawns) for ddp/fsdp2"})
@@ -227,12 +230,10 @@ class LearnerConfig:
     )
 
     def __post_init__(self):
-        if self.strategy not in LEARNER_STRATEGIES:
-            raise ValueError(f"learner.strategy must be one of {LEARNER_STRATEGIES}, got {self.strategy!r}")
+        if self.strategy not in LEARNERS:
+            raise ValueError(f"learner.strategy must be a registered one ({LEARNERS.choices()}), got {self.strategy!r}")
         if self.world_size < 1:
             raise ValueError(f"learner.world_size must be >= 1, got {self.world_size}")
-        if self.world_size > 1 and self.strategy == "local":
-            raise ValueError(f"learner.world_size={self.world_size} needs learner.strategy ddp or fsdp2")
         if self.backend not in ("auto", "gloo", "nccl"):
             raise ValueError(f"learner.backend must be auto, gloo or nccl, got {self.backend!r}")
         if self.timeout_s <= 0:
@@ -284,7 +285,8 @@ class TrainConfig:
         metadata={
             "help": "reward verifier (see `veriloop verifiers`); empty = the task's own (the "
             "built-in task: arithmetic, R = 0.8 outcome + 0.2 format; gsm8k: gsm8k; jsonl: "
-            "task.verifier, which it needs)"
+            "task.verifier, which it needs)",
+            "registry": VERIFIERS,
         },
     )
     checkpoint_every: int = field(default=20, metadata={"help": "save a resumable checkpoint every N steps"})
@@ -366,6 +368,7 @@ class TrainConfig:
         check_reasoning_verifier(self.task.reasoning, self.verifier)
         self._check_tools(ESTIMATORS.get(self.advantage.estimator))
         self._check_thinking_budget()
+        check_capabilities(self)  # what the rollout engine and the learner strategy declare they serve
         if self.lora.enabled and self.kl.reset_every:
             raise ValueError(
                 "kl.reset_every with lora: the reference is the base under the adapters and cannot "
@@ -422,17 +425,12 @@ class TrainConfig:
                 "sampling.max_thinking_tokens with task.reasoning tool is not built: a tool's output "
                 "would count towards the thinking budget"
             )
-        if r.engine == "vllm" or (r.engine == "ray" and self.ray.worker_engine == "vllm"):
-            raise ValueError(THINKING_UNSUPPORTED)
 
     def _check_tools(self, estimator) -> None:
         """Tool-integrated rollouts (task.reasoning tool) and what they cannot serve."""
         r = self.rollout
         if self.task.reasoning != "tool":
             return
-        uses_vllm = r.engine == "vllm" or (r.engine == "ray" and self.ray.worker_engine == "vllm")
-        if uses_vllm:
-            raise ValueError(TOOLS_UNSUPPORTED)
         if r.source in ("initial", "teacher"):
             raise ValueError(
                 f"rollout.source {r.source} with task.reasoning tool: only the policy's own rollouts "

@@ -44,9 +44,11 @@ import tempfile
 import time
 import weakref
 from pathlib import Path
+from typing import ClassVar
 
 import torch
 
+from veriloop.training.learner import LearnerCapabilities, load_weights
 from veriloop.training.ranks import RankShare, _recv, rank_main
 
 log = logging.getLogger(__name__)
@@ -67,8 +69,11 @@ def check_spawnable() -> None:
 
 
 class DistributedLearner:
-    """``Learner``'s interface, run by ``cfg.learner.world_size`` rank processes; the controller's ``policy``
-    (and ``critic``) get the updated weights after each update (only trainable tensors travel)."""
+    """A ``Learner`` run by ``cfg.learner.world_size`` rank processes; the controller's ``policy`` (and ``critic``)
+    get the updated weights after each update (only trainable tensors travel)."""
+
+    name: ClassVar[str]
+    capabilities: ClassVar[LearnerCapabilities]
 
     def __init__(self, policy, cfg, on_step=lambda: None, critic=None, *, rank_share: type = RankShare):
         from veriloop.registry import OBJECTIVES
@@ -222,8 +227,6 @@ class DistributedLearner:
         torch.save(self._call("optimizer_state"), directory / "optimizer.pt")
 
     def load(self, directory: Path) -> None:
-        from veriloop.training.learner import load_weights
-
         load_weights(self.policy, directory / "model")
         state = torch.load(directory / "optimizer.pt", weights_only=True, map_location="cpu")
         self._call("load", (_trainable(self.policy.model), state))
@@ -278,10 +281,15 @@ def _copy_into(model: torch.nn.Module, weights: dict) -> None:
             params[name].copy_(value)
 
 
-def build_learner(policy, cfg, on_step=lambda: None, critic=None):
-    """``Learner`` for ``learner.strategy`` local, else a ``DistributedLearner`` of ``learner.world_size`` ranks."""
-    if cfg.learner.strategy == "local":
-        from veriloop.training.learner import Learner
+class DDPLearner(DistributedLearner):
+    """``learner.strategy ddp``: every rank a full copy, the gradients summed by one all_reduce."""
 
-        return Learner(policy, cfg, on_step=on_step)
-    return DistributedLearner(policy, cfg, on_step=on_step, critic=critic)
+    name = "ddp"
+    capabilities = LearnerCapabilities(distributed=True)
+
+
+class FSDP2Learner(DistributedLearner):
+    """``learner.strategy fsdp2``: ``fully_shard`` per decoder layer and the root."""
+
+    name = "fsdp2"
+    capabilities = LearnerCapabilities(distributed=True, shards_weights=True)

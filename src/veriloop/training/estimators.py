@@ -25,7 +25,6 @@ from veriloop.algorithms import (
     reinforce_advantages,
     rloo_advantages,
 )
-from veriloop.registry import ESTIMATORS
 
 
 class EstimatorInput(NamedTuple):
@@ -98,48 +97,33 @@ def _process(x: EstimatorInput, cfg) -> torch.Tensor:
     return adv * x.mask.double()
 
 
-ESTIMATORS.register(
-    "grpo",
-    Estimator(
+# the built-in estimators, registered by training/__init__.py under these names
+BUILT_IN = {
+    "grpo": Estimator(
         lambda x, c: broadcast(group_advantages(x.rewards, c.advantage.std, c.advantage.eps), x.mask),
         "(r - group mean) / (group std + eps)",
         min_group_size=2,
         reads=("std", "eps"),
     ),
-)
-ESTIMATORS.register(
-    "dr_grpo",
-    Estimator(lambda x, c: broadcast(group_advantages(x.rewards, "none"), x.mask), "r - group mean", min_group_size=2),
-)
-ESTIMATORS.register(
-    "rloo",
-    Estimator(lambda x, c: broadcast(rloo_advantages(x.rewards), x.mask), "r - mean of the others", min_group_size=2),
-)
-ESTIMATORS.register(
-    "reinforce",
-    Estimator(
+    "dr_grpo": Estimator(
+        lambda x, c: broadcast(group_advantages(x.rewards, "none"), x.mask), "r - group mean", min_group_size=2
+    ),
+    "rloo": Estimator(
+        lambda x, c: broadcast(rloo_advantages(x.rewards), x.mask), "r - mean of the others", min_group_size=2
+    ),
+    "reinforce": Estimator(
         lambda x, c: broadcast(
             reinforce_advantages(x.rewards, c.advantage.baseline, c.advantage.baseline_value), x.mask
         ),
         "r - baseline",
         reads=("baseline", "baseline_value"),
     ),
-)
-ESTIMATORS.register(
-    "gae", Estimator(_gae, "GAE with a learned critic", per_token=True, needs_critic=True, reads=("gamma", "lam"))
-)
-ESTIMATORS.register(
-    "filter", Estimator(_accepted, "1[reward >= accept_threshold]", kind="coefficient", reads=("accept_threshold",))
-)
-ESTIMATORS.register(
-    "one",
-    Estimator(
+    "gae": Estimator(_gae, "GAE with a learned critic", per_token=True, needs_critic=True, reads=("gamma", "lam")),
+    "filter": Estimator(_accepted, "1[reward >= accept_threshold]", kind="coefficient", reads=("accept_threshold",)),
+    "one": Estimator(
         lambda x, c: torch.ones(x.mask.shape, dtype=torch.float64) * x.mask, "1 on every trace", kind="coefficient"
     ),
-)
-ESTIMATORS.register(
-    "process",
-    Estimator(
+    "process": Estimator(
         _process, "PRM step rewards, group-normalised, summed from each step on", needs_prm=True, reads=("std", "eps")
     ),
-)
+}

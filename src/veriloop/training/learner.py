@@ -21,7 +21,9 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar, Protocol
 
 import torch
 
@@ -43,6 +45,44 @@ from veriloop.training.logprobs import TokenLogprobs, completion_logprobs
 from veriloop.training.optim import backward_scaled, build_optimizer, clip_grad_norm, set_lr
 from veriloop.training.ranks import ONE_RANK
 from veriloop.training.signals import LearningBatch
+
+
+@dataclass(frozen=True)
+class LearnerCapabilities:
+    """What a learner strategy can run (read by ``training/capabilities.py``, never by name)."""
+
+    distributed: bool = False  # runs as learner.world_size rank processes (world_size > 1; the learner.* options)
+    shards_weights: bool = False  # each rank holds a shard of the policy and its optimizer state (fsdp2)
+    shards_critic: bool = False  # the critic sharded too (none yet: on the ranks it trains ddp-style)
+    lora: bool = True  # trains LoRA adapters (lora.r > 0)
+
+
+class Learner(Protocol):
+    """The update role: learning batches in, new weights and statistics out; it owns the optimizer and, for the
+    estimators that have one (gae), the critic and the critic's optimizer - on one process as on many."""
+
+    name: ClassVar[str]
+    capabilities: ClassVar[LearnerCapabilities]
+    objective: object  # the registered objective (``OBJECTIVES``) its passes run
+    critic: object | None  # training/critic.py's Critic, or None
+
+    def update(self, lb: LearningBatch, kl_beta: float, seed_generator: torch.Generator) -> dict: ...
+
+    def critic_update(self, batch, returns, old_values, seed_generator: torch.Generator) -> dict: ...
+
+    def critic_state_dict(self) -> dict: ...
+
+    def load_critic_state_dict(self, state: dict) -> None: ...
+
+    def set_lr(self, lr: float) -> None: ...
+
+    def weights(self) -> list[tuple[str, torch.Tensor]]: ...
+
+    def save(self, directory: Path) -> None: ...
+
+    def load(self, directory: Path) -> None: ...
+
+    def close(self) -> None: ...
 
 
 def enable_gradient_checkpointing(model: torch.nn.Module) -> list[torch.nn.Module]:
@@ -118,9 +158,14 @@ class UpdateStats:
         return out
 
 
-class Learner:
-    def __init__(self, policy, cfg, on_step: Callable[[], None] = lambda: None):
-        self.policy, self.cfg = policy, cfg
+class LocalLearner:
+    """The update in this process (``learner.strategy local``)."""
+
+    name = "local"
+    capabilities = LearnerCapabilities()
+
+    def __init__(self, policy, cfg, on_step: Callable[[], None] = lambda: None, critic=None):
+        self.policy, self.cfg, self.critic = policy, cfg, critic
         self.objective = OBJECTIVES.get(cfg.loss.policy_loss)
         self.optimizer = build_optimizer(policy.model, cfg.optim)
         self.on_step = on_step  # called after every optimizer step (counts policy versions)
@@ -135,7 +180,21 @@ class Learner:
         self.policy.model.eval()  # dropout off (as TRL's disable_dropout): the ratio starts at exactly 1
         for layer in self.checkpointed_layers:  # transformers checkpoints a layer only in training mode;
             layer.training = True  # the flag of the layer alone: its attention and MLP (and their dropout) stay in eval
-        return self.objective.passes(self, lb, kl_beta, seed_generator)
+        if self.objective.learns_from == "pairs":  # DPO: whole-sequence margins of (chosen, rejected) pairs
+            return self.pair_passes(lb, seed_generator)
+        return self.token_passes(lb, kl_beta, seed_generator)
+
+    def critic_update(self, batch, returns, old_values, seed_generator: torch.Generator) -> dict:
+        return self.critic.update(batch, returns, old_values, seed_generator)
+
+    def critic_state_dict(self) -> dict:
+        return self.critic.state_dict()
+
+    def load_critic_state_dict(self, state: dict) -> None:
+        self.critic.load_state_dict(state)
+
+    def close(self) -> None:
+        """Nothing to stop: the update runs in this process."""
 
     def set_lr(self, lr: float) -> None:
         set_lr(self.optimizer, lr)
@@ -213,10 +272,10 @@ class Learner:
         self.optimizer.step()
         self.on_step()
 
-    def token_passes(self, objective, lb: LearningBatch, kl_beta: float, gen) -> dict:
-        cfg, stats = self.cfg, UpdateStats(keep_tokens=self.cfg.save_rollouts)
+    def token_passes(self, lb: LearningBatch, kl_beta: float, gen) -> dict:
+        objective, cfg, stats = self.objective, self.cfg, UpdateStats(keep_tokens=self.cfg.save_rollouts)
         old = self.old_logprobs(lb) if cfg.loss.tis_cap > 0 and objective.needs_behavior else None
-        use_kl = kl_beta > 0 and cfg.kl.placement == "loss" and lb.ref_logprobs is not None
+        use_kl = cfg.kl.in_loss(kl_beta) and lb.ref_logprobs is not None
         for update_pass in range(cfg.update.inner_updates):
             for mb in self.mini_batches(lb.size, gen):
                 self.optimizer.zero_grad(set_to_none=True)

@@ -3,9 +3,10 @@
 Each entry of the registry ``OBJECTIVES`` is an ``Objective`` declaring its needs - the
 kind of coefficient it takes (advantages or 0/1 weights), the behaviour log-probs as ratio
 denominators, reference log-probs, pairs - and the distribution its log-probs are taken
-under (``distribution``, see ``training/logprobs.py``).  The learner runs
-``objective.passes(...)``: token objectives share the learner's token passes, DPO runs
-passes over pairs.  Neither the learner nor the trainer compares objective names.
+under (``distribution``, see ``training/logprobs.py``) and what one term of its loss is
+(``learns_from``): token objectives give ``per_token`` values that the learner's token passes
+aggregate; DPO learns from pairs, in the learner's pair passes.  The learner reads these
+declarations; neither it nor the trainer compares objective names.
 """
 
 from __future__ import annotations
@@ -19,7 +20,6 @@ from veriloop.algorithms import (
     likelihood_objective,
     pg_objective,
 )
-from veriloop.registry import OBJECTIVES
 
 
 def dpo_pairs(rewards: torch.Tensor, threshold: float) -> list[tuple[int, int]]:
@@ -45,6 +45,7 @@ class Objective:
     learns_from_demonstrations = False  # can train on traces no model sampled (task-teacher)
     min_group_size = 1
     distribution = "sampling"  # log-probs under the sampler's distribution ("sampling") or the model's ("model")
+    learns_from = "tokens"  # "tokens": per_token values, aggregated | "pairs": (chosen, rejected) pairs (DPO)
     own_options: tuple[str, ...] = ()  # the loss.* options of this objective's own formula (clip widths, beta)
 
     @property
@@ -63,9 +64,6 @@ class Objective:
     def select_rows(self, records, rewards, advantages, cfg):
         """``(rows, pairs)`` to learn from; ``None`` = the trainer's default row selection."""
         return None
-
-    def passes(self, learner, lb, kl_beta: float, gen: torch.Generator) -> dict:
-        return learner.token_passes(self, lb, kl_beta, gen)
 
 
 class _Ratio(Objective):
@@ -92,6 +90,7 @@ class DPO(Objective):
 
     description = "-log sigmoid(beta * margin) on accepted/rejected pairs"
     coefficients, needs_behavior, needs_reference, min_group_size, distribution = "coefficient", False, True, 2, "model"
+    learns_from = "pairs"
 
     # -log sigmoid(beta * margin) of whole-sequence log-prob sums against the reference: no per-token aggregation,
     # entropy bonus or rollout-engine correction (the reference is its KL anchor, weighted by loss.dpo_beta)
@@ -114,43 +113,31 @@ class DPO(Objective):
         pairs = torch.tensor([[where[a], where[b]] for a, b in flat_pairs], dtype=torch.long).view(-1, 2)
         return torch.tensor(members, dtype=torch.long), pairs
 
-    def passes(self, learner, lb, kl_beta: float, gen: torch.Generator) -> dict:
-        return learner.pair_passes(lb, gen)
 
-
-OBJECTIVES.register(
-    "clip",
-    _Ratio(
+# the built-in objectives, registered by training/__init__.py under these names
+BUILT_IN = {
+    "clip": _Ratio(
         lambda lp, den, adv, mask, c: clipped_surrogate(torch.exp(lp - den), adv, c.clip_eps_low, c.clip_eps_high),
         "PPO clipped surrogate",
         own_options=("clip_eps_low", "clip_eps_high"),
     ),
-)
-OBJECTIVES.register(
-    "dual-clip",
-    _Ratio(
+    "dual-clip": _Ratio(
         lambda lp, den, adv, mask, c: dual_clip_surrogate(
             torch.exp(lp - den), adv, c.clip_eps_low, c.clip_eps_high, c.clip_ratio_c
         ),
         "dual-clip surrogate (bounded below for negative advantages)",
         own_options=("clip_eps_low", "clip_eps_high", "clip_ratio_c"),
     ),
-)
-OBJECTIVES.register(
-    "gspo",
-    _Ratio(
+    "gspo": _Ratio(
         lambda lp, den, adv, mask, c: gspo_surrogate(lp, den, adv[:, 0], mask, c.clip_eps_low, c.clip_eps_high),
         "GSPO: clipped sequence-level (length-normalised) ratio",
         per_completion=True,
         own_options=("clip_eps_low", "clip_eps_high"),
     ),
-)
-OBJECTIVES.register(
-    "pg",
-    _Ratio(
+    "pg": _Ratio(
         lambda lp, den, adv, mask, c: pg_objective(torch.exp(lp - den), adv),
         "ratio x advantage, unclipped (REINFORCE with importance weights)",
     ),
-)
-OBJECTIVES.register("likelihood", Likelihood())
-OBJECTIVES.register("dpo", DPO())
+    "likelihood": Likelihood(),
+    "dpo": DPO(),
+}

@@ -13,7 +13,8 @@ and ``optim.*`` sections check their own scopes.  Every other option is read wha
 from __future__ import annotations
 
 from veriloop.options import OptionScope
-from veriloop.registry import ESTIMATORS, OBJECTIVES
+from veriloop.registry import ESTIMATORS, LEARNERS, OBJECTIVES
+from veriloop.training.capabilities import rollout_engine
 
 _CRITIC_SECTION, _PRM_SECTION = "critic", "process"
 
@@ -101,9 +102,8 @@ KL_TERM = OptionScope(
 
 
 def _engine(cfg) -> str:
-    if cfg.rollout.engine == "ray":
-        return "ray+vllm" if cfg.ray.worker_engine == "vllm" else "ray"
-    return cfg.rollout.engine
+    """The engine as its registered class labels it (ray holding vllm: ray+vllm)."""
+    return rollout_engine(cfg)[1]
 
 
 _RAY = ("rollout.workers", "rollout.mode", "rollout.request_timeout_s", "rollout.max_request_retries", "ray")
@@ -124,7 +124,9 @@ LEARNER = OptionScope(
     "learner strategy",
     "learner.strategy",
     ("learner.world_size", "learner.backend", "learner.timeout_s"),
-    {"local": (), "ddp": ("learner",), "fsdp2": ("learner",)},
+    # the rank options belong to the strategies that declare ranks (a plugin's included)
+    lambda name: ("learner",) if LEARNERS.get(name).capabilities.distributed else (),
+    choices=LEARNERS.names,
 )
 
 ADAPTERS = OptionScope(

@@ -18,6 +18,8 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
+from veriloop.registry import LEARNERS
+
 
 class OneRank:
     """The learner's share in a single process: every row, no collectives."""
@@ -218,17 +220,15 @@ class RankWorker:
     """What a rank holds (its learner and critic) and the commands it serves; rank 0 answers with results."""
 
     def __init__(self, rank: int, world: int, policy, cfg, critic, share: type = RankShare):
-        from veriloop.training.learner import Learner
-
         self.rank, self.steps = rank, 0
-        self.sharded = cfg.learner.strategy == "fsdp2"
+        self.sharded = LEARNERS.get(cfg.learner.strategy).capabilities.shards_weights
         if policy.device.type == "cuda":  # nccl: rank r on GPU r (the pickle brought the controller's GPU)
             policy.model.to(torch.device("cuda", torch.cuda.current_device()))
             if critic is not None:
                 critic.model.to(policy.device)
         if self.sharded:
             fully_shard_model(policy.model, world)
-        self.learner = Learner(policy, cfg, on_step=self._count)
+        self.learner = LEARNERS.get("local")(policy, cfg, on_step=self._count)
         self.learner.ranks = share(rank, world, sharded=policy.model if self.sharded else None)
         self.critic = critic
         if critic is not None:

@@ -166,8 +166,7 @@ def zero_advantage_means_zero_gradient(cfg, kl_beta: float) -> bool:
     still pulls towards the reference (or higher entropy), and leaving it out would scale the
     KL weight by the share of rows with a non-zero advantage.
     """
-    kl_in_loss = kl_beta > 0 and cfg.kl.placement == "loss"
-    return not kl_in_loss and cfg.loss.entropy_coef == 0
+    return not cfg.kl.in_loss(kl_beta) and cfg.loss.entropy_coef == 0
 
 
 class SignalMaker:
@@ -223,7 +222,7 @@ class SignalMaker:
     def _kl_in_reward(self, rewards, batch, behavior, beta):
         """KL in the reward: (shaped rewards [B, G], token rewards [N, T] or None, stats)."""
         cfg = self.cfg
-        if not (beta > 0 and cfg.kl.placement == "reward"):
+        if not cfg.kl.in_reward(beta):
             return rewards, None, {}
         ref_all = self.reference.logprobs(batch, temperature_of(cfg.sampling), full=False)
         mask = batch.completion_mask
@@ -238,7 +237,7 @@ class SignalMaker:
     def _reference(self, sub: PolicyBatch, beta: float):
         """Reference log-probs of the kept rows: for the KL in the loss (whole distributions for the exact
         KL), or for an objective that reads them (DPO); None when nothing does."""
-        kl_in_loss = beta > 0 and self.cfg.kl.placement == "loss"
+        kl_in_loss = self.cfg.kl.in_loss(beta)
         if not (kl_in_loss or self.objective.needs_reference):
             return None
         full = kl_in_loss and self.cfg.kl.estimator == "exact"

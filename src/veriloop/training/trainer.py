@@ -34,7 +34,6 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
-from types import SimpleNamespace
 
 import torch
 
@@ -45,17 +44,17 @@ from veriloop.evaluation.evaluate import validation_metrics
 from veriloop.io import atomic_write_json, replace_dir
 from veriloop.models.loading import load_policy
 from veriloop.prm.process import ProcessSupervisor
-from veriloop.registry import ESTIMATORS
-from veriloop.rollout.engine import FROZEN, LocalEngine, TaskTeacherEngine
+from veriloop.registry import ENGINES, ESTIMATORS, LEARNERS
+from veriloop.rollout.engine import FROZEN, EngineSections, TaskTeacherEngine
 from veriloop.rollout.ledger import Ledger
 from veriloop.rollout.records import RecordStore
 from veriloop.seeding import derive_seed
 from veriloop.training.alarms import NonFiniteError, RunAlarms, alarms_not_for, check_finite
+from veriloop.training.capabilities import samples_while_updating
 from veriloop.training.checkpoint import RunState, load_checkpoint, save_checkpoint
 from veriloop.training.collect import AsyncCollector, Collector
 from veriloop.training.config import TrainConfig
 from veriloop.training.critic import Critic
-from veriloop.training.distributed import build_learner
 from veriloop.training.metrics import MetricsLog, staleness, step_metrics
 from veriloop.training.optim import lr_at
 from veriloop.training.preflight import check_context_fits, check_verifier_reads_references, sample_problems
@@ -91,20 +90,7 @@ class Trainer:
         self.cfg, self.progress, self.run_dir = cfg, progress, Path(cfg.run_dir)
         if cfg.threads:
             torch.set_num_threads(cfg.threads)
-        # Everything that can be wrong with the input fails here, before the run directory exists.
-        self.task = task or cfg.task.build()
-        self.verifier = verifier or get_verifier(cfg.verifier)
-        if cfg.rollout.source == "task-teacher":
-            TaskTeacherEngine.require_demonstrations(self.task)
-        start = policy if policy is not None else self._load_start(cfg)
-        problems = sample_problems(self.task, cfg.seed)
-        check_verifier_reads_references(self.verifier, cfg.verifier, self.task, cfg.task.reward_verifier(), problems)
-        check_context_fits(start, cfg.policy, self.task, problems, cfg.sampling.max_new_tokens)
-        check_installed(cfg.report_to)
-        if cfg.rollout.engine == "vllm" or (cfg.rollout.engine == "ray" and cfg.ray.worker_engine == "vllm"):
-            from veriloop.rollout.vllm_engine import require_vllm
-
-            require_vllm()  # the install message now, not after the run directory was made
+        start = self._check_inputs(policy, task, verifier)  # everything wrong with the input fails before the run dir
         checkpoint = open_run_dir(self.run_dir, to_dict(cfg), resume)
         rollouts = self.run_dir / "rollouts"  # the records (indexed for the run browser) and what updates made of them
         self.store, self.token_values = RecordStore(rollouts, index=True), TokenValueStore(rollouts)
@@ -115,9 +101,44 @@ class Trainer:
         estimator = ESTIMATORS.get(cfg.advantage.estimator)
         # seed 003's debugging list, watched every step (less the alarms whose pattern the run has by design)
         self.alarms = RunAlarms(self.run_dir, cfg.alarms, alarms_not_for(cfg, estimator), log)
-        self.critic = Critic(self.policy, cfg) if estimator.needs_critic else None
-        # learner.strategy ddp/fsdp2: W rank processes that also train the critic; local: this process
-        self.learner = build_learner(self.policy, cfg, self._count_version, self.critic)
+        self._build_learner(start, estimator)
+        if checkpoint:
+            self._restore(checkpoint)
+        self.engine = self._engine(start, engine_options or {})
+        # rollout.lag with an engine of its own weights: this step is sampled while the learner updates
+        self.pipelined = samples_while_updating(cfg)
+        self.sampling_thread = ThreadPoolExecutor(1, "veriloop-sampling") if self.pipelined else None
+        # a stop signal's name and number; continue_with: the command printed to continue (None: the caller says)
+        self.stop_signal, self.stop_signum, self.continue_with = "", 0, f"veriloop train --resume {self.run_dir}"
+        self.process = self._process_supervisor() if estimator.needs_prm else None
+        self.collector = self._collector()
+        self.signal = SignalMaker(
+            cfg, self.learner.objective, self.policy.pad_id, self.reference, self.learner.critic, self.process
+        )
+        self.tracker = build_tracker(cfg.report_to, self.run_dir, to_dict(cfg), self.run_dir.name)
+
+    def _check_inputs(self, policy, task, verifier):
+        """The task, the verifier and the start policy, each checked against the others; raises before anything
+        is written.  Returns the start policy."""
+        cfg = self.cfg
+        self.task = task or cfg.task.build()
+        self.verifier = verifier or get_verifier(cfg.verifier)
+        if cfg.rollout.source == "task-teacher":
+            TaskTeacherEngine.require_demonstrations(self.task)
+        start = policy if policy is not None else self._load_start(cfg)
+        problems = sample_problems(self.task, cfg.seed)
+        check_verifier_reads_references(self.verifier, cfg.verifier, self.task, cfg.task.reward_verifier(), problems)
+        check_context_fits(start, cfg.policy, self.task, problems, cfg.sampling.max_new_tokens)
+        check_installed(cfg.report_to)
+        ENGINES.get(cfg.rollout.engine).require(EngineSections.of(cfg))  # an install message before the run dir
+        return start
+
+    def _build_learner(self, start, estimator) -> None:
+        """The registered learner strategy (it owns the critic, and the critic's optimizer: on the ranks, if any),
+        the KL reference and the KL coefficient's controller."""
+        cfg = self.cfg
+        critic = Critic(self.policy, cfg) if estimator.needs_critic else None
+        self.learner = LEARNERS.get(cfg.learner.strategy)(self.policy, cfg, self._count_version, critic)
         # LoRA: the reference is the trained model's own base (adapters off), so it must be that model
         self.reference = ReferencePolicy.build(cfg, self.policy if cfg.lora.enabled else start, self.learner.objective)
         adaptive = cfg.kl.controller == "adaptive" and cfg.kl.beta > 0
@@ -126,39 +147,28 @@ class Trainer:
             if adaptive
             else FixedKLController(cfg.kl.beta)
         )
-        if checkpoint:
-            self._restore(checkpoint)
-        self.engine = self._engine(start, engine_options or {})
-        # rollout.lag with an engine of its own weights: this step is sampled while the learner updates
-        self.pipelined = cfg.rollout.engine == "ray" and cfg.rollout.lag > 0
-        self.sampling_thread = ThreadPoolExecutor(1, "veriloop-sampling") if self.pipelined else None
-        # a stop signal's name and number; continue_with: the command printed to continue (None: the caller says)
-        self.stop_signal, self.stop_signum, self.continue_with = "", 0, f"veriloop train --resume {self.run_dir}"
-        self.process = (
-            ProcessSupervisor(
-                cfg.process,
-                seed=cfg.seed,
-                run_dir=self.run_dir,
-                task=self.task,
-                policy=self.policy,
-                sampling=cfg.sampling,
-                store=self.store,
-                step=self.state.step,
-            )
-            if estimator.needs_prm
-            else None
+
+    def _process_supervisor(self) -> ProcessSupervisor:
+        cfg = self.cfg
+        return ProcessSupervisor(
+            cfg.process,
+            seed=cfg.seed,
+            run_dir=self.run_dir,
+            task=self.task,
+            policy=self.policy,
+            sampling=cfg.sampling,
+            store=self.store,
+            step=self.state.step,
         )
+
+    def _collector(self) -> Collector | AsyncCollector:
+        cfg = self.cfg
         if cfg.rollout.mode == "async":
             per_step = cfg.update.inner_updates * cfg.update.mini_batches  # optimizer steps (versions) per step
-            self.collector = AsyncCollector(
+            return AsyncCollector(
                 cfg, self.task, self.engine, self.verifier, self.pending, self.ledger, self.state.step + 1, per_step
             )
-        else:
-            self.collector = Collector(cfg, self.task, self.engine, self.verifier, self.pending, self.ledger)
-        self.signal = SignalMaker(
-            cfg, self.learner.objective, self.policy.pad_id, self.reference, self.critic, self.process
-        )
-        self.tracker = build_tracker(cfg.report_to, self.run_dir, to_dict(cfg), self.run_dir.name)
+        return Collector(cfg, self.task, self.engine, self.verifier, self.pending, self.ledger)
 
     @staticmethod
     def _load_start(cfg: TrainConfig):
@@ -247,8 +257,7 @@ class Trainer:
         if self.sampling_thread is not None:
             self.sampling_thread.shutdown(wait=False, cancel_futures=True)
         for role in (self.engine, self.learner):
-            if hasattr(role, "close"):
-                role.close()
+            role.close()
 
     def train_step(self, step: int) -> dict:
         cfg = self.cfg
@@ -328,11 +337,11 @@ class Trainer:
         if signal is None or signal.batch is None:
             return {}
         lb, gen = signal.batch, torch.Generator().manual_seed(derive_seed(self.cfg.seed, step, "minibatches"))
-        critic_warmup = self.critic is not None and step <= self.cfg.critic.warmup_steps  # only the critic learns
+        has_critic = self.learner.critic is not None
+        critic_warmup = has_critic and step <= self.cfg.critic.warmup_steps  # only the critic learns
         stats = {} if critic_warmup else self.learner.update(lb, self.kl_control.beta, gen)
-        if self.critic is not None:
-            critic_update = getattr(self.learner, "critic_update", self.critic.update)  # on the ranks, if any
-            stats.update(critic_update(lb.batch, lb.returns, lb.old_values, gen))
+        if has_critic:
+            stats.update(self.learner.critic_update(lb.batch, lb.returns, lb.old_values, gen))
         return stats
 
     def after_update(self, step: int, update: dict) -> None:
@@ -385,19 +394,12 @@ class Trainer:
             policy, version = (self.reference.policy if shared else start.frozen_copy()), FROZEN
         else:
             policy, version = self.policy, self.state.policy_version
-        if cfg.rollout.engine == "ray":  # options: the tests' fault and delay schedules
-            from veriloop.rollout.ray_engine import RayEngine
-
-            return RayEngine(policy, version, cfg.rollout, cfg.ray, cfg.threads, vllm_cfg=cfg.vllm, **options)
-        if cfg.rollout.engine == "vllm":
-            from veriloop.rollout.vllm_engine import VLLMEngine
-
-            return VLLMEngine(policy, version, cfg.vllm, cfg.threads)
-        return LocalEngine(policy, version)
+        # the registered engine rollout.engine names (options: the tests' fault and delay schedules)
+        return ENGINES.get(cfg.rollout.engine).build(policy, version, EngineSections.of(cfg), **options)
 
     def _restore(self, checkpoint: Path) -> None:
         reference = self.reference.policy if self.reference is not None else None
-        self.state = load_checkpoint(checkpoint, self.learner, self._critic_state(), reference, self.pending)
+        self.state = load_checkpoint(checkpoint, self.learner, reference, self.pending)
         self.ledger.restore(checkpoint)
         self.kl_control.beta = self.state.kl_beta
         if (self.metrics.rows[-1]["step"] if self.metrics.rows else 0) < self.state.step:
@@ -410,14 +412,6 @@ class Trainer:
         self.alarms.resume(self.metrics.rows, self.state.step)
         self.store.remove_after(self.state.step)
         self.token_values.remove_after(self.state.step)
-
-    def _critic_state(self):
-        """What checkpoints save and load of the critic: its optimizer lives on the learner ranks, if any."""
-        if self.critic is None or not hasattr(self.learner, "critic_state_dict"):
-            return self.critic
-        return SimpleNamespace(
-            state_dict=self.learner.critic_state_dict, load_state_dict=self.learner.load_critic_state_dict
-        )
 
     def _why_stop(self, step: int, sampled: int) -> str:
         """Why the run ends before ``steps`` ('' = it does not)."""
@@ -450,7 +444,6 @@ class Trainer:
             self.state,
             self.learner,
             self.cfg.keep_checkpoints,
-            critic=self._critic_state(),
             reference=reference,
             pending=list(self.pending),
             ledger=self.ledger,

@@ -48,7 +48,7 @@ from veriloop.tasks.arithmetic import (
 )
 from veriloop.tasks.expressions import ExpressionError, Node, internal_nodes, parse_expression
 from veriloop.verifiers.answers import MARKER_POLICIES, extract_answer, normalize_text
-from veriloop.verifiers.base import Verdict, Verifier, VerifierError, is_correct, register
+from veriloop.verifiers.base import Verdict, Verifier, VerifierError, is_correct
 from veriloop.verifiers.composite import WeightedVerifier
 
 FORMAT_REQUIRE = ("trace", "ending")
@@ -320,21 +320,13 @@ class ArithmeticTool(_Arithmetic):
         return self._outcome("correct" if process else "wrong_steps", comps, float(process), reason)
 
 
-register("arithmetic-outcome")(ArithmeticOutcome)
-register("arithmetic-format")(ArithmeticFormat)
-register("arithmetic-process")(ArithmeticProcess)
-register("arithmetic-tool")(ArithmeticTool)
-
-
-@register("arithmetic-tool-process")
-def _arithmetic_tool_process(answer_prefix: str = DEFAULT_ANSWER_PREFIX) -> ArithmeticTool:
+def arithmetic_tool_process(answer_prefix: str = DEFAULT_ANSWER_PREFIX) -> ArithmeticTool:
     v = ArithmeticTool(answer_prefix, require="process")
     v.name = "arithmetic-tool-process"
     return v
 
 
-@register("arithmetic")
-def _arithmetic_composite(
+def arithmetic_composite(
     outcome_weight: float = 0.8,
     format_weight: float = 0.2,
     answer_prefix: str = DEFAULT_ANSWER_PREFIX,

@@ -136,3 +136,13 @@ class FunctionVerifier(Verifier):
 
 def from_reward_function(fn: Callable[..., list[float]], name: str | None = None, version: str = "1") -> Verifier:
     return FunctionVerifier(fn, name, version)
+
+
+def reward_function_entry(name: str, fn: Callable[..., list[float]]) -> Callable[..., Verifier]:
+    """A ``veriloop.rewards`` entry point's reward function ``fn(prompts, completions, **columns) -> list[float]``
+    as a verifier factory named by the entry point (its ``version`` attribute, else "1", versions the verdicts)."""
+
+    def factory() -> Verifier:
+        return from_reward_function(fn, name, str(getattr(fn, "version", "1")))
+
+    return factory

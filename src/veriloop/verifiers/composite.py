@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from veriloop.errors import InputError
-from veriloop.verifiers.base import Verdict, Verifier, get, register
+from veriloop.verifiers.base import Verdict, Verifier, get
 
 
 class WeightedVerifier(Verifier):
@@ -74,7 +74,3 @@ def _overlong_penalty(length: int, max_len: int, buffer: int) -> float:
     from veriloop.algorithms.shaping import overlong_penalty
 
     return float(overlong_penalty(torch.tensor([length]), max_len, buffer)[0])
-
-
-register("weighted")(WeightedVerifier)
-register("length")(LengthPenalty)

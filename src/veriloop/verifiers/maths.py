@@ -39,7 +39,7 @@ from veriloop.verifiers.answers import (
     extract_answer,
     normalize_text,
 )
-from veriloop.verifiers.base import Verdict, Verifier, VerifierError, register
+from veriloop.verifiers.base import Verdict, Verifier, VerifierError
 from veriloop.verifiers.mathequiv import MathOptions, compare, compare_plain, judge, plain_number
 from veriloop.verifiers.maths_text import (  # noqa: F401  (LAST_MATHS, mask_maths: re-exported)
     LAST_MATHS,
@@ -250,7 +250,3 @@ class GSM8K(MathAnswer):
     name, version = "gsm8k", "5"
     reference_policies = ("gsm8k",)
     read_spans = False
-
-
-register("math")(MathAnswer)
-register("gsm8k")(GSM8K)

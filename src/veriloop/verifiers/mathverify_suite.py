@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from veriloop.io import read_jsonl
-from veriloop.verifiers.audit import AuditCase
+from veriloop.verifiers.audit_case import AuditCase
 from veriloop.verifiers.maths import LAST_MATHS
 
 DATA = Path(__file__).resolve().parent / "data"

@@ -3,8 +3,8 @@ the answer the task's own verifier checks.
 
 ``program-output`` wraps an answer verifier (``inner``): the completion's program (its last fenced
 ````python`` block, or the whole completion when it has none, as ``code`` reads it) runs once in the
-sandbox of the ``code`` verifier (``verifiers/sandbox.py``: a fresh limited process, the audit hook, no
-input); the last non-blank line it printed is put into the task's answer form (``answer_format``, e.g.
+sandbox of the ``code`` verifier (the ``veriloop.sandbox`` package: a fresh limited process, the audit hook,
+no input); the last non-blank line it printed is put into the task's answer form (``answer_format``, e.g.
 ``answer={value}`` for the built-in task, ``#### {value}`` for GSM8K, ``\\boxed{{{value}}}`` for MATH)
 and graded by ``inner`` against the reference, with its components kept.
 
@@ -23,9 +23,9 @@ import os
 from concurrent.futures import ThreadPoolExecutor
 
 from veriloop.errors import InputError
-from veriloop.verifiers.base import Verdict, Verifier, get, register
+from veriloop.sandbox import SandboxLimits, run_program
+from veriloop.verifiers.base import Verdict, Verifier, get
 from veriloop.verifiers.code import extract_code
-from veriloop.verifiers.sandbox import SandboxLimits, run_program
 
 # what task.reasoning pot needs in place of each text verifier (the config refuses the text one)
 POT_VERIFIER_OF = {
@@ -131,19 +131,13 @@ class ProgramOutput(Verifier):
         return out
 
 
-register("program-output")(ProgramOutput)
-
-
-@register("arithmetic-pot")
-def _arithmetic_pot(**options) -> ProgramOutput:
+def arithmetic_pot(**options) -> ProgramOutput:
     return ProgramOutput(inner="arithmetic-outcome", answer_format="answer={value}", **options)
 
 
-@register("gsm8k-pot")
-def _gsm8k_pot(**options) -> ProgramOutput:
+def gsm8k_pot(**options) -> ProgramOutput:
     return ProgramOutput(inner="gsm8k", answer_format="#### {value}", **options)
 
 
-@register("math-pot")
-def _math_pot(**options) -> ProgramOutput:
+def math_pot(**options) -> ProgramOutput:
     return ProgramOutput(inner="math", answer_format="\\boxed{{{value}}}", **options)
