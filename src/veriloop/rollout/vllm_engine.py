@@ -114,7 +114,7 @@ class VLLMEngine(SequentialEngine, RegisteredEngine):
     """vLLM (``vllm.LLM``) in this process on a copy of ``policy``'s weights, stamping the version it holds."""
 
     name = "vllm"
-    # whole completions only: no pause for a tool call or a thinking budget (TOOLS_UNSUPPORTED, THINKING_UNSUPPORTED)
+    # whole completions only: no pause for a tool call, no forced end of a thinking budget
     capabilities = EngineCapabilities(owns_weights=True, in_worker=True, extra="vllm")
 
     @classmethod
