@@ -30,7 +30,7 @@ TEST_WORKERS ?= 2
 test: setup
 	$(BIN)/ruff format --check --quiet .
 	$(BIN)/ruff check --quiet .
-	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=15
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=15
 	@if [ -f $(VLLM_VENV)/.installed ]; then \
 		echo "vLLM engine tests in $(VLLM_VENV):"; \
 		VERILOOP_EXPECT_SANDBOX_LAYERS= $(VLLM_VENV)/bin/python -m pytest -q tests/test_vllm_engine_on_cpu.py; \

@@ -9,7 +9,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from veriloop.config import iter_fields
+from veriloop.config import iter_fields, type_label
 from veriloop.demo import DemoConfig
 from veriloop.evaluation.run import EvalRunConfig
 from veriloop.options import declarations, dotted_defaults
@@ -34,10 +34,6 @@ COMMANDS = [
     ("veriloop revision-pairs", RevisionPairsConfig),
 ]
 PATH = Path(__file__).resolve().parent.parent / "docs" / "options.md"
-
-
-def _type_name(tp) -> str:
-    return getattr(tp, "__name__", str(tp).replace("typing.", ""))
 
 
 def read_by(cls) -> dict[str, str]:
@@ -84,7 +80,7 @@ def render() -> str:
             for part in key.split("."):
                 value = getattr(value, part)
             cell = help_text.replace("|", "\\|") + (f" ({when[key]})" if key in when else "")
-            out.append(f"| `{key}` | {_type_name(tp)} | `{value!r}` | {cell} |")
+            out.append(f"| `{key}` | {type_label(tp)} | `{value!r}` | {cell} |")
         out.append("")
     return "\n".join(out)
 

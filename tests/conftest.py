@@ -2,9 +2,11 @@
 
 import ctypes
 import fcntl
+import json
 import os
 import socket
 import struct
+from pathlib import Path
 
 import pytest
 from hypothesis import settings
@@ -93,3 +95,38 @@ def tiny_policy(tmp_path_factory):
     model.save_pretrained(path)
     tok.save_pretrained(path)
     return str(path)
+
+
+# ----------------------------------------------------------------------------- the order files run in
+# `make test` runs `-n 2 --dist loadfile --no-loadscope-reorder`: each file goes whole to one worker, in the
+# order below.  Longest first (measured seconds per file, tests/file_durations.json), so that the two workers
+# finish together instead of one waiting alone on a long file that started last (longest-processing-time
+# scheduling).  A file not in the table runs after the measured ones.  VERILOOP_RECORD_TEST_DURATIONS=1 rewrites
+# the table from the session's own setup + call + teardown times.
+FILE_DURATIONS = Path(__file__).with_name("file_durations.json")
+
+
+def _file_of(nodeid: str) -> str:
+    return nodeid.split("::")[0]
+
+
+def pytest_collection_modifyitems(config, items):
+    seconds = json.loads(FILE_DURATIONS.read_text()) if FILE_DURATIONS.is_file() else {}
+    first_seen: dict[str, int] = {}
+    for i, item in enumerate(items):
+        first_seen.setdefault(_file_of(item.nodeid), i)
+    items.sort(key=lambda item: (-seconds.get(_file_of(item.nodeid), 0.0), first_seen[_file_of(item.nodeid)]))
+
+
+_SPENT: dict[str, float] = {}
+
+
+def pytest_runtest_logreport(report):
+    if os.environ.get("VERILOOP_RECORD_TEST_DURATIONS") == "1":
+        _SPENT[_file_of(report.nodeid)] = _SPENT.get(_file_of(report.nodeid), 0.0) + report.duration
+
+
+def pytest_sessionfinish(session, exitstatus):
+    if _SPENT and not hasattr(session.config, "workerinput"):  # the controller (or a run without xdist)
+        table = {name: round(value, 1) for name, value in sorted(_SPENT.items(), key=lambda kv: -kv[1])}
+        FILE_DURATIONS.write_text(json.dumps(table, indent=1) + "\n")

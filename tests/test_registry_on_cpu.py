@@ -9,7 +9,7 @@ import pytest
 
 from veriloop import cli
 from veriloop.config import ConfigError, build_config
-from veriloop.errors import UnknownNameError
+from veriloop.errors import InputError, UnknownNameError
 from veriloop.registry import Registry
 from veriloop.training.config import TrainConfig
 
@@ -109,3 +109,30 @@ def test_the_built_in_names_are_listed_without_loading_torch():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=100)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"
+
+
+def test_a_verifier_is_what_the_protocol_says_whether_subclassed_or_not():
+    from veriloop import verifiers
+    from veriloop.registry import VERIFIERS
+    from veriloop.verifiers import Verdict
+
+    class Structural:  # no base class: a Verifier by its members alone
+        name, version = "structural", "2"
+
+        def verify(self, completion, reference):
+            return Verdict(float(completion == reference), version=f"{self.name}@{self.version}")
+
+        def verify_batch(self, completions, references):
+            return [self.verify(c, r) for c, r in zip(completions, references)]
+
+    VERIFIERS.register("structural", Structural)
+    VERIFIERS.register("not-a-verifier", lambda: object())
+    try:
+        assert verifiers.get("structural").verify_batch(["a", "b"], ["a", "a"])[1].score == 0.0
+        with pytest.raises(InputError, match="verifier 'not-a-verifier' built a object, which is not a Verifier: it"):
+            verifiers.get("not-a-verifier")
+    finally:
+        VERIFIERS.unregister("structural")
+        VERIFIERS.unregister("not-a-verifier")
+    with pytest.raises(InputError, match="reward source 'five' is not callable"):
+        verifiers.from_reward_function(5, name="five")

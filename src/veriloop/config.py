@@ -4,6 +4,14 @@ Every config is a tree of dataclasses whose fields carry a default and a one-lin
 ``help``.  ``add_arguments`` turns the tree into ``--section.field`` flags (so ``--help``
 documents every option), ``build_config`` merges defaults <- YAML <- flags and checks
 each key and value, and ``to_dict`` writes the result back out for the run directory.
+
+Typed options: an option's allowed values are declared once, in its type and field metadata, and
+both its check and its help derive from that declaration.  ``Literal["population", "sample"]``
+is a choice; metadata ``ge``/``gt``/``le``/``lt`` are bounds (``{"help": ..., "ge": 0, "le": 1}``).
+``check_typed`` refuses a value outside them with a ``ConfigError`` naming the option; the
+config classes call it first in ``__post_init__`` (direct construction in Python is checked too)
+and ``build_config`` calls it with the option's full dotted key.  Only rules that relate several
+options stay written by hand.
 """
 
 from __future__ import annotations
@@ -11,6 +19,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import difflib
+import functools
 import math
 import types
 import typing
@@ -26,6 +35,7 @@ class ConfigError(InputError):
     """A config file or flag names an unknown key or holds a bad value."""
 
 
+@functools.lru_cache(maxsize=512)
 def _hints(cls) -> dict[str, Any]:
     return typing.get_type_hints(cls)
 
@@ -35,13 +45,74 @@ def _is_dataclass_type(tp) -> bool:
 
 
 def _scalar_type(tp):
-    """int | float | str | bool for a field type (Optional[...] unwrapped)."""
+    """int | float | str | bool for a field type (Optional[...] unwrapped; a Literal is the type of its values)."""
     origin = typing.get_origin(tp)
     if origin in (typing.Union, types.UnionType):
         args = [a for a in typing.get_args(tp) if a is not type(None)]
         if len(args) == 1:
-            return args[0]
+            return _scalar_type(args[0])
+    if origin is typing.Literal:
+        kinds = {type(a) for a in typing.get_args(tp)}
+        return kinds.pop() if len(kinds) == 1 else str
     return tp
+
+
+def choices_of(tp) -> tuple | None:
+    """The allowed values of a ``Literal[...]`` option (Optional unwrapped), or None for an open type."""
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        return choices_of(args[0]) if len(args) == 1 else None
+    return typing.get_args(tp) if origin is typing.Literal else None
+
+
+BOUNDS = {"ge": ">=", "gt": ">", "le": "<=", "lt": "<"}
+
+
+def _number(x) -> str:
+    """A bound in words: ``2**63`` rather than its 19 digits."""
+    if isinstance(x, int) and x >= 2**32 and x & (x - 1) == 0:
+        return f"2**{x.bit_length() - 1}"
+    return repr(x)
+
+
+def bounds_text(metadata) -> str:
+    """``>= 0``, ``> 0``, ``in [0, 1]``, ``in (0, 1]``...: the bounds declared in a field's metadata, in words."""
+    low = next(((k, metadata[k]) for k in ("ge", "gt") if k in metadata), None)
+    high = next(((k, metadata[k]) for k in ("le", "lt") if k in metadata), None)
+    if low and high:
+        opening, closing = "[" if low[0] == "ge" else "(", "]" if high[0] == "le" else ")"
+        return f"in {opening}{_number(low[1])}, {_number(high[1])}{closing}"
+    one = low or high
+    return f"{BOUNDS[one[0]]} {_number(one[1])}" if one else ""
+
+
+def _outside(value, metadata) -> bool:
+    checks = {"ge": value.__ge__, "gt": value.__gt__, "le": value.__le__, "lt": value.__lt__}
+    return any(k in metadata and checks[k](metadata[k]) is not True for k in BOUNDS)
+
+
+def check_option(key: str, value: Any, tp, metadata) -> None:
+    """Refuse ``value`` for the option ``key`` when it is not one of its ``Literal`` choices or outside the bounds of
+    its metadata, with a ``ConfigError`` that names the option, the allowed values and what was given."""
+    choices = choices_of(tp)
+    if choices is not None and value not in choices and value is not None:
+        close = difflib.get_close_matches(str(value), [str(c) for c in choices], n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise ConfigError(f"{key} must be one of {', '.join(map(str, choices))}; got {value!r}{hint}")
+    bounded = any(k in metadata for k in BOUNDS)
+    if bounded and isinstance(value, (int, float)) and not isinstance(value, bool) and _outside(value, metadata):
+        raise ConfigError(f"{key} must be {bounds_text(metadata)}, got {value!r}")
+
+
+def check_typed(obj, section: str = "") -> None:
+    """Check every leaf option of the config instance ``obj`` against its declared choices and bounds; ``section``
+    prefixes the keys in messages (``"advantage"`` -> ``advantage.std``)."""
+    hints = _hints(type(obj))
+    prefix = f"{section}." if section else ""
+    for f in dataclasses.fields(obj):
+        if f.init and not _is_dataclass_type(hints[f.name]):
+            check_option(prefix + f.name, getattr(obj, f.name), hints[f.name], f.metadata)
 
 
 def _convert(value: Any, tp, key: str) -> Any:
@@ -125,6 +196,7 @@ def _build(cls, data: dict, prefix: str):
             kwargs[f.name] = _build(tp, _merge(_differences(_shallow(default), _shallow(tp())), given), key + ".")
         else:
             kwargs[f.name] = _convert(data[f.name], tp, key)
+            check_option(key, kwargs[f.name], tp, f.metadata)  # named by its full key (a class knows only its own)
     try:
         return cls(**kwargs)
     except ConfigError:
@@ -223,14 +295,28 @@ def iter_fields(cls, prefix: str = ""):
             default = f.default_factory()
         else:
             default = None
-        yield prefix + f.name, tp, default, field_help(f)
+        yield prefix + f.name, tp, default, field_help(f, tp)
 
 
-def field_help(f: dataclasses.Field) -> str:
-    """A field's help; an option naming a registry entry (metadata ``registry``) lists what is registered now,
-    plugins' entries included, instead of a list typed into the help."""
+def field_help(f: dataclasses.Field, tp=None) -> str:
+    """A field's help, with its allowed values derived from their one declaration: a ``Literal`` type's choices,
+    the bounds of its metadata, and for an option naming a registry entry (metadata ``registry``) what is
+    registered now, plugins' entries included; none of them is typed into the help."""
     text, registry = f.metadata.get("help", ""), f.metadata.get("registry")
-    return f"{text} (registered: {registry.choices()})" if registry is not None else text
+    choices = choices_of(tp) if tp is not None else None
+    if choices is not None:
+        text += f" (one of: {', '.join(map(str, choices))})"
+    if registry is not None:
+        text += f" (registered: {registry.choices()})"
+    if bounds_text(f.metadata):
+        text += f" ({bounds_text(f.metadata)})"
+    return text
+
+
+def type_label(tp) -> str:
+    """A field type in words for help and the options reference: ``str`` for a Literal of strings."""
+    tp = _scalar_type(tp)
+    return getattr(tp, "__name__", str(tp).replace("typing.", ""))
 
 
 def add_arguments(parser: argparse.ArgumentParser, cls, defaults=None) -> None:
@@ -241,12 +327,12 @@ def add_arguments(parser: argparse.ArgumentParser, cls, defaults=None) -> None:
         value = shown
         for part in key.split("."):
             value = getattr(value, part)
-        kind = getattr(_scalar_type(tp), "__name__", str(tp))
+        choices = choices_of(tp)
         group.add_argument(
             f"--{key}",
             dest=f"opt::{key}",
             default=None,
-            metavar=kind.upper(),
+            metavar="{" + ",".join(map(str, choices)) + "}" if choices else type_label(tp).upper(),
             help=f"{help_text} (default: {value!r})".replace("%", "%%"),  # argparse formats help with %
         )
 

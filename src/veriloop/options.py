@@ -106,7 +106,8 @@ class OptionScope:
     choose: Callable[[str], dict] | None = None  # options that choose a component (default: {selector: name})
     prefix: str = ""
     hint: Mapping[str, str] = field(default_factory=dict)  # option -> what to use instead, when not obvious
-    when: Mapping[str, str] = field(default_factory=dict)  # component -> the settings that choose it, for messages
+    # component -> the settings that choose it, for messages (a mapping, or a function of the component's name)
+    when: Mapping[str, str] | Callable[[str], str] = field(default_factory=dict)
 
     def read_by(self, name: str) -> frozenset[str]:
         got = self.reads(name) if callable(self.reads) else self.reads.get(name, ())
@@ -123,7 +124,8 @@ class OptionScope:
 
     def selecting(self, name: str) -> str:
         """The settings that choose component ``name``, as a message says them: ``optim.name sgd``."""
-        return self.when.get(name) or f"{self.prefix}{self.selector} {name}"
+        when = self.when(name) if callable(self.when) else self.when.get(name)
+        return when or f"{self.prefix}{self.selector} {name}"
 
     def choosing(self, name: str) -> dict:
         return self.choose(name) if self.choose is not None else {self.selector: name}

@@ -39,10 +39,11 @@ import logging
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
 import torch
 
-from veriloop.config import build_config, to_dict
+from veriloop.config import build_config, check_typed, to_dict
 from veriloop.demo import control_reach, set_options
 from veriloop.errors import InputError
 from veriloop.evaluation.evaluate import EvalConfig, evaluate
@@ -65,7 +66,8 @@ from veriloop.verifiers.tools import tool_settings
 
 log = logging.getLogger(__name__)
 
-VARIANTS = {
+Variant = Literal["r1", "r1-zero", "rl-long"]
+VARIANTS: dict[Variant, tuple[str, ...]] = {
     "r1": ("cold_start", "rl", "rejection_sample", "sft_from_base", "rl_again"),
     "r1-zero": ("rl",),
     "rl-long": ("rl",),
@@ -78,41 +80,35 @@ class PipelineConfig:
     """``veriloop pipeline``: cold start -> RL -> rejection sampling -> SFT from the base -> RL (or R1-Zero)."""
 
     run_dir: str = field(default="runs/r1", metadata={"help": "pipeline directory: one run directory per stage"})
-    variant: str = field(
-        default="r1", metadata={"help": "r1 | r1-zero (RL from the base) | rl-long (one RL run: equal-time control)"}
+    variant: Variant = field(
+        default="r1",
+        metadata={
+            "help": "r1 (cold start, RL, rejection sampling, SFT from the base, RL), r1-zero (RL from the base), "
+            "or rl-long (one RL run: equal-time control)"
+        },
     )
     base: str = field(default="builtin:base", metadata={"help": "the base model every SFT stage starts from"})
     seed: int = field(default=0, metadata={"help": "seed of every stage"})
     threads: int = field(default=0, metadata={"help": "torch CPU threads; 0 = torch's default"})
-    cold_start_steps: int = field(default=60, metadata={"help": "cold_start: SFT steps on readable traces"})
-    rl_steps: int = field(default=60, metadata={"help": "rl: GRPO steps"})
-    rs_problems: int = field(default=1024, metadata={"help": "rejection_sample: training problems"})
-    rs_samples: int = field(default=4, metadata={"help": "rejection_sample: samples per problem"})
+    cold_start_steps: int = field(default=60, metadata={"help": "cold_start: SFT steps on readable traces", "ge": 1})
+    rl_steps: int = field(default=60, metadata={"help": "rl: GRPO steps", "ge": 1})
+    rs_problems: int = field(default=1024, metadata={"help": "rejection_sample: training problems", "ge": 1})
+    rs_samples: int = field(default=4, metadata={"help": "rejection_sample: samples per problem", "ge": 1})
     mix_data: str = field(default="", metadata={"help": "rejection_sample: non-reasoning JSONL rows to mix in"})
-    sft_steps: int = field(default=60, metadata={"help": "sft_from_base: SFT steps on the rejection-sampled data"})
-    rl_again_steps: int = field(default=60, metadata={"help": "rl_again: GRPO steps"})
+    sft_steps: int = field(
+        default=60, metadata={"help": "sft_from_base: SFT steps on the rejection-sampled data", "ge": 1}
+    )
+    rl_again_steps: int = field(default=60, metadata={"help": "rl_again: GRPO steps", "ge": 1})
     max_minutes: float = field(default=0.0, metadata={"help": "rl-long: wall time of its one RL run (minutes)"})
     sft_lr: float = field(default=2e-4, metadata={"help": "learning rate of the SFT stages"})
-    eval_problems: int = field(default=200, metadata={"help": "held-out problems evaluated after each stage"})
+    eval_problems: int = field(default=200, metadata={"help": "held-out problems evaluated after each stage", "ge": 1})
     rl: TrainConfig = field(default_factory=TrainConfig, metadata={"help": "GRPO settings of the RL stages"})
 
     def __post_init__(self):
-        if self.variant not in VARIANTS:
-            raise InputError(f"variant must be one of {list(VARIANTS)}, got {self.variant!r}")
+        check_typed(self)
         self.rl.task.refuse_tools("veriloop pipeline (its rejection sampling)")
         if self.variant == "rl-long" and self.max_minutes <= 0:
             raise InputError("variant rl-long needs --max_minutes (the wall time of the pipeline it is compared with)")
-        for name in (
-            "cold_start_steps",
-            "rl_steps",
-            "rs_problems",
-            "rs_samples",
-            "sft_steps",
-            "rl_again_steps",
-            "eval_problems",
-        ):
-            if getattr(self, name) < 1:
-                raise InputError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.rl.run_dir != TrainConfig().run_dir or self.rl.policy != TrainConfig().policy:
             raise InputError("rl.run_dir and rl.policy are set by the pipeline (--run_dir, --base); leave them")
         check_declared(self)

@@ -25,9 +25,13 @@ Token-level estimators:
 
 from __future__ import annotations
 
+import typing
+from typing import Literal
+
 import torch
 
-STD_MODES = ("population", "sample", "none")
+StdMode = Literal["population", "sample", "none"]
+STD_MODES = typing.get_args(StdMode)
 REINFORCE_BASELINES = ("none", "batch", "constant")
 
 

@@ -18,9 +18,13 @@ per answer-then-group and -1/3 per token.
 
 from __future__ import annotations
 
+import typing
+from typing import Literal
+
 import torch
 
-AGGREGATION_MODES = ("seq-mean-token-mean", "token-mean", "seq-mean-token-sum-norm")
+Aggregation = Literal["seq-mean-token-mean", "token-mean", "seq-mean-token-sum-norm"]
+AGGREGATION_MODES = typing.get_args(Aggregation)
 
 
 def aggregate_loss(values: torch.Tensor, mask: torch.Tensor, mode: str, max_len: int | None = None) -> torch.Tensor:

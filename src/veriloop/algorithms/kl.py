@@ -31,9 +31,13 @@ term optimises.
 
 from __future__ import annotations
 
+import typing
+from typing import Literal
+
 import torch
 
-KL_ESTIMATORS = ("k1", "k2", "k3", "exact")
+KLEstimator = Literal["k1", "k2", "k3", "exact"]
+KL_ESTIMATORS = typing.get_args(KLEstimator)
 
 
 def kl_estimate(logprobs: torch.Tensor, ref_logprobs: torch.Tensor, estimator: str = "k3") -> torch.Tensor:

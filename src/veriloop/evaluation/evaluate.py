@@ -28,6 +28,7 @@ from dataclasses import asdict, dataclass, field
 import torch
 
 from veriloop.algorithms.pass_at_k import maj_at_k, pass_at_k
+from veriloop.config import check_typed
 from veriloop.errors import InputError
 from veriloop.models.loading import Policy
 from veriloop.options import check_declared, declare, toggled
@@ -46,7 +47,9 @@ from veriloop.verifiers.answers import answer_key
 class EvalConfig:
     """What ``veriloop eval`` measures."""
 
-    n_samples: int = field(default=8, metadata={"help": "samples per problem for sampled accuracy and pass@k"})
+    n_samples: int = field(
+        default=8, metadata={"help": "samples per problem for sampled accuracy and pass@k; 0 = greedy only", "ge": 0}
+    )
     temperature: float = field(default=1.0, metadata={"help": "temperature of the sampled evaluation"})
     max_new_tokens: int = field(default=64, metadata={"help": "completion length limit"})
     batch_size: int = field(default=256, metadata={"help": "prompts per generation batch"})
@@ -64,8 +67,7 @@ class EvalConfig:
     )
 
     def __post_init__(self):
-        if self.n_samples < 0:
-            raise InputError(f"eval.n_samples must be >= 0, got {self.n_samples}")
+        check_typed(self, "eval")
         budgets = self.budgets()
         if any(not 0 < b < self.max_new_tokens for b in budgets):
             raise InputError(

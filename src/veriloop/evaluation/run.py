@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Literal
 
 import torch
 
+from veriloop.config import check_typed
 from veriloop.evaluation.evaluate import EvalConfig, EvalResult, evaluate
 from veriloop.evaluation.teacher import evaluate_teacher
 from veriloop.io import atomic_write_json
-from veriloop.models.device import Placement
+from veriloop.models.device import DType, Placement
 from veriloop.models.loading import PromptFormat, load_policy
 from veriloop.options import declare
 from veriloop.tasks.base import split_problems
@@ -22,19 +24,18 @@ class EvalRunConfig:
     """``veriloop eval``: held-out evaluation of a policy (and of the task's teacher)."""
 
     policy: str = field(default="builtin:base", metadata={"help": "model directory or builtin:base"})
-    split: str = field(
-        default="heldout", metadata={"help": "heldout (report) | validation (choices and tuning read this one)"}
+    split: Literal["heldout", "validation"] = field(
+        default="heldout", metadata={"help": "heldout (report), or validation (choices and tuning read this one)"}
     )
     out: str = field(default="", metadata={"help": "write the result as JSON here"})
     threads: int = field(default=0, metadata={"help": "torch CPU threads; 0 = torch's default"})
-    device: str = field(default="auto", metadata={"help": "auto (cuda when present) | cpu | cuda | cuda:N"})
-    dtype: str = field(default="float32", metadata={"help": "float32 | bfloat16 | float16"})
+    device: str = field(default="auto", metadata={"help": "auto (cuda when present), cpu, cuda or cuda:N"})
+    dtype: DType = field(default="float32", metadata={"help": "weights of the policy"})
     task: TaskConfig = field(default_factory=TaskConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
 
     def __post_init__(self):
-        if self.split not in ("heldout", "validation"):
-            raise ValueError(f"split must be heldout or validation, got {self.split!r}")
+        check_typed(self)
 
 
 declare(EvalRunConfig, common=("policy", "split", "out", "threads", "device", "dtype", "task", "eval"))

@@ -164,9 +164,14 @@ class Policy:
         """A loadable directory; for a LoRA policy, the adapter and the tokenizer (``save_merged`` for both)."""
         save_policy(self.model, self.tokenizer, path)
 
+    @property
+    def adapted(self) -> bool:
+        """Whether the model carries LoRA adapters (only they train; the base is the frozen reference)."""
+        return is_adapted(self.model)
+
     def save_merged(self, path: str | Path) -> None:
         """``path``: the model a user deploys (a LoRA policy's adapters merged in), and ``path/adapter/``."""
-        if not is_adapted(self.model):
+        if not self.adapted:
             return self.save(path)
         save_policy(merged_copy(self.model), self.tokenizer, path)
         save_adapter(self.model, Path(path) / "adapter")

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import torch
 
+from veriloop.config import check_typed
 from veriloop.errors import InputError
 
 
@@ -30,9 +31,9 @@ from veriloop.errors import InputError
 class LoraConfig:
     """Low-rank adapters (peft); ``r = 0`` trains every weight."""
 
-    r: int = field(default=0, metadata={"help": "LoRA rank; 0 = full fine-tuning (no adapters)"})
-    alpha: float = field(default=16.0, metadata={"help": "LoRA alpha: the update is scaled by alpha / r"})
-    dropout: float = field(default=0.0, metadata={"help": "dropout on the adapters' input"})
+    r: int = field(default=0, metadata={"help": "LoRA rank; 0 = full fine-tuning (no adapters)", "ge": 0})
+    alpha: float = field(default=16.0, metadata={"help": "LoRA alpha: the update is scaled by alpha / r", "gt": 0})
+    dropout: float = field(default=0.0, metadata={"help": "dropout on the adapters' input", "ge": 0, "lt": 1})
     target_modules: str = field(
         default="all-linear",
         metadata={
@@ -41,8 +42,7 @@ class LoraConfig:
     )
 
     def __post_init__(self):
-        if self.r < 0 or self.alpha <= 0 or not 0 <= self.dropout < 1:
-            raise ValueError("lora.r must be >= 0, lora.alpha > 0 and lora.dropout in [0, 1)")
+        check_typed(self, "lora")
         if not self.target_modules.strip():
             raise ValueError("lora.target_modules must name modules or be all-linear")
 
@@ -64,6 +64,7 @@ def _peft():
 
 
 def is_adapted(model: torch.nn.Module) -> bool:
+    """Whether ``model`` carries peft adapters (``Policy.adapted`` asks this for its model; the one definition)."""
     return hasattr(model, "peft_config") and hasattr(model, "disable_adapter")
 
 
@@ -115,7 +116,7 @@ class AdapterDisabledPolicy:
         return getattr(self.inner, name)
 
     def _off(self):
-        return self.inner.model.disable_adapter() if is_adapted(self.inner.model) else contextlib.nullcontext()
+        return self.inner.model.disable_adapter() if self.inner.adapted else contextlib.nullcontext()
 
     def completion_logits(self, batch):
         with self._off():

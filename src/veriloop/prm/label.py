@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from veriloop.config import check_typed
 from veriloop.errors import InputError
 from veriloop.io import atomic_write_jsonl
 from veriloop.logs import progress as progress_display
@@ -32,7 +33,7 @@ from veriloop.models.solutions import sample_solutions
 from veriloop.options import check_declared, declare, not_read_by
 from veriloop.prm.steps import split_steps
 from veriloop.rollout.sampler import SamplingParams
-from veriloop.tasks.base import check_split, draw_problems
+from veriloop.tasks.base import Split, draw_problems
 from veriloop.tasks.config import TaskConfig
 from veriloop.verifiers import get as get_verifier
 from veriloop.verifiers import is_correct
@@ -45,24 +46,19 @@ class LabelConfig:
     policy: str = field(default="builtin:base", metadata={"help": "policy that writes the solutions to label"})
     completer: str = field(default="", metadata={"help": "policy that completes each step prefix; '' = the policy"})
     output: str = field(default="runs/prm-labels.jsonl", metadata={"help": "labelled steps, one solution per row"})
-    split: str = field(
-        default="train", metadata={"help": "problems from the task's train, validation or heldout split"}
-    )
-    problems: int = field(default=200, metadata={"help": "problems to draw (heldout: the first N)"})
-    solutions: int = field(default=4, metadata={"help": "sampled solutions per problem"})
-    completions: int = field(default=8, metadata={"help": "N: completions of each step prefix"})
+    split: Split = field(default="train", metadata={"help": "the task's split the problems come from"})
+    problems: int = field(default=200, metadata={"help": "problems to draw (heldout: the first N)", "ge": 1})
+    solutions: int = field(default=4, metadata={"help": "sampled solutions per problem", "ge": 1})
+    completions: int = field(default=8, metadata={"help": "N: completions of each step prefix", "ge": 1})
     verifier: str = field(default="", metadata={"help": "outcome verifier of the completions; '' = the task's"})
     seed: int = field(default=0, metadata={"help": "seed of the problems, solutions and completions"})
-    batch_prompts: int = field(default=128, metadata={"help": "prefixes per generation batch"})
+    batch_prompts: int = field(default=128, metadata={"help": "prefixes per generation batch", "ge": 1})
     task: TaskConfig = field(default_factory=TaskConfig)
     sampling: SamplingParams = field(default_factory=SamplingParams)
 
     def __post_init__(self):
+        check_typed(self)
         self.task.refuse_tools("veriloop prm label")
-        check_split(self.split)
-        for name in ("problems", "solutions", "completions", "batch_prompts"):
-            if getattr(self, name) < 1:
-                raise InputError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.sampling.temperature <= 0:
             raise InputError("labelling samples: sampling.temperature must be > 0")
         check_declared(self)

@@ -21,7 +21,9 @@ from __future__ import annotations
 
 import json
 import math
+import typing
 from pathlib import Path
+from typing import Literal
 
 import torch
 from safetensors.torch import load_file, save_file
@@ -32,8 +34,10 @@ from veriloop.models.loading import Policy, load_policy, save_policy
 from veriloop.models.value_head import ValueHead
 from veriloop.prm.steps import split_steps, step_read_positions
 
-AGGREGATIONS = ("min", "prod", "last")
-PRM_LOSSES = ("bce", "soft_ce", "mse")
+PRMAggregation = Literal["min", "prod", "last"]
+AGGREGATIONS = typing.get_args(PRMAggregation)
+PRMLoss = Literal["bce", "soft_ce", "mse"]
+PRM_LOSSES = typing.get_args(PRMLoss)
 
 
 def aggregate(step_scores: list[float], how: str = "min") -> float:

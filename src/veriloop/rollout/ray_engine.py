@@ -197,6 +197,23 @@ class RayEngine(RegisteredEngine):
 
     name = "ray"
     capabilities = EngineCapabilities(owns_weights=True, runs_ahead=True, many_workers=True, extra="ray")
+    options = ("rollout.workers", "rollout.mode", "rollout.request_timeout_s", "rollout.max_request_retries", "ray")
+
+    @classmethod
+    def labels(cls) -> list[str]:
+        held = [name for name, engine in ENGINES.items() if engine.capabilities.in_worker and name != "local"]
+        return [cls.name, *(f"{cls.name}+{name}" for name in held)]
+
+    @classmethod
+    def choosing(cls, label: str) -> dict:
+        held = label.partition("+")[2]
+        return {"rollout.engine": cls.name, **({"ray.worker_engine": held} if held else {})}
+
+    @classmethod
+    def reads(cls, label: str) -> tuple[str, ...]:
+        """Ray's own options and those of the engine its actors hold."""
+        held = label.partition("+")[2]
+        return (*cls.options, *(ENGINES.get(held).reads(held) if held else ()))
 
     @classmethod
     def serves(cls, sections: EngineSections) -> EngineCapabilities:

@@ -25,6 +25,7 @@ import torch
 from transformers import DynamicCache
 
 from veriloop.algorithms.sampling import sampling_logprobs, suppress_end_tokens
+from veriloop.config import check_typed
 from veriloop.rollout import static_decode
 
 
@@ -32,22 +33,26 @@ from veriloop.rollout import static_decode
 class SamplingParams:
     """How completions are drawn (recorded with every completion)."""
 
-    temperature: float = field(default=1.0, metadata={"help": "softmax temperature; 0 = greedy"})
-    top_k: int = field(default=0, metadata={"help": "keep the k most likely tokens; 0 = off"})
-    top_p: float = field(default=1.0, metadata={"help": "nucleus: smallest set reaching this mass; 1 = off"})
-    max_new_tokens: int = field(default=64, metadata={"help": "completion length limit, in tokens"})
+    temperature: float = field(default=1.0, metadata={"help": "softmax temperature; 0 = greedy", "ge": 0})
+    top_k: int = field(default=0, metadata={"help": "keep the k most likely tokens; 0 = off", "ge": 0})
+    top_p: float = field(
+        default=1.0, metadata={"help": "nucleus: smallest set reaching this mass; 1 = off", "gt": 0, "le": 1}
+    )
+    max_new_tokens: int = field(default=64, metadata={"help": "completion length limit, in tokens", "ge": 1})
     min_new_tokens: int = field(
         default=0,
         metadata={
-            "help": "no end token before this many new tokens (fixed-length work); the learner's sampling "
-            "distribution masks them too"
+            "help": "no end token before this many new tokens (fixed-length work; at most max_new_tokens); the "
+            "learner's sampling distribution masks them too",
+            "ge": 0,
         },
     )
     max_thinking_tokens: int = field(
         default=0,
         metadata={
-            "help": "cap on the reasoning part: at the cap the end-of-thinking marker is forced and the model answers "
-            "(budget forcing; rollout/thinking.py); 0 = off"
+            "help": "cap on the reasoning part, below max_new_tokens: at the cap the end-of-thinking marker is "
+            "forced and the model answers (budget forcing; rollout/thinking.py); 0 = off",
+            "ge": 0,
         },
     )
     thinking_end: str = field(
@@ -59,20 +64,13 @@ class SamplingParams:
     )
 
     def __post_init__(self):
-        if self.temperature < 0:
-            raise ValueError(f"sampling.temperature must be >= 0, got {self.temperature}")
-        if not 0.0 < self.top_p <= 1.0:
-            raise ValueError(f"sampling.top_p must be in (0, 1], got {self.top_p}")
-        if self.top_k < 0:
-            raise ValueError(f"sampling.top_k must be >= 0, got {self.top_k}")
-        if self.max_new_tokens < 1:
-            raise ValueError(f"sampling.max_new_tokens must be >= 1, got {self.max_new_tokens}")
-        if not 0 <= self.min_new_tokens <= self.max_new_tokens:
+        check_typed(self, "sampling")
+        if self.min_new_tokens > self.max_new_tokens:  # the upper bounds relate two options
             raise ValueError(
                 f"sampling.min_new_tokens must be in [0, max_new_tokens={self.max_new_tokens}], "
                 f"got {self.min_new_tokens}"
             )
-        if not 0 <= self.max_thinking_tokens < self.max_new_tokens:
+        if self.max_thinking_tokens >= self.max_new_tokens:
             raise ValueError(
                 f"sampling.max_thinking_tokens must be in [0, max_new_tokens={self.max_new_tokens}) "
                 "(a cap at the completion limit never forces), "

@@ -69,16 +69,10 @@ def require_vllm():
     return vllm
 
 
-def is_adapted(model: torch.nn.Module) -> bool:
-    return hasattr(model, "peft_config") and hasattr(model, "disable_adapter")
-
-
 def merged_tensors(model: torch.nn.Module) -> list[tuple[str, torch.Tensor]]:
-    """The model's weights under the base model's names, LoRA adapters merged in: ``W + delta`` with peft's own
-    ``get_delta_weight`` (``B A * scaling``), the sum ``merge_and_unload`` writes; a plain model's state dict."""
+    """A LoRA model's weights under the base model's names, its adapters merged in: ``W + delta`` with peft's own
+    ``get_delta_weight`` (``B A * scaling``), the sum ``merge_and_unload`` writes."""
     state = model.state_dict()
-    if not is_adapted(model):
-        return [(n, t.detach()) for n, t in state.items()]
     deltas = {}
     with torch.no_grad():
         for name, module in model.named_modules():
@@ -103,11 +97,12 @@ def base_tensors(model: torch.nn.Module) -> list[tuple[str, torch.Tensor]]:
 
 
 def shipped_tensors(model: torch.nn.Module, shipping: str, dtype: torch.dtype) -> list[tuple[str, torch.Tensor]]:
-    """What goes to a vLLM engine after an update: the adapters (``shipping=adapter``) or every weight (``full``;
-    ``merged``: LoRA merged in), in the engine's dtype."""
+    """What goes to a vLLM engine after an update: a LoRA model's adapters (``shipping=adapter``) or its weights with
+    the adapters merged in (``merged``), or a plain model's every weight (``full``), in the engine's dtype."""
     if shipping == "adapter":
         return trainable_tensors(model)
-    return [(n, t.to(dtype)) for n, t in merged_tensors(model)]
+    named = merged_tensors(model) if shipping == "merged" else model.state_dict().items()
+    return [(n, t.detach().to(dtype)) for n, t in named]
 
 
 class VLLMEngine(SequentialEngine, RegisteredEngine):
@@ -116,6 +111,7 @@ class VLLMEngine(SequentialEngine, RegisteredEngine):
     name = "vllm"
     # whole completions only: no pause for a tool call, no forced end of a thinking budget
     capabilities = EngineCapabilities(owns_weights=True, in_worker=True, extra="vllm")
+    options = ("vllm",)
 
     @classmethod
     def require(cls, sections: EngineSections) -> None:
@@ -138,7 +134,7 @@ class VLLMEngine(SequentialEngine, RegisteredEngine):
         self.workdir = tempfile.TemporaryDirectory(prefix="veriloop-vllm-")
         threads = threads or torch.get_num_threads()
         # what travels after an update (recorded in every record's sampling settings as "weights")
-        self.shipping = "full" if not is_adapted(policy.model) else "merged" if vcfg.lora == "merged" else "adapter"
+        self.shipping = "full" if not policy.adapted else "merged" if vcfg.lora == "merged" else "adapter"
         try:
             self._start_engine(threads)
         except Exception as e:  # noqa: BLE001 - auto: vLLM could not take this adapter; merged weights always work

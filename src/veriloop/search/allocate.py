@@ -79,10 +79,22 @@ class AllocateConfig(SearchConfig):
         },
     )
     out: str = field(default="runs/allocate", metadata={"help": "run directory (summary.json, table.md, rows)"})
-    problems: int = field(default=100, metadata={"help": "validation problems the bins and choices are fitted on"})
-    heldout_problems: int = field(default=100, metadata={"help": "held-out problems the choice is applied to"})
-    probe_samples: int = field(default=4, metadata={"help": "m: samples per problem whose agreement is its difficulty"})
-    levels: int = field(default=3, metadata={"help": "difficulty bins (at most 5), at validation agreement quantiles"})
+    problems: int = field(
+        default=100, metadata={"help": "validation problems the bins and choices are fitted on", "ge": 1}
+    )
+    heldout_problems: int = field(default=100, metadata={"help": "held-out problems the choice is applied to", "ge": 1})
+    probe_samples: int = field(
+        default=4,
+        metadata={"help": "m: samples per problem whose agreement is its difficulty (agreement needs two)", "ge": 2},
+    )
+    levels: int = field(
+        default=3,
+        metadata={
+            "help": "difficulty bins (up to the seed's difficulty levels), at validation agreement quantiles",
+            "ge": 1,
+            "le": 5,
+        },
+    )
     token_budgets: str = field(
         default="4,8,16",
         metadata={"help": "mean tokens per problem allowed, in units of one sample's (single on validation)"},
@@ -104,10 +116,6 @@ class AllocateConfig(SearchConfig):
                 f"allocate fits its own bins on validation agreement: {', '.join(moved)} do not apply "
                 "(use --levels, --probe_samples, --problems, --heldout_problems)"
             )
-        if not 1 <= self.levels <= 5:
-            raise InputError(f"levels must be between 1 and 5 (the seed's difficulty levels), got {self.levels}")
-        if self.probe_samples < 2 or self.heldout_problems < 1:
-            raise InputError("probe_samples must be >= 2 (agreement needs two answers) and heldout_problems >= 1")
         if "single" not in self.strategy_list():
             raise InputError("allocate needs 'single' among the strategies: it sets the unit of token_budgets")
         self.budget_units()

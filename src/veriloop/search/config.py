@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
+from typing import Literal
 
+from veriloop.config import check_typed
 from veriloop.errors import InputError
 from veriloop.options import OptionScope, check_declared, declare
 from veriloop.registry import STRATEGIES
@@ -14,6 +16,7 @@ from veriloop.tasks.config import TaskConfig
 _DEFAULTS = SearchSettings()  # the strategies' own defaults, which the options below keep
 # the strategies that sample whole solutions from the prompt: the ones a thinking budget applies to
 WHOLE_SOLUTION_STRATEGIES = ("single", "majority", "best_of_n", "weighted_vote")
+ScoreSource = Literal["prm", "verifier"]
 
 
 @dataclass
@@ -22,10 +25,10 @@ class SearchConfig:
 
     policy: str = field(default="builtin:base", metadata={"help": "policy that proposes solutions and steps"})
     prm: str = field(default="", metadata={"help": "PRM (or ORM) directory from `veriloop prm train` for scorer=prm"})
-    scorer: str = field(
+    scorer: ScoreSource = field(
         default="prm",
         metadata={
-            "help": "what best_of_n / weighted_vote rank by: prm | verifier (outcome, reads the reference: "
+            "help": "what best_of_n / weighted_vote rank by: prm, or verifier (outcome, reads the reference: "
             "an oracle, reported as an upper bound, never chosen)"
         },
     )
@@ -36,9 +39,13 @@ class SearchConfig:
     budgets: str = field(
         default="1,2,4,8,16", metadata={"help": "comma-separated budgets (samples / candidates / simulations)"}
     )
-    problems: int = field(default=100, metadata={"help": "first N problems of the split"})
-    split: str = field(default="heldout", metadata={"help": "heldout | validation (choose strategies on validation)"})
-    bin_samples: int = field(default=16, metadata={"help": "samples per problem that set its difficulty (pass rate)"})
+    problems: int = field(default=100, metadata={"help": "first N problems of the split", "ge": 1})
+    split: Literal["heldout", "validation"] = field(
+        default="heldout", metadata={"help": "the problems' split (choose strategies on validation)"}
+    )
+    bin_samples: int = field(
+        default=16, metadata={"help": "samples per problem that set its difficulty (pass rate)", "ge": 1}
+    )
     bin_edges: str = field(default="0.34,0.67", metadata={"help": "pass-rate edges between difficulty bins"})
     out: str = field(default="runs/search", metadata={"help": "run directory (summary.json, plot, table)"})
     seed: int = field(default=0, metadata={"help": "seed of every draw"})
@@ -47,40 +54,46 @@ class SearchConfig:
         default=16,
         metadata={
             "help": "problems served by one sampler call and one PRM pass (single, votes, best_of_n, beam, "
-            "lookahead); 1 = one problem at a time; the same draws either way"
+            "lookahead); 1 = one problem at a time; the same draws either way",
+            "ge": 1,
         },
     )
     # one option per field of the strategies' SearchSettings (``settings()``), with its defaults
     expand: int = field(
-        default=_DEFAULTS.expand, metadata={"help": "beam/lookahead/mcts: steps sampled per expanded node"}
+        default=_DEFAULTS.expand, metadata={"help": "beam/lookahead/mcts: steps sampled per expanded node", "ge": 1}
     )
     max_steps: int = field(
-        default=_DEFAULTS.max_steps, metadata={"help": "beam/lookahead/mcts: longest solution, in steps"}
+        default=_DEFAULTS.max_steps, metadata={"help": "beam/lookahead/mcts: longest solution, in steps", "ge": 1}
     )
     lookahead: int = field(
         default=_DEFAULTS.lookahead, metadata={"help": "lookahead: greedy steps rolled out before scoring"}
     )
     uct_c: float = field(default=_DEFAULTS.uct_c, metadata={"help": "mcts: UCT exploration constant c"})
-    mcts_value: str = field(
+    mcts_value: ScoreSource = field(
         default=_DEFAULTS.mcts_value,
         metadata={"help": "mcts: value of a node from the prm or the verifier (reads the reference: an oracle)"},
     )
-    aggregation: str = field(default="", metadata={"help": "PRM aggregate: min | prod | last; '' = the PRM's own"})
+    aggregation: str = field(
+        default="", metadata={"help": "PRM aggregate (min, prod or last: see prm train); '' = the PRM's own"}
+    )
     revision_policy: str = field(default="", metadata={"help": "revision: model trained on wrong -> right pairs"})
-    revision_select: str = field(
+    revision_select: Literal["prm", "majority", "last"] = field(
         default=_DEFAULTS.revision_select,
-        metadata={"help": "revision: choose over the chain by prm | majority | last"},
+        metadata={"help": "revision: how the answer is chosen over the chain"},
     )
     revision_history: int = field(
         default=_DEFAULTS.revision_history,
-        metadata={"help": "revision: attempts of its chain the revision model reads (as its pairs were built)"},
+        metadata={
+            "help": "revision: attempts of its chain the revision model reads (as its pairs were built)",
+            "ge": 1,
+        },
     )
     revision_chains: int = field(
-        default=_DEFAULTS.revision_chains, metadata={"help": "revision: parallel chains sharing each budget"}
+        default=_DEFAULTS.revision_chains, metadata={"help": "revision: parallel chains sharing each budget", "ge": 1}
     )
     rstar_reanswer: int = field(
         default=_DEFAULTS.rstar_reanswer,
-        metadata={"help": "rstar: samples whose majority re-answers a sub-question (action A4)"},
+        metadata={"help": "rstar: samples whose majority re-answers a sub-question (action A4)", "ge": 1},
     )
     discriminator: str = field(
         default="",
@@ -93,6 +106,7 @@ class SearchConfig:
     sampling: SamplingParams = field(default_factory=SamplingParams)
 
     def __post_init__(self):
+        check_typed(self)
         self.task.refuse_tools("veriloop search")
         unknown = [s for s in self.strategy_list() if s not in STRATEGIES]
         if unknown:
@@ -102,27 +116,11 @@ class SearchConfig:
         edges = self.edge_list()
         if edges != sorted(edges) or any(not 0 < e < 1 for e in edges):
             raise InputError(f"bin_edges must increase within (0, 1), got {self.bin_edges!r}")
-        if self.revision_select not in ("prm", "majority", "last"):
-            raise InputError(f"revision_select must be prm, majority or last, got {self.revision_select!r}")
         if "revision" in self.strategy_list() and not self.revision_policy:
             raise InputError("strategy revision needs --revision_policy DIR (see `veriloop revision-pairs`)")
-        if self.scorer not in ("prm", "verifier"):
-            raise InputError(f"scorer must be prm or verifier, got {self.scorer!r}")
         step_level = [s for s in self.strategy_list() if s in ("beam", "lookahead")]
         if self.scorer == "verifier" and step_level:
             raise InputError(f"scorer=verifier judges whole solutions only; {step_level} need step scores (a PRM)")
-        if self.mcts_value not in ("prm", "verifier"):
-            raise InputError(f"mcts_value must be prm or verifier, got {self.mcts_value!r}")
-        if self.split not in ("heldout", "validation"):
-            raise InputError(f"split must be heldout or validation, got {self.split!r}")
-        if self.problems < 1 or self.bin_samples < 1 or self.expand < 1 or self.max_steps < 1:
-            raise InputError("problems, bin_samples, expand and max_steps must be >= 1")
-        if self.revision_history < 1 or self.revision_chains < 1:
-            raise InputError("revision_history and revision_chains must be >= 1")
-        if self.rstar_reanswer < 1:
-            raise InputError(f"rstar_reanswer must be >= 1, got {self.rstar_reanswer}")
-        if self.batch_problems < 1:
-            raise InputError(f"batch_problems must be >= 1, got {self.batch_problems}")
         if self.sampling.temperature <= 0:
             raise InputError("search samples: sampling.temperature must be > 0")
         stepwise = [s for s in self.strategy_list() if s not in WHOLE_SOLUTION_STRATEGIES]

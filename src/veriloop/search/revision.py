@@ -29,13 +29,14 @@ from dataclasses import dataclass, field
 import torch
 from rapidfuzz.distance import Levenshtein
 
+from veriloop.config import check_typed
 from veriloop.errors import InputError
 from veriloop.io import atomic_write_jsonl
 from veriloop.models.loading import load_policy
 from veriloop.models.solutions import sample_solutions
 from veriloop.options import check_declared, declare, not_read_by
 from veriloop.rollout.sampler import SamplingParams
-from veriloop.tasks.base import check_split, draw_problems
+from veriloop.tasks.base import Split, draw_problems
 from veriloop.tasks.config import TaskConfig
 from veriloop.verifiers import get as get_verifier
 from veriloop.verifiers import is_correct
@@ -95,24 +96,25 @@ class RevisionPairsConfig:
 
     policy: str = field(default="builtin:base", metadata={"help": "policy whose attempts are revised"})
     output: str = field(default="runs/revision-pairs.jsonl", metadata={"help": "JSONL demonstrations"})
-    split: str = field(default="train", metadata={"help": "train | validation | heldout problems"})
-    problems: int = field(default=1000, metadata={"help": "problems to draw (heldout: the first N)"})
-    samples: int = field(default=8, metadata={"help": "solutions sampled per problem"})
+    split: Split = field(default="train", metadata={"help": "the task's split the problems come from"})
+    problems: int = field(default=1000, metadata={"help": "problems to draw (heldout: the first N)", "ge": 1})
+    samples: int = field(
+        default=8,
+        metadata={"help": "solutions sampled per problem (a pair needs a wrong and a right one)", "ge": 2},
+    )
     keep_right: bool = field(
         default=True, metadata={"help": "also add right -> same right rows, so a right attempt is kept, not rewritten"}
     )
-    history: int = field(default=4, metadata={"help": "attempts per chain, at most (1 = single wrong -> right pairs)"})
+    history: int = field(
+        default=4, metadata={"help": "attempts per chain, at most (1 = single wrong -> right pairs)", "ge": 1}
+    )
     seed: int = field(default=0, metadata={"help": "seed of the problems and samples"})
     task: TaskConfig = field(default_factory=TaskConfig)
     sampling: SamplingParams = field(default_factory=SamplingParams)
 
     def __post_init__(self):
+        check_typed(self)
         self.task.refuse_tools("veriloop revision-pairs")
-        check_split(self.split)
-        if self.history < 1:
-            raise InputError(f"history must be >= 1, got {self.history}")
-        if self.problems < 1 or self.samples < 2:
-            raise InputError("problems must be >= 1 and samples >= 2 (a pair needs a wrong and a right one)")
         if self.sampling.temperature <= 0:
             raise InputError("revision pairs: sampling.temperature must be > 0")
         check_declared(self)

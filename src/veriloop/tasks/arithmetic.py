@@ -21,6 +21,7 @@ import re
 from dataclasses import dataclass, field
 from fractions import Fraction
 
+from veriloop.config import check_typed
 from veriloop.errors import InputError
 from veriloop.tasks.arithmetic_teacher import TeacherConfig, program_trace, teacher_trace, tool_trace
 from veriloop.tasks.base import BRACES, Problem
@@ -100,48 +101,49 @@ def canonical_trace(node: Node) -> str:
 class ArithmeticConfig:
     """Difficulty knobs of the built-in arithmetic task."""
 
-    digits: int = field(default=2, metadata={"help": "operand digits: leaves are drawn from [1, 10**digits - 1]"})
-    min_ops: int = field(default=2, metadata={"help": "fewest binary operations in a problem"})
-    max_ops: int = field(default=2, metadata={"help": "most binary operations in a problem"})
-    max_value: int = field(default=999, metadata={"help": "every intermediate value lies in [0, max_value]"})
+    digits: int = field(
+        default=2, metadata={"help": "operand digits: leaves are drawn from [1, 10**digits - 1]", "ge": 1, "le": 4}
+    )
+    min_ops: int = field(default=2, metadata={"help": "fewest binary operations in a problem", "ge": 1})
+    max_ops: int = field(
+        default=2, metadata={"help": "most binary operations in a problem (at least min_ops)", "le": 6}
+    )
+    max_value: int = field(default=999, metadata={"help": "every intermediate value lies in [0, max_value]", "ge": 10})
     max_factor: int = field(
-        default=12, metadata={"help": "the smaller factor of '*' and the divisor of '/' lie in [2, max_factor]"}
+        default=12,
+        metadata={"help": "the smaller factor of '*' and the divisor of '/' lie in [2, max_factor]", "ge": 2},
     )
     op_weights: str = field(
         default="+:1,-:2,*:1.5,/:1", metadata={"help": "relative frequency of each operator, as 'op:weight,...'"}
     )
-    heldout_size: int = field(default=400, metadata={"help": "number of problems in the fixed held-out set"})
+    heldout_size: int = field(default=400, metadata={"help": "number of problems in the fixed held-out set", "ge": 0})
     heldout_seed: int = field(default=1234, metadata={"help": "seed that draws the held-out set"})
     heldout_share: float = field(
-        default=0.1, metadata={"help": "share of the problem space (by hash of the text) reserved for held-out"}
+        default=0.1,
+        metadata={"help": "share of the problem space (by hash of the text) reserved for held-out", "gt": 0, "lt": 1},
     )
-    validation_size: int = field(default=400, metadata={"help": "number of problems in the fixed validation set"})
+    validation_size: int = field(
+        default=400, metadata={"help": "number of problems in the fixed validation set", "ge": 0}
+    )
     validation_seed: int = field(default=4321, metadata={"help": "seed that draws the validation set"})
     validation_share: float = field(
         default=0.05,
         metadata={
             "help": "share of the problem space (by hash, next to held-out) reserved for validation: "
-            "choices and tuning read it, never the held-out set"
+            "choices and tuning read it, never the held-out set (below 1 - heldout_share)",
+            "gt": 0,
+            "lt": 1,
         },
     )
 
     def __post_init__(self):
-        if self.digits < 1 or self.digits > 4:
-            raise InputError(f"arithmetic.digits must be in [1, 4], got {self.digits}")
-        if not 1 <= self.min_ops <= self.max_ops <= 6:
+        check_typed(self, "arithmetic")
+        if self.min_ops > self.max_ops:
             raise InputError(
                 "arithmetic.min_ops/max_ops must satisfy 1 <= min_ops <= max_ops <= 6, "
                 f"got {self.min_ops}, {self.max_ops}"
             )
-        if self.max_factor < 2:
-            raise InputError(f"arithmetic.max_factor must be >= 2, got {self.max_factor}")
-        if self.max_value < 10:
-            raise InputError(f"arithmetic.max_value must be >= 10, got {self.max_value}")
-        if not 0.0 < self.heldout_share < 1.0:
-            raise InputError(f"arithmetic.heldout_share must be in (0, 1), got {self.heldout_share}")
-        if self.heldout_size < 0 or self.validation_size < 0:
-            raise InputError("arithmetic.heldout_size and validation_size must be >= 0")
-        if not 0.0 < self.validation_share < 1.0 - self.heldout_share:
+        if self.validation_share >= 1.0 - self.heldout_share:
             raise InputError(
                 f"arithmetic.validation_share must be in (0, 1 - heldout_share), got {self.validation_share}"
             )

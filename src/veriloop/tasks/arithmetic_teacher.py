@@ -23,6 +23,7 @@ import random
 from dataclasses import dataclass, field
 from fractions import Fraction
 
+from veriloop.config import check_typed
 from veriloop.errors import InputError
 from veriloop.tasks.expressions import Node, apply_op, format_int, internal_nodes
 
@@ -32,10 +33,12 @@ class TeacherConfig:
     """How the teacher that writes SFT traces goes wrong (see the module docstring)."""
 
     multiplication_slip: float = field(
-        default=0.6, metadata={"help": "probability that the teacher computes a*b as a+b (wrong answer)"}
+        default=0.6,
+        metadata={"help": "probability that the teacher computes a*b as a+b (wrong answer)", "ge": 0, "le": 1},
     )
     subtraction_slip: float = field(
-        default=0.6, metadata={"help": "probability that a subtraction used by a later step is computed b-a"}
+        default=0.6,
+        metadata={"help": "probability that a subtraction used by a later step is computed b-a", "ge": 0, "le": 1},
     )
     compensate_slips: bool = field(
         default=True,
@@ -43,14 +46,15 @@ class TeacherConfig:
     )
     wrong_step_rate: float = field(
         default=0.0,
-        metadata={"help": "fraction of traces with one intermediate written one too high, compensated next step"},
+        metadata={
+            "help": "fraction of traces with one intermediate written one too high, compensated next step",
+            "ge": 0,
+            "le": 1,
+        },
     )
 
     def __post_init__(self):
-        for name in ("multiplication_slip", "subtraction_slip", "wrong_step_rate"):
-            v = getattr(self, name)
-            if not 0.0 <= v <= 1.0:
-                raise InputError(f"teacher.{name} must be in [0, 1], got {v}")
+        check_typed(self, "teacher")
 
     @classmethod
     def perfect(cls) -> TeacherConfig:

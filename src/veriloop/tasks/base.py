@@ -7,8 +7,9 @@ rewards or models.  Tasks are chosen by name from the config: ``get_task(name, *
 from __future__ import annotations
 
 import random
+import typing
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Literal, Protocol
 
 from veriloop.errors import InputError
 from veriloop.registry import TASKS
@@ -53,7 +54,8 @@ class Task(Protocol):
 
 # prompt_style boxed: what instruct models are asked in maths RL (the verifiers read \boxed{...})
 BOXED_INSTRUCTION = "\nPlease reason step by step, and put your final answer within \\boxed{}."
-PROMPT_STYLES = ("plain", "boxed")
+PromptStyle = Literal["plain", "boxed"]
+PROMPT_STYLES = typing.get_args(PromptStyle)
 # task.reasoning pot (program of thought): the program's printed output is the answer (verifiers/program.py)
 PROGRAM_INSTRUCTION = (
     "\nWrite a Python program that computes the answer and prints only the final answer. "
@@ -63,7 +65,8 @@ PROGRAM_INSTRUCTION = (
 TOOL_INSTRUCTION = (
     "\nYou can run Python: write code in a ```python block, and what it prints comes back in an ```output block.\n"
 )
-REASONING_FORMATS = ("cot", "pot", "tool")
+ReasoningFormat = Literal["cot", "pot", "tool"]
+REASONING_FORMATS = typing.get_args(ReasoningFormat)
 
 
 @dataclass(frozen=True)
@@ -111,7 +114,8 @@ def get_task(name: str, **options) -> Task:
     return TASKS.get(name)(**options)
 
 
-SPLITS = ("train", "validation", "heldout")
+Split = Literal["train", "validation", "heldout"]
+SPLITS = typing.get_args(Split)
 
 
 def check_split(split: str) -> None:

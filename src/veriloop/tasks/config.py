@@ -4,15 +4,19 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import typing
 from dataclasses import dataclass, field
+from typing import Literal
 
+from veriloop.config import check_typed
 from veriloop.errors import InputError
 from veriloop.options import OptionScope, check_declared, declare
 from veriloop.registry import TASKS
 from veriloop.tasks.arithmetic import ArithmeticConfig, TeacherConfig
-from veriloop.tasks.base import PROMPT_STYLES, REASONING_FORMATS, get_task
+from veriloop.tasks.base import PromptStyle, ReasoningFormat, get_task
 
-CHAT_TEMPLATE_MODES = ("auto", "none")
+ChatTemplate = Literal["auto", "none"]
+CHAT_TEMPLATE_MODES = typing.get_args(ChatTemplate)
 
 
 @dataclass
@@ -37,7 +41,7 @@ class TaskConfig:
             "gsm8k: default gsm8k)"
         },
     )
-    chat_template: str = field(
+    chat_template: ChatTemplate = field(
         default="auto",
         metadata={
             "help": "auto: prompts go through the tokenizer's chat template when it has one "
@@ -45,18 +49,18 @@ class TaskConfig:
         },
     )
     system_prompt: str = field(default="", metadata={"help": "system turn before each prompt (needs a chat template)"})
-    prompt_style: str = field(
+    prompt_style: PromptStyle = field(
         default="plain",
         metadata={
-            "help": "gsm8k, jsonl: plain | boxed (an instruction to put the final answer in \\boxed{}, for "
+            "help": "gsm8k, jsonl: plain, or boxed (an instruction to put the final answer in \\boxed{}, for "
             "instruct models and MATH rows)"
         },
     )
-    reasoning: str = field(
+    reasoning: ReasoningFormat = field(
         default="cot",
         metadata={
-            "help": "cot: the completion reasons in text | pot: the completion is a program, its printed output "
-            "the answer (verifiers arithmetic-pot, gsm8k-pot, math-pot run it in the sandbox) | tool: text "
+            "help": "cot: the completion reasons in text; pot: the completion is a program, its printed output "
+            "the answer (verifiers arithmetic-pot, gsm8k-pot, math-pot run it in the sandbox); tool: text "
             "with code blocks the sandbox runs during sampling, their output fed back (rollout.max_tool_calls; "
             "verifier arithmetic-tool on the built-in task)"
         },
@@ -65,12 +69,7 @@ class TaskConfig:
     teacher: TeacherConfig = field(default_factory=TeacherConfig)
 
     def __post_init__(self):
-        if self.chat_template not in CHAT_TEMPLATE_MODES:
-            raise ValueError(f"task.chat_template must be one of {CHAT_TEMPLATE_MODES}, got {self.chat_template!r}")
-        if self.prompt_style not in PROMPT_STYLES:
-            raise ValueError(f"task.prompt_style must be one of {PROMPT_STYLES}, got {self.prompt_style!r}")
-        if self.reasoning not in REASONING_FORMATS:
-            raise ValueError(f"task.reasoning must be one of {REASONING_FORMATS}, got {self.reasoning!r}")
+        check_typed(self, "task")
         if self.reasoning == "pot" and self.prompt_style != "plain":
             raise ValueError(
                 f"task.prompt_style {self.prompt_style!r} asks for a boxed answer, task.reasoning pot "

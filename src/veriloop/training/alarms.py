@@ -22,6 +22,8 @@ from collections import deque
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field, fields
 
+from veriloop.config import check_typed
+
 # ------------------------------------------------------------------------------------------------- the options
 
 
@@ -30,87 +32,102 @@ class AlarmsConfig:
     """Alarms on the metrics of each step (docs/concepts/alarms.md); each fires at most once per run."""
 
     enabled: bool = field(default=True, metadata={"help": "watch the metrics for the alarms; false = none is said"})
-    window: int = field(default=20, metadata={"help": "steps over which means and trends are measured"})
+    window: int = field(default=20, metadata={"ge": 2, "help": "steps over which means and trends are measured"})
     min_steps: int = field(
-        default=10, metadata={"help": "values of its metric the window must hold before an alarm is judged"}
+        default=10, metadata={"ge": 2, "help": "values of its metric the window must hold before an alarm is judged"}
     )
     reward_hacking_reward_rise: float = field(
-        default=0.1, metadata={"help": "reward_hacking: training reward rise over the window (late - early), at least"}
+        default=0.1,
+        metadata={"ge": 0, "help": "reward_hacking: training reward rise over the window (late - early), at least"},
     )
     reward_hacking_accuracy_drop: float = field(
         default=0.05,
         metadata={
+            "ge": 0,
             "help": "reward_hacking: fall of validation (or held-out) greedy accuracy between its last two "
-            "evaluations, at least"
+            "evaluations, at least",
         },
     )
     length_rise: float = field(
-        default=0.3, metadata={"help": "length_without_success: completion_len_mean late / early - 1 above this"}
+        default=0.3,
+        metadata={"ge": 0, "help": "length_without_success: completion_len_mean late / early - 1 above this"},
     )
     length_flat: float = field(
         default=0.02,
-        metadata={"help": "length_without_success: while abs(late - early) of accuracy (else reward) is at most this"},
+        metadata={
+            "ge": 0,
+            "help": "length_without_success: while abs(late - early) of accuracy (else reward) is at most this",
+        },
     )
     zero_variance_max: float = field(
-        default=0.9, metadata={"help": "zero_variance_groups: mean zero_variance_fraction over the window above this"}
+        default=0.9,
+        metadata={
+            "ge": 0,
+            "le": 1,
+            "help": "zero_variance_groups: mean zero_variance_fraction over the window above this",
+        },
     )
-    ratio_high: float = field(default=10.0, metadata={"help": "extreme_ratios: a step is extreme if ratio_max > this"})
-    ratio_low: float = field(default=0.1, metadata={"help": "extreme_ratios: ... or ratio_min < this"})
+    ratio_high: float = field(
+        default=10.0, metadata={"gt": 1, "help": "extreme_ratios: a step is extreme if ratio_max > this"}
+    )
+    ratio_low: float = field(
+        default=0.1, metadata={"gt": 0, "lt": 1, "help": "extreme_ratios: ... or ratio_min < this"}
+    )
     ratio_share: float = field(
-        default=0.25, metadata={"help": "extreme_ratios: share of the window's steps that are extreme above this"}
+        default=0.25,
+        metadata={"ge": 0, "le": 1, "help": "extreme_ratios: share of the window's steps that are extreme above this"},
     )
     entropy_floor: float = field(
-        default=1e-3, metadata={"help": "entropy_collapse: mean entropy over the window (nats/token) below this"}
+        default=1e-3,
+        metadata={"ge": 0, "help": "entropy_collapse: mean entropy over the window (nats/token) below this"},
     )
     entropy_fraction: float = field(
         default=0.25,
         metadata={
+            "ge": 0,
+            "le": 1,
             "help": "entropy_collapse: ... or below this fraction of the run's early entropy (mean of its "
-            "first `window` values)"
+            "first `window` values)",
         },
     )
-    kl_max: float = field(default=1.0, metadata={"help": "kl_runaway: mean kl over the window (nats/token) above this"})
-    kl_growth: float = field(default=5.0, metadata={"help": "kl_runaway: ... or kl late / early above this factor"})
+    kl_max: float = field(
+        default=1.0, metadata={"ge": 0, "help": "kl_runaway: mean kl over the window (nats/token) above this"}
+    )
+    kl_growth: float = field(
+        default=5.0, metadata={"gt": 1, "help": "kl_runaway: ... or kl late / early above this factor"}
+    )
     kl_growth_floor: float = field(
-        default=0.1, metadata={"help": "kl_runaway: the growth counts only once late kl is at least this"}
+        default=0.1, metadata={"ge": 0, "help": "kl_runaway: the growth counts only once late kl is at least this"}
     )
     truncation_max: float = field(
-        default=0.2, metadata={"help": "truncation_rising: mean truncation_rate over the window above this"}
+        default=0.2,
+        metadata={"ge": 0, "le": 1, "help": "truncation_rising: mean truncation_rate over the window above this"},
     )
     truncation_rise: float = field(
-        default=0.1, metadata={"help": "truncation_rising: ... or truncation_rate late - early above this"}
+        default=0.1, metadata={"ge": 0, "help": "truncation_rising: ... or truncation_rate late - early above this"}
     )
     logprob_mismatch_max: float = field(
         default=0.05,
         metadata={
-            "help": "logprob_mismatch: mean abs(learner - behaviour) log-prob (nats/token) over the window above this"
+            "ge": 0,
+            "help": "logprob_mismatch: mean abs(learner - behaviour) log-prob (nats/token) over the window above this",
         },
     )
 
     def __post_init__(self):
-        if not isinstance(self.window, int) or self.window < 2:
-            raise ValueError(f"alarms.window must be an integer >= 2, got {self.window!r}")
-        if not isinstance(self.min_steps, int) or not 2 <= self.min_steps <= self.window:
+        # Shares and fractions are bounded by 1 (above it the alarm could never fire); the rest by 0 (declared).
+        for f in fields(self):
+            v = getattr(self, f.name)
+            if f.name != "enabled" and (isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v)):
+                raise ValueError(f"alarms.{f.name} must be a finite number, got {v!r}")
+        for name in ("window", "min_steps"):
+            if not isinstance(getattr(self, name), int):
+                raise ValueError(f"alarms.{name} must be an integer, got {getattr(self, name)!r}")
+        check_typed(self, "alarms")
+        if self.min_steps > self.window:
             raise ValueError(
                 f"alarms.min_steps must be an integer in [2, alarms.window = {self.window}], got {self.min_steps!r}"
             )
-        for f in fields(self):
-            if f.name in ("enabled", "window", "min_steps"):
-                continue
-            v = getattr(self, f.name)
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
-                raise ValueError(f"alarms.{f.name} must be a finite number, got {v!r}")
-            if v < 0:
-                raise ValueError(f"alarms.{f.name} must be >= 0, got {v!r}")
-        for name in ("ratio_share", "entropy_fraction", "zero_variance_max", "truncation_max"):
-            if getattr(self, name) > 1:  # shares and fractions: above 1 the alarm could never fire
-                raise ValueError(f"alarms.{name} must be in [0, 1], got {getattr(self, name)!r}")
-        if self.ratio_high <= 1:
-            raise ValueError(f"alarms.ratio_high must be > 1, got {self.ratio_high!r}")
-        if not 0 < self.ratio_low < 1:
-            raise ValueError(f"alarms.ratio_low must be in (0, 1), got {self.ratio_low!r}")
-        if self.kl_growth <= 1:
-            raise ValueError(f"alarms.kl_growth must be > 1, got {self.kl_growth!r}")
 
 
 # --------------------------------------------------------------------------------------------------- the table

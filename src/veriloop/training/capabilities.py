@@ -29,6 +29,26 @@ def samples_while_updating(cfg) -> bool:
     return cfg.rollout.lag > 0 and rollout_engine(cfg)[2].runs_ahead
 
 
+def device_kind(device: str) -> str:
+    """``cpu`` or ``cuda`` for the run's ``device`` option (``auto``: cuda when one is present, as it resolves)."""
+    if device == "auto":
+        import torch
+
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    return device.split(":")[0]
+
+
+def check_placement(cfg, role: str, label: str, can, others: str) -> None:
+    """The run's device and dtype against what a component (``role`` ``label``) declares it serves."""
+    kind = device_kind(cfg.device)
+    if kind not in can.devices:
+        raise ValueError(
+            f"device={cfg.device}: {role} {label!r} runs on {', '.join(can.devices)} only, not {kind}; {others}"
+        )
+    if cfg.dtype not in can.dtypes:
+        raise ValueError(f"dtype={cfg.dtype}: {role} {label!r} serves {', '.join(can.dtypes)} only; {others}")
+
+
 def check_engine(cfg) -> None:
     """rollout.* and sampling.* against the engine's declarations."""
     if cfg.ray.worker_engine not in ENGINES:
@@ -36,6 +56,7 @@ def check_engine(cfg) -> None:
             f"ray.worker_engine must be a registered engine ({ENGINES.choices()}), got {cfg.ray.worker_engine!r}"
         )
     engine, label, can = rollout_engine(cfg)
+    check_placement(cfg, "rollout engine", label, can, f"registered engines: {ENGINES.choices()}")
     r = cfg.rollout
     if r.source == "task-teacher" and cfg.rollout.engine != "local":
         raise ValueError(f"rollout.engine={label} samples with a model; rollout.source=task-teacher samples nothing")
@@ -51,12 +72,14 @@ def check_engine(cfg) -> None:
         )
     if cfg.sampling.max_thinking_tokens and r.source != "task-teacher" and not can.thinking_budget:
         raise ValueError(
-            f"the {label} engine does not force the end of thinking (sampling.max_thinking_tokens): use "
-            f"rollout.engine {engines_that('thinking_budget')} (or ray holding one of them)"
+            f"rollout engine {label!r}: the {label} engine does not force the end of thinking "
+            f"(sampling.max_thinking_tokens): use rollout.engine {engines_that('thinking_budget')} "
+            "(or ray holding one of them)"
         )
     if cfg.task.reasoning == "tool" and not can.tool_calls:
         raise ValueError(
-            f"the {label} engine does not run tool calls (task.reasoning tool): it samples each completion in one "
+            f"rollout engine {label!r}: the {label} engine does not run tool calls (task.reasoning tool): it samples "
+            "each completion in one "
             f"call, with no pause for the sandbox; use rollout.engine {engines_that('tool_calls')} (or ray "
             "holding one of them)"
         )
@@ -66,6 +89,7 @@ def check_learner(cfg) -> None:
     """learner.* and lora.* against the learner strategy's declarations."""
     learner = LEARNERS.get(cfg.learner.strategy)
     can: LearnerCapabilities = learner.capabilities
+    check_placement(cfg, "learner strategy", learner.name, can, f"registered strategies: {LEARNERS.choices()}")
     if cfg.learner.world_size > 1 and not can.distributed:
         ranked = [name for name, entry in LEARNERS.items() if entry.capabilities.distributed]
         raise ValueError(

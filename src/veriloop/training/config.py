@@ -10,11 +10,13 @@ outside the package is checked by what it declares, exactly like a built-in one.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Literal
 
-from veriloop.algorithms.advantages import STD_MODES
-from veriloop.algorithms.aggregation import AGGREGATION_MODES
-from veriloop.algorithms.kl import KL_ESTIMATORS
-from veriloop.models.device import DTYPES, Placement
+from veriloop.algorithms.advantages import StdMode
+from veriloop.algorithms.aggregation import Aggregation
+from veriloop.algorithms.kl import KLEstimator
+from veriloop.config import check_typed
+from veriloop.models.device import DType, Placement
 from veriloop.models.loading import PromptFormat
 from veriloop.models.lora import LoraConfig
 from veriloop.models.tiny import TinyModelConfig
@@ -46,24 +48,19 @@ class AdvantageConfig:
             "registry": ESTIMATORS,
         },
     )
-    std: str = field(default="population", metadata={"help": "grpo group std: population | sample | none"})
-    eps: float = field(default=1e-6, metadata={"help": "added to the group std (adv_eps; not the clip width)"})
-    baseline: str = field(default="none", metadata={"help": "reinforce baseline: none | batch | constant"})
+    std: StdMode = field(default="population", metadata={"help": "grpo group std"})
+    eps: float = field(default=1e-6, metadata={"help": "added to the group std (adv_eps; not the clip width)", "ge": 0})
+    baseline: Literal["none", "batch", "constant"] = field(default="none", metadata={"help": "reinforce baseline"})
     baseline_value: float = field(default=0.0, metadata={"help": "reinforce constant baseline b (baseline=constant)"})
-    gamma: float = field(default=1.0, metadata={"help": "gae discount"})
-    lam: float = field(default=0.95, metadata={"help": "gae lambda"})
+    gamma: float = field(default=1.0, metadata={"help": "gae discount", "ge": 0, "le": 1})
+    lam: float = field(default=0.95, metadata={"help": "gae lambda", "ge": 0, "le": 1})
     accept_threshold: float = field(
         default=1.0, metadata={"help": "estimator filter (RFT, distill, DPO pairs): accepted where reward >= this"}
     )
 
     def __post_init__(self):
+        check_typed(self, "advantage")
         ESTIMATORS.get(self.estimator)  # an unknown name is refused with the known ones
-        if self.std not in STD_MODES:
-            raise ValueError(f"advantage.std must be one of {STD_MODES}, got {self.std!r}")
-        if self.baseline not in ("none", "batch", "constant"):
-            raise ValueError(f"advantage.baseline must be none, batch or constant, got {self.baseline!r}")
-        if self.eps < 0 or not 0 <= self.gamma <= 1 or not 0 <= self.lam <= 1:
-            raise ValueError("advantage.eps must be >= 0 and gamma, lam in [0, 1]")
 
 
 @dataclass
@@ -71,45 +68,49 @@ class LossConfig:
     """The policy objective and how per-token values become one loss."""
 
     policy_loss: str = field(default="clip", metadata={"help": "the policy objective", "registry": OBJECTIVES})
-    clip_eps_low: float = field(default=0.2, metadata={"help": "ratio clip below 1 - clip_eps_low"})
-    clip_eps_high: float = field(default=0.2, metadata={"help": "ratio clip above 1 + clip_eps_high"})
-    clip_ratio_c: float = field(default=3.0, metadata={"help": "dual-clip bound c (> 1) for negative advantages"})
-    aggregation: str = field(
-        default="seq-mean-token-mean", metadata={"help": "seq-mean-token-mean | token-mean | seq-mean-token-sum-norm"}
+    clip_eps_low: float = field(default=0.2, metadata={"help": "ratio clip below 1 - clip_eps_low", "ge": 0})
+    clip_eps_high: float = field(default=0.2, metadata={"help": "ratio clip above 1 + clip_eps_high", "ge": 0})
+    clip_ratio_c: float = field(default=3.0, metadata={"help": "dual-clip bound c for negative advantages", "gt": 1})
+    aggregation: Aggregation = field(
+        default="seq-mean-token-mean", metadata={"help": "how per-token losses become one (docs/concepts)"}
     )
     entropy_coef: float = field(default=0.0, metadata={"help": "entropy bonus weight (added to the objective)"})
-    dpo_beta: float = field(default=0.1, metadata={"help": "DPO beta"})
+    dpo_beta: float = field(default=0.1, metadata={"help": "DPO beta", "gt": 0})
     tis_cap: float = field(
         default=0.0,
-        metadata={"help": "truncated importance sampling: recompute old log-probs, weight by min(ratio, cap); 0 = off"},
+        metadata={
+            "help": "truncated importance sampling: recompute old log-probs, weight by min(ratio, cap); 0 = off",
+            "ge": 0,
+        },
     )
 
     def __post_init__(self):
+        check_typed(self, "loss")
         OBJECTIVES.get(self.policy_loss)
-        if self.aggregation not in AGGREGATION_MODES:
-            raise ValueError(f"loss.aggregation must be one of {AGGREGATION_MODES}, got {self.aggregation!r}")
-        if self.clip_eps_low < 0 or self.clip_eps_high < 0:
-            raise ValueError("loss.clip_eps_low and clip_eps_high must be >= 0")
-        if self.clip_ratio_c <= 1:
-            raise ValueError(f"loss.clip_ratio_c must be > 1, got {self.clip_ratio_c}")
-        if self.dpo_beta <= 0 or self.tis_cap < 0:
-            raise ValueError("loss.dpo_beta must be > 0 and loss.tis_cap >= 0")
 
 
 @dataclass
 class KLConfig:
     """KL to a frozen reference: estimator, weight, placement, control, refresh."""
 
-    beta: float = field(default=0.1, metadata={"help": "KL weight; 0 = no reference model and no reference pass"})
-    estimator: str = field(default="k3", metadata={"help": "k1 | k2 | k3 | exact (sum over the vocabulary)"})
-    placement: str = field(default="loss", metadata={"help": "loss (GRPO) | reward (PPO-RLHF: subtracted per token)"})
-    controller: str = field(
-        default="fixed", metadata={"help": "fixed | adaptive (Ziegler et al.: beta steered towards kl.target)"}
+    beta: float = field(
+        default=0.1, metadata={"help": "KL weight; 0 = no reference model and no reference pass", "ge": 0}
+    )
+    estimator: KLEstimator = field(
+        default="k3", metadata={"help": "per-token KL estimate (exact: over the vocabulary)"}
+    )
+    placement: Literal["loss", "reward"] = field(
+        default="loss",
+        metadata={"help": "a term of the loss (GRPO) or subtracted from the reward per token (PPO-RLHF)"},
+    )
+    controller: Literal["fixed", "adaptive"] = field(
+        default="fixed", metadata={"help": "the KL weight's controller (adaptive: Ziegler et al., towards kl.target)"}
     )
     target: float = field(default=6.0, metadata={"help": "adaptive controller: target KL per completion (nats)"})
     horizon: int = field(default=10000, metadata={"help": "adaptive controller: horizon in completions"})
     reset_every: int = field(
-        default=0, metadata={"help": "iterative RL: set the reference to the current policy every N steps; 0 = never"}
+        default=0,
+        metadata={"help": "iterative RL: set the reference to the current policy every N steps; 0 = never", "ge": 0},
     )
     importance_weighted: bool = field(
         default=False,
@@ -130,6 +131,7 @@ class KLConfig:
         return beta > 0 and self.placement == "reward"
 
     def __post_init__(self):
+        check_typed(self, "kl")
         if self.importance_weighted and self.estimator == "exact":
             raise ValueError(
                 "kl.importance_weighted with kl.estimator=exact: the exact KL sums over the whole "
@@ -141,18 +143,8 @@ class KLConfig:
                 "kl.placement=reward the penalty is fixed in the reward when the batch is scored: "
                 "use kl.placement=loss"
             )
-        if self.beta < 0:
-            raise ValueError(f"kl.beta must be >= 0, got {self.beta}")
-        if self.estimator not in KL_ESTIMATORS:
-            raise ValueError(f"kl.estimator must be one of {KL_ESTIMATORS}, got {self.estimator!r}")
-        if self.placement not in ("loss", "reward"):
-            raise ValueError(f"kl.placement must be loss or reward, got {self.placement!r}")
-        if self.controller not in ("fixed", "adaptive"):
-            raise ValueError(f"kl.controller must be fixed or adaptive, got {self.controller!r}")
         if self.placement == "reward" and self.estimator == "exact":
             raise ValueError("kl.placement=reward needs a per-token estimator (k1, k2 or k3), not exact")
-        if self.reset_every < 0:
-            raise ValueError(f"kl.reset_every must be >= 0, got {self.reset_every}")
         if self.placement == "loss" and self.estimator == "k1" and self.beta > 0:
             # d/dtheta k1 = d/dtheta log pi, and E_pi[d log pi] = 0: the term would do nothing on average.
             raise ValueError(
@@ -167,20 +159,23 @@ class KLConfig:
 class UpdateConfig:
     """How many optimizer steps one batch feeds, and in what pieces."""
 
-    inner_updates: int = field(default=2, metadata={"help": "mu: passes over each batch"})
-    mini_batches: int = field(default=1, metadata={"help": "optimizer steps per pass (the batch split into this many)"})
+    inner_updates: int = field(default=2, metadata={"help": "mu: passes over each batch", "ge": 1})
+    mini_batches: int = field(
+        default=1, metadata={"help": "optimizer steps per pass (the batch split into this many)", "ge": 1}
+    )
     micro_batch_size: int = field(
-        default=128, metadata={"help": "sequences per forward/backward (gradient accumulation)"}
+        default=128, metadata={"help": "sequences per forward/backward (gradient accumulation)", "ge": 1}
     )
     max_tokens_per_micro_batch: int = field(
         default=0,
-        metadata={"help": "also cut micro-batches so rows x longest (prompt + completion) <= this; 0 = off"},
+        metadata={"help": "also cut micro-batches so rows x longest (prompt + completion) <= this; 0 = off", "ge": 0},
     )
     logprob_chunk_tokens: int = field(
         default=0,
         metadata={
             "help": "completion tokens per LM-head chunk (log-probs and entropy without [N, T, V] in "
-            "float32); 0 = auto (2**24 logits per chunk, 2**27 on a GPU)"
+            "float32); 0 = auto (2**24 logits per chunk, 2**27 on a GPU)",
+            "ge": 0,
         },
     )
     gradient_checkpointing: bool = field(
@@ -203,12 +198,7 @@ class UpdateConfig:
     )
 
     def __post_init__(self):
-        for name in ("inner_updates", "mini_batches", "micro_batch_size"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"update.{name} must be >= 1, got {getattr(self, name)}")
-        for name in ("max_tokens_per_micro_batch", "logprob_chunk_tokens"):
-            if getattr(self, name) < 0:
-                raise ValueError(f"update.{name} must be >= 0 (0 = off / auto), got {getattr(self, name)}")
+        check_typed(self, "update")
 
 
 @dataclass
@@ -223,38 +213,37 @@ class LearnerConfig:
             "registry": LEARNERS,
         },
     )
-    world_size: int = field(default=1, metadata={"help": "learner ranks (processes veriloop spawns) for ddp/fsdp2"})
-    backend: str = field(default="auto", metadata={"help": "auto (nccl on a GPU, gloo on CPU) | gloo | nccl"})
+    world_size: int = field(
+        default=1, metadata={"help": "learner ranks (processes veriloop spawns) for ddp/fsdp2", "ge": 1}
+    )
+    backend: Literal["auto", "gloo", "nccl"] = field(
+        default="auto", metadata={"help": "torch.distributed backend (auto: nccl on a GPU, gloo on CPU)"}
+    )
     timeout_s: float = field(
-        default=600.0, metadata={"help": "a collective, a rank's reply or its start running longer fails the run"}
+        default=600.0,
+        metadata={"help": "a collective, a rank's reply or its start running longer fails the run", "gt": 0},
     )
 
     def __post_init__(self):
+        check_typed(self, "learner")
         if self.strategy not in LEARNERS:
             raise ValueError(f"learner.strategy must be a registered one ({LEARNERS.choices()}), got {self.strategy!r}")
-        if self.world_size < 1:
-            raise ValueError(f"learner.world_size must be >= 1, got {self.world_size}")
-        if self.backend not in ("auto", "gloo", "nccl"):
-            raise ValueError(f"learner.backend must be auto, gloo or nccl, got {self.backend!r}")
-        if self.timeout_s <= 0:
-            raise ValueError(f"learner.timeout_s must be > 0, got {self.timeout_s}")
 
 
 @dataclass
 class CriticConfig:
     """The value model of estimator gae (PPO proper): the policy's backbone plus a scalar head."""
 
-    lr: float = field(default=1e-4, metadata={"help": "critic learning rate (AdamW)"})
+    lr: float = field(default=1e-4, metadata={"help": "critic learning rate (AdamW)", "gt": 0})
     value_clip: float = field(
-        default=0.2, metadata={"help": "clip value updates to +-this around the old values; 0 = off"}
+        default=0.2, metadata={"help": "clip value updates to +-this around the old values; 0 = off", "ge": 0}
     )
     warmup_steps: int = field(
-        default=0, metadata={"help": "the first N steps train only the critic (the policy is not updated)"}
+        default=0, metadata={"help": "the first N steps train only the critic (the policy is not updated)", "ge": 0}
     )
 
     def __post_init__(self):
-        if self.lr <= 0 or self.value_clip < 0 or self.warmup_steps < 0:
-            raise ValueError("critic.lr must be > 0, value_clip and warmup_steps >= 0")
+        check_typed(self, "critic")
 
 
 @dataclass
@@ -267,17 +256,21 @@ class TrainConfig:
     )
     reference: str = field(default="", metadata={"help": "KL/DPO reference model; empty = the starting policy"})
     run_dir: str = field(default="runs/grpo", metadata={"help": "where config, metrics, records, checkpoints go"})
-    seed: int = field(default=0, metadata={"help": "run seed: every random draw derives from it"})
-    steps: int = field(default=200, metadata={"help": "training steps (one batch of B x G completions each)"})
-    max_minutes: float = field(default=0.0, metadata={"help": "stop after this much wall time; 0 = no limit"})
+    seed: int = field(
+        default=0, metadata={"help": "run seed: every random draw derives from it", "ge": 0, "lt": 2**63}
+    )  # derived seeds and torch.manual_seed take a signed 64-bit integer
+    steps: int = field(default=200, metadata={"help": "training steps (one batch of B x G completions each)", "ge": 1})
+    max_minutes: float = field(default=0.0, metadata={"help": "stop after this much wall time; 0 = no limit", "ge": 0})
     max_samples: int = field(
-        default=0, metadata={"help": "stop once this many completions were sampled (sample budget); 0 = no limit"}
+        default=0,
+        metadata={"help": "stop once this many completions were sampled (sample budget); 0 = no limit", "ge": 0},
     )
     max_sampled_tokens: int = field(
         default=0,
         metadata={
             "help": "stop once this many tokens were sampled (the model's: a tool's output and a "
-            "forced marker do not count); compares formats at equal sampled tokens; 0 = no limit"
+            "forced marker do not count); compares formats at equal sampled tokens; 0 = no limit",
+            "ge": 0,
         },
     )
     verifier: str = field(
@@ -289,35 +282,37 @@ class TrainConfig:
             "registry": VERIFIERS,
         },
     )
-    checkpoint_every: int = field(default=20, metadata={"help": "save a resumable checkpoint every N steps"})
-    keep_checkpoints: int = field(default=2, metadata={"help": "how many recent checkpoints to keep"})
+    checkpoint_every: int = field(default=20, metadata={"help": "save a resumable checkpoint every N steps", "ge": 1})
+    keep_checkpoints: int = field(default=2, metadata={"help": "how many recent checkpoints to keep", "ge": 1})
     save_rollouts: bool = field(default=True, metadata={"help": "write every record to rollouts/step-N.jsonl.gz"})
     threads: int = field(default=0, metadata={"help": "torch CPU threads; 0 = torch's default"})
     export: str = field(
         default="", metadata={"help": "also save the final model here (e.g. runs/NAME/model; never the shipped base)"}
     )
-    eval_every: int = field(default=0, metadata={"help": "greedy validation accuracy every N steps; 0 = never"})
+    eval_every: int = field(
+        default=0, metadata={"help": "greedy validation accuracy every N steps; 0 = never", "ge": 0}
+    )
     eval_problems: int = field(default=200, metadata={"help": "validation problems in the periodic evaluation"})
-    eval_split: str = field(
+    eval_split: Literal["validation", "heldout"] = field(
         default="validation",
         metadata={
-            "help": "split of the periodic evaluation: validation (what choices read) | heldout (a curve of "
+            "help": "split of the periodic evaluation: validation (what choices read), or heldout (a curve of "
             "the test set: no choice may be made from it)"
         },
     )
-    device: str = field(default="auto", metadata={"help": "auto (cuda when present) | cpu | cuda | cuda:N"})
-    dtype: str = field(
+    device: str = field(default="auto", metadata={"help": "auto (cuda when present), cpu, cuda, or cuda:N"})
+    dtype: DType = field(
         default="float32",
         metadata={
-            "help": "weights of policy, reference, sampler: float32 | bfloat16 | float16 "
-            "(log-softmax, ratios, KL, loss and optimizer state stay float32)"
+            "help": "weights of policy, reference, sampler (log-softmax, ratios, KL, loss and optimizer state "
+            "stay float32)"
         },
     )
     report_to: str = field(
         default="none",
         metadata={
-            "help": "experiment tracking: none | tensorboard | wandb | mlflow (comma-separated "
-            "for several; wandb offline unless WANDB_MODE=online)"
+            "help": "experiment tracking: none, or tensorboard, wandb, mlflow (comma-separated for several; "
+            "wandb offline unless WANDB_MODE=online)"
         },
     )
     task: TaskConfig = field(default_factory=TaskConfig)
@@ -351,18 +346,9 @@ class TrainConfig:
         return recipe_overrides(str(data.get("algo", "grpo")))
 
     def __post_init__(self):
-        if self.steps < 1:
-            raise ValueError(f"steps must be >= 1, got {self.steps}")
-        if not 0 <= self.seed < 2**63:  # derived seeds and torch.manual_seed take a signed 64-bit integer
-            raise ValueError(f"seed must be in [0, 2**63), got {self.seed}")
+        check_typed(self)
         if not str(self.run_dir).strip():
             raise ValueError("run_dir must name a directory, got an empty string")
-        if self.checkpoint_every < 1 or self.keep_checkpoints < 1:
-            raise ValueError("checkpoint_every and keep_checkpoints must be >= 1")
-        if self.dtype not in DTYPES:
-            raise ValueError(f"dtype must be one of {tuple(DTYPES)}, got {self.dtype!r}")
-        if self.eval_split not in ("validation", "heldout"):
-            raise ValueError(f"eval_split must be validation or heldout, got {self.eval_split!r}")
         check_report_to(self.report_to)
         self.verifier = self.verifier or self._task_verifier()
         check_reasoning_verifier(self.task.reasoning, self.verifier)
@@ -373,10 +359,6 @@ class TrainConfig:
             raise ValueError(
                 "kl.reset_every with lora: the reference is the base under the adapters and cannot "
                 "be moved to the policy; train without lora or without the reset"
-            )
-        if self.max_samples < 0 or self.max_minutes < 0 or self.eval_every < 0 or self.max_sampled_tokens < 0:
-            raise ValueError(
-                "max_samples, max_sampled_tokens, max_minutes and eval_every must be >= 0 (0 = no limit / never)"
             )
         if self.rollout.overlong_buffer > self.sampling.max_new_tokens:
             raise ValueError(

@@ -38,7 +38,7 @@ from veriloop.algorithms import (
 )
 from veriloop.models.batch import select, to_device, token_budget_split
 from veriloop.models.loading import load_policy
-from veriloop.models.lora import is_adapted, load_adapter_weights
+from veriloop.models.lora import load_adapter_weights
 from veriloop.registry import OBJECTIVES
 from veriloop.training.alarms import NonFiniteError
 from veriloop.training.logprobs import TokenLogprobs, completion_logprobs
@@ -55,6 +55,8 @@ class LearnerCapabilities:
     shards_weights: bool = False  # each rank holds a shard of the policy and its optimizer state (fsdp2)
     shards_critic: bool = False  # the critic sharded too (none yet: on the ranks it trains ddp-style)
     lora: bool = True  # trains LoRA adapters (lora.r > 0)
+    devices: tuple[str, ...] = ("cpu", "cuda")  # the device kinds it updates on (the run's `device`)
+    dtypes: tuple[str, ...] = ("float32", "bfloat16", "float16")  # the weight dtypes it trains (`dtype`)
 
 
 class Learner(Protocol):
@@ -104,7 +106,7 @@ def enable_gradient_checkpointing(model: torch.nn.Module) -> list[torch.nn.Modul
 
 def load_weights(policy, directory: Path) -> None:
     """``policy``'s weights from a saved ``model/`` directory (a LoRA policy's: its adapter)."""
-    if is_adapted(policy.model):
+    if policy.adapted:
         load_adapter_weights(policy.model, directory)
     else:
         saved = load_policy(str(directory)).model.state_dict()

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Literal
 
 import torch
 
+from veriloop.config import check_typed
 from veriloop.options import OptionScope, check_declared, declare, dotted_defaults
 
 
@@ -14,26 +16,21 @@ from veriloop.options import OptionScope, check_declared, declare, dotted_defaul
 class OptimConfig:
     """The optimizer (AdamW or SGD) with linear warm-up, then constant or cosine decay."""
 
-    name: str = field(default="adamw", metadata={"help": "adamw | sgd"})
-    lr: float = field(default=5e-5, metadata={"help": "peak learning rate"})
+    name: Literal["adamw", "sgd"] = field(default="adamw", metadata={"help": "the optimizer"})
+    lr: float = field(default=5e-5, metadata={"help": "peak learning rate", "gt": 0})
     weight_decay: float = field(default=0.0, metadata={"help": "decoupled weight decay (matrices only)"})
     beta1: float = field(default=0.9, metadata={"help": "AdamW beta1"})
     beta2: float = field(default=0.999, metadata={"help": "AdamW beta2"})
     adam_eps: float = field(default=1e-8, metadata={"help": "AdamW epsilon"})
     momentum: float = field(default=0.0, metadata={"help": "SGD momentum"})
-    grad_clip: float = field(default=1.0, metadata={"help": "clip the global grad norm to this; 0 = off"})
+    grad_clip: float = field(default=1.0, metadata={"help": "clip the global grad norm to this; 0 = off", "ge": 0})
     warmup_steps: int = field(default=0, metadata={"help": "optimizer steps of linear warm-up"})
-    schedule: str = field(default="constant", metadata={"help": "after warm-up: constant | cosine (to 10%)"})
+    schedule: Literal["constant", "cosine"] = field(
+        default="constant", metadata={"help": "after warm-up: constant, or cosine decay to 10%"}
+    )
 
     def __post_init__(self):
-        if self.name not in OPTIMIZER_OPTIONS:
-            raise ValueError(f"optim.name must be one of {tuple(OPTIMIZER_OPTIONS)}, got {self.name!r}")
-        if self.lr <= 0:
-            raise ValueError(f"optim.lr must be > 0, got {self.lr}")
-        if self.schedule not in ("constant", "cosine"):
-            raise ValueError(f"optim.schedule must be constant or cosine, got {self.schedule!r}")
-        if self.grad_clip < 0:
-            raise ValueError(f"optim.grad_clip must be >= 0, got {self.grad_clip}")
+        check_typed(self, "optim")
         check_declared(self)
 
 

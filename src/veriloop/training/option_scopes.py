@@ -13,7 +13,7 @@ and ``optim.*`` sections check their own scopes.  Every other option is read wha
 from __future__ import annotations
 
 from veriloop.options import OptionScope
-from veriloop.registry import ESTIMATORS, LEARNERS, OBJECTIVES
+from veriloop.registry import ENGINES, ESTIMATORS, LEARNERS, OBJECTIVES
 from veriloop.training.capabilities import rollout_engine
 
 _CRITIC_SECTION, _PRM_SECTION = "critic", "process"
@@ -106,18 +106,22 @@ def _engine(cfg) -> str:
     return rollout_engine(cfg)[1]
 
 
-_RAY = ("rollout.workers", "rollout.mode", "rollout.request_timeout_s", "rollout.max_request_retries", "ray")
+def _engine_class(label: str):
+    """The registered engine a label names (``ray+vllm``: ray)."""
+    return ENGINES.get(label.partition("+")[0])
+
+
+# Which engine reads which option is what each registered engine declares (RegisteredEngine.options / reads): a
+# plugin's engine is held to it exactly as a built-in one.  The scope's options are the engine sections of the tree.
 ENGINE = OptionScope(
     "rollout engine",
     "rollout.engine",
-    (*_RAY, "vllm"),
-    {"local": (), "vllm": ("vllm",), "ray": _RAY, "ray+vllm": (*_RAY, "vllm")},
+    ("rollout.workers", "rollout.mode", "rollout.request_timeout_s", "rollout.max_request_retries", "ray", "vllm"),
+    lambda label: _engine_class(label).reads(label),
+    choices=lambda: [label for _, engine in ENGINES.items() for label in engine.labels()],
     component=_engine,
-    when={"ray+vllm": "rollout.engine ray and ray.worker_engine vllm"},
-    choose=lambda name: {
-        "rollout.engine": name.split("+")[0],
-        **({"ray.worker_engine": "vllm"} if "+" in name else {}),
-    },
+    when=lambda label: " and ".join(f"{k} {v}" for k, v in _engine_class(label).choosing(label).items()),
+    choose=lambda label: _engine_class(label).choosing(label),
 )
 
 LEARNER = OptionScope(

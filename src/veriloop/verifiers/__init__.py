@@ -15,6 +15,7 @@ from veriloop.verifiers.arithmetic import (
     arithmetic_tool_process,
 )
 from veriloop.verifiers.base import (
+    RewardSource,
     Verdict,
     Verifier,
     VerifierError,
@@ -52,6 +53,7 @@ for _name, _factory in BUILT_IN.items():
 VERIFIERS.adapt("veriloop.rewards", reward_function_entry)
 
 __all__ = [
+    "RewardSource",
     "Verdict",
     "Verifier",
     "VerifierError",

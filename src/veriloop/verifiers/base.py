@@ -1,12 +1,13 @@
-"""Verdicts, the verifier interface and the registry.
+"""Verdicts, the verifier and reward-source interfaces, and the registry.
 
-A verifier is pure and deterministic: ``verify(completion, reference) -> Verdict``,
+A verifier (``Verifier``, a Protocol) is pure and deterministic: ``verify(completion, reference) -> Verdict``,
 same input, same verdict, no randomness, no printing.  What it rejects and why is in
 ``Verdict.details``; every partial check is kept in ``Verdict.components``.
 
-``get(name, **options)`` builds a registered verifier.  A plain reward function with the
-common signature ``fn(prompts, completions, **columns) -> list[float]`` can be wrapped
-with ``from_reward_function``.
+``get(name, **options)`` builds a registered verifier and checks that it is one.  A reward source
+(``RewardSource``, a Protocol: a plain reward function with the common signature
+``fn(prompts, completions, **columns) -> list[float]``, as TRL's) becomes a verifier with
+``from_reward_function``; the ``veriloop.rewards`` entry points are adapted that way.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from veriloop.errors import InputError
 from veriloop.registry import VERIFIERS
@@ -61,8 +63,10 @@ class VerifierError(InputError):
     """The verifier cannot judge: e.g. the reference itself is invalid (an error, not a reward)."""
 
 
-class Verifier:
-    """Base class: subclasses set ``name`` / ``version`` and implement ``verify``."""
+class Verifier(Protocol):
+    """What judges a completion against its reference: ``name`` and ``version`` (stamped on every verdict as
+    ``name@version``), ``verify`` and ``verify_batch``.  A class may satisfy it structurally, or subclass it
+    (as the built-ins do) to inherit ``tag``, ``verify_batch`` (one ``verify`` per pair) and ``_verdict``."""
 
     name: str = "verifier"
     version: str = "0"
@@ -81,6 +85,25 @@ class Verifier:
         return Verdict(float(score), dict(components), self.tag, details)
 
 
+class RewardSource(Protocol):
+    """A reward function in the common form (TRL's ``reward_funcs``): one float per completion, the dataset's other
+    columns (``reference``...) as keyword arguments.  An optional ``version`` attribute versions its verdicts."""
+
+    def __call__(self, prompts: list[str], completions: list[str], **columns) -> list[float]: ...
+
+
+def check_verifier(obj, name: str) -> None:
+    """An ``InputError`` naming the registry entry when what it built is not a ``Verifier`` (a plugin's factory
+    returning something else would otherwise fail deep inside a run)."""
+    missing = [a for a in ("verify", "verify_batch") if not callable(getattr(obj, a, None))]
+    missing += [a for a in ("name", "version") if not isinstance(getattr(obj, a, None), str)]
+    if missing:
+        raise InputError(
+            f"verifier {name!r} built a {type(obj).__name__}, which is not a Verifier: it lacks "
+            f"{', '.join(missing)} (veriloop.verifiers.Verifier: name and version strings, verify, verify_batch)"
+        )
+
+
 def register(name: str):
     """Decorator: ``@register("my-verifier")`` on a class or factory taking keyword options
     (``veriloop.registry.VERIFIERS``; registering a name again replaces it, as a notebook re-run does)."""
@@ -95,9 +118,11 @@ def get(name: str, **options) -> Verifier:
     """Build the verifier registered as ``name`` with ``options``."""
     factory = VERIFIERS.get(name)
     try:
-        return factory(**options)
+        verifier = factory(**options)
     except TypeError as e:
         raise InputError(f"bad options for verifier {name!r}: {e}") from None
+    check_verifier(verifier, name)
+    return verifier
 
 
 def names() -> list[str]:
@@ -111,7 +136,12 @@ class FunctionVerifier(Verifier):
     ``verify`` and is passed as an empty string.
     """
 
-    def __init__(self, fn: Callable[..., list[float]], name: str | None = None, version: str = "1"):
+    def __init__(self, fn: RewardSource, name: str | None = None, version: str = "1"):
+        if not callable(fn):
+            raise InputError(
+                f"reward source {name or fn!r} is not callable: a reward function takes (prompts, "
+                "completions, **columns) and returns one float per completion"
+            )
         self.fn = fn
         self.name = name or getattr(fn, "__name__", "function")
         self.version = version
@@ -134,11 +164,11 @@ class FunctionVerifier(Verifier):
         return out
 
 
-def from_reward_function(fn: Callable[..., list[float]], name: str | None = None, version: str = "1") -> Verifier:
+def from_reward_function(fn: RewardSource, name: str | None = None, version: str = "1") -> Verifier:
     return FunctionVerifier(fn, name, version)
 
 
-def reward_function_entry(name: str, fn: Callable[..., list[float]]) -> Callable[..., Verifier]:
+def reward_function_entry(name: str, fn: RewardSource) -> Callable[..., Verifier]:
     """A ``veriloop.rewards`` entry point's reward function ``fn(prompts, completions, **columns) -> list[float]``
     as a verifier factory named by the entry point (its ``version`` attribute, else "1", versions the verdicts)."""
 
