@@ -8,7 +8,7 @@ BIN := $(VENV)/bin
 VLLM_VENV ?= .venv-vllm
 BENCH_VENV ?= .venv-bench
 
-.PHONY: setup demo test test-fast bench base clean vllm-env bench-env peers
+.PHONY: setup demo test test-vllm test-fast bench base clean vllm-env bench-env peers
 
 setup: $(VENV)/.installed
 
@@ -31,10 +31,16 @@ test: setup
 	$(BIN)/ruff format --check --quiet .
 	$(BIN)/ruff check --quiet .
 	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=15
-	@if [ -f $(VLLM_VENV)/.installed ]; then \
-		echo "vLLM engine tests in $(VLLM_VENV):"; \
-		VERILOOP_EXPECT_SANDBOX_LAYERS= $(VLLM_VENV)/bin/python -m pytest -q tests/test_vllm_engine_on_cpu.py; \
+	@if [ "$(VLLM_TESTS)" = later ]; then echo "vLLM engine tests: run next, once $(VLLM_VENV) is made (make test-vllm)"; \
+	elif [ -f $(VLLM_VENV)/.installed ]; then $(MAKE) --no-print-directory test-vllm; \
 	else echo "vLLM engine tests not run: no $(VLLM_VENV) (make vllm-env creates it)"; fi
+
+# the vLLM engine's tests in .venv-vllm (made by `make vllm-env`); .ci/run runs them after the main suite, during
+# which that environment is being made (VLLM_TESTS=later make test)
+test-vllm:
+	@test -f $(VLLM_VENV)/.installed || { echo "no $(VLLM_VENV): make vllm-env creates it" >&2; exit 1; }
+	@echo "vLLM engine tests in $(VLLM_VENV):"
+	VERILOOP_EXPECT_SANDBOX_LAYERS= $(VLLM_VENV)/bin/python -m pytest -q tests/test_vllm_engine_on_cpu.py
 
 # vLLM's CPU build in its own environment (transformers <5.20; see scripts/setup_vllm_env.sh)
 vllm-env: $(VLLM_VENV)/.installed

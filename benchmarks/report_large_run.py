@@ -60,7 +60,7 @@ def make_run(run_dir: Path, steps: int, per_step: int, seed: int = 0) -> float:
     from veriloop.io import atomic_write_yaml
     from veriloop.logs import progress
     from veriloop.rollout.records import Record, RecordStore
-    from veriloop.training.token_values import TokenValueStore, record_key
+    from veriloop.training.loop.token_values import TokenValueStore, record_key
 
     marker = run_dir / "synthetic.json"
     if marker.is_file() and json.loads(marker.read_text()) == {"steps": steps, "per_step": per_step, "seed": seed}:

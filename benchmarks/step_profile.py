@@ -131,8 +131,8 @@ def run(a) -> dict:
 
     from veriloop.config import build_config
     from veriloop.rollout import engine as engine_module
-    from veriloop.training import learner as learner_module
     from veriloop.training.config import TrainConfig
+    from veriloop.training.loop import learner as learner_module
     from veriloop.training.trainer import Trainer
 
     timers = Timers()

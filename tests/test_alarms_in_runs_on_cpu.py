@@ -16,8 +16,8 @@ import pytest
 from veriloop import verifiers
 from veriloop.config import build_config
 from veriloop.report.data import page_data
-from veriloop.training.alarms import NonFiniteError
 from veriloop.training.config import TrainConfig
+from veriloop.training.run.alarms import NonFiniteError
 from veriloop.training.trainer import Trainer
 
 

@@ -1,4 +1,4 @@
-"""Training alarms (training/alarms.py): each alarm fires once, at the step worked out by hand, and nothing else.
+"""Training alarms (training/run/alarms.py): each alarm fires once, at the step worked out by hand, and nothing else.
 
 Every sequence starts from a neutral row (nothing moves, nothing is extreme) and changes one thing; the defaults
 are window 20, min_steps 10, so an alarm is judged from the 10th value of its metric on, and with ``n`` values in
@@ -17,7 +17,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from veriloop.training.alarms import (
+from veriloop.training.run.alarms import (
     ALARMS,
     AlarmEvent,
     AlarmsConfig,
@@ -388,7 +388,7 @@ def test_every_option_has_help_and_every_alarm_names_real_options():
 
 
 def test_the_docs_page_holds_the_table_of_the_code():
-    assert markdown_table() in DOC.read_text(), "docs/concepts/alarms.md: paste training.alarms.markdown_table()"
+    assert markdown_table() in DOC.read_text(), "docs/concepts/alarms.md: paste training.run.alarms.markdown_table()"
 
 
 # ----------------------------------------------------------------------------------------------------- properties

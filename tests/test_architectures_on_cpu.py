@@ -12,7 +12,7 @@ from veriloop.models.random_init import ARCHITECTURES, save_random_model
 from veriloop.rollout import static_decode
 from veriloop.rollout.sampler import SamplingParams, generate
 from veriloop.training.config import TrainConfig
-from veriloop.training.logprobs import completion_logprobs
+from veriloop.training.loop.logprobs import completion_logprobs
 from veriloop.training.trainer import Trainer
 
 TEXTS = [f"{a} + {b} = {a + b}. Question: what is {a} times {b}? Answer: {a * b}." for a in range(30) for b in range(9)]

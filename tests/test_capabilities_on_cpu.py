@@ -11,7 +11,7 @@ from veriloop.config import ConfigError, build_config, choices_of
 from veriloop.registry import ENGINES, LEARNERS
 from veriloop.rollout.engine import EngineCapabilities, RegisteredEngine
 from veriloop.training.config import TrainConfig
-from veriloop.training.learner import LearnerCapabilities, LocalLearner
+from veriloop.training.loop.learner import LearnerCapabilities, LocalLearner
 
 EVERYTHING = EngineCapabilities(
     tool_calls=True, thinking_budget=True, runs_ahead=True, many_workers=True, in_worker=True

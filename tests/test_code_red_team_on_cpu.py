@@ -131,7 +131,7 @@ def test_a_run_directory_is_read_as_data_only(tmp_path, monkeypatch, name):
     import torch
 
     from veriloop.errors import InputError
-    from veriloop.training.checkpoint import load_checkpoint
+    from veriloop.training.run.checkpoint import load_checkpoint
 
     monkeypatch.chdir(tmp_path)
     step = tmp_path / "step-1"

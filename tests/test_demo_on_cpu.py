@@ -17,7 +17,7 @@ from veriloop.config import ConfigError, build_config, iter_fields
 from veriloop.demo import DemoConfig, control_config, control_reach
 from veriloop.io import read_jsonl
 from veriloop.training.config import TrainConfig
-from veriloop.training.metrics import TIMING_KEYS
+from veriloop.training.run.metrics import TIMING_KEYS
 
 
 @pytest.mark.timeout(300)  # its trainings run in spawned processes

@@ -18,10 +18,10 @@ import torch
 from veriloop.config import build_config
 from veriloop.registry import LEARNERS
 from veriloop.training.config import TrainConfig
-from veriloop.training.critic import Critic
-from veriloop.training.distributed import DDPLearner, DistributedLearner, FSDP2Learner
-from veriloop.training.learner import LocalLearner
-from veriloop.training.ranks import RankShare
+from veriloop.training.distributed.ranks import RankShare
+from veriloop.training.distributed.strategies import DDPLearner, DistributedLearner, FSDP2Learner
+from veriloop.training.loop.critic import Critic
+from veriloop.training.loop.learner import LocalLearner
 from veriloop.training.trainer import Trainer
 
 TINY = {
@@ -235,7 +235,7 @@ def test_fsdp2_equals_ddp_bit_for_bit_and_their_checkpoints_agree(tmp_path, grou
 
 
 def test_lora_ddp_trains_only_the_adapters_within_tolerance(tmp_path, groups, monkeypatch):
-    from veriloop.training import distributed as dist_module
+    from veriloop.training.distributed import strategies as dist_module
 
     cfg, policy, _, lb = setup(tmp_path, **{"lora.r": 4, "lora.alpha": 8, "update.mini_batches": 2})
     travelled = []
@@ -331,7 +331,7 @@ def test_the_registered_learners_and_a_main_without_a_file(tmp_path):
     assert FSDP2Learner.capabilities.shards_weights and not DDPLearner.capabilities.shards_weights
     assert isinstance(critic, Critic | type(None))
     code = (
-        "from veriloop.training.distributed import check_spawnable\n"
+        "from veriloop.training.distributed.strategies import check_spawnable\n"
         "try:\n    check_spawnable()\nexcept RuntimeError as e:\n    print('refused:', e)"
     )
     out = subprocess.run([sys.executable, "-"], input=code, capture_output=True, text=True, timeout=60)

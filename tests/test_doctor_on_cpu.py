@@ -3,7 +3,7 @@
 import shutil
 
 from veriloop import cli, doctor
-from veriloop.training import export
+from veriloop.training.run import export
 
 
 def _rows(**kw):

@@ -15,7 +15,7 @@ from veriloop.search.dry_run import plan
 from veriloop.search.run import SearchConfig, run_search
 from veriloop.tasks.config import TaskConfig
 from veriloop.training.config import TrainConfig
-from veriloop.training.preflight import sample_problems
+from veriloop.training.run.preflight import sample_problems
 
 
 def _rows(out: str) -> dict:

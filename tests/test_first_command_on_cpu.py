@@ -10,7 +10,7 @@ from veriloop.errors import InputError
 from veriloop.models.loading import load_policy
 from veriloop.tasks.config import TaskConfig
 from veriloop.training.config import TrainConfig
-from veriloop.training.preflight import check_context_fits, check_verifier_reads_references, sample_problems
+from veriloop.training.run.preflight import check_context_fits, check_verifier_reads_references, sample_problems
 
 
 @pytest.fixture

@@ -59,6 +59,48 @@ def test_no_upward_imports():
     assert not upward, "upward imports:\n" + "\n".join(upward)
 
 
+# Inside training/, by role (src/veriloop/training/__init__.py): a module imports only its own layer and those below.
+TRAINING_LAYERS = [
+    ("run",),  # infrastructure: run directory, checkpoints, metrics, tracking, alarms, export, pre-flight
+    ("loop",),  # the roles of one step
+    ("distributed",),  # learner strategies across processes
+    ("config", "option_scopes", "capabilities", "recipes"),  # the option tree
+    ("trainer", "dry_run", "__init__"),  # the controller
+]
+TRAINING_LAYER = {name: i for i, names in enumerate(TRAINING_LAYERS) for name in names}
+TRAINING = ROOT / "training"
+
+
+def _training_part(module: str) -> str | None:
+    """The part of training/ a dotted module (``veriloop.training.loop.learner``) belongs to, else None."""
+    parts = module.split(".")
+    return parts[2] if len(parts) > 2 and parts[:2] == ["veriloop", "training"] else None
+
+
+def test_training_is_split_by_role_and_every_module_has_a_layer():
+    parts = {
+        p.name.removesuffix(".py") for p in TRAINING.iterdir() if p.suffix == ".py" or (p / "__init__.py").is_file()
+    }
+    assert parts <= set(TRAINING_LAYER), f"put these in TRAINING_LAYERS: {parts - set(TRAINING_LAYER)}"
+    assert {p.name for p in TRAINING.iterdir() if (p / "__init__.py").is_file()} == {"run", "loop", "distributed"}
+
+
+def test_training_imports_go_down_its_roles():
+    upward = []
+    for path in sorted(TRAINING.rglob("*.py")):
+        own = path.relative_to(TRAINING).parts[0].removesuffix(".py")
+        for node in ast.walk(ast.parse(path.read_text())):
+            modules = [node.module] if isinstance(node, ast.ImportFrom) and node.module else []
+            modules += [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            if isinstance(node, ast.ImportFrom) and node.module == "veriloop.training":
+                modules = [f"veriloop.training.{a.name}" for a in node.names]
+            for module in modules:
+                target = _training_part(module)
+                if target in TRAINING_LAYER and TRAINING_LAYER[target] > TRAINING_LAYER[own]:
+                    upward.append(f"{path.relative_to(ROOT.parent)}:{node.lineno}: {own} imports {module}")
+    assert not upward, "upward imports inside training/:\n" + "\n".join(upward)
+
+
 def test_every_function_is_under_60_lines():
     long = []
     for path in sorted(ROOT.rglob("*.py")):
@@ -126,3 +168,28 @@ def test_no_import_circle_between_files():
     'resolved' by a lazy import is still one (a shared part belongs in a module both import)."""
     assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]  # the check finds one
     assert not (circles := _cycles(_module_graph())), f"import circles: {circles}"
+
+
+def test_the_step_trace_names_the_roles_of_one_grpo_step():
+    """scripts/step_trace.py (the architecture page's files-and-hops figure) runs, and the step it traces goes
+    through every role: the controller, the collector, an engine, a verifier, the signal and the learner."""
+    import json
+    import subprocess
+    import sys
+
+    script = ROOT.parent.parent / "scripts" / "step_trace.py"
+    out = subprocess.run([sys.executable, str(script), "--json"], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    trace = json.loads(out.stdout)
+    for role in (
+        "training/trainer.py",
+        "training/loop/collect.py",
+        "rollout/engine.py",
+        "verifiers/base.py",
+        "training/loop/signals.py",
+        "training/loop/learner.py",
+        "training/loop/objectives.py",
+    ):
+        assert role in trace["files"], role
+    assert ["training/trainer.py", "training/loop/learner.py"] in trace["hops"]
+    assert ["training/loop/objectives.py", "training/loop/learner.py"] not in trace["hops"]  # no round trip back

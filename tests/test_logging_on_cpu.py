@@ -111,7 +111,7 @@ def test_plain_progress_prints_ten_to_twenty_lines_a_run_plus_the_first_and_last
 
 
 def test_a_library_warning_reaches_the_veriloop_logger_and_the_library_adds_no_handler(tmp_path, caplog, capfd):
-    from veriloop.training.metrics import MetricsLog
+    from veriloop.training.run.metrics import MetricsLog
 
     root_handlers = list(logging.getLogger().handlers)
     path = tmp_path / "metrics.jsonl"
@@ -120,7 +120,7 @@ def test_a_library_warning_reaches_the_veriloop_logger_and_the_library_adds_no_h
         rows = MetricsLog(path).rows
     assert [r["step"] for r in rows] == [1]
     (record,) = [r for r in caplog.records if r.name.startswith("veriloop")]
-    assert record.name == "veriloop.training.metrics" and record.levelno == logging.WARNING
+    assert record.name == "veriloop.training.run.metrics" and record.levelno == logging.WARNING
     assert f"{path}:2: dropping the last line" in record.getMessage()
     assert capfd.readouterr().err == ""  # said through logging only: the embedding program decides where it goes
     assert logging.getLogger("veriloop").handlers == [] and logging.getLogger().handlers == root_handlers

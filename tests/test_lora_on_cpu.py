@@ -13,7 +13,7 @@ from veriloop.models.batch import build_policy_batch
 from veriloop.models.loading import load_policy
 from veriloop.rollout.engine import weights_digest
 from veriloop.training.config import TrainConfig
-from veriloop.training.metrics import TIMING_KEYS
+from veriloop.training.run.metrics import TIMING_KEYS
 from veriloop.training.trainer import Trainer
 
 pytest.importorskip("peft")

@@ -19,8 +19,8 @@ from veriloop.options import covers, declarations, dotted_defaults, lookup
 from veriloop.registry import ESTIMATORS, OBJECTIVES
 from veriloop.tasks.config import TaskConfig, task_reads
 from veriloop.training.config import TrainConfig
-from veriloop.training.estimators import EstimatorInput
-from veriloop.training.optim import OPTIMIZER_OPTIONS, OptimConfig, build_optimizer, clip_grad_norm, lr_at
+from veriloop.training.loop.estimators import EstimatorInput
+from veriloop.training.loop.optim import OPTIMIZER_OPTIONS, OptimConfig, build_optimizer, clip_grad_norm, lr_at
 
 
 def _commands() -> dict:

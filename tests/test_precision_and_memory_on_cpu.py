@@ -14,9 +14,9 @@ from veriloop.models.loading import load_policy
 from veriloop.models.tiny import TinyModelConfig
 from veriloop.rollout.sampler import SamplingParams
 from veriloop.training.config import TrainConfig
-from veriloop.training.learner import enable_gradient_checkpointing
-from veriloop.training.logprobs import completion_logprobs
-from veriloop.training.optim import MasterWeightsOptimizer, OptimConfig, build_optimizer, clip_grad_norm
+from veriloop.training.loop.learner import enable_gradient_checkpointing
+from veriloop.training.loop.logprobs import completion_logprobs
+from veriloop.training.loop.optim import MasterWeightsOptimizer, OptimConfig, build_optimizer, clip_grad_norm
 from veriloop.training.trainer import Trainer
 
 SMALL = TinyModelConfig(hidden_size=32, intermediate_size=64, num_layers=2, num_heads=2)

@@ -11,7 +11,7 @@ from veriloop.models.loading import load_policy
 from veriloop.prm.model import PRM, load_prm
 from veriloop.search.run import SearchConfig, run_search
 from veriloop.training.config import TrainConfig
-from veriloop.training.signals import ESTIMATORS, EstimatorInput
+from veriloop.training.loop.signals import ESTIMATORS, EstimatorInput
 from veriloop.training.trainer import Trainer
 
 

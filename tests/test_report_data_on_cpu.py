@@ -19,7 +19,7 @@ from veriloop.report.report import import_marks
 from veriloop.report.serve import record_query, start_server
 from veriloop.rollout.index import RolloutIndex
 from veriloop.rollout.records import Record, RecordStore
-from veriloop.training.token_values import record_key, token_value_rows
+from veriloop.training.loop.token_values import record_key, token_value_rows
 
 
 def record(step: int, i: int, reward: float, words: str = "1+1=2;answer=2", finish="eos", tools=None) -> Record:
@@ -140,7 +140,7 @@ def test_token_value_rows_key_records_by_group_and_seed():
 
 
 def test_update_stats_keep_token_values_only_when_asked():
-    from veriloop.training.learner import UpdateStats
+    from veriloop.training.loop.learner import UpdateStats
 
     rows, values, mask = torch.tensor([0, 1]), torch.tensor([[1.0, 2.0], [3.0, 4.0]]), torch.tensor([[1, 1], [1, 0]])
     kept, dropped = UpdateStats(keep_tokens=True), UpdateStats(keep_tokens=False)

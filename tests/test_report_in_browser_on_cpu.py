@@ -15,6 +15,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -26,7 +27,7 @@ from veriloop.report.serve import start_server
 from veriloop.rollout.records import Record, RecordStore
 from veriloop.search.run import SearchConfig, run_search
 from veriloop.training.config import TrainConfig
-from veriloop.training.token_values import TokenValueStore, record_key
+from veriloop.training.loop.token_values import TokenValueStore, record_key
 from veriloop.training.trainer import Trainer
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
@@ -249,7 +250,11 @@ def test_the_served_page_reads_records_on_demand_and_saves_marks(browser, runs):
         card = page.wait_for_selector("#cards .card")
         record_id = card.get_attribute("id").removeprefix("spot-").replace("-", ":")
         card.query_selector("button[data-m='fine']").click()
-        page.wait_for_function(f"fetch('/api/marks').then(r => r.json()).then(m => '{record_id}' in m.marks)")
+        # page.evaluate awaits the fetch's promise (wait_for_function would take the promise itself as truthy)
+        deadline = time.monotonic() + 30
+        while record_id not in page.evaluate("fetch('/api/marks').then(r => r.json()).then(m => m.marks)"):
+            assert time.monotonic() < deadline, "the mark never reached the server"
+            time.sleep(0.1)
         assert json.loads((runs / "b" / "spot_check.json").read_text())["marks"][record_id]["mark"] == "fine"
         assert errors == [] or all("favicon" in e or "404" in e for e in errors)
     finally:

@@ -18,12 +18,12 @@ from veriloop.config import build_config, to_dict
 from veriloop.errors import InputError
 from veriloop.io import MANIFEST, check_file, read_checked, write_checked
 from veriloop.models.loading import load_policy
-from veriloop.training import checkpoint as ckpt
-from veriloop.training import run_dir as run_dir_module
-from veriloop.training.checkpoint import flatten
 from veriloop.training.config import TrainConfig
-from veriloop.training.metrics import TIMING_KEYS
-from veriloop.training.run_dir import SAFE_TO_CHANGE, check_resume
+from veriloop.training.run import checkpoint as ckpt
+from veriloop.training.run import run_dir as run_dir_module
+from veriloop.training.run.checkpoint import flatten
+from veriloop.training.run.metrics import TIMING_KEYS
+from veriloop.training.run.run_dir import SAFE_TO_CHANGE, check_resume
 from veriloop.training.trainer import Trainer
 
 pytestmark = pytest.mark.timeout(300)

@@ -10,7 +10,7 @@ from veriloop.models.batch import build_policy_batch, completion_logits
 from veriloop.models.tiny import TinyModelConfig, build_char_tokenizer, build_tiny_model
 from veriloop.rollout.records import Record, RecordStore, check_reward
 from veriloop.rollout.sampler import SamplingParams, generate
-from veriloop.training.logprobs import token_logprobs
+from veriloop.training.loop.logprobs import token_logprobs
 
 TOK = build_char_tokenizer()
 MODEL = build_tiny_model(TOK, TinyModelConfig(hidden_size=64, intermediate_size=128, num_layers=2, num_heads=2), seed=3)

@@ -24,10 +24,10 @@ from veriloop.errors import InputError
 from veriloop.models.loading import Policy, load_policy
 from veriloop.rollout.ledger import Ledger
 from veriloop.rollout.records import RecordStore
-from veriloop.training import checkpoint as ckpt
-from veriloop.training.checkpoint import check_checkpoint
 from veriloop.training.config import TrainConfig
-from veriloop.training.metrics import TIMING_KEYS, MetricsLog
+from veriloop.training.run import checkpoint as ckpt
+from veriloop.training.run.checkpoint import check_checkpoint
+from veriloop.training.run.metrics import TIMING_KEYS, MetricsLog
 from veriloop.training.trainer import Trainer
 
 pytestmark = pytest.mark.timeout(300)
@@ -535,7 +535,7 @@ from veriloop import cli
 from veriloop.report import report  # noqa: F401  (written after each run: imported once, here)
 from veriloop.rollout.engine import LocalEngine
 from veriloop.rollout.records import RecordStore
-from veriloop.training.collect import Collector
+from veriloop.training.loop.collect import Collector
 from veriloop.training.trainer import Trainer
 
 MARKS, STEP = os.open(marks_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644), [0]

@@ -18,7 +18,7 @@ from veriloop.rollout.ledger import Ledger
 from veriloop.rollout.ray_engine import RayEngine, SeededDelays
 from veriloop.rollout.records import RecordStore
 from veriloop.training.config import TrainConfig
-from veriloop.training.metrics import TIMING_KEYS
+from veriloop.training.run.metrics import TIMING_KEYS
 from veriloop.training.trainer import Trainer
 
 pytestmark = pytest.mark.timeout(300)

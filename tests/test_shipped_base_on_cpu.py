@@ -9,7 +9,7 @@ import pytest
 from veriloop.config import load_yaml
 from veriloop.errors import InputError
 from veriloop.models.loading import BUILTIN_BASE
-from veriloop.training.export import SUMS_FILE, refuse_shipped_base, shipped_base_sums
+from veriloop.training.run.export import SUMS_FILE, refuse_shipped_base, shipped_base_sums
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -19,7 +19,7 @@ from veriloop.tasks.base import BRACES, FENCES
 from veriloop.tasks.config import TaskConfig
 from veriloop.tasks.expressions import parse_expression
 from veriloop.training.config import TrainConfig
-from veriloop.training.signals import terminal_rewards
+from veriloop.training.loop.signals import terminal_rewards
 from veriloop.training.trainer import Trainer
 from veriloop.verifiers import get
 from veriloop.verifiers.tools import run_block, with_display
@@ -320,7 +320,7 @@ def test_holes_in_the_mask_keep_the_last_token_and_the_width():
 
 def test_gae_over_a_row_with_holes_equals_gae_over_its_model_tokens():
     from veriloop.algorithms.advantages import gae_advantages
-    from veriloop.training.estimators import EstimatorInput, _gae
+    from veriloop.training.loop.estimators import EstimatorInput, _gae
 
     cfg = build_config(TrainConfig, {}, {"algo": "ppo"})
     mask = torch.tensor([[1, 1, 0, 0, 1, 1, 0]], dtype=torch.float64)

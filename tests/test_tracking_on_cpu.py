@@ -1,4 +1,4 @@
-"""Experiment tracking (veriloop.training.tracking): each backend's own reader gets back the rows and the config.
+"""Experiment tracking (veriloop.training.run.tracking): each backend's own reader gets back the rows and the config.
 
 The backends log in a child process with a deadline: wandb starts a service process of its own, and a hang must fail
 the test, not stall the suite. Nothing leaves the machine: wandb offline, mlflow's local store, error reports and
@@ -19,7 +19,7 @@ import pytest
 import yaml
 
 from veriloop.errors import InputError
-from veriloop.training.tracking import TRACKERS, build_tracker, check_report_to, numeric_row
+from veriloop.training.run.tracking import TRACKERS, build_tracker, check_report_to, numeric_row
 
 CHILD_TIMEOUT_S = 120
 TEST_DEADLINE_S = 150  # past the child's, so that a hung child reports as such
@@ -57,7 +57,7 @@ EXPECTED = {
 _CHILD = """
 import json, sys
 from pathlib import Path
-from veriloop.training.tracking import build_tracker
+from veriloop.training.run.tracking import build_tracker
 
 report_to, run_dir, sessions = sys.argv[1], Path(sys.argv[2]), int(sys.argv[3])
 config, rows = json.load(sys.stdin)

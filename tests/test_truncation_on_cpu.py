@@ -14,8 +14,8 @@ from veriloop.config import ConfigError, build_config
 from veriloop.registry import ESTIMATORS
 from veriloop.rollout.records import RecordStore
 from veriloop.training.config import TrainConfig
-from veriloop.training.estimators import EstimatorInput
-from veriloop.training.signals import check_signal_options, ended_advantages, kept_share, without_cut
+from veriloop.training.loop.estimators import EstimatorInput
+from veriloop.training.loop.signals import check_signal_options, ended_advantages, kept_share, without_cut
 
 S2 = math.sqrt(2)
 

@@ -24,7 +24,7 @@ from veriloop.rollout.records import RecordStore
 from veriloop.rollout.sampler import SamplingParams
 from veriloop.rollout.vllm_engine import merged_tensors, require_vllm, shipped_tensors
 from veriloop.training.config import TrainConfig
-from veriloop.training.logprobs import completion_logprobs
+from veriloop.training.loop.logprobs import completion_logprobs
 from veriloop.training.trainer import Trainer
 
 try:

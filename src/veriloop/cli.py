@@ -7,7 +7,7 @@ Every command takes ``--config FILE.yaml`` and one ``--section.field VALUE`` fla
 Exit status 2: the input is wrong (``InputError``, a config error, a missing file), said in one
 line; 1: anything else escaping a command, a bug in veriloop, shown with its traceback (``audit``
 also exits 1 when it finds false accepts or rejects); 3: ``doctor`` found a missing part; 4: a training run
-stopped on a NaN or an infinity (its step and tensor named: ``training/alarms.py``); 130: interrupted.
+stopped on a NaN or an infinity (its step and tensor named: ``training/run/alarms.py``); 130: interrupted.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from veriloop import __version__, logs
 from veriloop.cli_help import COMMANDS, EPILOG, INTRO, USAGE, _listing
 from veriloop.config import ConfigError, add_arguments, config_from_args
 from veriloop.errors import InputError
-from veriloop.training.alarms import NonFiniteError
+from veriloop.training.run.alarms import NonFiniteError
 
 EXIT_BUG = 1
 EXIT_USAGE = 2
@@ -490,13 +490,13 @@ def _audit(args: argparse.Namespace) -> int:
 def _resume_config(args: argparse.Namespace):
     """What the resumed run will be: the run's config.yaml (checked against the run's manifest.json), then
     ``--config FILE`` and flags on top (e.g. more --steps).  The trainer compares it with the checkpoint's config
-    and refuses a change that is not safe (``training/checkpoint.py``: SAFE_TO_CHANGE)."""
+    and refuses a change that is not safe (``training/run/checkpoint.py``: SAFE_TO_CHANGE)."""
     from pathlib import Path
 
     from veriloop.config import build_config, load_yaml, overrides_from_args
-    from veriloop.training.checkpoint import flatten
     from veriloop.training.config import TrainConfig
-    from veriloop.training.run_dir import read_run_config
+    from veriloop.training.run.checkpoint import flatten
+    from veriloop.training.run.run_dir import read_run_config
 
     overrides = overrides_from_args(args)
     if overrides.get("run_dir", args.resume) != args.resume:

@@ -43,9 +43,9 @@ from veriloop.io import atomic_write_json, atomic_write_text, read_checked, writ
 from veriloop.models.loading import load_policy
 from veriloop.options import check_declared, declare, toggled
 from veriloop.report.report import write_report
-from veriloop.training.checkpoint import config_bytes, flatten
 from veriloop.training.config import TrainConfig
-from veriloop.training.run_dir import config_changes
+from veriloop.training.run.checkpoint import config_bytes, flatten
+from veriloop.training.run.run_dir import config_changes
 from veriloop.training.trainer import Stopped, Trainer, stop_exit, stop_on_signals, train_or_stop
 
 log = logging.getLogger(__name__)

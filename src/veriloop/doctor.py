@@ -134,7 +134,7 @@ def _sandbox() -> Check:
 
 
 def _base() -> Check:
-    from veriloop.training.export import BUILTIN_BASE, SUMS_FILE, shipped_base_sums
+    from veriloop.training.run.export import BUILTIN_BASE, SUMS_FILE, shipped_base_sums
 
     if not BUILTIN_BASE.is_dir():
         return Check("built-in base", "FAIL", f"{BUILTIN_BASE} missing", "a fresh clone of the repository")

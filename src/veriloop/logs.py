@@ -213,7 +213,7 @@ def training_postfix(row: dict) -> dict:
 # Other libraries' warnings that veriloop says in its own words: the run's log keeps them, the console does not
 # show them.  transformers' "Token indices sequence length is longer than the specified maximum sequence length"
 # (a tokenizer call on a long text): veriloop measures prompts against the model's context itself
-# (training/preflight.py) and says what to change.
+# (training/run/preflight.py) and says what to change.
 SAID_BY_VERILOOP = {"transformers": ("Token indices sequence length is longer than the specified maximum",)}
 
 

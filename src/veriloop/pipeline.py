@@ -56,9 +56,9 @@ from veriloop.rollout.sampler import SamplingParams
 from veriloop.seeding import derive_seed
 from veriloop.tasks.base import draw_problems
 from veriloop.tasks.jsonl import jsonl_objects
-from veriloop.training.checkpoint import config_bytes, find_latest_checkpoint
 from veriloop.training.config import TrainConfig
-from veriloop.training.run_dir import config_changes
+from veriloop.training.run.checkpoint import config_bytes, find_latest_checkpoint
+from veriloop.training.run.run_dir import config_changes
 from veriloop.training.trainer import Stopped, Trainer, stop_exit, stop_on_signals, train_or_stop
 from veriloop.verifiers import get as get_verifier
 from veriloop.verifiers import is_correct

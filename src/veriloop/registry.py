@@ -7,9 +7,10 @@ an import done for its side effect:
 
 * built-ins: each package's ``__init__`` registers its own explicitly (``rollout/__init__.py`` the engines,
   ``training/__init__.py`` the learners, estimators and objectives...), by object or, where the module imports
-  torch, by path (``register_path("ddp", "veriloop.training.distributed:DDPLearner")``: imported when first asked
-  for, so ``--help`` or reading a run's records does not load the training stack); a registry imports the package
-  that owns its kind the first time it is asked (``builtins``), so ``ENGINES.get("ray")`` works from anywhere;
+  torch, by path (``register_path("ddp", "veriloop.training.distributed.strategies:DDPLearner")``: imported when
+  first asked for, so ``--help`` or reading a run's records does not load the training stack); a registry imports
+  the package that owns its kind the first time it is asked (``builtins``), so ``ENGINES.get("ray")`` works from
+  anywhere;
 * plugins: a package declares entry points in its metadata, one per entry, in the group of its kind
   (``veriloop.tasks``, ``veriloop.verifiers``, ``veriloop.rewards``, ``veriloop.engines``, ``veriloop.learners``,
   ``veriloop.estimators``, ``veriloop.objectives``, ``veriloop.strategies``); the entry point's name is the
@@ -72,7 +73,7 @@ class Registry:
     def register_path(self, name: str, target: str) -> None:
         """Register ``"package.module:Attribute"`` under ``name`` without importing it: the module is imported
         the first time the entry is asked for (``names()`` and help texts list it without the import).  A dotted
-        attribute walks attributes and dict keys (``"veriloop.training.estimators:BUILT_IN.grpo"``)."""
+        attribute walks attributes and dict keys (``"veriloop.training.loop.estimators:BUILT_IN.grpo"``)."""
         if name in self._entries or name in self._deferred:
             raise ValueError(f"{self.kind} {name!r} is already registered")
         module, _, attribute = target.partition(":")

@@ -8,8 +8,8 @@ import torch
 
 from veriloop.algorithms import pg_objective
 from veriloop.registry import ESTIMATORS, OBJECTIVES
-from veriloop.training.estimators import Estimator, broadcast
-from veriloop.training.objectives import Objective
+from veriloop.training.loop.estimators import Estimator, broadcast
+from veriloop.training.loop.objectives import Objective
 
 CALLS = {"estimator": 0, "objective": 0}
 

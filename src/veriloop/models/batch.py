@@ -80,7 +80,7 @@ def completion_logits(model: torch.nn.Module, batch: PolicyBatch) -> torch.Tenso
 
 # Model types whose logits are exactly ``get_output_embeddings()(last_hidden_state)``, up to the
 # final soft-capping (gemma2/3) applied in ``logits_from_hidden``: the chunked LM head
-# (``training/logprobs.py``) serves them; any other model computes its logits itself.
+# (``training/loop/logprobs.py``) serves them; any other model computes its logits itself.
 HIDDEN_PATH_MODEL_TYPES = ("llama", "qwen2", "qwen3", "mistral", "gemma", "gemma2", "gemma3_text", "phi3", "gpt2")
 
 

@@ -5,8 +5,8 @@
 * ``dtype``: ``float32``, ``bfloat16`` or ``float16`` for the weights of the policy, the reference
   and the sampler.  Whatever the weights, the maths that must be exact runs in float32: the
   log-softmax of the sampled tokens, ratios, advantages, KL and the loss reduction
-  (``training/logprobs.py`` casts the logits first), and the optimizer keeps float32 master
-  weights and moments for low-precision parameters (``training/optim.py``).
+  (``training/loop/logprobs.py`` casts the logits first), and the optimizer keeps float32 master
+  weights and moments for low-precision parameters (``training/loop/optim.py``).
 * TF32 matmuls are switched on for CUDA devices that have them (Ampere and newer): float32
   maths there runs on tensor cores with a 10-bit mantissa for the products, as in TRL and verl.
 """

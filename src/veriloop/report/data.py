@@ -19,8 +19,8 @@ from veriloop.errors import InputError
 from veriloop.io import read_jsonl
 from veriloop.rollout.index import RolloutIndex, reasoning_chars
 from veriloop.rollout.records import Record, RecordStore
-from veriloop.training.alarms import ALARMS
-from veriloop.training.token_values import TokenValueStore, record_key
+from veriloop.training.loop.token_values import TokenValueStore, record_key
+from veriloop.training.run.alarms import ALARMS
 
 # The curves, by panel: (panel id, title, metric keys, y-axis title).  A metric a run lacks is left out; every
 # other numeric metric is offered under "more metrics".

@@ -44,8 +44,8 @@ from veriloop.search.run import (
 )
 from veriloop.search.strategies import SearchSettings
 from veriloop.tasks.base import split_problems
-from veriloop.training.dry_run import _gib, _shapes
-from veriloop.training.preflight import context_of
+from veriloop.training.dry_run import gib, model_shapes
+from veriloop.training.run.preflight import context_of
 
 
 @dataclass(frozen=True)
@@ -197,7 +197,7 @@ def _engine(cfg: SearchConfig, policy, prm) -> Engine:
     model = policy.model
     first, params = next(model.parameters()), sum(p.numel() for p in model.parameters())
     return Engine(
-        _shapes(model),
+        model_shapes(model),
         context_of(model),
         str(first.dtype).removeprefix("torch."),
         first.element_size(),
@@ -315,9 +315,9 @@ def _memory(engine: Engine, cells: list[dict], bins: dict) -> str:
     calls = [("the difficulty bins", bins)] + [(f"{c['strategy']}@{c['budget']}", c) for c in cells if "rows" in c]
     where, big = max(calls, key=lambda x: x[1]["KV cache"])  # the first of the largest
     total = engine.weights + big["KV cache"] + sum(engine.others.values())
-    others = "".join(f", {name} weights {_gib(b)}" for name, b in engine.others.items())
+    others = "".join(f", {name} weights {gib(b)}" for name, b in engine.others.items())
     return (
-        f"{_gib(total)}: policy weights {_gib(engine.weights)}, KV cache {_gib(big['KV cache'])} of its largest "
+        f"{gib(total)}: policy weights {gib(engine.weights)}, KV cache {gib(big['KV cache'])} of its largest "
         f"call ({where}: {big['rows']} rows of up to {big['row tokens']} tokens){others}"
     )
 
@@ -342,7 +342,7 @@ def _table(cells: list[dict]) -> list[str]:
         if k == "largest call":
             return f"{c['rows']} x {c['row tokens']}" if "rows" in c else "-"
         if k == "KV cache":
-            return _gib(c[k]) if k in c else "-"
+            return gib(c[k]) if k in c else "-"
         return f"{c[k]:,}" if isinstance(c.get(k), int) else str(c.get(k, "-"))
 
     table = [list(COLUMNS)] + [[text(c, k) for k in COLUMNS] for c in cells]

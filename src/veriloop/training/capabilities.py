@@ -1,7 +1,7 @@
 """What the chosen rollout engine and learner strategy can serve, against what the run asks of them: every such rule
 of the config, in one place, derived from what each registered component declares (``EngineCapabilities`` in
-``rollout/engine.py``, ``LearnerCapabilities`` in ``training/learner.py``).  No rule names a component: an engine or
-a learner registered by a plugin is held to exactly the same rules, and each error names the component and the
+``rollout/engine.py``, ``LearnerCapabilities`` in ``training/loop/learner.py``).  No rule names a component: an
+engine or a learner registered by a plugin is held to exactly the same rules, and each error names the component and the
 registered ones that can serve what was asked.
 """
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from veriloop.registry import ENGINES, LEARNERS
 from veriloop.rollout.engine import EngineCapabilities, EngineSections, RegisteredEngine
-from veriloop.training.learner import LearnerCapabilities
+from veriloop.training.loop.learner import LearnerCapabilities
 
 
 def rollout_engine(cfg) -> tuple[type[RegisteredEngine], str, EngineCapabilities]:

@@ -1,7 +1,7 @@
 """The ``veriloop train`` option tree: the sections training owns, and the whole tree.
 
 Each package owns its own section (``task`` in ``tasks/config.py``, ``rollout`` in
-``rollout/config.py``, ``process`` in ``prm/config.py``, ``optim`` in ``training/optim.py``);
+``rollout/config.py``, ``process`` in ``prm/config.py``, ``optim`` in ``training/loop/optim.py``);
 the generic dataclass <-> YAML <-> flags machinery is ``veriloop/config.py``.  Validation
 asks the registries (``veriloop/registry.py``): an estimator or objective registered from
 outside the package is checked by what it declares, exactly like a built-in one.
@@ -27,13 +27,13 @@ from veriloop.rollout.config import RayConfig, RolloutConfig, VLLMConfig
 from veriloop.rollout.sampler import SamplingParams
 from veriloop.tasks.config import TaskConfig
 from veriloop.training import option_scopes
-from veriloop.training.alarms import AlarmsConfig
 from veriloop.training.capabilities import check_capabilities
-from veriloop.training.export import refuse_shipped_base
-from veriloop.training.optim import OptimConfig
+from veriloop.training.loop.optim import OptimConfig
+from veriloop.training.loop.signals import check_signal_options
 from veriloop.training.recipes import recipe_overrides
-from veriloop.training.signals import check_signal_options
-from veriloop.training.tracking import check_report_to
+from veriloop.training.run.alarms import AlarmsConfig
+from veriloop.training.run.export import refuse_shipped_base
+from veriloop.training.run.tracking import check_report_to
 from veriloop.verifiers.program import check_reasoning_verifier
 
 

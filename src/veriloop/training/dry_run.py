@@ -21,12 +21,13 @@ import math
 import torch
 
 from veriloop.training.config import TrainConfig
-from veriloop.training.preflight import sample_problems
+from veriloop.training.run.preflight import sample_problems
 
 BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 
 
-def _shapes(model) -> dict:
+def model_shapes(model) -> dict:
+    """The sizes the memory estimates read from a transformers config (hidden, layers, vocab, MLP, K/V width)."""
     config = model.config
     hidden = config.hidden_size
     heads = config.num_attention_heads
@@ -40,7 +41,8 @@ def _shapes(model) -> dict:
     }
 
 
-def _gib(n: float) -> str:
+def gib(n: float) -> str:
+    """A byte count in GiB (MiB under one GiB), for the dry runs' tables."""
     return f"{n / 2**30:.2f} GiB" if n >= 2**30 else f"{n / 2**20:.1f} MiB"
 
 
@@ -50,7 +52,7 @@ def _memory(cfg: TrainConfig, policy, micro: int, length: int, rows_per_step: in
     upd, new = cfg.update, cfg.sampling.max_new_tokens
     params = sum(p.numel() for p in policy.model.parameters())
     trainable = sum(p.numel() for p in policy.model.parameters() if p.requires_grad)
-    s, shape = BYTES.get(cfg.dtype, 4), _shapes(policy.model)
+    s, shape = BYTES.get(cfg.dtype, 4), model_shapes(policy.model)
     # learner: weights, fp32 gradients and AdamW's two moments, a fp32 master copy of low-precision weights
     state = params * s + trainable * 4 * 3 + (trainable * 4 if s != 4 else 0)
     reference = params * s if cfg.kl.beta > 0 and not cfg.lora.enabled else 0
@@ -78,7 +80,7 @@ def plan(cfg: TrainConfig, policy=None, task=None) -> list[tuple[str, str]]:
     per_mini = math.ceil(rows_per_step / upd.mini_batches)
     micro = min(upd.micro_batch_size, per_mini)
     params, trainable, state, reference, activations, kv_cache = _memory(cfg, policy, micro, length, rows_per_step)
-    shape = _shapes(policy.model)
+    shape = model_shapes(policy.model)
     staleness = cfg.rollout.lag * mu + mu - 1
     return [
         (
@@ -102,14 +104,14 @@ def plan(cfg: TrainConfig, policy=None, task=None) -> list[tuple[str, str]]:
         ),
         (
             "learner memory, estimated",
-            f"{_gib(state + reference + activations)}: weights, gradients and AdamW "
-            f"{_gib(state)}"
-            + (f", KL reference {_gib(reference)}" if reference else "")
-            + f", activations of one micro-batch {_gib(activations)}",
+            f"{gib(state + reference + activations)}: weights, gradients and AdamW "
+            f"{gib(state)}"
+            + (f", KL reference {gib(reference)}" if reference else "")
+            + f", activations of one micro-batch {gib(activations)}",
         ),
         (
             "sampler KV cache, estimated",
-            f"{_gib(kv_cache)} for {rows_per_step} rows of {length} tokens"
+            f"{gib(kv_cache)} for {rows_per_step} rows of {length} tokens"
             if cfg.rollout.source == "policy"
             else f"none: nothing is sampled (rollout.source {cfg.rollout.source})",
         ),

@@ -4,9 +4,9 @@ Read ``Trainer.train_step`` top to bottom: data order and rollout requests, veri
 the learning signal, the learner's update, versions and weights back to the rollout engine,
 checkpoints and metrics.  Each stage returns its statistics.  The roles it drives each live
 in a file of their own: the rollout engine (``rollout/engine.py``), the data-source policy
-(``training/collect.py``), the learning signal (``training/signals.py``), the learner
-(``training/learner.py``), the reference policy (``training/reference.py``), the critic
-(``training/critic.py``) and process supervision (``prm/process.py``).  What differs between
+(``training/loop/collect.py``), the learning signal (``training/loop/signals.py``), the learner
+(``training/loop/learner.py``), the reference policy (``training/loop/reference.py``), the critic
+(``training/loop/critic.py``) and process supervision (``prm/process.py``).  What differs between
 methods is configuration (``training/recipes.py``).  Conventions:
 
 * the ratio's denominator is the record's behaviour log-prob (the distribution that sampled
@@ -49,21 +49,21 @@ from veriloop.rollout.engine import FROZEN, EngineSections, TaskTeacherEngine
 from veriloop.rollout.ledger import Ledger
 from veriloop.rollout.records import RecordStore
 from veriloop.seeding import derive_seed
-from veriloop.training.alarms import NonFiniteError, RunAlarms, alarms_not_for, check_finite
 from veriloop.training.capabilities import samples_while_updating
-from veriloop.training.checkpoint import RunState, load_checkpoint, save_checkpoint
-from veriloop.training.collect import AsyncCollector, Collector
 from veriloop.training.config import TrainConfig
-from veriloop.training.critic import Critic
-from veriloop.training.metrics import MetricsLog, staleness, step_metrics
-from veriloop.training.optim import lr_at
-from veriloop.training.preflight import check_context_fits, check_verifier_reads_references, sample_problems
+from veriloop.training.loop.collect import AsyncCollector, Collector
+from veriloop.training.loop.critic import Critic
+from veriloop.training.loop.optim import lr_at
+from veriloop.training.loop.reference import ReferencePolicy
+from veriloop.training.loop.signals import Signal, SignalMaker
+from veriloop.training.loop.token_values import TokenValueStore, token_value_rows
 from veriloop.training.recipes import RECIPES
-from veriloop.training.reference import ReferencePolicy
-from veriloop.training.run_dir import open_run_dir
-from veriloop.training.signals import Signal, SignalMaker
-from veriloop.training.token_values import TokenValueStore, token_value_rows
-from veriloop.training.tracking import build_tracker, check_installed
+from veriloop.training.run.alarms import NonFiniteError, RunAlarms, alarms_not_for, check_finite
+from veriloop.training.run.checkpoint import RunState, load_checkpoint, save_checkpoint
+from veriloop.training.run.metrics import MetricsLog, staleness, step_metrics
+from veriloop.training.run.preflight import check_context_fits, check_verifier_reads_references, sample_problems
+from veriloop.training.run.run_dir import open_run_dir
+from veriloop.training.run.tracking import build_tracker, check_installed
 from veriloop.verifiers import get as get_verifier
 
 log = logging.getLogger(__name__)

@@ -26,7 +26,7 @@ from veriloop.config import ConfigError
 from veriloop.errors import InputError
 from veriloop.io import atomic_write_bytes, check_file, fsync_dir, remove_temp_files, steps_in, write_checked
 from veriloop.rollout.records import RecordStore
-from veriloop.training.checkpoint import (
+from veriloop.training.run.checkpoint import (
     CONFIG,
     HISTORY,
     METRICS,

@@ -18,9 +18,8 @@ import torch
 from veriloop.algorithms import aggregate_loss
 from veriloop.models.batch import PolicyBatch, select, to_device
 from veriloop.models.value_head import ValueHead
-from veriloop.training.config import TrainConfig
-from veriloop.training.optim import OptimConfig, backward_scaled, build_optimizer, clip_grad_norm
-from veriloop.training.ranks import ONE_RANK
+from veriloop.training.loop.optim import OptimConfig, backward_scaled, build_optimizer, clip_grad_norm
+from veriloop.training.loop.share import ONE_RANK
 
 
 class ValueModel(torch.nn.Module):
@@ -52,9 +51,9 @@ class ScalarValue(torch.nn.Module):
 
 
 class Critic:
-    def __init__(self, policy, cfg: TrainConfig):
+    def __init__(self, policy, cfg):  # cfg: the run's TrainConfig (the option tree sits above the loop)
         self.cfg = cfg
-        self.ranks = ONE_RANK  # this process's share of each mini-batch (a rank's: training/ranks.py)
+        self.ranks = ONE_RANK  # this process's share of each mini-batch (a rank's: RankShare)
         is_lm = hasattr(policy.model, "get_decoder") and hasattr(policy.model, "config")
         self.model = ValueModel(policy.model) if is_lm else ScalarValue()
         if all(p.dtype in (torch.float32, torch.float64) for p in self.model.parameters()):

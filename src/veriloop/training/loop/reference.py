@@ -13,7 +13,7 @@ from veriloop.models.batch import PolicyBatch, select, token_budget_split
 from veriloop.models.loading import load_policy
 from veriloop.models.lora import AdapterDisabledPolicy
 from veriloop.rollout.sampler import SamplingParams
-from veriloop.training.logprobs import completion_logprobs
+from veriloop.training.loop.logprobs import completion_logprobs
 
 
 class ReferencePolicy:

@@ -1,13 +1,13 @@
 """The learner: ``update(batch) -> stats``, weights out as named tensors, state in a checkpoint.
 
 One update is ``update.inner_updates`` passes of the configured objective (``OBJECTIVES``,
-``training/objectives.py``) over one learning batch.  Token objectives: per micro-batch and
+``training/loop/objectives.py``) over one learning batch.  Token objectives: per micro-batch and
 token the objective, minus ``beta * KL`` when the KL sits in the loss, plus an entropy bonus;
 aggregated by ``loss.aggregation`` with micro-batch weights that make gradient accumulation
 exact, and scaled by the kept rows' share of the batch so that leaving out zero-gradient rows
 saves compute without changing the estimator; one optimizer step per mini-batch.  DPO runs
 passes over pairs instead.  Which distribution each log-prob is taken under:
-``training/logprobs.py``.  With ``loss.tis_cap`` the ratio's denominator is the learner's own
+``training/loop/logprobs.py``.  With ``loss.tis_cap`` the ratio's denominator is the learner's own
 recomputed old log-prob and each token is weighted by ``min(pi_old / pi_behavior, cap)``
 (truncated importance sampling between the rollout engine and the learner).  With
 ``kl.importance_weighted`` each token's KL estimate is weighted by ``pi / pi_behaviour`` (the records'
@@ -40,11 +40,11 @@ from veriloop.models.batch import select, to_device, token_budget_split
 from veriloop.models.loading import load_policy
 from veriloop.models.lora import load_adapter_weights
 from veriloop.registry import OBJECTIVES
-from veriloop.training.alarms import NonFiniteError
-from veriloop.training.logprobs import TokenLogprobs, completion_logprobs
-from veriloop.training.optim import backward_scaled, build_optimizer, clip_grad_norm, set_lr
-from veriloop.training.ranks import ONE_RANK
-from veriloop.training.signals import LearningBatch
+from veriloop.training.loop.logprobs import TokenLogprobs, completion_logprobs
+from veriloop.training.loop.optim import backward_scaled, build_optimizer, clip_grad_norm, set_lr
+from veriloop.training.loop.share import ONE_RANK
+from veriloop.training.loop.signals import LearningBatch
+from veriloop.training.run.alarms import NonFiniteError
 
 
 @dataclass(frozen=True)
@@ -66,7 +66,7 @@ class Learner(Protocol):
     name: ClassVar[str]
     capabilities: ClassVar[LearnerCapabilities]
     objective: object  # the registered objective (``OBJECTIVES``) its passes run
-    critic: object | None  # training/critic.py's Critic, or None
+    critic: object | None  # training/loop/critic.py's Critic, or None
 
     def update(self, lb: LearningBatch, kl_beta: float, seed_generator: torch.Generator) -> dict: ...
 
@@ -171,7 +171,7 @@ class LocalLearner:
         self.objective = OBJECTIVES.get(cfg.loss.policy_loss)
         self.optimizer = build_optimizer(policy.model, cfg.optim)
         self.on_step = on_step  # called after every optimizer step (counts policy versions)
-        self.ranks = ONE_RANK  # this process's share of each mini-batch (a rank's: training/ranks.py)
+        self.ranks = ONE_RANK  # this process's share of each mini-batch (a rank's: RankShare)
         self.checkpointed_layers = []
         if cfg.update.gradient_checkpointing:
             self.checkpointed_layers = enable_gradient_checkpointing(policy.model)

@@ -1,9 +1,9 @@
 """The rank side of ``learner.strategy`` ddp | fsdp2: each rank's share of a mini-batch and its collectives.
 
-``OneRank`` is the identity for one process (``Learner`` and ``Critic`` hold ``ONE_RANK``); ``RankShare``
-is rank r of W: the rows ``mb[r::W]``, the gradient sum, the all-reduced statistics.  ``rank_main`` is
-the process ``DistributedLearner`` (``training/distributed.py``) spawns: it joins the group, builds a
-``RankWorker`` (a ``Learner``, and the critic, on its copy of the policy) and answers commands.
+``RankShare`` (a ``OneRank``, training/loop/share.py: the identity for one process) is rank r of W: the
+rows ``mb[r::W]``, the gradient sum, the all-reduced statistics.  ``rank_main`` is the process
+``DistributedLearner`` (``strategies.py``) spawns: it joins the group, builds a ``RankWorker`` (a ``Learner``,
+and the critic, on its copy of the policy) and answers commands.
 """
 
 from __future__ import annotations
@@ -19,32 +19,7 @@ import torch
 import torch.distributed as dist
 
 from veriloop.registry import LEARNERS
-
-
-class OneRank:
-    """The learner's share in a single process: every row, no collectives."""
-
-    def micro_batches(self, learner, batch, mb: torch.Tensor):
-        return learner.micro_batches(batch, mb)
-
-    def pad(self, learner, lb, mb: torch.Tensor) -> None:
-        """fsdp2: the passes that keep a rank's collectives in step with the others'."""
-
-    def split(self, rows: torch.Tensor, size: int):
-        """This process's rows of a mini-batch in pieces of at most ``size``."""
-        return rows.split(size)
-
-    def sync_grads(self, model: torch.nn.Module) -> None:
-        """ddp: the sum over ranks of the gradients."""
-
-    def summary(self, stats) -> dict:
-        return stats.summary()
-
-    def add_up(self, *values: float) -> tuple:
-        return values
-
-
-ONE_RANK = OneRank()
+from veriloop.training.loop.share import OneRank
 
 
 class RankShare(OneRank):

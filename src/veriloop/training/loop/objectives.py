@@ -3,7 +3,7 @@
 Each entry of the registry ``OBJECTIVES`` is an ``Objective`` declaring its needs - the
 kind of coefficient it takes (advantages or 0/1 weights), the behaviour log-probs as ratio
 denominators, reference log-probs, pairs - and the distribution its log-probs are taken
-under (``distribution``, see ``training/logprobs.py``) and what one term of its loss is
+under (``distribution``, see ``training/loop/logprobs.py``) and what one term of its loss is
 (``learns_from``): token objectives give ``per_token`` values that the learner's token passes
 aggregate; DPO learns from pairs, in the learner's pair passes.  The learner reads these
 declarations; neither it nor the trainer compares objective names.

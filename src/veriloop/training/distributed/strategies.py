@@ -48,8 +48,8 @@ from typing import ClassVar
 
 import torch
 
-from veriloop.training.learner import LearnerCapabilities, load_weights
-from veriloop.training.ranks import RankShare, _recv, rank_main
+from veriloop.training.distributed.ranks import RankShare, _recv, rank_main
+from veriloop.training.loop.learner import LearnerCapabilities, load_weights
 
 log = logging.getLogger(__name__)
 

@@ -2,7 +2,7 @@
 
 ``learning_signal`` is stage 4 of the loop.  With ``kl.placement == "reward"`` the KL penalty
 is subtracted from the reward first (per token for ``gae``, summed per completion otherwise);
-the configured estimator (``training/estimators.py``) turns the rewards into advantages; the
+the configured estimator (``training/loop/estimators.py``) turns the rewards into advantages; the
 objective (or the default rule) chooses the rows to learn from; reference log-probs are
 computed for those rows only, and only when something reads them.
 
@@ -26,8 +26,8 @@ from veriloop.config import ConfigError
 from veriloop.models.batch import PolicyBatch, build_policy_batch, last_token_index, select
 from veriloop.registry import ESTIMATORS, OBJECTIVES
 from veriloop.rollout.records import Record
-from veriloop.training.estimators import EstimatorInput
-from veriloop.training.logprobs import reference_temperature, temperature_of
+from veriloop.training.loop.estimators import EstimatorInput
+from veriloop.training.loop.logprobs import reference_temperature, temperature_of
 
 
 class LearningBatch(NamedTuple):
