@@ -12,12 +12,10 @@ BENCH_VENV ?= .venv-bench
 
 setup: $(VENV)/.installed
 
-# --no-compile: pip would byte-compile all of site-packages (~20,000 files, ~50 s of CPU); Python compiles the
-# modules a process imports, once, on first import
 $(VENV)/.installed: pyproject.toml requirements/cpu.txt requirements/constraints.txt
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install -q --no-compile -r requirements/cpu.txt
-	$(BIN)/pip install -q --no-compile -c requirements/constraints.txt -e '.[test]'
+	$(BIN)/pip install -q -r requirements/cpu.txt
+	$(BIN)/pip install -q -c requirements/constraints.txt -e '.[test]'
 	touch $@
 
 demo: setup

