@@ -67,8 +67,14 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import result_args, save  # noqa: E402
 
-# name -> (hidden, layers, heads, intermediate); head_dim 64 everywhere, KV heads = heads
-SIZES = {"4.5M": (256, 4, 4, 1024), "20M": (512, 5, 8, 2048), "100M": (1024, 6, 16, 4096)}
+# name -> (architecture, hidden, layers, heads, KV heads, intermediate, vocabulary, tied embeddings); head_dim 64
+SIZES = {
+    "4.5M": ("llama", 256, 4, 4, 4, 1024, 512, False),
+    "20M": ("llama", 512, 5, 8, 8, 2048, 512, False),
+    "100M": ("llama", 1024, 6, 16, 16, 4096, 512, False),
+    # the second workload: the contract's body with Qwen2.5's vocabulary and tied embeddings (logits over 151,936)
+    "qwen-vocab": ("qwen2", 256, 4, 4, 2, 1024, 151_936, True),
+}
 VARIANTS = ("trl-ckpt-on", "trl-ckpt-off", "veriloop", "veriloop-ckpt", "veriloop-mb16", "generate", "sampler")
 STEPPERS = VARIANTS[:5]  # the variants that run GRPO steps
 SMALL_MICRO_BATCH = 16  # rows per forward/backward of veriloop-mb16
@@ -104,8 +110,34 @@ def problems(n: int, seed: int) -> list[dict]:
     return [{"prompt": f"Q: {a}*{b}=? A:", "reference": str(a * b)} for a, b in pairs]
 
 
-def build_tokenizer(seed: int = 0):
-    """Byte-level BPE (GPT-2's split: a number, with the space before it, is one pre-token), 512 tokens."""
+def extend_vocabulary(tokenizer, size: int):
+    """The same tokenizer with ``size`` tokens: the trained BPE's vocabulary padded with three-character strings of
+    the byte-level alphabet that no merge produces, so every text encodes to the same ids as before and every id
+    decodes to bytes (a random model samples them).  Made here, nothing downloaded."""
+    import itertools
+
+    from tokenizers import Tokenizer, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    spec = json.loads(tokenizer.backend_tokenizer.to_str())
+    vocab = spec["model"]["vocab"]
+    for chars in itertools.product(sorted(pre_tokenizers.ByteLevel.alphabet()), repeat=3):
+        if len(vocab) >= size:
+            break
+        vocab.setdefault("".join(chars), len(vocab))
+    return PreTrainedTokenizerFast(
+        tokenizer_object=Tokenizer.from_str(json.dumps(spec)),
+        pad_token="<pad>",
+        bos_token="<bos>",
+        eos_token="<eos>",
+        padding_side="left",
+        model_max_length=512,
+    )
+
+
+def build_tokenizer(seed: int = 0, size: int = 512):
+    """Byte-level BPE (GPT-2's split: a number, with the space before it, is one pre-token), 512 tokens; with a
+    larger ``size``, extended to it (``extend_vocabulary``)."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
@@ -134,6 +166,12 @@ def build_tokenizer(seed: int = 0):
             f"tokenizer: {len(out)} tokens, pad/bos/eos {out.pad_token_id}/{out.bos_token_id}/"
             f"{out.eos_token_id}; the contract wants 512 and 0/1/2"
         )
+    if size > len(out):
+        extended = extend_vocabulary(out, size)
+        sample = trace(12, 34)
+        if len(extended) != size or extended(sample).input_ids != out(sample).input_ids:
+            raise SystemExit(f"tokenizer: extending to {size} tokens gave {len(extended)} or changed the encoding")
+        out = extended
     return out
 
 
@@ -147,20 +185,20 @@ def build_model(size: str, directory: Path, seed: int = 0) -> dict:
     from veriloop.models.random_init import config_for
 
     hf_logging.disable_progress_bar()
-    hidden, layers, heads, inter = SIZES[size]
-    tokenizer = build_tokenizer(seed)
+    arch, hidden, layers, heads, kv_heads, inter, vocab, tied = SIZES[size]
+    tokenizer = build_tokenizer(seed, vocab)
     config = config_for(
-        "llama",
+        arch,
         hidden_size=hidden,
         num_layers=layers,
         num_heads=heads,
-        num_kv_heads=heads,
+        num_kv_heads=kv_heads,
         intermediate_size=inter,
         max_positions=512,
         vocab_size=len(tokenizer),
         bos_token_id=BOS,
         eos_token_id=EOS,
-        tie_word_embeddings=False,
+        tie_word_embeddings=tied,
     )
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
@@ -170,6 +208,10 @@ def build_model(size: str, directory: Path, seed: int = 0) -> dict:
     lengths = [len(tokenizer(p["prompt"]).input_ids) for p in problems(256, seed)]
     return {
         "size": size,
+        "architecture": arch,
+        "vocab": vocab,
+        "kv_heads": kv_heads,
+        "tied": tied,
         "hidden": hidden,
         "layers": layers,
         "heads": heads,

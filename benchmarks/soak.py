@@ -12,6 +12,10 @@ its descendant processes (verifier sandboxes, workers: how many and their reside
 row per sample as it goes (the progress), then the growth after warm-up: the sample at ``--warmup`` of the run
 (10%) against the last, in MB and MB per 100 steps, and the difference in descriptors, processes and threads.
 A leak shows as steady growth after warm-up; allocator noise as a few MB that do not keep climbing.
+It also times every step's bookkeeping: the time from one step's end to the next one's (checkpoints, records and
+metrics included) less the step's generate, verify and update phases; the medians of steps 6..15 and of the last
+ten steps are compared (``bookkeeping``), so work that grows with the run's length (a file rewritten whole at every
+step, a list scanned) shows as a difference that grows with ``--steps``.
 The result (``--json``) holds the settings, every sample and the summary.  The run directory is a temporary one,
 removed at the end; with ``--work DIR`` it is ``DIR/soak-<date>-<time>``, kept.
 Linux only (it reads ``/proc``).  ``--quick``: 3 steps of 2 prompts x 2, 8 new tokens, a sample and a checkpoint
@@ -23,6 +27,7 @@ from __future__ import annotations
 import argparse
 import gc
 import os
+import statistics
 import sys
 import tempfile
 import threading
@@ -131,6 +136,18 @@ def growth(samples: list[dict], warmup: float, steps: int) -> dict:
     }
 
 
+def bookkeeping(ends: list[float], phases: dict[int, float], steps: int) -> dict:
+    """Median per-step time outside the phases, early in the run (steps 6..15) and at its end (the last ten).
+    ``ends[k]`` is when step k's ``train_step`` returned; step k's bookkeeping is ``ends[k] - ends[k - 1]`` less its
+    phases (what train() did after step k - 1, a checkpoint included, and step k's own records and metrics)."""
+    other = {k: ends[k] - ends[k - 1] - phases[k] for k in range(2, len(ends) - 1) if k in phases}
+    early = [k for k in range(6, 16) if k in other] or sorted(other)[:10]
+    late = sorted(other)[-10:]
+    ms = lambda ks: statistics.median(other[k] for k in ks) * 1000 if ks else float("nan")  # noqa: E731
+    span = lambda ks: f"{ks[0]}..{ks[-1]}" if ks else "none"  # noqa: E731
+    return {"early_steps": span(early), "late_steps": span(late), "early_ms": ms(early), "late_ms": ms(late)}
+
+
 def options(a, run_dir: str) -> dict:
     out = {
         "run_dir": run_dir,
@@ -169,9 +186,12 @@ def run(a, run_dir: str) -> dict:
     print(HEADER, flush=True)
     samples: list[dict] = []
     real_step = trainer.train_step
+    ends, phases = [time.perf_counter()], {}  # step -> its generate + verify + update, s
 
     def step_and_sample(step: int) -> dict:
         row = real_step(step)
+        ends.append(time.perf_counter())  # the interval to the next end holds this step's checkpoint, if any
+        phases[step] = sum(row.get(k, 0.0) for k in ("time_generate_s", "time_verify_s", "time_update_s"))
         if step == 1 or step % a.every == 0 or step == a.steps:
             samples.append(sample(step, started, samples[-1] if samples else None))
             samples[-1]["reward_mean"] = row.get("reward_mean")
@@ -180,7 +200,16 @@ def run(a, run_dir: str) -> dict:
 
     trainer.train_step = step_and_sample  # train() calls it: checkpoints, records and metrics as in a real run
     trainer.train()
+    ends.append(time.perf_counter())
     summary = growth(samples, a.warmup, a.steps)
+    summary["bookkeeping"] = bookkeeping(ends, phases, a.steps)
+    b = summary["bookkeeping"]
+    print(
+        f"\nbookkeeping per step (median; interval between step ends less generate, verify and update): steps "
+        f"{b['early_steps']}: {b['early_ms']:.1f} ms; steps {b['late_steps']}: {b['late_ms']:.1f} ms "
+        f"({b['late_ms'] - b['early_ms']:+.1f} ms)",
+        flush=True,
+    )
     print(
         f"\ngrowth after warm-up (step {summary['from_step']} -> {summary['to_step']}): RSS "
         f"{summary['rss_mb']:+.1f} MB ({summary['rss_mb_per_100_steps']:+.2f} MB per 100 steps), Python objects "

@@ -59,24 +59,26 @@ class Timers:
         return out
 
 
-def matmul_rate(hidden: int, inter: int, threads: int, rows: int = 4096) -> float:
+def matmul_rate(hidden: int, inter: int, threads: int, rows: int = 4096, vocab: int = 0) -> float:
     """GFLOP/s of fp32 ``torch.mm`` at the model's shapes with ``rows`` rows (4096: the update's scale; 64: a
-    decode step's), best of 5 per shape, the mean over the shapes weighted by their FLOPs."""
+    decode step's), best of 5 per shape, the mean over the shapes weighted by their FLOPs; ``vocab`` adds the LM
+    head's shape (a production vocabulary's head is most of a step's FLOPs)."""
     import torch
 
     torch.set_num_threads(threads)
     flops, seconds = 0.0, 0.0
-    for k, n in ((hidden, 3 * hidden), (hidden, 2 * inter), (inter, hidden)):
-        a, b = torch.randn(rows, k), torch.randn(k, n)
+    for k, n in ((hidden, 3 * hidden), (hidden, 2 * inter), (inter, hidden), *([(hidden, vocab)] if vocab else [])):
+        m = min(rows, 128) if n == vocab else rows  # the head in chunks of rows, as the learner runs it
+        a, b = torch.randn(m, k), torch.randn(k, n)
         torch.mm(a, b)
-        repeats = max(1, 2**22 // (rows * k * n // 1024))
+        repeats = max(1, 2**22 // (m * k * n // 1024))
         best = float("inf")
         for _ in range(5):
             started = time.perf_counter()
             for _ in range(repeats):
                 torch.mm(a, b)
             best = min(best, (time.perf_counter() - started) / repeats)
-        flops, seconds = flops + 2 * rows * k * n, seconds + best
+        flops, seconds = flops + 2 * rows * k * n, seconds + best * rows / m
     return flops / seconds / 1e9
 
 
@@ -116,13 +118,20 @@ def sampler_op_shares(a, policy_dir: str) -> dict[str, float]:
 
 def floors(model: dict, rows: int, prompt: float, completion: float, rate: float, decode_rate: float):
     """Seconds each phase would take at ``rate`` GFLOP/s (generation: at ``decode_rate``, its matmuls' rate
-    at 64 rows): generate, forward, backward."""
-    h, layers, vocab = model["hidden"], model["layers"], 512
-    dense = model["params"] - vocab * h  # every token multiplies all but the embedding table
+    at 64 rows): generate, forward, backward.  The body's matmuls run at every position; the LM head's only where
+    a token is predicted: at the completion's positions in the update, once per sampled token in generation (the
+    prompt's last position, then each decode step)."""
+    h, layers, vocab = model["hidden"], model["layers"], model.get("vocab", 512)
+    head = vocab * h
+    body = model["params"] - head * (1 if model.get("tied") else 2)  # the embedding table multiplies nothing
     length = prompt + completion
     attn_train = 4 * layers * h * rows * length * length / 2  # causal: half the L x L scores
-    forward = 2 * dense * rows * length + attn_train
-    gen = 2 * dense * rows * (prompt + completion) + 4 * layers * h * rows * (completion * (prompt + completion / 2))
+    forward = 2 * body * rows * length + 2 * head * rows * completion + attn_train
+    gen = (
+        2 * body * rows * length
+        + 2 * head * rows * completion
+        + 4 * layers * h * rows * (completion * (prompt + completion / 2))
+    )
     return {"generate": gen / decode_rate / 1e9, "forward": forward / rate / 1e9, "backward": 2 * forward / rate / 1e9}
 
 
@@ -165,8 +174,9 @@ def run(a) -> dict:
         peak_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # the training's, before the profile
         shares = sampler_op_shares(a, model["dir"])
     rows = peers.PROMPTS_PER_STEP * peers.GROUP
-    rate = matmul_rate(model["hidden"], model["intermediate"], a.threads)
-    decode_rate = matmul_rate(model["hidden"], model["intermediate"], a.threads, rows=rows)
+    vocab = model.get("vocab", 0) if model.get("vocab", 512) > 512 else 0  # the contract's head is a rounding error
+    rate = matmul_rate(model["hidden"], model["intermediate"], a.threads, vocab=vocab)
+    decode_rate = matmul_rate(model["hidden"], model["intermediate"], a.threads, rows=rows, vocab=vocab)
     timed = steps[1:]
     median = {k: statistics.median(s.get(k, 0.0) for s in timed) for k in timed[0]}
     completion = median["tokens"] / (peers.PROMPTS_PER_STEP * peers.GROUP)

@@ -29,15 +29,20 @@ TIMING_KEYS = (
 
 
 class MetricsLog:
-    """``metrics.jsonl``, rewritten whole (atomically) at every append.  Reading it back, a last line that is
-    not a whole JSON object (cut by a kill or a copy) is dropped with a warning: it is a step past the
-    checkpoint that the resumed run redoes; a bad line before the last one is an error naming it."""
+    """``metrics.jsonl``: a step appends its row (one line, flushed), so a step's cost does not grow with the
+    run's length; rewriting the file whole at every step was quadratic in the steps.  Reading it back, a last
+    line that is not a whole JSON object (cut by a kill or a copy) is dropped with a warning: it is a step past
+    the checkpoint that the resumed run redoes; a bad line before the last one is an error naming it.  The file
+    is rewritten whole (atomically) only when it no longer holds exactly ``rows``: after such a cut line, and
+    when a resume forgets rows (``truncate``)."""
 
     def __init__(self, path: Path):
         self.path = Path(path)
         self.rows: list[dict] = []
+        self._in_sync = not self.path.exists()  # the file holds exactly self.rows, each line whole
         if self.path.is_file():
-            lines = [(n, line) for n, line in enumerate(self.path.read_bytes().splitlines(), 1) if line.strip()]
+            data = self.path.read_bytes()
+            lines = [(n, line) for n, line in enumerate(data.splitlines(), 1) if line.strip()]
             for i, (lineno, line) in enumerate(lines):
                 try:
                     row = json.loads(line)
@@ -52,10 +57,16 @@ class MetricsLog:
                     )
                     break
                 self.rows.append(row)
+            else:
+                self._in_sync = data.endswith(b"\n") or not self.rows
 
     def append(self, row: dict) -> None:
         self.rows.append(row)
-        self._write()
+        if not self._in_sync:
+            self._write()
+            return
+        with self.path.open("a", encoding="utf-8") as fh:  # one whole line; a kill mid-write cuts only this row
+            fh.write(json.dumps(row) + "\n")
 
     def truncate(self, step: int) -> None:
         """Forget rows after ``step`` (a resumed run redoes them)."""
@@ -64,6 +75,7 @@ class MetricsLog:
 
     def _write(self) -> None:
         atomic_write_text(self.path, "".join(json.dumps(r) + "\n" for r in self.rows))
+        self._in_sync = True
 
 
 def _stats(prefix: str, x: torch.Tensor) -> dict:
