@@ -294,7 +294,7 @@ class Check:
             over["update.max_tokens_per_micro_batch"] = 256
         if a.quick:  # 8 tokens end no row of a random model: learn from the cut rows, so that the learner runs
             over["update.mask_truncated"] = False
-        if a.chunk_tokens is not None:  # the auto chunk (2**24 logits, ~110 tokens at 152k) is sized for a CPU
+        if a.chunk_tokens is not None:  # the auto chunk (2**25 logits, ~220 tokens at 152k) is sized for a CPU
             over["update.logprob_chunk_tokens"] = a.chunk_tokens
         return build_config(TrainConfig, load_yaml(RECIPE), over, source=str(RECIPE))
 

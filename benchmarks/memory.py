@@ -15,7 +15,7 @@ reference pass runs too, one pass over each batch) under each configuration:
 * ``plain``: ``update.logprob_chunk_tokens`` larger than any micro-batch, so ``completion_logprobs`` takes its
   plain path (the model's own ``[N, L, V]`` logits, gathered to ``[N, T, V]`` float32), no token budget, no
   checkpointing;
-* ``chunked``: the auto chunk (2**24 logits per chunk);
+* ``chunked``: the auto chunk (``CHUNK_ELEMENTS`` logits per chunk);
 * ``budget``: chunked, and ``update.max_tokens_per_micro_batch`` (``--token-budget``, 1024);
 * ``ckpt``: chunked + budget + ``update.gradient_checkpointing``;
 * ``lora``: the last + ``lora.r 16`` (at 150k rows the tied embedding is most of the weights, and LoRA freezes it);
@@ -228,7 +228,9 @@ def logits_context(facts: dict, args) -> list[str]:
     V, T = facts["vocab"], args.max_new_tokens
     N, L = min(args.micro_batch, args.prompts * args.group), facts["prompt_tokens_max"] + T
     budget_rows = max(1, min(N, args.token_budget // L))
-    chunk = max(1, (1 << 24) // V)
+    from veriloop.training.loop.logprobs import CHUNK_ELEMENTS
+
+    chunk = max(1, CHUNK_ELEMENTS // V)
     size = lambda n, t: n * t * V * 4 / MIB  # noqa: E731
     return [
         f"one micro-batch of {N} rows, float32 [N, T, V] = [{N}, {T}, {V}] logits: {size(N, T):,.0f} MiB "

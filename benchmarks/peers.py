@@ -82,6 +82,7 @@ PROMPTS_PER_STEP, GROUP, NEW_TOKENS = 8, 8, 64
 QUICK_WORKLOAD = (2, 2, 8)  # --quick: prompts per step, completions per prompt, new tokens
 QUICK_VARIANTS = ("trl-ckpt-on", "veriloop", "sampler")  # a worker of each kind
 PAD, BOS, EOS = 0, 1, 2
+QWEN_END = "<|endoftext|>"  # the token transformers' Qwen2 tokenizer adds when a vocabulary lacks it
 MARK = "@@peers-result "
 
 
@@ -113,7 +114,9 @@ def problems(n: int, seed: int) -> list[dict]:
 def extend_vocabulary(tokenizer, size: int):
     """The same tokenizer with ``size`` tokens: the trained BPE's vocabulary padded with three-character strings of
     the byte-level alphabet that no merge produces, so every text encodes to the same ids as before and every id
-    decodes to bytes (a random model samples them).  Made here, nothing downloaded."""
+    decodes to bytes (a random model samples them); the last id is Qwen's ``<|endoftext|>``, which transformers'
+    Qwen2 tokenizer (what ``AutoTokenizer`` gives for a qwen2 model) adds when it is missing.  Made here, nothing
+    downloaded."""
     import itertools
 
     from tokenizers import Tokenizer, pre_tokenizers
@@ -122,9 +125,14 @@ def extend_vocabulary(tokenizer, size: int):
     spec = json.loads(tokenizer.backend_tokenizer.to_str())
     vocab = spec["model"]["vocab"]
     for chars in itertools.product(sorted(pre_tokenizers.ByteLevel.alphabet()), repeat=3):
-        if len(vocab) >= size:
+        if len(vocab) >= size - 1:
             break
         vocab.setdefault("".join(chars), len(vocab))
+    vocab[QWEN_END] = len(vocab)
+    spec["added_tokens"].append(
+        {"id": vocab[QWEN_END], "content": QWEN_END, "single_word": False, "lstrip": False, "rstrip": False}
+        | {"normalized": False, "special": True}
+    )
     return PreTrainedTokenizerFast(
         tokenizer_object=Tokenizer.from_str(json.dumps(spec)),
         pad_token="<pad>",
@@ -178,7 +186,7 @@ def build_tokenizer(seed: int = 0, size: int = 512):
 def build_model(size: str, directory: Path, seed: int = 0) -> dict:
     """Save the ``size`` model and the tokenizer into ``directory``; returns its description."""
     import torch
-    from transformers import AutoModelForCausalLM, GenerationConfig
+    from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
     from transformers.utils import logging as hf_logging
 
     from veriloop.models.loading import save_policy
@@ -205,6 +213,9 @@ def build_model(size: str, directory: Path, seed: int = 0) -> dict:
         model = AutoModelForCausalLM.from_config(config, dtype=torch.float32).eval()
     model.generation_config = GenerationConfig(bos_token_id=BOS, eos_token_id=EOS, pad_token_id=PAD)
     save_policy(model, tokenizer, directory)
+    tokenizer = AutoTokenizer.from_pretrained(directory)  # what both sides load (a qwen2 model gets Qwen's class)
+    if len(tokenizer) != vocab or (tokenizer.pad_token_id, tokenizer.eos_token_id) != (PAD, EOS):
+        raise SystemExit(f"{directory}: the saved tokenizer loads with {len(tokenizer)} tokens (the model has {vocab})")
     lengths = [len(tokenizer(p["prompt"]).input_ids) for p in problems(256, seed)]
     return {
         "size": size,

@@ -25,7 +25,7 @@ def sampling_logprobs(
         raise ValueError(f"top_p must be in (0, 1], got {top_p}")
     if top_k < 0:
         raise ValueError(f"top_k must be >= 0 (0 = off), got {top_k}")
-    scores = logits / temperature
+    scores = logits / temperature if temperature != 1.0 else logits  # never written in place below
     if 0 < top_k < scores.shape[-1]:
         kth = torch.topk(scores, top_k, dim=-1).values[..., -1:]
         scores = scores.masked_fill(scores < kth, float("-inf"))

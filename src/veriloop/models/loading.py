@@ -160,6 +160,14 @@ class Policy:
     def logits_from_hidden(self, hidden: torch.Tensor) -> torch.Tensor:
         return logits_from_hidden(self.model, hidden)
 
+    def plain_head(self) -> tuple[torch.Tensor, torch.Tensor | None] | None:
+        """(weight, bias) when the LM head is one plain ``nn.Linear`` and the logits are its output as they are
+        (no soft-capping, no adapter on it): the fused log-prob kernel then multiplies them itself.  Else None."""
+        head = self.model.get_output_embeddings()
+        if type(head) is not torch.nn.Linear or getattr(self.model.config, "final_logit_softcapping", None):
+            return None
+        return head.weight, head.bias
+
     def save(self, path: str | Path) -> None:
         """A loadable directory; for a LoRA policy, the adapter and the tokenizer (``save_merged`` for both)."""
         save_policy(self.model, self.tokenizer, path)

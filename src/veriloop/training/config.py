@@ -174,7 +174,7 @@ class UpdateConfig:
         default=0,
         metadata={
             "help": "completion tokens per LM-head chunk (log-probs and entropy without [N, T, V] in "
-            "float32); 0 = auto (2**24 logits per chunk, 2**27 on a GPU)",
+            "float32); 0 = auto (2**25 logits per chunk, 2**27 on a GPU)",
             "ge": 0,
         },
     )

@@ -14,7 +14,10 @@ over ``chunk_tokens`` completion tokens at a time (only tokens the mask keeps), 
 chunk's logits to float32 for the log-softmax, keeps the three numbers per token the learner
 needs (the token's log-prob under the objective's distribution and under the scaled full
 one, and the entropy), and under autograd recomputes a chunk in the backward pass instead of
-holding its logits (``torch.utils.checkpoint``).  When the logits of every position of the
+holding its logits.  Where the objective's distribution is the scaled full one and the head is a
+plain linear layer, one fused kernel (``HeadLogprobs``: one exp per logit forward and backward, the
+gradient written out) does it; otherwise autograd through ``torch.utils.checkpoint`` of the generic
+computation (top-k, top-p, end-token bans, soft-capped or adapted heads).  When the logits of every position of the
 micro-batch fit in one chunk's budget it takes the plain path (the model's own logits,
 gathered): the built-in model's numbers are the same bit for bit as before chunking existed.
 """
@@ -28,8 +31,10 @@ from torch.utils.checkpoint import checkpoint
 
 from veriloop.algorithms import entropy_from_logprobs, sampling_logprobs, suppress_end_tokens
 
-# auto chunk: as many tokens as keep one chunk's float32 logits at <= 2**24 values (64 MiB)
-CHUNK_ELEMENTS = 1 << 24
+# auto chunk: as many tokens as keep one chunk's float32 logits at <= 2**25 values (128 MiB; 220 tokens at a
+# 151,936-token vocabulary).  Smaller chunks starve the head's matmuls: at 110 tokens the weight gradient's
+# [V, M] x [M, H] product ran at 72 GFLOP/s against 91-104 from 256 tokens up (2 threads), +5 s a step.
+CHUNK_ELEMENTS = 1 << 25
 
 
 class TokenLogprobs(NamedTuple):
@@ -94,12 +99,76 @@ def _token_stats(
     return lp, scaled, torch.special.entr(full.exp()).sum(dim=-1)
 
 
+class HeadLogprobs(torch.autograd.Function):
+    """Per token, the log-prob of ``ids`` and the entropy of ``softmax(h W^T / T)``, with a backward written out.
+
+    Forward: ``z = (h W^T + b) / T`` in float32, ``m = logsumexp(z)``, ``log p(id) = z[id] - m`` and
+    ``H = -sum_v p_v log p_v``; nothing of size ``[M, V]`` is kept.  Backward recomputes ``z`` once and forms the
+    logits' gradient in place from the two incoming gradients (``g`` of the log-probs, ``e`` of the entropies):
+    ``dlogp/dz = onehot - p`` and ``dH/dz = -p (log p + H)``, so ``dz = onehot * g - p (g + e (log p + H))``,
+    then ``dh = dz W / T`` and ``dW = (dz / T)^T h``.  Against autograd through ``log_softmax``, ``exp`` and ``entr``
+    (each saving or recomputing an ``[M, V]`` tensor) this is a few passes over the chunk's logits instead of about
+    a dozen: at a 151,936-token vocabulary those passes, not the matmuls, were most of the update."""
+
+    @staticmethod
+    def forward(ctx, h, weight, bias, ids, temperature: float, want_entropy: bool):
+        z = _scaled_logits(h, weight, bias, temperature)
+        # one exp per logit (exp is most of the cost of a pass at 2 threads): z - max, p~ = exp(z - max),
+        # s = sum p~, m = max + log s, and H = log s - sum(p~ (z - max)) / s
+        top = z.amax(dim=-1, keepdim=True)
+        z = z.sub_(top)  # in place: z is this chunk's own
+        p = z.exp()
+        s = p.sum(dim=-1)
+        log_s = s.log()
+        m = top.squeeze(-1) + log_s  # logsumexp(z), which the backward subtracts from the recomputed logits
+        lp = z.gather(-1, ids[:, None]).squeeze(-1) - log_s
+        entropy = None
+        if want_entropy:
+            entropy = log_s - p.mul_(z).sum(dim=-1) / s
+        ctx.save_for_backward(h, weight, bias, ids, m, entropy if want_entropy else m)
+        ctx.temperature, ctx.want_entropy = temperature, want_entropy
+        return (lp, entropy) if want_entropy else (lp, torch.zeros_like(lp))
+
+    @staticmethod
+    def backward(ctx, grad_lp, grad_entropy):
+        h, weight, bias, ids, m, entropy = ctx.saved_tensors
+        logp = _scaled_logits(h, weight, bias, ctx.temperature).sub_(m[:, None])
+        p = logp.exp()
+        g = grad_lp if grad_lp is not None else torch.zeros_like(m)
+        if ctx.want_entropy and grad_entropy is not None:  # g + e (log p + H), in logp's memory
+            dz = logp.add_(entropy[:, None]).mul_(grad_entropy[:, None]).add_(g[:, None])
+        else:
+            dz = logp.copy_(g[:, None].expand_as(logp))
+        dz.mul_(p).neg_().scatter_add_(-1, ids[:, None], g[:, None])  # onehot * g - p (...)
+        dz = dz.div_(ctx.temperature).to(h.dtype)
+        grad_h = dz @ weight if ctx.needs_input_grad[0] else None
+        grad_w = dz.t() @ h if ctx.needs_input_grad[1] else None
+        grad_b = dz.sum(dim=0) if bias is not None and ctx.needs_input_grad[2] else None
+        return grad_h, grad_w, grad_b, None, None, None
+
+
+def _scaled_logits(h, weight, bias, temperature: float) -> torch.Tensor:
+    z = torch.nn.functional.linear(h, weight, bias)  # the head in the model's dtype, as logits_from_hidden
+    z = z.float() if z.element_size() < 4 else z  # the softmax in float32 (float64 stays: gradcheck)
+    return z if temperature == 1.0 else z.div_(temperature)
+
+
+def fused_distribution(sampling, distribution: str) -> bool:
+    """Whether the objective's distribution is the temperature-scaled full one (then one fused pass gives both):
+    the KL's own, the model's at temperature 1, or the sampler's without top-k, top-p or an end-token ban."""
+    if distribution == "scaled":
+        return True
+    if distribution == "model":
+        return temperature_of(sampling) == 1.0
+    return sampling.top_k == 0 and sampling.top_p == 1.0 and getattr(sampling, "min_new_tokens", 0) == 0
+
+
 def chunk_size(vocab: int, chunk_tokens: int, device: torch.device | None = None) -> int:
     """Tokens per LM-head chunk: ``chunk_tokens``, or as many as keep one chunk's float32 logits within
-    ``CHUNK_ELEMENTS`` (x 8 on a GPU, where many small chunks would cost a kernel launch each)."""
+    ``CHUNK_ELEMENTS`` (x 4 on a GPU, where many small chunks would cost a kernel launch each)."""
     if chunk_tokens > 0:
         return chunk_tokens
-    budget = CHUNK_ELEMENTS * (8 if device is not None and device.type == "cuda" else 1)
+    budget = CHUNK_ELEMENTS * (4 if device is not None and device.type == "cuda" else 1)
     return max(1, budget // max(vocab, 1))
 
 
@@ -135,9 +204,15 @@ def completion_logprobs(
             policy.logits_from_hidden(h_chunk), ids_chunk, pos_chunk, sampling, distribution, entropy, end_ids
         )
 
+    head = policy.plain_head() if hasattr(policy, "plain_head") else None  # a policy without one: the generic path
+    fused = head is not None and fused_distribution(sampling, distribution)
     pieces = []
     for start in range(0, h.shape[0], per_chunk):
         part = slice(start, start + per_chunk)
+        if fused:  # one kernel: the token's log-prob under the scaled full distribution is both numbers
+            lp, ent = HeadLogprobs.apply(h[part], *head, ids[part], temperature_of(sampling), entropy)
+            pieces.append((lp, lp, ent) if entropy else (lp, lp))
+            continue
         args = (h[part], ids[part], positions[part])
         grad = torch.is_grad_enabled() and args[0].requires_grad
         pieces.append(checkpoint(stats, *args, use_reentrant=False) if grad else stats(*args))
