@@ -361,6 +361,21 @@ def _decoder(model, engine: str, cache, mask: torch.Tensor, max_len: int):
     return _HFDecoder(model, cache, mask)
 
 
+def _sample_step(logits, params: SamplingParams, generator, rows: torch.Tensor, step: int):
+    """(tokens, their behaviour log-probs) of one decode step, on the CPU."""
+    if isinstance(generator, (RowStreams, GroupStreams)):
+        u = generator.uniforms(rows, step)
+    else:  # one stream for the batch: as many draws as live-batch rows (finished ones included)
+        u = torch.rand(logits.shape[0], generator=generator)
+    if params.top_k == 0 and params.top_p == 1.0:
+        drawn, drawn_lp = _draw_full(logits, params.temperature, u)
+    else:
+        lp = sampling_logprobs(logits, params.temperature, params.top_k, params.top_p)
+        drawn = _draw(lp, u.to(lp.device))
+        drawn_lp = lp.gather(1, drawn[:, None]).squeeze(1)
+    return drawn.cpu(), drawn_lp.float().cpu()
+
+
 # Finished rows leave the batch once they are this share of it: compacting the cache
 # every time one row ends would copy it more often than the dead rows cost to carry.
 COMPACT_SHARE = 0.125
@@ -388,18 +403,7 @@ def _sample_loop(decoder, logits, next_pos, params: SamplingParams, eos_id, gene
             tokens = logits.argmax(dim=-1).cpu()
             token_lp = torch.zeros(tokens.shape[0])
         else:
-            if isinstance(generator, (RowStreams, GroupStreams)):
-                u = generator.uniforms(rows, step)
-            else:  # one stream for the batch: as many draws as live-batch rows (finished ones included)
-                u = torch.rand(logits.shape[0], generator=generator)
-            if params.top_k == 0 and params.top_p == 1.0:
-                drawn, drawn_lp = _draw_full(logits, params.temperature, u)
-            else:
-                lp = sampling_logprobs(logits, params.temperature, params.top_k, params.top_p)
-                drawn = _draw(lp, u.to(lp.device))
-                drawn_lp = lp.gather(1, drawn[:, None]).squeeze(1)
-            token_lp = drawn_lp.float().cpu()
-            tokens = drawn.cpu()
+            tokens, token_lp = _sample_step(logits, params, generator, rows, step)
         live_rows = rows[alive]
         out_tokens[live_rows, step] = tokens[alive]
         out_lp[live_rows, step] = token_lp[alive]

@@ -164,7 +164,20 @@ class UpdateConfig:
         default=1, metadata={"help": "optimizer steps per pass (the batch split into this many)", "ge": 1}
     )
     micro_batch_size: int = field(
-        default=128, metadata={"help": "sequences per forward/backward (gradient accumulation)", "ge": 1}
+        default=0,
+        metadata={
+            "help": "sequences per forward/backward (gradient accumulation); 0 = as many as "
+            "update.micro_batch_memory_mib holds",
+            "ge": 0,
+        },
+    )
+    micro_batch_memory_mib: float = field(
+        default=512.0,
+        metadata={
+            "help": "activation memory one micro-batch may hold, estimated from the model's shapes for the longest "
+            "prompt plus max_new_tokens (docs/configuration.md#micro-batches); read when micro_batch_size is 0",
+            "gt": 0,
+        },
     )
     max_tokens_per_micro_batch: int = field(
         default=0,

@@ -20,25 +20,11 @@ import math
 
 import torch
 
+from veriloop.models.memory import DTYPE_BYTES, micro_batch_bytes, model_shapes
 from veriloop.training.config import TrainConfig
-from veriloop.training.run.preflight import sample_problems
+from veriloop.training.run.preflight import resolve_micro_batch_size, sample_problems
 
-BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
-
-
-def model_shapes(model) -> dict:
-    """The sizes the memory estimates read from a transformers config (hidden, layers, vocab, MLP, K/V width)."""
-    config = model.config
-    hidden = config.hidden_size
-    heads = config.num_attention_heads
-    kv_dim = getattr(config, "num_key_value_heads", heads) * (getattr(config, "head_dim", None) or hidden // heads)
-    return {
-        "hidden": hidden,
-        "layers": config.num_hidden_layers,
-        "vocab": config.vocab_size,
-        "intermediate": getattr(config, "intermediate_size", 4 * hidden),
-        "kv_dim": kv_dim,
-    }
+__all__ = ["dry_run", "gib", "model_shapes", "plan"]
 
 
 def gib(n: float) -> str:
@@ -52,16 +38,12 @@ def _memory(cfg: TrainConfig, policy, micro: int, length: int, rows_per_step: in
     upd, new = cfg.update, cfg.sampling.max_new_tokens
     params = sum(p.numel() for p in policy.model.parameters())
     trainable = sum(p.numel() for p in policy.model.parameters() if p.requires_grad)
-    s, shape = BYTES.get(cfg.dtype, 4), model_shapes(policy.model)
+    s, shape = DTYPE_BYTES.get(cfg.dtype, 4), model_shapes(policy.model)
     # learner: weights, fp32 gradients and AdamW's two moments, a fp32 master copy of low-precision weights
     state = params * s + trainable * 4 * 3 + (trainable * 4 if s != 4 else 0)
     reference = params * s if cfg.kl.beta > 0 and not cfg.lora.enabled else 0
-    # activations kept for backward per token and layer: q, k, v, o, two norms (6 x hidden) and the MLP's gate, up
-    # and activation (3 x intermediate); with gradient checkpointing only each layer's input (hidden).  The LM head's
-    # log-softmax over the vocabulary for the completion tokens (logprob_chunk_tokens bounds it when set).
-    per_token = shape["hidden"] if upd.gradient_checkpointing else 6 * shape["hidden"] + 3 * shape["intermediate"]
-    head_tokens = min(micro * new, upd.logprob_chunk_tokens) if upd.logprob_chunk_tokens else micro * new
-    activations = (micro * length * shape["layers"] * per_token + 2 * head_tokens * shape["vocab"]) * s
+    # activations autograd keeps for one micro-batch (models/memory.py: the formula and its calibration)
+    activations = micro_batch_bytes(shape, s, upd.gradient_checkpointing, micro, length, new)
     kv_cache = rows_per_step * length * shape["layers"] * 2 * shape["kv_dim"] * s
     return params, trainable, state, reference, activations, kv_cache
 
@@ -73,6 +55,8 @@ def plan(cfg: TrainConfig, policy=None, task=None) -> list[tuple[str, str]]:
     task = task or cfg.task.build()
     policy = policy if policy is not None else Trainer._load_start(cfg)
     longest = max(len(policy.encode_prompt(p.prompt)) for p in sample_problems(task, cfg.seed))
+    budgeted = cfg.update.micro_batch_size == 0
+    cfg = resolve_micro_batch_size(cfg, policy, sample_problems(task, cfg.seed))
     b, g, new = cfg.rollout.prompts_per_step, cfg.rollout.group_size, cfg.sampling.max_new_tokens
     rows_per_step, length = b * g, longest + new
     upd = cfg.update
@@ -96,7 +80,11 @@ def plan(cfg: TrainConfig, policy=None, task=None) -> list[tuple[str, str]]:
             "optimizer steps per batch (mu)",
             f"{mu} (inner_updates {upd.inner_updates} x mini_batches {upd.mini_batches})",
         ),
-        ("micro-batches per optimizer step", f"{math.ceil(per_mini / micro)} of up to {micro} rows"),
+        (
+            "micro-batches per optimizer step",
+            f"{math.ceil(per_mini / micro)} of up to {micro} rows"
+            + (f" (what update.micro_batch_memory_mib {upd.micro_batch_memory_mib:g} holds)" if budgeted else ""),
+        ),
         ("optimizer steps in the run", f"{cfg.steps * mu:,} ({cfg.steps} steps)"),
         (
             "staleness, in policy versions",

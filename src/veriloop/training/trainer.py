@@ -61,7 +61,12 @@ from veriloop.training.recipes import RECIPES
 from veriloop.training.run.alarms import NonFiniteError, RunAlarms, alarms_not_for, check_finite
 from veriloop.training.run.checkpoint import RunState, load_checkpoint, save_checkpoint
 from veriloop.training.run.metrics import MetricsLog, staleness, step_metrics
-from veriloop.training.run.preflight import check_context_fits, check_verifier_reads_references, sample_problems
+from veriloop.training.run.preflight import (
+    check_context_fits,
+    check_verifier_reads_references,
+    resolve_micro_batch_size,
+    sample_problems,
+)
 from veriloop.training.run.run_dir import open_run_dir
 from veriloop.training.run.tracking import build_tracker, check_installed
 from veriloop.verifiers import get as get_verifier
@@ -91,6 +96,7 @@ class Trainer:
         if cfg.threads:
             torch.set_num_threads(cfg.threads)
         start = self._check_inputs(policy, task, verifier)  # everything wrong with the input fails before the run dir
+        cfg = self.cfg  # with the micro-batch size the memory budget gives
         checkpoint = open_run_dir(self.run_dir, to_dict(cfg), resume)
         rollouts = self.run_dir / "rollouts"  # the records (indexed for the run browser) and what updates made of them
         self.store, self.token_values = RecordStore(rollouts, index=True), TokenValueStore(rollouts)
@@ -129,6 +135,7 @@ class Trainer:
         problems = sample_problems(self.task, cfg.seed)
         check_verifier_reads_references(self.verifier, cfg.verifier, self.task, cfg.task.reward_verifier(), problems)
         check_context_fits(start, cfg.policy, self.task, problems, cfg.sampling.max_new_tokens)
+        self.cfg = resolve_micro_batch_size(cfg, start, problems)  # before the run directory records the config
         check_installed(cfg.report_to)
         ENGINES.get(cfg.rollout.engine).require(EngineSections.of(cfg))  # an install message before the run dir
         return start

@@ -30,11 +30,9 @@ import torch
 from torch.utils.checkpoint import checkpoint
 
 from veriloop.algorithms import entropy_from_logprobs, sampling_logprobs, suppress_end_tokens
+from veriloop.models.memory import HEAD_CHUNK_ELEMENTS
 
-# auto chunk: as many tokens as keep one chunk's float32 logits at <= 2**25 values (128 MiB; 220 tokens at a
-# 151,936-token vocabulary).  Smaller chunks starve the head's matmuls: at 110 tokens the weight gradient's
-# [V, M] x [M, H] product ran at 72 GFLOP/s against 91-104 from 256 tokens up (2 threads), +5 s a step.
-CHUNK_ELEMENTS = 1 << 25
+CHUNK_ELEMENTS = HEAD_CHUNK_ELEMENTS  # the auto chunk's float32 logits (models/memory.py says why this size)
 
 
 class TokenLogprobs(NamedTuple):

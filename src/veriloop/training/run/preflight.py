@@ -9,9 +9,11 @@ errors, said before any step with what to pass instead.
 
 from __future__ import annotations
 
+import dataclasses
 import random
 
 from veriloop.errors import InputError
+from veriloop.models.memory import budget_micro_batch_size
 from veriloop.verifiers.base import VerifierError
 
 # How many training problems the checks read: enough to meet a task's long prompts, cheap for any task.
@@ -68,3 +70,14 @@ def check_context_fits(policy, policy_name: str, task, problems: list, max_new_t
             f"(a local Hugging Face causal LM; {HF_RECIPE} is the shipped recipe for GSM8K), "
             "or shorten sampling.max_new_tokens"
         )
+
+
+def resolve_micro_batch_size(cfg, policy, problems: list):
+    """``cfg`` with ``update.micro_batch_size`` set: as given, or where it is 0 (the default) the rows of the task's
+    longest sampled prompt plus ``sampling.max_new_tokens`` whose activations ``update.micro_batch_memory_mib``
+    holds for this model (``models/memory.py``).  The run directory's config records the number it ran with."""
+    if cfg.update.micro_batch_size > 0:
+        return cfg
+    longest = max((len(policy.encode_prompt(p.prompt)) for p in problems), default=1)
+    rows = budget_micro_batch_size(cfg.update, policy, cfg.dtype, longest, cfg.sampling.max_new_tokens)
+    return dataclasses.replace(cfg, update=dataclasses.replace(cfg.update, micro_batch_size=rows))
