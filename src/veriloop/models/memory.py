@@ -7,9 +7,9 @@ outputs, the projections' inputs and outputs, the rotary copies of q and k, the 
 up, activation and product.  Calibrated on the peer contract's model (hidden 256, 4 layers, MLP 1,024, float32):
 micro-batches of 8 and 64 rows of 72 tokens peaked at 566 and 1,156 MiB of RSS, 10.5 MiB per row; this formula
 gives 10.6 (``docs/configuration.md``: micro-batches).  With gradient checkpointing a layer keeps only its input
-(``h``), plus one layer's full set while it is recomputed.  The LM head's float32 logits, their log-softmax and probabilities
-(``3 x 4 x V`` bytes per completion token) are bounded by the log-prob chunk (``CHUNK_ELEMENTS``) when the
-vocabulary is large, so they cost at most ``3 x 4 x CHUNK_ELEMENTS`` bytes per micro-batch.
+(``h``), plus one layer's full set while it is recomputed.  The LM head's float32 logits, their log-softmax and
+probabilities (``3 x 4 x V`` bytes per completion token) are bounded by the log-prob chunk
+(``HEAD_CHUNK_ELEMENTS``) when the vocabulary is large: at most ``3 x 4 x HEAD_CHUNK_ELEMENTS`` bytes.
 """
 
 from __future__ import annotations
