@@ -67,7 +67,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import result_args, save  # noqa: E402
+from common import link, result_args, save  # noqa: E402
 
 # name -> (architecture, hidden, layers, heads, KV heads, intermediate, vocabulary, tied embeddings); head_dim 64
 SIZES = {
@@ -606,14 +606,17 @@ def summarise(runs: list[dict], size: str, variant: str) -> dict:
     }
 
 
-def print_tables(a, info: dict, models: dict, summary: dict) -> None:
-    print(
+def table_lines(a: dict, info: dict, models: dict, summary: dict) -> list[str]:
+    """The tables of one run (``a``: its arguments), as markdown lines."""
+    out: list[str] = []
+    add = out.append
+    add(
         f"# {info['date']}; {info['nproc']} CPUs ({info['cpu']}); torch {info['torch']}, transformers "
         f"{info['transformers']}, trl {info['trl']}, accelerate {info['accelerate']}, datasets {info['datasets']}; "
-        f"{a.threads} threads; EOS {a.eos}; {a.rounds} rounds x steps 2..{a.steps} (sampler: {a.sampler_repeats} "
-        f"calls) per variant"
+        f"{a['threads']} threads; EOS {a['eos']}; {a['rounds']} rounds x steps 2..{a['steps']} (sampler: "
+        f"{a['sampler_repeats']} calls) per variant"
     )
-    print(
+    add(
         "\n| model | TRL ckpt on s/step | TRL ckpt off s/step | veriloop s/step | veriloop ckpt s/step "
         "| veriloop mb16 s/step | TRL on / veriloop | TRL off / veriloop | TRL on / veriloop ckpt "
         "| TRL on / veriloop mb16 | RSS MiB TRL on | RSS MiB TRL off | RSS MiB veriloop | RSS MiB veriloop ckpt "
@@ -625,22 +628,22 @@ def print_tables(a, info: dict, models: dict, summary: dict) -> None:
         rss = " | ".join(f(x["peak_rss_mib"], ".0f") for x in (on, off, ours, ck, mb))
         both = on["peak_rss_mib"] and mb["peak_rss_mib"]
         share = f(mb["peak_rss_mib"] / on["peak_rss_mib"] * 100, ".0f") + "%" if both else ""
-        print(
+        add(
             f"| {size} ({m['params']:,}) | {f(on['step_s'])} | {f(off['step_s'])} | {f(ours['step_s'])} "
             f"| {f(ck['step_s'])} | {f(mb['step_s'])} | {ratio(on)} | {ratio(off)} | {ratio(on, ck)} "
             f"| {ratio(on, mb)} | {rss} | {share} |"
         )
-    print(
+    add(
         "\n| model | step part | TRL ckpt on | TRL ckpt off | veriloop | veriloop ckpt | veriloop mb16 |\n|---|---|"
         + "---:|" * 5
     )
     for size in models:
         xs = [summary[size][v] for v in STEPPERS]
-        print(f"| {size} | generate s | {' | '.join(f(x['generate_s']) for x in xs)} |")
+        add(f"| {size} | generate s | {' | '.join(f(x['generate_s']) for x in xs)} |")
         rest = [f(x["step_s"] - x["generate_s"]) if x["step_s"] and x["generate_s"] else "" for x in xs]
-        print(f"| {size} | step - generate s (medians) | {' | '.join(rest)} |")
-        print(f"| {size} | tokens generated | {' | '.join(f(x['tokens'], '.0f') for x in xs)} |")
-    print(
+        add(f"| {size} | step - generate s (medians) | {' | '.join(rest)} |")
+        add(f"| {size} | tokens generated | {' | '.join(f(x['tokens'], '.0f') for x in xs)} |")
+    add(
         "\n| model | generate() tokens/s | veriloop sampler tokens/s | sampler / generate() | tokens per call "
         "(generate / sampler) | RSS MiB generate() | RSS MiB sampler |\n|---|" + "---:|" * 6
     )
@@ -648,17 +651,77 @@ def print_tables(a, info: dict, models: dict, summary: dict) -> None:
         hf, ours = summary[size]["generate"], summary[size]["sampler"]
         both = hf["tokens_per_s"] and ours["tokens_per_s"]
         ratio = f(ours["tokens_per_s"] / hf["tokens_per_s"]) + "x" if both else ""
-        print(
+        add(
             f"| {size} | {f(hf['tokens_per_s'], ',.0f')} | {f(ours['tokens_per_s'], ',.0f')} | {ratio} "
             f"| {f(hf['tokens'], '.0f')} / {f(ours['tokens'], '.0f')} | {f(hf['peak_rss_mib'], '.0f')} "
             f"| {f(ours['peak_rss_mib'], '.0f')} |"
         )
     for size in models:
         for variant, s in summary[size].items():
-            if any(e != a.eos for e in s["eos"]):
-                print(f"note: {size} {variant} ran with EOS {', '.join(s['eos'])}, not {a.eos}")
-            if any(t != a.threads for t in s["threads"]):
-                print(f"note: {size} {variant} ran with {s['threads']} torch threads, not {a.threads}")
+            if any(e != a["eos"] for e in s["eos"]):
+                add(f"note: {size} {variant} ran with EOS {', '.join(s['eos'])}, not {a['eos']}")
+            if any(t != a["threads"] for t in s["threads"]):
+                add(f"note: {size} {variant} ran with {s['threads']} torch threads, not {a['threads']}")
+    return out
+
+
+PAGE = "peers"
+
+
+def render(results: list[dict]) -> str:
+    """Each committed run's tables, the stamp under them."""
+    lines = [
+        "# Against the peers: TRL's GRPOTrainer and transformers' generate()",
+        "",
+        "`benchmarks/peers.py` runs the peer-baseline contract side by side with TRL 1.16's `GRPOTrainer` and "
+        "transformers' `generate()`, each side in a process of its own, in interleaved rounds (the order reversed "
+        "every other round); a cell is the median of every timed step (steps 2..N) over the rounds, peak RSS the "
+        "largest over them. Two workloads: the contract's random Llama with a 512-token vocabulary (`4.5M`), and "
+        "the same body with Qwen2.5's vocabulary of 151,936 tokens, tied embeddings and 2 KV heads (`qwen-vocab`), "
+        "where the logits dominate. The benchmark's docstring spells out both sides' settings; the "
+        "[benchmarks guide](../guides/benchmarks.md#against-the-peers) reads the numbers.",
+    ]
+    for r in results:
+        sizes = ", ".join(r["models"])
+        lines += ["", f"## {sizes}", ""]
+        body = table_lines(r["args"], r["machine"], r["models"], r["summary"])
+        lines += [line if not line.startswith("# ") else line[2:] for line in body]
+        s = r["stamp"]
+        lines += ["", f"- `{s['command']}` at `{s['commit']}`, {s['date']}, {s['machine']}"]
+    return "\n".join(lines) + "\n"
+
+
+def _summary_block(results: list[dict], where: str) -> str:
+    """One row per workload of the committed runs: the goals' three ratios (step time, peak RSS, sampler)."""
+    lines = [
+        "| workload | TRL s/step (ckpt on / off) | veriloop s/step | TRL on / veriloop | peak RSS MiB: TRL on "
+        "/ veriloop / veriloop mb16 | veriloop / TRL on | veriloop mb16 / TRL on | sampler / `generate()` |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in results:
+        for size, m in r["models"].items():
+            x = r["summary"][size]
+            on, off, ours, mb = x["trl-ckpt-on"], x["trl-ckpt-off"], x["veriloop"], x["veriloop-mb16"]
+            hf, sampler = x["generate"], x["sampler"]
+
+            def ratio(a, b, pct=False):
+                if not a or not b:
+                    return ""
+                return f"{a / b * 100:.0f}%" if pct else f"{a / b:.2f}x"
+
+            rss = lambda s: f(s["peak_rss_mib"], ",.0f")  # noqa: E731
+            lines.append(
+                f"| {size} ({m['params'] / 1e6:.1f}M, vocabulary {m.get('vocab', 512):,}) | {f(on['step_s'])} / "
+                f"{f(off['step_s'])} | {f(ours['step_s'])} | {ratio(on['step_s'], ours['step_s'])} | {rss(on)} / "
+                f"{rss(ours)} / {rss(mb)} | {ratio(ours['peak_rss_mib'], on['peak_rss_mib'], True)} "
+                f"| {ratio(mb['peak_rss_mib'], on['peak_rss_mib'], True)} "
+                f"| {ratio(sampler['tokens_per_s'], hf['tokens_per_s'])} |"
+            )
+    page = link("docs/results/peers.md", where)
+    return "\n".join(lines) + f"\n\nFrom the runs on the [results page]({page}) (commands and stamps there).\n"
+
+
+blocks = {"peers-summary": _summary_block}
 
 
 def use_bench_env() -> None:
@@ -766,7 +829,7 @@ def main() -> None:
                         file=sys.stderr,
                     )
     summary = {s: {v: summarise(runs, s, v) for v in VARIANTS} for s in sizes}
-    print_tables(a, info, models, summary)
+    print("\n".join(table_lines(vars(a), info, models, summary)))
     wall = time.time() - started
     print(f"\nwall time {wall / 60:.1f} min")
     for m in models.values():

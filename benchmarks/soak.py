@@ -15,7 +15,8 @@ A leak shows as steady growth after warm-up; allocator noise as a few MB that do
 It also times every step's bookkeeping: the time from one step's end to the next one's (checkpoints, records and
 metrics included) less the step's generate, verify and update phases; the medians of steps 6..15 and of the last
 ten steps are compared (``bookkeeping``), so work that grows with the run's length (a file rewritten whole at every
-step, a list scanned) shows as a difference that grows with ``--steps``.
+step, a list scanned) shows as a difference that grows with ``--steps``.  ``--metrics-rewrite`` puts back, for
+comparison, what metrics.jsonl did before it was appended to: the whole file rewritten at every step.
 The result (``--json``) holds the settings, every sample and the summary.  The run directory is a temporary one,
 removed at the end; with ``--work DIR`` it is ``DIR/soak-<date>-<time>``, kept.
 Linux only (it reads ``/proc``).  ``--quick``: 3 steps of 2 prompts x 2, 8 new tokens, a sample and a checkpoint
@@ -168,10 +169,24 @@ def options(a, run_dir: str) -> dict:
     return out
 
 
+def rewrite_metrics_whole() -> None:
+    """MetricsLog as it was before it appended: every row rewrites the whole file (atomically)."""
+    from veriloop.training.run.metrics import MetricsLog
+
+    def append(self, row: dict) -> None:
+        self.rows.append(row)
+        self._write()
+
+    MetricsLog.append = append
+
+
 def run(a, run_dir: str) -> dict:
     from veriloop.config import build_config
     from veriloop.training.config import TrainConfig
     from veriloop.training.trainer import Trainer
+
+    if a.metrics_rewrite:
+        rewrite_metrics_whole()
 
     settings = options(a, run_dir)
     cfg = build_config(TrainConfig, {}, settings)
@@ -218,7 +233,42 @@ def run(a, run_dir: str) -> dict:
         f"{summary['s_per_step_warm']:.2f} s/step after warm-up",
         flush=True,
     )
-    return {"settings": {k: v for k, v in settings.items() if k != "run_dir"}, "samples": samples, "summary": summary}
+    settings = {k: v for k, v in settings.items() if k != "run_dir"}
+    metrics_writes = "rewritten whole at every step" if a.metrics_rewrite else "appended"
+    return {"settings": settings, "metrics_jsonl": metrics_writes, "samples": samples, "summary": summary}
+
+
+PAGE = "soak"
+
+
+def render(results: list[dict]) -> str:
+    """Bookkeeping per step early and late in a run, for each way of writing metrics.jsonl."""
+    lines = [
+        "# What grows with a run's length",
+        "",
+        "`benchmarks/soak.py` trains the shipped base with GRPO for many small steps in one process (records, "
+        "metrics and checkpoints written as `veriloop train` writes them) and times each step's *bookkeeping*: the "
+        "time from one step's end to the next one's, less the step's generate, verify and update phases. Work "
+        "that grows with the run's length shows as a difference between the early steps and the last ones. "
+        "`--metrics-rewrite` puts back what metrics.jsonl did before it was appended to: the whole file rewritten "
+        "at every step.",
+        "",
+        "| metrics.jsonl | steps | bookkeeping, steps 6..15 (ms, median) | bookkeeping, last ten steps (ms, median) "
+        "| difference (ms) | RSS growth after warm-up (MB per 100 steps) | s/step |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in results:
+        b, g = r["summary"]["bookkeeping"], r["summary"]
+        lines.append(
+            f"| {r.get('metrics_jsonl', 'appended')} | {r['settings']['steps']:,} | {b['early_ms']:.1f} "
+            f"| {b['late_ms']:.1f} | {b['late_ms'] - b['early_ms']:+.1f} | {g['rss_mb_per_100_steps']:+.2f} "
+            f"| {g['s_per_step_warm']:.3f} |"
+        )
+    lines.append("")
+    for r in results:
+        s = r["stamp"]
+        lines.append(f"- `{s['command']}` at `{s['commit']}`, {s['date']}, {s['machine']}")
+    return "\n".join(lines) + "\n"
 
 
 def main() -> None:
@@ -234,6 +284,11 @@ def main() -> None:
     p.add_argument("--warmup", type=float, default=0.1, help="share of the run after which growth is measured")
     p.add_argument("--work", default="", help="keep the run directory, in this directory (default: a temporary one)")
     p.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="more veriloop options")
+    p.add_argument(
+        "--metrics-rewrite",
+        action="store_true",
+        help="for comparison: rewrite metrics.jsonl whole at every step, as before it was appended to",
+    )
     result_args(p, "soak")
     a = p.parse_args()
     if a.quick:

@@ -197,26 +197,52 @@ def run(a) -> dict:
     }
 
 
-def print_table(r: dict) -> None:
+def table_lines(r: dict) -> list[str]:
+    """One profile's header and phase table, as markdown lines."""
+    out: list[str] = []
+    add = out.append
     m, floor = r["median"], r["floor"]
-    print(
+    add(
         f"# {r['model']['size']} ({r['model']['params']:,} parameters), {r['threads']} threads; fp32 matmul "
         f"measured at the model's shapes: {r['matmul_gflops']:.0f} GFLOP/s at 4096 rows, "
         f"{r['decode_matmul_gflops']:.0f} at 64 rows (a decode step: generation's floor); median of steps "
         f"2..{len(r['steps'])}; {m['tokens']:.0f} tokens generated per step; peak RSS {r['peak_rss_mib']:.0f} MiB"
     )
     shares = r["sampler_op_shares"]
-    print(
+    add(
         f"# one sampler call (torch profiler, self CPU time): aten::mm {shares['aten::mm']:.0%}, "
         f"aten::bmm {shares['aten::bmm']:.0%}"
     )
-    print("\n| phase | seconds | share | floor s | x floor |\n|---|---:|---:|---:|---:|")
+    add("\n| phase | seconds | share | floor s | x floor |\n|---|---:|---:|---:|---:|")
     for phase in ("generate", "verify", "forward", "backward", "optimizer", "rest", "wall"):
         if phase not in m:
             continue
         fl = floor.get(phase)
         over = f"{m[phase] / fl:.1f}" if fl else ""
-        print(f"| {phase} | {m[phase]:.3f} | {m[phase] / m['wall']:.0%} | {f'{fl:.3f}' if fl else ''} | {over} |")
+        add(f"| {phase} | {m[phase]:.3f} | {m[phase] / m['wall']:.0%} | {f'{fl:.3f}' if fl else ''} | {over} |")
+    return out
+
+
+PAGE = "step-profile"
+
+
+def render(results: list[dict]) -> str:
+    lines = [
+        "# Where a GRPO step's time goes",
+        "",
+        "`benchmarks/step_profile.py` runs the peer contract's GRPO step (8 prompts x 8 completions, 64 new tokens, "
+        "token-mean loss, no KL, one pass, AdamW) in one process and times each phase with a wrapper around the "
+        "function that does it; a phase's floor is its matmul FLOPs at this machine's fp32 `torch.mm` rate measured "
+        "at the model's own shapes (the LM head's included). The [benchmarks guide]"
+        "(../guides/benchmarks.md#where-a-steps-time-goes) reads the numbers.",
+    ]
+    for r in results:
+        m = r["model"]
+        lines += ["", f"## {m['size']}: {m.get('architecture', 'llama')}, vocabulary {m.get('vocab', 512):,}", ""]
+        lines += [line[2:] if line.startswith("# ") else line for line in table_lines(r)]
+        s = r["stamp"]
+        lines += ["", f"- `{s['command']}` at `{s['commit']}`, {s['date']}, {s['machine']}"]
+    return "\n".join(lines) + "\n"
 
 
 def main() -> None:
@@ -235,7 +261,7 @@ def main() -> None:
     if a.steps < 2:
         p.error("--steps must be >= 2")
     result = run(a)
-    print_table(result)
+    print("\n".join(table_lines(result)))
     save(a, "step_profile", {"args": vars(a), **result})
 
 
