@@ -711,7 +711,7 @@ def _summary_block(results: list[dict], where: str) -> str:
 
             rss = lambda s: f(s["peak_rss_mib"], ",.0f")  # noqa: E731
             lines.append(
-                f"| {size} ({m['params'] / 1e6:.1f}M, vocabulary {m.get('vocab', 512):,}) | {f(on['step_s'])} / "
+                f"| {size} ({m['params'] / 1e6:.1f}M parameters, vocabulary {m.get('vocab', 512):,}) | {f(on['step_s'])} / "
                 f"{f(off['step_s'])} | {f(ours['step_s'])} | {ratio(on['step_s'], ours['step_s'])} | {rss(on)} / "
                 f"{rss(ours)} / {rss(mb)} | {ratio(ours['peak_rss_mib'], on['peak_rss_mib'], True)} "
                 f"| {ratio(mb['peak_rss_mib'], on['peak_rss_mib'], True)} "
