@@ -710,13 +710,17 @@ def _summary_block(results: list[dict], where: str) -> str:
                 return f"{a / b * 100:.0f}%" if pct else f"{a / b:.2f}x"
 
             rss = lambda s: f(s["peak_rss_mib"], ",.0f")  # noqa: E731
-            lines.append(
-                f"| {size} ({m['params'] / 1e6:.1f}M parameters, vocabulary {m.get('vocab', 512):,}) | {f(on['step_s'])} / "
-                f"{f(off['step_s'])} | {f(ours['step_s'])} | {ratio(on['step_s'], ours['step_s'])} | {rss(on)} / "
-                f"{rss(ours)} / {rss(mb)} | {ratio(ours['peak_rss_mib'], on['peak_rss_mib'], True)} "
-                f"| {ratio(mb['peak_rss_mib'], on['peak_rss_mib'], True)} "
-                f"| {ratio(sampler['tokens_per_s'], hf['tokens_per_s'])} |"
-            )
+            cells = [
+                f"{size} ({m['params'] / 1e6:.1f}M parameters, vocabulary {m.get('vocab', 512):,})",
+                f"{f(on['step_s'])} / {f(off['step_s'])}",
+                f(ours["step_s"]),
+                ratio(on["step_s"], ours["step_s"]),
+                f"{rss(on)} / {rss(ours)} / {rss(mb)}",
+                ratio(ours["peak_rss_mib"], on["peak_rss_mib"], True),
+                ratio(mb["peak_rss_mib"], on["peak_rss_mib"], True),
+                ratio(sampler["tokens_per_s"], hf["tokens_per_s"]),
+            ]
+            lines.append("| " + " | ".join(cells) + " |")
     page = link("docs/results/peers.md", where)
     return "\n".join(lines) + f"\n\nFrom the runs on the [results page]({page}) (commands and stamps there).\n"
 

@@ -6,8 +6,8 @@ hidden size, ``kv`` the width of the keys and values, ``I`` the MLP's inner size
 outputs, the projections' inputs and outputs, the rotary copies of q and k, the attention output, the MLP's gate,
 up, activation and product.  Calibrated on the peer contract's model (hidden 256, 4 layers, MLP 1,024, float32):
 micro-batches of 8 and 64 rows of 72 tokens peaked at 570 and 1,119 MiB of RSS, 9.8 MiB per row; this formula
-gives 10.6, 8% over (``docs/configuration.md``: micro-batches).  With gradient checkpointing a layer keeps only its input
-(``h``), plus one layer's full set while it is recomputed.  The LM head's float32 logits, their log-softmax and
+gives 10.6, 8% over (``docs/configuration.md``: micro-batches).  With gradient checkpointing a layer keeps only its
+input (``h``), plus one layer's full set while it is recomputed.  The LM head's float32 logits, their log-softmax and
 probabilities (``3 x 4 x V`` bytes per completion token) are bounded by the log-prob chunk
 (``HEAD_CHUNK_ELEMENTS``) when the vocabulary is large: at most ``3 x 4 x HEAD_CHUNK_ELEMENTS`` bytes.
 """
