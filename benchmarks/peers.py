@@ -32,7 +32,7 @@ no KL (no reference model), clip 0.2, one pass per batch, AdamW lr 1e-6, grad no
   a verifier registered here that reads ``answer=<n>``, ``loss.aggregation token-mean``, ``kl.beta 0``,
   ``update.inner_updates 1``, ``update.skip_zero_advantage false`` so flat groups are computed as TRL computes them;
   micro-batches as veriloop's default cuts them: the rows whose estimated activations ``update.micro_batch_memory_mib``
-  (512 MiB) holds, one optimizer step either way).
+  holds, one optimizer step either way).
   ``veriloop-ckpt`` is the same with ``update.gradient_checkpointing true`` (per-layer activation checkpointing,
   TRL's default), to compare memory like with like.  ``veriloop-mb16`` keeps the 64-row batch and one optimizer step
   but runs the forward and backward over micro-batches of 16 rows (``update.micro_batch_size 16``: the gradient is

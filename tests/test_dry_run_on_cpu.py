@@ -81,7 +81,7 @@ def test_dry_run_memory_follows_the_options_that_change_it(capsys):
     on_policy = memory("--update.inner_updates", "1")
     assert on_policy["staleness, in policy versions"] == "up to 0 (lag 0 x mu + mu - 1): on-policy"
     checkpointed = memory("--update.gradient_checkpointing", "true")
-    size = lambda text: float(text.split()[0])  # noqa: E731 - MiB for this model
+    size = lambda text: float(text.split()[0]) * (1024 if text.split()[1].startswith("GiB") else 1)  # noqa: E731 - MiB
     assert size(checkpointed["learner memory, estimated"]) < size(plain["learner memory, estimated"])
     shorter = memory("--sampling.max_new_tokens", "32")["sampler KV cache, estimated"]
     assert size(shorter) < size(plain["sampler KV cache, estimated"])

@@ -172,7 +172,7 @@ class UpdateConfig:
         },
     )
     micro_batch_memory_mib: float = field(
-        default=512.0,
+        default=1024.0,
         metadata={
             "help": "activation memory one micro-batch may hold, estimated from the model's shapes for the longest "
             "prompt plus max_new_tokens (docs/configuration.md#micro-batches); read when micro_batch_size is 0",
