@@ -204,6 +204,12 @@ def save(args: argparse.Namespace, name: str, result: dict, root: Path = ROOT) -
 # ---------------------------------------------------------------------------------------------- rendering helpers
 
 
+def stamp_line(result: dict) -> str:
+    """A result's stamp as a results page's list item: its command, commit, date and machine."""
+    s = result["stamp"]
+    return f"- `{s['command']}` at `{s['commit']}`, {s['date']}, {s['machine']}"
+
+
 def link(target: str, where: str) -> str:
     """A relative link to ``target`` from the Markdown file ``where`` (both relative to the repository's root):
     ``link("docs/results/demo.svg", "README.md") == "docs/results/demo.svg"``, from ``docs/index.md``

@@ -67,7 +67,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import link, result_args, save  # noqa: E402
+from common import link, result_args, save, stamp_line  # noqa: E402
 
 # name -> (architecture, hidden, layers, heads, KV heads, intermediate, vocabulary, tied embeddings); head_dim 64
 SIZES = {
@@ -686,8 +686,7 @@ def render(results: list[dict]) -> str:
         lines += ["", f"## {sizes}", ""]
         body = table_lines(r["args"], r["machine"], r["models"], r["summary"])
         lines += [line if not line.startswith("# ") else line[2:] for line in body]
-        s = r["stamp"]
-        lines += ["", f"- `{s['command']}` at `{s['commit']}`, {s['date']}, {s['machine']}"]
+        lines += ["", stamp_line(r)]
     return "\n".join(lines) + "\n"
 
 

@@ -36,7 +36,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import result_args, save, silence_hub_progress  # noqa: E402
+from common import result_args, save, silence_hub_progress, stamp_line  # noqa: E402
 
 PAGE_KB = os.sysconf("SC_PAGE_SIZE") // 1024
 
@@ -265,9 +265,7 @@ def render(results: list[dict]) -> str:
             f"| {g['s_per_step_warm']:.3f} |"
         )
     lines.append("")
-    for r in results:
-        s = r["stamp"]
-        lines.append(f"- `{s['command']}` at `{s['commit']}`, {s['date']}, {s['machine']}")
+    lines += [stamp_line(r) for r in results]
     return "\n".join(lines) + "\n"
 
 

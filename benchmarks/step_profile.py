@@ -33,7 +33,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import peers  # noqa: E402  (the contract: model, tokenizer, problems, options)
-from common import result_args, save  # noqa: E402
+from common import result_args, save, stamp_line  # noqa: E402
 
 
 class Timers:
@@ -240,8 +240,7 @@ def render(results: list[dict]) -> str:
         m = r["model"]
         lines += ["", f"## {m['size']}: {m.get('architecture', 'llama')}, vocabulary {m.get('vocab', 512):,}", ""]
         lines += [line[2:] if line.startswith("# ") else line for line in table_lines(r)]
-        s = r["stamp"]
-        lines += ["", f"- `{s['command']}` at `{s['commit']}`, {s['date']}, {s['machine']}"]
+        lines += ["", stamp_line(r)]
     return "\n".join(lines) + "\n"
 
 
