@@ -414,7 +414,12 @@ def _evaluate(cfg: PipelineConfig, task, model: Path) -> dict:
         problems,
         cfg.rl.task.eval_verifiers(),
         EvalConfig(n_samples=0),
-        tools=tool_settings(task, cfg.rl.rollout.max_tool_calls, cfg.rl.rollout.tool_timeout_s),
+        tools=tool_settings(
+            task,
+            cfg.rl.rollout.max_tool_calls,
+            cfg.rl.rollout.tool_timeout_s,
+            cfg.rl.rollout.tool_interpreter,
+        ),
     )
     return {
         "greedy_accuracy": r.greedy_accuracy,

@@ -14,6 +14,7 @@ DataSource = Literal["policy", "initial", "teacher", "task-teacher"]
 DATA_SOURCES = typing.get_args(DataSource)
 Mode = Literal["sync", "async"]
 MODES = typing.get_args(Mode)
+ToolInterpreter = Literal["warm", "fresh"]
 
 
 @dataclass
@@ -80,6 +81,15 @@ class RolloutConfig:
             "help": "task.reasoning tool: wall-clock limit of one code block (with the earlier "
             "blocks it re-runs for their state)",
             "gt": 0,
+        },
+    )
+
+    tool_interpreter: ToolInterpreter = field(
+        default="warm",
+        metadata={
+            "help": "task.reasoning tool: warm runs each code block in a forked copy of a sandboxed interpreter "
+            "kept per tool thread (the same isolation, nothing kept between calls, replaced when it dies), fresh "
+            "in a new sandboxed process per block (the same outputs, about 20x slower a call)",
         },
     )
 

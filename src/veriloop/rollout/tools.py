@@ -52,12 +52,14 @@ class ToolSettings:
     max_tool_calls: int = 4
     wall_seconds: float = 5.0
     output_chars: int = 200  # the output shown to the model is cut to this many characters (the record says so)
+    interpreter: str = "warm"  # warm: a forked copy of a kept sandboxed interpreter per call; fresh: a new process
 
     def as_dict(self) -> dict:
         return {
             "tool_format": self.format.name,
             "max_tool_calls": self.max_tool_calls,
             "tool_timeout_s": self.wall_seconds,
+            "tool_interpreter": self.interpreter,
         }
 
 

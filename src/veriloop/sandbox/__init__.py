@@ -37,7 +37,7 @@ The modules, lowest first (each imports only those before it): ``limits`` (``San
 run's isolation is: ``Isolation``, the seccomp filter, the view), ``process`` (starting and ending the process),
 ``harness`` (the program the child runs), ``namespaces`` (bwrap or unshare), ``supervisor`` (one sandboxed process),
 ``probe`` (what this machine allows: ``isolation()``), ``run`` (``run_program``), ``grader`` (``run_tests``: assert-
-style tests judged here).
+style tests judged here), ``warm`` (warm interpreters for tool calls: a forked copy per call, ``run_warm``).
 """
 
 from veriloop.sandbox.grader import RemoteError, TestRun, parse_tests, run_tests

@@ -6,7 +6,9 @@ the run's file system (under unshare all of it; under bwrap what bwrap leaves: s
 it, drop every capability; load the seccomp filter (where the bundle has one); as the namespace's first process
 (under unshare), fork (the first process only waits); install the audit hook; run the program; then either report
 how it ended (``run`` mode) or answer the grader's requests (``serve`` mode: the program's names, then calls in,
-strictly encoded values, handles or exceptions out).
+strictly encoded values, handles or exceptions out).  In ``warm`` mode (``warm.py``) the process runs no program:
+per request it forks a child that goes on as a ``run`` harness in an empty directory of its own, and reports the
+child's ending (output, reports, exit status) when the child is gone.
 """
 
 # The child's program.  It runs with -I (no user site, no PYTHONPATH, no cwd on sys.path).  One line in on the
@@ -285,12 +287,118 @@ def _main(_read=os.read, _write=os.write, _exit=os._exit, _exec=exec, _compile=c
         except (TypeError, ValueError):
             handles.append(v)
             report("HANDLE", _repr((_len(handles) - 1, _str(_type(v).__name__))))
+    hook_on = bundle.get("hook", True)
+    if mode == "warm":
+        # A warm interpreter (tool calls during rollouts): this process runs no program itself.  It imports the
+        # modules of the bundle's preload, then for each request forks a child, a fresh copy of it: the child takes
+        # an empty directory of its own and goes on below as a "run" harness (the hook, the program, its report);
+        # this process drains what the child prints under the cap, ends it at the wall clock, kills what is left
+        # of its process group and empties the run directory, so that nothing of one request reaches the next.
+        for name in bundle.get("preload", ()):
+            try:
+                __import__(name)
+            except BaseException:
+                pass
+        for name in _list(sys.modules):  # a cached module's import raises no audit event: none of these is cached
+            if name.split(".")[0] in forbidden_imports:
+                del sys.modules[name]
+        import time, select, signal, shutil, ctypes
+        # the child dies with this process (PR_SET_PDEATHSIG, SIGKILL), whatever layer it runs under: a warm
+        # process killed while a request runs leaves no program running without its wall clock
+        _set_death_signal, zygote = ctypes.CDLL(None, use_errno=True).prctl, os.getpid()
+        _set_death_signal(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE 0: its /proc files and memory are not its children's
+        _forget_ctypes()
+        retire_cpu = bundle["retire_cpu_seconds"]
+        report("WARM", _str(os.getpid()))
+        served = 0
+        while True:
+            line = readline()
+            if not line:
+                _exit(0)
+            program, wall, cap = literal(line.decode())
+            spent = os.times()
+            if spent[0] + spent[1] > retire_cpu:  # its own CPU time nears the limit it runs under: a new one goes on
+                report("RETIRE", "")
+                _exit(0)
+            report("TAKEN", "")  # from here on, this process ending is the program's doing
+            served += 1
+            run_dir = join(home, "run-" + _str(served))
+            os.mkdir(run_dir, 0o700)
+            fds = [os.pipe() for _ in range(3)]  # stdout, stderr, the child's reports
+            started = time.monotonic()
+            pid = os.fork()
+            if pid == 0:
+                _set_death_signal(1, 9, 0, 0, 0)  # PR_SET_PDEATHSIG, SIGKILL
+                if os.getppid() != zygote:  # it ended before that line: nobody would end this one
+                    _exit(1)
+                os.setpgid(0, 0)
+                os.close(ctrl_in)
+                os.close(ctrl_out)
+                for r, w in fds:
+                    os.close(r)
+                os.dup2(fds[0][1], 1)
+                os.dup2(fds[1][1], 2)
+                os.close(fds[0][1])
+                os.close(fds[1][1])
+                ctrl_out, mode = fds[2][1], "run"
+                os.chdir(run_dir)
+                home = realpath(run_dir)
+                break
+            for r, w in fds:
+                os.close(w)
+            try:
+                os.setpgid(pid, pid)  # the child does it too: whichever runs first
+            except OSError:
+                pass
+            out_fd, err_fd, rep_fd = fds[0][0], fds[1][0], fds[2][0]
+            kept, sizes, live = {out_fd: [], rep_fd: []}, {out_fd: 0, err_fd: 0, rep_fd: 0}, [out_fd, err_fd, rep_fd]
+            overflow = timed_out = False
+            while live and not overflow:
+                left = started + wall - time.monotonic()
+                if left <= 0:
+                    timed_out = True
+                    break
+                for fd in select.select(live, [], [], left)[0]:
+                    chunk = _read(fd, 1 << 16)
+                    if not chunk:
+                        live.remove(fd)
+                        continue
+                    sizes[fd] += _len(chunk)
+                    if fd in kept and sizes[fd] <= (4 << 20):
+                        kept[fd].append(chunk)
+                    overflow = overflow or sizes[out_fd] + sizes[err_fd] > cap
+            for fd in (out_fd, err_fd, rep_fd):
+                os.close(fd)
+            try:
+                os.killpg(pid, signal.SIGKILL)  # the child's group: anything it left behind goes with it
+            except OSError:
+                pass
+            status = os.waitpid(pid, 0)[1]
+            seconds = time.monotonic() - started
+            rc = -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
+            try:
+                os.killpg(pid, signal.SIGKILL)
+            except OSError:
+                pass
+            retire = False
+            for entry in os.listdir(home):  # the next request starts from an empty directory
+                path = join(home, entry)
+                try:
+                    if os.path.isdir(path) and not os.path.islink(path):
+                        shutil.rmtree(path)
+                    else:
+                        os.unlink(path)
+                except BaseException:
+                    retire = True  # left behind: this process goes, its supervisor removes its directory
+            out, reports = b"".join(kept[out_fd])[:cap], b"".join(kept[rep_fd])
+            report("RESULT", _repr((rc, out, reports, overflow, timed_out, seconds, retire)))
+            if retire:
+                _exit(0)
     try:
         code = _compile(program, "<program>", "exec")
     except SyntaxError as e:
         report("CRASH", "SyntaxError: " + _str(e))
         _exit(0)
-    hook_on = bundle.get("hook", True)
     del bundle, program
     if hook_on:
         sys.addaudithook(hook)

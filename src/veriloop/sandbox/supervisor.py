@@ -103,10 +103,12 @@ class Child:
         stdin: str | None,
         iso: Isolation,
         audit_hook: bool = True,
+        extra: dict | None = None,
     ):
         self.limits, self.token, self.isolation = limits, secrets.token_hex(16), iso
         seccomp = iso.seccomp_spec()  # before anything is made: an error here leaves nothing behind
         argv, bundle = self._make_run(program, mode, audit_hook)
+        bundle.update(extra or {})  # what a mode reads besides (a warm interpreter's preload and CPU limit)
         if seccomp:
             bundle["seccomp"] = seccomp
         self.cgroup, self.memory = run_cgroups(iso, limits, self.token[:16])
@@ -116,7 +118,7 @@ class Child:
         self.buffer, self.reports, self.over, self.read = b"", [], "", 0
         bundle = repr(bundle).encode() + b"\n"
         self.threads = [
-            threading.Thread(target=self._feed, args=(bundle, stdin, mode == "serve"), daemon=True),
+            threading.Thread(target=self._feed, args=(bundle, stdin, mode in ("serve", "warm")), daemon=True),
             threading.Thread(target=self._drain, args=(self.proc.stdout, self.out, None), daemon=True),
             threading.Thread(target=self._drain, args=(self.proc.stderr, self.err, _LAUNCHER_ERROR), daemon=True),
         ]
@@ -254,7 +256,14 @@ class Child:
         if self.isolation.namespaces and rc is not None and rc > 128:  # the run's signal, through its first process
             rc = -(rc - 128)
         result = _ending(
-            rc, reports, self.out, self.overflow, timed_out, finished, self.limits, time.monotonic() - self.started
+            rc,
+            reports,
+            self.out,
+            self.overflow.is_set(),
+            timed_out,
+            finished,
+            self.limits,
+            time.monotonic() - self.started,
         )
         return dataclasses.replace(result, layers=self.isolation.layers)
 
@@ -382,7 +391,7 @@ def _ending(rc, reports, out, overflow, timed_out, finished, limits, wall) -> Ru
         raise SandboxError(f"the sandbox could not be set up: {first['SETUP']}")
     if "VIOLATION" in first:
         return RunResult("violation", stdout, first["VIOLATION"], wall)
-    if overflow.is_set():
+    if overflow:
         return RunResult("output_limit", stdout, f"printed over {limits.output_bytes} bytes", wall)
     if timed_out:
         return RunResult("timeout", stdout, f"no exit within {limits.wall_seconds:g} s", wall)

@@ -186,8 +186,8 @@ PERIODIC_EVAL = OptionScope(
 TOOLS = OptionScope(
     "reasoning format",
     "task.reasoning",
-    ("rollout.max_tool_calls", "rollout.tool_timeout_s"),
-    {"cot": (), "pot": (), "tool": ("rollout.max_tool_calls", "rollout.tool_timeout_s")},
+    ("rollout.max_tool_calls", "rollout.tool_timeout_s", "rollout.tool_interpreter"),
+    {"cot": (), "pot": (), "tool": ("rollout.max_tool_calls", "rollout.tool_timeout_s", "rollout.tool_interpreter")},
 )
 
 SCOPES = (

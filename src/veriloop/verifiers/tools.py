@@ -1,6 +1,7 @@
 """The sandbox as a tool for tool-integrated rollouts (``rollout/tools.py``): a code block runs in the ``code``
-verifier's sandbox (``veriloop.sandbox``: a fresh limited process, the audit hook, no network, no input), after the
-earlier blocks of its completion that ran to their end (their state; their own output dropped).  A block's last
+verifier's sandbox (``veriloop.sandbox``: a limited process, the audit hook, no network, no input; by default a
+forked copy of a warm sandboxed interpreter, ``sandbox/warm.py``, else a fresh process), after the earlier blocks
+of its completion that ran to their end (their state; their own output dropped).  A block's last
 expression prints its value, as in a notebook.  ``tool_settings`` gives a task's tool format this runner."""
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ import secrets
 
 from veriloop.rollout.tools import ToolSettings
 from veriloop.sandbox import SandboxLimits, run_program
+from veriloop.sandbox.warm import run_warm
 
 
 def shown_output(status: str, stdout: str, detail: str, limit: int) -> str:
@@ -48,18 +50,21 @@ def run_block(earlier: list[str], code: str, settings: ToolSettings) -> tuple[st
         memory_mb=512,
         output_bytes=1 << 16,
     )
-    run = run_program(program, limits=limits)
+    run = run_warm(program, limits=limits) if settings.interpreter == "warm" else run_program(program, limits=limits)
     stdout = run.stdout.split(marker + "\n", 1)[1] if marker + "\n" in run.stdout else ""
     if marker not in run.stdout and run.status == "ok":  # pragma: no cover - the earlier blocks ran before
         return "crash", "crash: the earlier blocks did not run again", run.wall_seconds
     return run.status, shown_output(run.status, stdout, run.detail, settings.output_chars), run.wall_seconds
 
 
-def tool_settings(task, max_tool_calls: int = 4, tool_timeout_s: float = 5.0) -> ToolSettings | None:
-    """The settings a task asked in the tool format samples with (None for the other formats)."""
+def tool_settings(
+    task, max_tool_calls: int = 4, tool_timeout_s: float = 5.0, interpreter: str = "warm"
+) -> ToolSettings | None:
+    """The settings a task asked in the tool format samples with (None for the other formats); ``interpreter``:
+    ``rollout.tool_interpreter`` (warm: ``sandbox/warm.py``; fresh: a new sandboxed process per block)."""
     if getattr(task, "reasoning", "cot") != "tool":
         return None
     fmt = getattr(task, "tool_format", None)
     if fmt is None:
         raise ValueError(f"task {task.name!r} has no tool format (task.reasoning tool)")
-    return ToolSettings(fmt, run_block, max_tool_calls, tool_timeout_s)
+    return ToolSettings(fmt, run_block, max_tool_calls, tool_timeout_s, interpreter=interpreter)

@@ -38,7 +38,9 @@ class Collector:
         self.pending = pending  # batches sampled ahead (rollout.lag), saved with each checkpoint
         self.ledger = ledger  # every request's records, once (rollout/ledger.py)
         # task.reasoning tool: the policy's requests run code blocks (the task's demonstrations carry their own)
-        self.tools = tool_settings(task, cfg.rollout.max_tool_calls, cfg.rollout.tool_timeout_s)
+        self.tools = tool_settings(
+            task, cfg.rollout.max_tool_calls, cfg.rollout.tool_timeout_s, cfg.rollout.tool_interpreter
+        )
         self.sampling = with_thinking_end(cfg.sampling, task)  # sampling.max_thinking_tokens: the task's marker
 
     def collect(self, step: int, version: int) -> tuple[list[Record], list[Record], dict]:
