@@ -25,6 +25,7 @@ of 2 prompts x 2, a 2-step SFT, in a scratch ``--work``.
 from __future__ import annotations
 
 import argparse
+import shutil
 import statistics
 import sys
 import tempfile
@@ -49,9 +50,11 @@ PHASES = ("time_generate_s", "time_verify_s", "time_update_s", "time_step_s")
 
 def run_variant(name: str, base: str, a, round_: int) -> dict:
     fmt, interpreter = VARIANTS[name]
+    run_dir = Path(a.work) / f"{name}-round{round_}"
+    shutil.rmtree(run_dir, ignore_errors=True)  # this script's own run of an earlier invocation (the SFT base stays)
     settings = {
         "policy": base,
-        "run_dir": str(Path(a.work) / f"{name}-round{round_}"),
+        "run_dir": str(run_dir),
         "seed": a.seed,
         "steps": a.steps,
         "task.reasoning": fmt,
