@@ -33,7 +33,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import result_args, save, silence_hub_progress, stamp_line  # noqa: E402
+from common import link, result_args, save, silence_hub_progress, stamp_line  # noqa: E402
 from reasoning_formats import SFT, VERIFIER, base_of  # noqa: E402
 
 from veriloop.config import build_config  # noqa: E402
@@ -150,6 +150,27 @@ def render(results: list[dict]) -> str:
             "",
         ]
     return "\n".join(lines)
+
+
+def summary_block(results: list[dict], where: str) -> str:
+    """The latest result in a sentence, for the tools guide."""
+    r = results[-1]
+    s = r["summary"]
+    cot, warm, fresh = s["cot"], s["tool-warm"], s["tool-fresh"]
+
+    def sec(d):
+        return f"{d['time_step_s']['mean']:.2f} s"
+
+    return (
+        f"Measured ([results]({link('docs/results/tool-rollouts.md', where)}), {r['rounds']} rounds on "
+        f"{r['stamp']['machine']}): a GRPO step of 16 prompts x 8 took {sec(cot)} with chain of thought, "
+        f"{sec(warm)} with tool calls in warm sandboxes ({warm['step_ratio']['mean']:.2f}x CoT's step; the rollout "
+        f"phase alone {warm['rollout_ratio']['mean']:.1f}x) and {sec(fresh)} with a fresh sandboxed process per call "
+        f"({fresh['step_ratio']['mean']:.1f}x), each step making {warm['tool_calls_per_step']['mean']:.0f} calls."
+    )
+
+
+blocks = {"tool-rollouts-summary": summary_block}
 
 
 def main() -> None:
