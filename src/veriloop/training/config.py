@@ -83,6 +83,15 @@ class LossConfig:
             "ge": 0,
         },
     )
+    off_support: Literal["mask", "filter"] = field(
+        default="mask",
+        metadata={
+            "help": "a sampled token outside the current policy's sampling distribution (top-k/top-p/min_new_tokens "
+            "cut it: log-prob -inf, ratio 0): mask drops that token's objective term, filter drops its whole "
+            "completion's terms (KL and entropy included); either way the loss's normaliser still counts them, "
+            "and the step's off_support_* metrics count them"
+        },
+    )
 
     def __post_init__(self):
         check_typed(self, "loss")

@@ -40,7 +40,12 @@ from veriloop.models.batch import select, to_device, token_budget_split
 from veriloop.models.loading import load_policy
 from veriloop.models.lora import load_adapter_weights
 from veriloop.registry import OBJECTIVES
-from veriloop.training.loop.logprobs import TokenLogprobs, completion_logprobs
+from veriloop.training.loop.logprobs import (
+    TokenLogprobs,
+    can_leave_support,
+    completion_logprobs,
+    off_support_tokens,
+)
 from veriloop.training.loop.optim import backward_scaled, build_optimizer, clip_grad_norm, set_lr
 from veriloop.training.loop.share import ONE_RANK
 from veriloop.training.loop.signals import LearningBatch
@@ -301,15 +306,35 @@ class LocalLearner:
         T, mask = sub.completion_ids.shape[1], sub.completion_mask
         tl = self.logprobs(sub, want_full=bool(kl_beta) and self.cfg.kl.estimator == "exact")
         lp, adv = tl.sampled, lb.advantages[rows, :T].to(dev)
-        objective_t = self._objective(objective, lp, lb, old, rows, T, adv, mask, stats, first)
+        # Tokens outside the support of the objective's distribution (top-k/top-p/min_new_tokens cut them under the
+        # current policy): log-prob -inf, so ratio 0.  loss.off_support says which terms leave the loss; its
+        # normaliser keeps counting them (``mask``), the objective reads ``kept``.
+        off = off_support_tokens(lp, mask) if can_leave_support(self.cfg.sampling, objective.distribution) else None
+        if off is not None and first:
+            stats.acc("off_support_token_rate", float(off.sum()), float(mask.sum()))
+            stats.acc("off_support_tokens", float(off.sum()), 0.0)  # counts (the summary divides by max(0, 1))
+            stats.acc("off_support_rows", float(off.any(dim=1).sum()), 0.0)
+        if off is not None and not bool(off.any()):
+            off = None
+        kept, dropped_rows = mask, None
+        if off is not None:
+            lp = lp.masked_fill(off, 0.0)  # finite arithmetic: every term these tokens touch is dropped below
+            dropped_rows = off.any(dim=1) if c.off_support == "filter" else None
+            kept = mask * ~dropped_rows[:, None] if dropped_rows is not None else mask * ~off
+        objective_t = self._objective(objective, lp, lb, old, rows, T, adv, kept, stats, first, off)
+        if off is not None:
+            objective_t = objective_t.masked_fill(~kept.bool() & mask.bool(), 0.0)
         if kl_beta:
             kl = self._kl(tl, lb.ref_logprobs[rows, :T].to(dev), sub.completion_ids)
             if self.cfg.kl.importance_weighted:  # tokens of the behaviour policy, reweighted to the current one
                 behavior = lb.behavior[rows, :T].to(dev, lp.dtype)
                 kl = importance_weighted_kl(kl, lp, behavior)
+                live = mask
+                if off is not None:  # weight pi / pi_behaviour = 0 there
+                    kl, live = kl.masked_fill(off, 0.0), mask * ~off
                 # every pass (the later ones are where the policy has moved): the weights' mean distance from 1
-                distance = ((torch.exp(lp.detach() - behavior) - 1).abs() * mask).sum()
-                stats.acc("kl_weight_deviation", float(distance), float(mask.sum()))
+                distance = ((torch.exp(lp.detach() - behavior) - 1).abs() * live).sum()
+                stats.acc("kl_weight_deviation", float(distance), float(live.sum()))
             objective_t = objective_t - kl_beta * kl
             if first:
                 kl_sum = float((kl.detach() * mask).sum())
@@ -317,19 +342,23 @@ class LocalLearner:
                 stats.acc("kl_per_completion", kl_sum, float(mask.shape[0]))  # the adaptive controller's
         if c.entropy_coef:
             objective_t = objective_t + c.entropy_coef * tl.entropy
+        if dropped_rows is not None:  # filter: nothing of those completions is left (KL and entropy too)
+            objective_t = objective_t.masked_fill(dropped_rows[:, None], 0.0)
         loss = -aggregate_loss(objective_t, mask, c.aggregation, max_len=self.cfg.sampling.max_new_tokens)
         if first:
             behavior = lb.behavior[rows, :T].to(dev) if lb.behavior is not None else None
-            self._first_pass_stats(stats, lp, behavior, tl.entropy, mask)
+            self._first_pass_stats(stats, lp, behavior, tl.entropy, mask if off is None else mask * ~off)
             stats.token_values("learner_logprob", rows, lp, mask)
         return loss, aggregation_weight(mask, mb_mask.to(dev), c.aggregation) * lb.kept_share
 
-    def _objective(self, objective, lp, lb, old, rows, T, adv, mask, stats, first):
+    def _objective(self, objective, lp, lb, old, rows, T, adv, mask, stats, first, off=None):
         c = self.cfg.loss
         if not objective.needs_behavior:  # likelihood: no ratio
             return objective.per_token(lp, None, adv, mask, c)
         dev = lp.device
         den = old[rows.to(dev), :T] if old is not None else lb.behavior[rows, :T].to(dev, lp.dtype)
+        if off is not None and old is not None:  # the learner's own old log-prob is -inf there too (TIS)
+            den = den.masked_fill(off, 0.0)
         out = objective.per_token(lp, den, adv, mask, c)
         ratio = torch.exp(lp.detach() - den)
         stats.ratios(ratio, adv.expand_as(ratio), mask, c)

@@ -79,6 +79,20 @@ def token_logprobs(
     return dist.gather(-1, ids[..., None]).squeeze(-1), full
 
 
+def can_leave_support(sampling, distribution: str) -> bool:
+    """Can a sampled token have probability 0 under ``distribution``?  Only under the sampling distribution when
+    it cuts tokens (top-k, top-p, or the end-token ban of min_new_tokens); a full softmax of finite logits gives
+    every token some probability."""
+    truncated = sampling.top_k > 0 or sampling.top_p < 1.0 or getattr(sampling, "min_new_tokens", 0) > 0
+    return distribution == "sampling" and sampling.temperature > 0 and truncated
+
+
+def off_support_tokens(lp: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """``[N, T]`` bool: the loss tokens whose log-prob is -inf (outside the support of the distribution it was
+    taken under: seed 003 s.8.2, importance sampling cannot recover their contribution from this batch)."""
+    return torch.isneginf(lp.detach()) & mask.bool()
+
+
 def _token_stats(
     logits: torch.Tensor,
     ids: torch.Tensor,
