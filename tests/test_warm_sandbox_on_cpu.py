@@ -18,7 +18,8 @@ from veriloop.sandbox.warm import WarmInterpreter, WarmPool
 
 pytestmark = pytest.mark.timeout(240)
 
-LIMITS = SandboxLimits(wall_seconds=4, cpu_seconds=3, memory_mb=512, output_bytes=1 << 16)
+# short limits: the endless programs wait them out, warm and fresh, under each isolation
+LIMITS = SandboxLimits(wall_seconds=2, cpu_seconds=1, memory_mb=512, output_bytes=1 << 16)
 
 # program: the outcome a fresh run gives it (and the warm one must give too)
 PROGRAMS = {
