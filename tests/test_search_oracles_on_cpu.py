@@ -74,6 +74,22 @@ def test_search_tags_the_verifier_scorer_as_an_oracle_and_reports_truncation(tmp
     assert cut and all(r["outcome"] == "truncated" and not r["correct"] for r in cut)
     assert all(p["strategy"] != "best_of_n" for picks in summary["compute_optimal"].values() for p in picks)
     assert "best_of_n [oracle]" in (tmp_path / "s" / "table.md").read_text()
+    # verifier calls: the verifier scorer judged each of best-of-4's samples, and every row's chosen solution got
+    # its verdict; the others called no verifier while they searched
+    calls = {(r["strategy"], r["verifier_calls"]) for r in rows}
+    assert calls == {("single", 1), ("majority", 1), ("best_of_n", 5)}, calls
+    assert cells["best_of_n"]["4"]["mean_verifier_calls"] == 5.0
+
+
+def test_search_cost_counts_the_verifier_calls_of_the_search():
+    tree = {"": [("answer=2", 0.5), ("answer=3", 0.5)]}
+    strategies = Strategies(ScriptedProposer(tree), VerifierScorer(get("arithmetic-outcome")), SearchSettings())
+    strategies.scorer.reference = "1+1"
+    strategies.proposer.reseed_many([0])
+    ranked = strategies.run("best_of_n", "1+1=?", 8)
+    assert (ranked.cost.verifier_calls, ranked.cost.prm_calls) == (8, 0)
+    strategies.proposer.reseed_many([0])
+    assert strategies.run("majority", "1+1=?", 8).cost.verifier_calls == 0
 
 
 class _Task:

@@ -101,9 +101,12 @@ def test_mcts_with_verifier_values_needs_an_outcome_check_and_uses_it():
         ScriptedProposer(ONE_RIGHT_BRANCH, 0),
         None,
         SearchSettings(expand=8, mcts_value="verifier"),
-        outcome_check=lambda text: float(text.endswith("answer=2")),
+        outcome_check=lambda text: checked.append(text) or float(text.endswith("answer=2")),
     )
-    assert s.run("mcts", "1+1?", 8).answer == "2"
+    checked = []
+    out = s.run("mcts", "1+1?", 8)
+    assert out.answer == "2"
+    assert out.cost.verifier_calls == len(checked) > 0 and out.cost.prm_calls == 0  # each check is in the cost
 
 
 def test_bad_requests_say_what_is_wrong():
@@ -269,7 +272,7 @@ def test_mcts_values_a_truncated_rollout_as_unanswered():
     seen = []
     s.outcome_check = lambda text: seen.append(text) or 1.0
     out = s.run("mcts", "q", 3)
-    assert seen == [] and out.truncated and out.answer is None
+    assert seen == [] and out.truncated and out.answer is None and out.cost.verifier_calls == 0
 
 
 def test_strategies_that_read_the_reference_are_oracles():

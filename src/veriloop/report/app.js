@@ -335,7 +335,7 @@ function searchView(root) {
   const detail = () => {
     const p = $("#s-problem").value, rows = results.filter((r) => r.problem_id === p);
     $("#s-detail").innerHTML = rows.map((r) => `<div class="card ${r.correct ? "fine" : "suspicious"}"><b>${esc(r.strategy)} @ ${esc(r.budget)}</b> <span class="badge ${esc(r.outcome)}">${esc(r.outcome)}</span>
-      <span class="muted">answer ${esc(r.answer)} · ${esc(r.tokens)} tokens · ${esc(r.prm_calls)} PRM calls · ${esc(r.candidates)} candidates · bin ${esc(r.bin)}</span><pre>${esc(r.completion)}</pre>${considered(r)}</div>`).join("");
+      <span class="muted">answer ${esc(r.answer)} · ${esc(r.tokens)} tokens · ${esc(r.prm_calls)} PRM calls · ${esc(r.verifier_calls ?? 1)} verifier calls · ${esc(r.candidates)} candidates · bin ${esc(r.bin)}</span><pre>${esc(r.completion)}</pre>${considered(r)}</div>`).join("");
   };
   $("#s-problem").onchange = detail;
   detail();

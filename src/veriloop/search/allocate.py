@@ -467,6 +467,7 @@ def _vote_rows(verifier, problems, probes: list[dict], bins: list[int], names: l
             **judged(p["vote"], v),
             "tokens": 0,
             "prm_calls": 0,
+            "verifier_calls": 1,  # the vote's verdict
             "seconds": 0.0,
             "candidates": m,
         }

@@ -145,4 +145,5 @@ class VerifierScorer:
     def step_scores(self, prompt, texts, cost: Cost):
         if self.reference is None:
             raise ValueError("the verifier scorer needs the problem's reference")
+        cost.verifier_calls += len(texts)
         return [[v.score] for v in self.verifier.verify_batch(texts, [self.reference] * len(texts))]

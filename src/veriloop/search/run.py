@@ -13,7 +13,8 @@ them, and the compute-optimal choice never picks them (an upper bound, not a tes
 The run directory gets:
 
 * ``summary.json``: per strategy and budget ``accuracy``, ``truncation_rate``, ``oracle``,
-  ``mean_tokens``, ``mean_prm_calls``, ``mean_seconds`` and accuracy (and truncation) per bin; bin edges
+  ``mean_tokens``, ``mean_prm_calls``, ``mean_verifier_calls`` (the chosen solution's verdict included),
+  ``mean_seconds`` and accuracy (and truncation) per bin; bin edges
   and sizes; the compute-optimal choice per bin (best accuracy within each token budget, oracles
   excluded);
 * ``results.jsonl``: one row per (strategy, budget, problem) with the answer, verdict, outcome and cost;
@@ -350,6 +351,7 @@ def _result_row(out, verdict) -> dict:
         **judged(out.text, verdict),
         "tokens": out.cost.tokens,
         "prm_calls": out.cost.prm_calls,
+        "verifier_calls": out.cost.verifier_calls + 1,  # the search's own, and the chosen solution's verdict
         "seconds": round(out.cost.seconds, 4),
         "candidates": out.candidates,
         **({"considered": out.considered} if out.considered else {}),
@@ -367,6 +369,7 @@ def _cell(rows: list[dict], bins: list[int], names: list[str]) -> dict:
         "truncation_rate": _mean([r["truncated"] for r in rows]),
         "mean_tokens": _mean([r["tokens"] for r in rows]),
         "mean_prm_calls": _mean([r["prm_calls"] for r in rows]),
+        "mean_verifier_calls": _mean([r.get("verifier_calls", 1) for r in rows]),
         "mean_seconds": _mean([r["seconds"] for r in rows]),
         "by_bin": [],
     }
@@ -396,15 +399,18 @@ def tagged(strategy: str, cell: dict) -> str:
 def table(summary: dict) -> str:
     names = list(summary["bins"])
     head = (
-        "| strategy | budget | accuracy | truncated | mean tokens | PRM calls | s/problem | " + " | ".join(names) + " |"
+        "| strategy | budget | accuracy | truncated | mean tokens | PRM calls | verifier calls | s/problem | "
+        + " | ".join(names)
+        + " |"
     )
-    lines = [head, "|" + "---|" * (7 + len(names))]
+    lines = [head, "|" + "---|" * (8 + len(names))]
     for s, per in summary["strategies"].items():
         for b, c in per.items():
             accs = " | ".join("-" if x["accuracy"] is None else f"{x['accuracy']:.3f}" for x in c["by_bin"])
             lines.append(
                 f"| {tagged(s, c)} | {b} | {c['accuracy']:.3f} | {_rate(c.get('truncation_rate'))} | "
-                f"{c['mean_tokens']:.1f} | {c['mean_prm_calls']:.1f} | {c['mean_seconds']:.3f} | {accs} |"
+                f"{c['mean_tokens']:.1f} | {c['mean_prm_calls']:.1f} | {c.get('mean_verifier_calls') or 1:.1f} | "
+                f"{c['mean_seconds']:.3f} | {accs} |"
             )
     oracles = sorted({s for s, per in summary["strategies"].items() for c in per.values() if c.get("oracle")})
     if oracles:

@@ -94,10 +94,13 @@ class Strategy:
 
 @dataclass
 class Cost:
-    """What one problem cost: completion tokens generated, sequences scored by a PRM, wall seconds."""
+    """What one problem cost: completion tokens generated, sequences scored by a PRM, texts judged by a verifier
+    during the search (a rule-based one included: the verifier scorer, MCTS's verifier value), wall seconds.
+    Tool calls: none (``veriloop search`` samples whole completions and refuses task.reasoning tool)."""
 
     tokens: int = 0
     prm_calls: int = 0
+    verifier_calls: int = 0
     seconds: float = 0.0
 
 
@@ -409,7 +412,11 @@ class Strategies:
                 if self.outcome_check is None:
                     raise ValueError("mcts_value=verifier needs an outcome check (the problem's reference)")
                 text = node.text if node.finished else self.proposer.complete(prompt, [node.text], 1, cost)[0]
-                node.value = 0.0 if is_truncated(text) else float(self.outcome_check(text))  # cut: not answered
+                if is_truncated(text):  # cut: not answered, nothing to judge
+                    node.value = 0.0
+                else:
+                    cost.verifier_calls += 1
+                    node.value = float(self.outcome_check(text))
             else:
                 scores = self.scorer.step_scores(prompt, [node.text], cost)[0]
                 node.value = aggregate(scores, self.settings.aggregation) if node.finished else (scores or [0.0])[-1]
