@@ -160,6 +160,7 @@ def drawn(page) -> dict:
 def test_a_training_run_page_draws_filters_colours_and_keeps_marks(browser, runs, tmp_path):
     page, errors = open_page(browser, (runs / "a" / "report.html").as_uri())
     assert page.inner_text("#view-overview")  # summary, last step, config
+    assert "flops.total" in page.inner_text("#view-overview")  # the compute ledger (training/run/compute.py)
     page.click("#tab-curves")
     page.wait_for_function("Object.keys(window.veriloop.drawn).length >= window.veriloop.data.curves.panels.length")
     charts = drawn(page)
@@ -267,6 +268,8 @@ def test_search_and_comparison_pages_draw(browser, runs):
     assert all(n > 0 for k, n in drawn(page).items() if k == "search-chart-all")
     assert page.query_selector_all("#s-detail .tree div")  # an MCTS tree
     assert page.query_selector_all("#s-detail table tr td")  # best-of-N's candidates with their scores
+    page.click("#tab-overview")  # test-time compute per question (its policy, the shipped base: no training column)
+    assert len(page.query_selector_all("#compute-test-time tr")) > 1
     page, errors2 = open_page(browser, (runs / "compare.html").as_uri())
     page.wait_for_function("Object.keys(window.veriloop.drawn).length > 0")
     assert all(n > 0 for n in drawn(page).values())

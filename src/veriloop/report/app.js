@@ -40,6 +40,18 @@ function layout(subtitle) {
 }
 
 // ------------------------------------------------------------------ overview
+function computeView(c) {
+  // the compute ledger: training beside test time (seed 002 s.8), estimated FLOPs as the ledger states them
+  let h = "<h2 id=\"compute\">Compute</h2>";
+  if (c.training) h += `<h3>Training${D.kind === "train" ? "" : " of the searched policy"}</h3>` + table(c.training);
+  else if (D.kind === "search") h += "<p class=\"muted\">The searched policy's training compute is not known (veriloop did not train it).</p>";
+  if (c.test_time && c.test_time.length) {
+    h += "<h3>Test time, per question</h3><table id=\"compute-test-time\"><tr><th>strategy</th><th>budget</th><th>tokens</th><th>PRM calls</th><th>verifier calls</th><th>seconds</th><th>generation FLOPs</th></tr>" +
+      c.test_time.map((r) => `<tr><td>${esc(r.strategy)}${r.oracle ? " [oracle]" : ""}</td><td>${esc(r.budget)}</td><td>${esc(fmt(r.tokens))}</td><td>${esc(fmt(r.prm_calls))}</td><td>${esc(fmt(r.verifier_calls))}</td><td>${esc(fmt(r.seconds))}</td><td>${esc(fmt(r.generation_flops))}</td></tr>`).join("") + "</table>";
+  }
+  return h;
+}
+
 function overview(root) {
   let h = "<h2>Alarms</h2>";
   if (!D.alarms || !D.alarms.length) h += `<div class="ok">No alarm fired${D.kind === "train" ? " (the checks of seed 003's debugging list: see the table below)" : ""}.</div>`;
@@ -47,6 +59,7 @@ function overview(root) {
     h += `<div class="alarm"><b>${esc(a.name)}</b> at step ${esc(a.step)}: ${esc(a.message)}<br><span class="muted">${esc(a.metric)} = ${esc(fmt(a.value))}, threshold ${esc(fmt(a.threshold))}. What to do (${esc(a.seed)}): ${esc(a.advice)}</span></div>`;
   }
   if (D.summary) h += "<h2>Summary</h2>" + table(D.summary);
+  if (D.compute) h += computeView(D.compute);
   if (D.last && Object.keys(D.last).length) h += `<h2>Last step (${esc(D.last.step)})</h2>` + table(D.last);
   if (D.runs && D.runs.length) h += "<h2>Runs</h2><ul>" + D.runs.map((r) => `<li><a href="${esc(r.report)}">${esc(r.name)}</a></li>`).join("") + "</ul>";
   if (D.table) h += `<h2>Held-out table</h2><pre>${esc(D.table)}</pre>`;

@@ -421,6 +421,9 @@ def page_data(run_dir: Path, served: bool = False) -> dict:
         "runs": child_runs(run_dir),
         "table": (run_dir / "table.txt").read_text() if (run_dir / "table.txt").is_file() else "",
     }
+    compute = _json(run_dir / "compute.json")
+    if isinstance(compute, dict):
+        data["compute"] = compute_view(kind, compute)
     if kind == "search":
         data["search"] = search_view(run_dir)
     if kind != "train":
@@ -455,6 +458,19 @@ def page_data(run_dir: Path, served: bool = False) -> dict:
             sample += records.views(step, positions)
         data["records"] = sample
     return data
+
+
+def compute_view(kind: str, compute: dict) -> dict:
+    """The compute ledger as the overview shows it (``training/run/compute.py``): the training column (a training run's
+    own; a search's policy's, where veriloop trained it) flat, and the test-time column one row per strategy and
+    budget."""
+    training = compute if kind == "train" else compute.get("training")
+    rows = [
+        {"strategy": strategy, "budget": budget, **cell}
+        for strategy, per in (compute.get("test_time_per_question") or {}).items()
+        for budget, cell in per.items()
+    ]
+    return {"training": flatten(training) if isinstance(training, dict) else None, "test_time": rows}
 
 
 def child_runs(run_dir: Path) -> list[dict]:

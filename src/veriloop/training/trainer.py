@@ -60,6 +60,7 @@ from veriloop.training.loop.token_values import TokenValueStore, token_value_row
 from veriloop.training.recipes import RECIPES
 from veriloop.training.run.alarms import NonFiniteError, RunAlarms, alarms_not_for, check_finite
 from veriloop.training.run.checkpoint import RunState, load_checkpoint, save_checkpoint
+from veriloop.training.run.compute import parameter_counts, training_compute
 from veriloop.training.run.metrics import MetricsLog, staleness, step_metrics
 from veriloop.training.run.preflight import (
     check_context_fits,
@@ -300,7 +301,9 @@ class Trainer:
             kl_beta=self.kl_control.beta,
             sampled_records=len(sampled),
             sampled_tokens=sum(r.model_tokens for r in sampled),
+            prefill_tokens=sum({r.group_id: len(r.prompt_ids) for r in sampled}.values()),  # one prefill a group
             update_records=signal.batch.size if signal is not None and signal.batch is not None else 0,
+            update_tokens=int(signal.batch.batch.attention_mask.sum()) if signal is not None and signal.batch else 0,
             **self.validate(step),
         )
         self.alarms.check(row)  # a NaN or an infinity stops the run here, before the row is kept
@@ -441,7 +444,22 @@ class Trainer:
     def total_optimizer_steps(self) -> int:
         return self.cfg.steps * self.cfg.update.inner_updates * self.cfg.update.mini_batches
 
+    def compute_ledger(self) -> dict:
+        """This run's training compute so far (``training/run/compute.py``)."""
+        params, trainable = parameter_counts(self.policy.model)
+        critic = self.learner.critic
+        return training_compute(
+            self.metrics.rows,
+            params=params,
+            trainable=trainable,
+            passes=self.cfg.update.inner_updates,
+            reference=self.reference is not None,
+            old_logprobs=self.cfg.loss.tis_cap > 0 and self.learner.objective.needs_behavior,
+            critic_params=parameter_counts(critic.model)[0] if critic is not None else 0,
+        )
+
     def checkpoint(self) -> Path:
+        atomic_write_json(self.run_dir / "compute.json", self.compute_ledger())
         if isinstance(self.collector, AsyncCollector):  # requests in flight finish first: their records are saved
             self.pending.clear()
             self.pending.extend(self.collector.drain())
@@ -468,7 +486,9 @@ class Trainer:
             "wall_time_s": round(time.time() - getattr(self, "started", time.time()), 1),
             "config": to_dict(self.cfg),
             "final": self.metrics.rows[-1] if self.metrics.rows else {},
+            "compute": self.compute_ledger(),
         }
+        atomic_write_json(self.run_dir / "compute.json", made["compute"])
         # final/ is built as .final.tmp and renamed into place: a kill leaves no half-written final/ (the resumed
         # run, which starts from the last step's checkpoint, writes it again)
         building = self.run_dir / ".final.tmp"
