@@ -55,6 +55,11 @@ def test_the_r1_pipeline_runs_every_stage_and_sfts_from_the_base(tmp_path):
     assert len({(r["provenance"]["problem_id"], r["completion"]) for r in rows}) == len(rows)  # deduplicated
     assert rows[0]["provenance"]["policy"] == str(tmp_path / "r1" / "rl" / "final")
     assert "rl_again" in (tmp_path / "r1" / "table.md").read_text()
+    # the compute ledger: each training stage's, and their sums (rejection sampling trains nothing)
+    ledger = json.loads((tmp_path / "r1" / "compute.json").read_text())
+    assert set(ledger["stages"]) == {"cold_start", "rl", "sft_from_base", "rl_again"}
+    flops = [json.loads((tmp_path / "r1" / s / "compute.json").read_text())["flops"]["total"] for s in ledger["stages"]]
+    assert ledger["training"]["flops"]["total"] == sum(flops) > 0
 
 
 def test_the_pipeline_resumes_at_the_stage_it_stopped(tmp_path, monkeypatch, capsys):

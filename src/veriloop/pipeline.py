@@ -47,7 +47,7 @@ from veriloop.config import build_config, check_typed, to_dict
 from veriloop.demo import control_reach, set_options
 from veriloop.errors import InputError
 from veriloop.evaluation.evaluate import EvalConfig, evaluate
-from veriloop.io import atomic_write_jsonl, atomic_write_text, read_checked, write_checked
+from veriloop.io import atomic_write_json, atomic_write_jsonl, atomic_write_text, read_checked, write_checked
 from veriloop.models.loading import load_policy
 from veriloop.models.solutions import sample_solutions
 from veriloop.options import OptionScope, check_declared, declare
@@ -58,6 +58,7 @@ from veriloop.tasks.base import draw_problems
 from veriloop.tasks.jsonl import jsonl_objects
 from veriloop.training.config import TrainConfig
 from veriloop.training.run.checkpoint import config_bytes, find_latest_checkpoint
+from veriloop.training.run.compute import pipeline_compute
 from veriloop.training.run.run_dir import config_changes
 from veriloop.training.trainer import Stopped, Trainer, stop_exit, stop_on_signals, train_or_stop
 from veriloop.verifiers import get as get_verifier
@@ -156,6 +157,9 @@ def run_pipeline(cfg: PipelineConfig, progress: bool = True) -> dict:
             task = cfg.rl.task.build()
             for stage in VARIANTS[cfg.variant]:
                 _run_stage(cfg, root, state, stage, task, progress)
+            stages = {p.name: json.loads((p / "compute.json").read_text()) for p in sorted(root.iterdir())
+                      if (p / "compute.json").is_file()}  # fmt: skip
+            atomic_write_json(root / "compute.json", pipeline_compute(stages))  # the stages' ledgers and their sums
             write_report(root)  # the pipeline's page: its table and a link to each stage's run browser
     except (Stopped, KeyboardInterrupt) as e:
         again = f"veriloop pipeline --config {root / CONFIG}" if (root / CONFIG).is_file() else ""

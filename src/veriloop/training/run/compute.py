@@ -109,3 +109,15 @@ def trained_by_veriloop(model_dir: str) -> dict | None:
         if isinstance(data, dict) and "made_by" in data and "compute" in data:
             return data["compute"]
     return None
+
+
+def pipeline_compute(stages: dict[str, dict]) -> dict:
+    """A pipeline's ledger: each training stage's (its run directory's ``compute.json``), and their sums
+    (``training``).  A stage that trains nothing (rejection sampling's own sampling) adds nothing here."""
+    keys = ("completions_sampled", "tokens_sampled", "tokens_prefilled", "completions_trained", "tokens_trained")
+    total = {k: sum(s.get(k, 0) for s in stages.values()) for k in keys}
+    total["flops"] = {"total": sum(s.get("flops", {}).get("total", 0) for s in stages.values())}
+    total["wall_seconds"] = {
+        "steps": round(sum(s.get("wall_seconds", {}).get("steps", 0.0) for s in stages.values()), 3)
+    }
+    return {"training": total, "stages": stages}
