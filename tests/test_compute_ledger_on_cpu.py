@@ -65,10 +65,10 @@ def test_test_time_compute_per_question():
                     "generation_flops": 200_000.0, "oracle": False}  # fmt: skip
 
 
-def _train(tmp_path, name, **over):
+def _train(tmp_path, name, steps=2, **over):
     settings = {
         "run_dir": str(tmp_path / name),
-        "steps": 2,
+        "steps": steps,
         "seed": 0,
         "checkpoint_every": 1,
         "rollout.prompts_per_step": 2,
@@ -81,9 +81,15 @@ def _train(tmp_path, name, **over):
     return trainer
 
 
-def test_a_run_writes_its_ledger_and_its_model_carries_it(tmp_path):
-    trainer = _train(tmp_path, "grpo")
-    run = tmp_path / "grpo"
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    root = tmp_path_factory.mktemp("ledger")
+    return root, _train(root, "grpo")
+
+
+def test_a_run_writes_its_ledger_and_its_model_carries_it(trained, tmp_path):
+    root, trainer = trained
+    run = root / "grpo"
     ledger = json.loads((run / "compute.json").read_text())
     rows = trainer.metrics.rows
     assert ledger["tokens_sampled"] == sum(r["sampled_tokens"] for r in rows) > 0
@@ -96,12 +102,12 @@ def test_a_run_writes_its_ledger_and_its_model_carries_it(tmp_path):
     assert made and made[0]["compute"] == ledger
     shown = page_data(run)["compute"]["training"]
     assert shown["flops.total"] == ledger["flops"]["total"] and shown["tokens_trained"] == ledger["tokens_trained"]
-    no_kl = json.loads((_train(tmp_path, "nokl", **{"kl.beta": 0.0}).run_dir / "compute.json").read_text())
+    no_kl = json.loads((_train(tmp_path, "nokl", steps=1, **{"kl.beta": 0.0}).run_dir / "compute.json").read_text())
     assert "reference" not in no_kl["flops"]
 
 
-def test_a_search_states_both_columns(tmp_path):
-    _train(tmp_path, "policy")
+def test_a_search_states_both_columns(trained, tmp_path):
+    root, _ = trained
 
     def search(policy, name):
         cfg = SearchConfig(
@@ -118,13 +124,13 @@ def test_a_search_states_both_columns(tmp_path):
         run_search(cfg, progress=False)
         return json.loads((tmp_path / name / "compute.json").read_text())
 
-    trained = search(str(tmp_path / "policy" / "final"), "s1")
-    assert trained["training"] == json.loads((tmp_path / "policy" / "compute.json").read_text())
-    per_question = trained["test_time_per_question"]
+    both = search(str(root / "grpo" / "final"), "s1")
+    assert both["training"] == json.loads((root / "grpo" / "compute.json").read_text())
+    per_question = both["test_time_per_question"]
     assert set(per_question) == {"single", "majority"} and per_question["majority"]["2"]["tokens"] > 0
     assert (
         per_question["majority"]["2"]["generation_flops"]
-        == 2 * trained["parameters"] * per_question["majority"]["2"]["tokens"]
+        == 2 * both["parameters"] * per_question["majority"]["2"]["tokens"]
     )
     assert search("builtin:base", "s2")["training"] is None  # not trained by veriloop: unknown, never 0
     view = page_data(tmp_path / "s1")["compute"]
