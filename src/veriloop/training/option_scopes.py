@@ -61,6 +61,7 @@ OBJECTIVE = OptionScope(
         "loss.entropy_coef",
         "loss.dpo_beta",
         "loss.tis_cap",
+        "loss.off_support",
     ),
     lambda name: tuple(f"loss.{k}" for k in OBJECTIVES.get(name).reads),
     choices=OBJECTIVES.names,

@@ -51,9 +51,12 @@ class Objective:
     @property
     def reads(self) -> tuple[str, ...]:
         """The loss.* options it reads (others set by the user are refused): a token objective's per-token values
-        are aggregated (``aggregation``) with an entropy bonus (``entropy_coef``), and one with a ratio has the
-        learner's truncated-IS correction (``tis_cap``)."""
-        return (*self.own_options, "aggregation", "entropy_coef", *(("tis_cap",) if self.needs_behavior else ()))
+        are aggregated (``aggregation``) with an entropy bonus (``entropy_coef``), one with a ratio has the
+        learner's truncated-IS correction (``tis_cap``), and one under the sampling distribution the rule for tokens
+        outside its support (``off_support``)."""
+        ratio = ("tis_cap",) if self.needs_behavior else ()
+        support = ("off_support",) if self.distribution == "sampling" else ()
+        return (*self.own_options, "aggregation", "entropy_coef", *ratio, *support)
 
     def per_token(self, lp, den, adv, mask, c) -> torch.Tensor:
         raise NotImplementedError
