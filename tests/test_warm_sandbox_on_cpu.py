@@ -209,3 +209,27 @@ def _state(pid: int) -> str:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
     except (OSError, IndexError):
         return "gone"
+
+
+def test_leftover_run_cgroups_are_swept_once_per_process(tmp_path):
+    """A process killed before removing its runs' cgroups (or a warm pool whose process ended without its exit
+    handlers) leaves them empty; the next process that starts a run removes those older than the bound, never a
+    young one (a run being set up) nor one that holds something (the kernel refuses: here a file stands in)."""
+    from veriloop.sandbox.layers import _CgroupReaper
+
+    old, young, busy = (tmp_path / n for n in ("old", "young", "busy"))
+    for d in (old, young, busy):
+        d.mkdir()
+    (busy / "cgroup.procs").write_text("123")
+    past = time.time() - 3600
+    for d in (old, busy):
+        os.utime(d, (past, past))
+    reaper = _CgroupReaper()
+    reaper.sweep_once((str(tmp_path), ""))
+    assert (not old.exists(), young.exists(), busy.exists()) == (True, True, True)
+    young.rmdir()
+    os.utime(tmp_path, (past, past))
+    (tmp_path / "later").mkdir()
+    os.utime(tmp_path / "later", (past, past))
+    reaper.sweep_once((str(tmp_path),))  # once per process: a second call does nothing
+    assert (tmp_path / "later").exists()

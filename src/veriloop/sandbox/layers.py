@@ -268,6 +268,9 @@ def read_roots() -> tuple[str, ...]:
     return tuple(sorted(_prefixes() | {"/dev/null", "/dev/urandom", "/dev/zero"}))
 
 
+STALE_CGROUP_S = 120.0  # an empty run cgroup this old is a leftover (a run's process joins it within milliseconds)
+
+
 class _CgroupReaper:
     """Removes run cgroups in the background: the kernel frees one only once its last process is reaped, a few
     milliseconds after the kill, and a run should not wait for that.  At exit, what is left is removed (bounded)."""
@@ -276,6 +279,7 @@ class _CgroupReaper:
         self.pending: list[str] = []
         self.cond = threading.Condition()
         self.thread: threading.Thread | None = None
+        self.swept = False
         atexit.register(self.drain, 2.0)
 
     def remove(self, path: str) -> None:
@@ -308,6 +312,27 @@ class _CgroupReaper:
             left = [p for p in batch if not self._try(p)]
             with self.cond:
                 self.pending = left + self.pending
+
+    def sweep_once(self, roots: tuple[str, ...], min_age_s: float = STALE_CGROUP_S) -> None:
+        """Once per process: remove the empty run cgroups under ``roots`` older than ``min_age_s``, left by a process
+        that was killed (or ended without its exit handlers) before removing them.  A cgroup that still holds a
+        process cannot be removed (the kernel refuses), and one younger than the bound may be a run being set up."""
+        with self.cond:
+            if self.swept:
+                return
+            self.swept = True
+        now = time.time()
+        for root in roots:
+            try:
+                entries = list(os.scandir(root)) if root else []
+            except OSError:
+                continue
+            for entry in entries:
+                try:
+                    if entry.is_dir(follow_symlinks=False) and now - entry.stat().st_mtime > min_age_s:
+                        self._try(entry.path)
+                except OSError:
+                    pass
 
     def drain(self, seconds: float) -> None:
         end = time.monotonic() + seconds

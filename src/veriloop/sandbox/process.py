@@ -13,7 +13,7 @@ import subprocess
 import sys
 import time
 
-from veriloop.sandbox.layers import MEMORY_LIMIT_FILES, PIDS_MAX, Isolation
+from veriloop.sandbox.layers import CGROUP_REAPER, MEMORY_LIMIT_FILES, PIDS_MAX, Isolation
 from veriloop.sandbox.limits import SandboxLimits
 
 # prctl(2) from the C library, looked up here: the forked child only calls it (no import between fork and exec)
@@ -62,6 +62,7 @@ def run_cgroups(iso: Isolation, limits: SandboxLimits, name: str) -> tuple[str, 
     """The run's own pids cgroup (``pids.max``) and memory cgroup (its memory limit for all its processes, shmem
     and memfd pages included), where the machine has them; "" where not."""
     pids = memory = ""
+    CGROUP_REAPER.sweep_once((iso.pids_cgroup, iso.memory_cgroup))  # leftovers of killed processes
     if iso.pids_cgroup:
         pids = os.path.join(iso.pids_cgroup, name)
         os.mkdir(pids)
