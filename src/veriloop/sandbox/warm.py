@@ -1,10 +1,11 @@
 """Warm sandboxed interpreters for tool calls (``rollout/tools.py``): a tool call costs a fork, not a process start.
 
 A fresh sandboxed run (``run.run_program``) starts a process: the namespaces and the view, the interpreter, the
-harness, the imports; about 45 ms a run on a 2-core machine, most of a tool call.  A ``WarmInterpreter`` is one
-sandboxed process made the same way (``supervisor.Child`` in the harness's ``warm`` mode: the same namespaces,
-view, seccomp filter, cgroups, resource limits), which imports the modules tool code reaches for (``PRELOAD``,
-standard library only: what a fresh run may import) and then runs no program itself.  For each request it forks a
+harness, the imports (about 20 runs a second on one core here: ``benchmarks/sandbox_throughput.py``), most of a
+tool call.  A ``WarmInterpreter`` is one sandboxed process made the same way (``supervisor.Child`` in the harness's
+``warm`` mode: the same namespaces, view, seccomp filter, cgroups, resource limits), which imports the modules tool
+code reaches for (``PRELOAD``, standard library only: what a fresh run may import) and then runs no program
+itself.  For each request it forks a
 child, a copy of itself taken before any program ran: the child takes an empty directory of its own, installs the
 audit hook and runs the program as a fresh run's harness would, under the same limits (its CPU time counts from
 zero; the address space, file size and open-file limits are inherited).  The warm process drains what the child

@@ -48,7 +48,7 @@ from veriloop.search.lm import LMProposer, PRMScorer, VerifierScorer
 from veriloop.search.strategies import SearchSettings, Strategies, is_truncated
 from veriloop.seeding import derive_seed
 from veriloop.tasks.base import split_problems
-from veriloop.training.run.compute import parameter_counts, test_time_compute, trained_by_veriloop
+from veriloop.training.run.compute import parameter_counts, search_compute
 from veriloop.verifiers import get as get_verifier
 from veriloop.verifiers import is_correct
 
@@ -160,24 +160,11 @@ def run_search(cfg: SearchConfig, progress: bool = True, *, policy=None, prm=Non
     atomic_write_json(out_dir / "summary.json", summary)
     atomic_write_jsonl(out_dir / "results.jsonl", results)
     atomic_write_text(out_dir / "table.md", table(summary))
-    atomic_write_json(out_dir / "compute.json", search_compute(cfg.policy, policy, summary))
+    model = getattr(policy, "model", None)  # (a scripted policy has no weights)
+    params = parameter_counts(model)[0] if model is not None else 0
+    atomic_write_json(out_dir / "compute.json", search_compute(cfg.policy, params, summary))
     plot(summary, out_dir / "accuracy_vs_tokens.png")
     return summary
-
-
-def search_compute(policy_name: str, policy, summary: dict) -> dict:
-    """The search's compute ledger: test-time compute per question beside the searched policy's training compute
-    (where veriloop trained it; ``training/run/compute.py``)."""
-    model = getattr(policy, "model", None)
-    params = parameter_counts(model)[0] if model is not None else 0
-    return {
-        "policy": policy_name,
-        "parameters": params,
-        "training": trained_by_veriloop(policy_name),
-        "test_time_per_question": test_time_compute(summary, params),
-        "questions": summary.get("problems"),
-        "seconds": summary.get("seconds"),
-    }
 
 
 class SearchInputs(NamedTuple):

@@ -96,6 +96,19 @@ def test_time_compute(summary: dict, params: int) -> dict:
     return out
 
 
+def search_compute(policy_name: str, params: int, summary: dict) -> dict:
+    """A search's ledger: test-time compute per question beside the searched policy's training compute (where
+    veriloop trained it: read from its ``final/``; None, never 0, where not)."""
+    return {
+        "policy": policy_name,
+        "parameters": params,
+        "training": trained_by_veriloop(policy_name),
+        "test_time_per_question": test_time_compute(summary, params),
+        "questions": summary.get("problems"),
+        "seconds": summary.get("seconds"),
+    }
+
+
 def trained_by_veriloop(model_dir: str) -> dict | None:
     """The training ledger a veriloop run left beside its model (``final/<made_by>.json``), or None."""
     path = Path(model_dir)
