@@ -89,6 +89,7 @@ VALUES: dict[str, tuple[object, dict]] = {
 NEEDS: dict[tuple[str, str], dict] = {
     ("advantage estimator", "process"): {"process.prm": "some/prm"},
     ("advantage estimator", "gae"): {"algo": "ppo"},
+    ("advantage estimator", "gae_process"): {"algo": "ppo", "process.prm": "some/prm"},
     ("advantage estimator", "filter"): {"loss.policy_loss": "likelihood", "kl.beta": 0.0},
     ("advantage estimator", "one"): {"loss.policy_loss": "likelihood", "kl.beta": 0.0},
     ("policy objective", "likelihood"): {"advantage.estimator": "filter", "kl.beta": 0.0},

@@ -74,3 +74,27 @@ def test_a_prm_driven_run_beats_outcome_alone_on_right_answer_wrong_steps(tmp_pa
     assert p.wrong_steps_rate < 0.5 * o.wrong_steps_rate, (p.wrong_steps_rate, o.wrong_steps_rate)
     # ... without buying it with wrong answers: the outcome advantage still anchors them
     assert p.greedy_accuracy > o.greedy_accuracy - 0.08, (p.greedy_accuracy, o.greedy_accuracy)
+
+
+def test_ppo_learns_with_the_prm_step_rewards_carried_by_gae(tmp_path, prm_dir):
+    """PPO (group size 1, a learned critic) with estimator gae_process: the same PRM's step scores as token rewards
+    (centred, weight 3) beside the outcome on the last token.  It learns: held-out accuracy above the base's.
+    Measured while writing it (seed 0, one torch thread, 200 validation problems): base 0.630 accuracy / 0.335
+    wrong steps; PPO outcome only 0.865 / 0.235; PPO + PRM 0.785 / 0.115 (seed 1: 0.815 / 0.360 and 0.720 /
+    0.400): the wrong-steps lesson of the GRPO form is not reliable in this form at this budget
+    (docs/concepts/process-rewards.md#step-rewards-in-ppo-through-gae)."""
+    task = TaskConfig()
+    problems = task.build().validation()[:200]
+    greedy = EvalConfig(n_samples=0)
+    base = evaluate(load_policy("builtin:base"), problems, task.eval_verifiers(), greedy)
+    policy = _train(
+        tmp_path / "ppo-process",
+        algo="ppo",
+        steps=20,
+        seed=0,
+        rollout={"prompts_per_step": 64, "group_size": 1},
+        advantage={"estimator": "gae_process"},
+        process={"prm": prm_dir, "outcome_weight": 1.0, "process_weight": 3.0, "step_offset": 0.5},
+    )
+    after = evaluate(policy, problems, task.eval_verifiers(), greedy)
+    assert after.greedy_accuracy > base.greedy_accuracy + 0.05, (base.as_dict(), after.as_dict())

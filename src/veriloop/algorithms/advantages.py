@@ -21,6 +21,9 @@ Token-level estimators:
 * ``process_advantages`` (DeepSeekMath, process supervision): step rewards normalised over
   all steps of the group's completions; a token's advantage is the sum of the normalised
   rewards of its own step and every later step.
+* ``process_token_rewards`` (Math-Shepherd's step-by-step PPO): the PRM's step scores as
+  rewards on the tokens that close the steps, beside the outcome on the last token; GAE and
+  the critic then carry them back (``gae_advantages``), with no group normalisation.
 """
 
 from __future__ import annotations
@@ -150,3 +153,39 @@ def process_advantages(
     # Sum of the normalised rewards from each token's step onwards: a reverse cumulative sum.
     adv = torch.flip(torch.cumsum(torch.flip(normed, dims=[-1]), dim=-1), dims=[-1])
     return (adv * mask.to(adv.dtype)).to(step_rewards.dtype)
+
+
+def process_token_rewards(
+    outcome_rewards: torch.Tensor,
+    step_rewards: torch.Tensor,
+    step_ends: torch.Tensor,
+    mask: torch.Tensor,
+    process_weight: float = 1.0,
+    outcome_weight: float = 0.0,
+    step_offset: float = 0.0,
+) -> torch.Tensor:
+    """Token rewards ``[N, T]`` for GAE from an outcome reward and PRM step scores (Math-Shepherd, PPO form).
+
+    ``r_t = w_o * R * 1[t is the completion's last token] + w_p * (s_k - step_offset) * 1[step k closes at t]``
+
+    ``outcome_rewards [N]`` (or ``[B, G]``) are the completions' outcome rewards R; ``step_rewards[n, t]`` holds
+    the score s_k of the step that closes at token t, read only where ``step_ends`` is true (and the token is
+    in ``mask``).  ``step_offset`` is subtracted from every step score: 0 gives Math-Shepherd's raw score (every
+    step pays, so more steps pay more), 0.5 centres a [0, 1] PRM (a doubtful step costs).  A per-token KL
+    penalty, where the KL is in the reward, is added by the caller; the last token takes both its step's score
+    and the outcome.
+    """
+    if not (step_rewards.shape == step_ends.shape == mask.shape) or mask.dim() != 2:
+        raise ValueError("step_rewards, step_ends and mask must share the shape [N, T]")
+    if outcome_rewards.numel() != mask.shape[0]:
+        raise ValueError(f"outcome_rewards has {outcome_rewards.numel()} values for {mask.shape[0]} completions")
+    m = mask.bool()
+    ends = step_ends.bool() & m
+    out = torch.where(ends, process_weight * (step_rewards.detach().double() - step_offset), 0.0).double()
+    lengths = m.sum(dim=1)
+    ended = lengths > 0
+    # the last token the model wrote: the highest index in the mask (a tool's output may leave holes before it)
+    last = (torch.arange(mask.shape[1]).expand_as(m) * m).argmax(dim=1)
+    rows = torch.arange(mask.shape[0])[ended]
+    out[rows, last[ended]] += outcome_weight * outcome_rewards.reshape(-1).double()[ended]
+    return out

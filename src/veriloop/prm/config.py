@@ -9,13 +9,27 @@ from veriloop.config import check_typed
 
 @dataclass
 class ProcessConfig:
-    """Process supervision (estimator process): PRM step rewards, outcome mix, iterative PRM refresh."""
+    """Process supervision (estimators process, gae_process): PRM step rewards, outcome mix, iterative refresh."""
 
     prm: str = field(default="", metadata={"help": "PRM directory (`veriloop prm train`) that scores every step"})
-    process_weight: float = field(default=1.0, metadata={"help": "weight of the process-supervised advantage", "ge": 0})
+    process_weight: float = field(
+        default=1.0,
+        metadata={"help": "weight of the process-supervised advantage (gae_process: of the step rewards)", "ge": 0},
+    )
     outcome_weight: float = field(
         default=0.0,
-        metadata={"help": "weight of the group-normalised outcome advantage added to it (0 = process only)", "ge": 0},
+        metadata={
+            "help": "weight of the group-normalised outcome advantage added to it (gae_process: of the outcome "
+            "reward on the last token); 0 = process only",
+            "ge": 0,
+        },
+    )
+    step_offset: float = field(
+        default=0.0,
+        metadata={
+            "help": "estimator gae_process: subtracted from every step score before it is a token reward "
+            "(0 = Math-Shepherd's raw score; 0.5 centres a [0, 1] PRM: a doubtful step costs)"
+        },
     )
     refresh_every: int = field(
         default=0,

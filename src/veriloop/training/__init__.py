@@ -17,7 +17,7 @@ from veriloop.registry import ESTIMATORS, LEARNERS, OBJECTIVES
 LEARNERS.register_path("local", "veriloop.training.loop.learner:LocalLearner")
 LEARNERS.register_path("ddp", "veriloop.training.distributed.strategies:DDPLearner")
 LEARNERS.register_path("fsdp2", "veriloop.training.distributed.strategies:FSDP2Learner")
-for _name in ("grpo", "dr_grpo", "rloo", "reinforce", "gae", "filter", "one", "process"):
+for _name in ("grpo", "dr_grpo", "rloo", "reinforce", "gae", "gae_process", "filter", "one", "process"):
     ESTIMATORS.register_path(_name, f"veriloop.training.loop.estimators:BUILT_IN.{_name}")
 for _name in ("clip", "dual-clip", "gspo", "pg", "likelihood", "dpo"):
     OBJECTIVES.register_path(_name, f"veriloop.training.loop.objectives:BUILT_IN.{_name}")

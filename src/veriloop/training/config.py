@@ -442,8 +442,8 @@ class TrainConfig:
             )
         if estimator.needs_prm:
             raise ValueError(
-                "advantage.estimator process with task.reasoning tool: the PRM scores text steps and "
-                "has no notion of a tool's output; use an outcome estimator"
+                f"advantage.estimator {self.advantage.estimator} with task.reasoning tool: the PRM scores text steps "
+                "and has no notion of a tool's output; use an outcome estimator"
             )
         if self.sampling.min_new_tokens:
             raise ValueError(
@@ -472,7 +472,7 @@ class TrainConfig:
             raise ValueError(f"loss.policy_loss={loss} needs an advantage estimator, not {est}")
         if estimator.needs_prm and not self.process.prm:
             raise ValueError(f"advantage.estimator={est} needs process.prm (a PRM directory from `veriloop prm train`)")
-        if estimator.needs_prm and self.process.outcome_weight > 0 and G < 2:
+        if estimator.needs_prm and not estimator.per_token and self.process.outcome_weight > 0 and G < 2:
             raise ValueError("process.outcome_weight > 0 needs rollout.group_size >= 2 (group-normalised outcomes)")
         if self.rollout.source == "task-teacher" and not objective.learns_from_demonstrations:
             raise ValueError("rollout.source=task-teacher has no behaviour log-probs: use loss.policy_loss likelihood")

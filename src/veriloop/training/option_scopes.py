@@ -25,6 +25,8 @@ def _estimator_reads(name: str) -> tuple[str, ...]:
         *(f"advantage.{k}" for k in e.reads),
         *((_CRITIC_SECTION,) if e.needs_critic else ()),
         *((_PRM_SECTION,) if e.needs_prm else ()),
+        # the step offset turns scores into token rewards: the GAE form's (gae_process), not the group-normalised one
+        *(("-process.step_offset",) if e.needs_prm and not e.per_token else ()),
     )
 
 

@@ -22,6 +22,7 @@ from veriloop.algorithms import (
     gae_advantages,
     group_advantages,
     process_advantages,
+    process_token_rewards,
     reinforce_advantages,
     rloo_advantages,
 )
@@ -34,6 +35,7 @@ class EstimatorInput(NamedTuple):
     values: torch.Tensor | None  # [B*G, T] critic values (gae)
     step_rewards: torch.Tensor | None = None  # [B*G, T] PRM score of the step closing at each token (process)
     step_ends: torch.Tensor | None = None  # [B*G, T] true where a step closes (process)
+    outcome_rewards: torch.Tensor | None = None  # [B, G] the rewards before any KL shaping (gae_process)
 
 
 @dataclass(frozen=True)
@@ -59,20 +61,39 @@ def broadcast(per_seq: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return per_seq.reshape(-1, 1).double() * mask.double()
 
 
-def _gae(x: EstimatorInput, cfg) -> torch.Tensor:
+def _gae(x: EstimatorInput, cfg, token_rewards: torch.Tensor | None = None) -> torch.Tensor:
     # A tool's output leaves holes in the mask; the recursion runs over the model's tokens only (the tool's are
     # the environment's transition, not actions), so each row's model tokens are packed to the left first, in
     # order (the identity for a row without holes), and the advantages put back where the tokens were.
     mask = x.mask.double()
     order = torch.argsort((mask == 0).to(torch.int8), dim=1, stable=True)
     adv, _ = gae_advantages(
-        x.token_rewards.double().gather(1, order),
+        (x.token_rewards if token_rewards is None else token_rewards).double().gather(1, order),
         x.values.double().gather(1, order),
         mask.gather(1, order),
         cfg.advantage.gamma,
         cfg.advantage.lam,
     )
     return torch.zeros_like(adv).scatter(1, order, adv)
+
+
+def _gae_process(x: EstimatorInput, cfg) -> torch.Tensor:
+    """GAE over ``w_o * R`` on the last token, ``w_p * (s_k - step_offset)`` on each step's closing token, and the
+    per-token KL penalty where the KL is in the reward (``x.token_rewards`` minus the terminal outcome)."""
+    pc = cfg.process
+    outcome = x.outcome_rewards if x.outcome_rewards is not None else x.rewards
+    kl_part = x.token_rewards.double() - terminal_outcome(outcome, x.mask)
+    shaped = process_token_rewards(
+        outcome, x.step_rewards, x.step_ends, x.mask, pc.process_weight, pc.outcome_weight, pc.step_offset
+    )
+    return _gae(x, cfg, shaped + kl_part)
+
+
+def terminal_outcome(rewards: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """``[N, T]``: each completion's reward on its last model token (what ``token_rewards`` holds besides the KL)."""
+    return process_token_rewards(
+        rewards, torch.zeros(mask.shape, dtype=torch.float64), torch.zeros(mask.shape, dtype=torch.bool), mask, 0.0, 1.0
+    )
 
 
 def _accepted(x: EstimatorInput, cfg) -> torch.Tensor:
@@ -119,6 +140,14 @@ BUILT_IN = {
         reads=("baseline", "baseline_value"),
     ),
     "gae": Estimator(_gae, "GAE with a learned critic", per_token=True, needs_critic=True, reads=("gamma", "lam")),
+    "gae_process": Estimator(
+        _gae_process,
+        "GAE with a learned critic over PRM step rewards on the step-end tokens and the outcome on the last",
+        per_token=True,
+        needs_critic=True,
+        needs_prm=True,
+        reads=("gamma", "lam"),
+    ),
     "filter": Estimator(_accepted, "1[reward >= accept_threshold]", kind="coefficient", reads=("accept_threshold",)),
     "one": Estimator(
         lambda x, c: torch.ones(x.mask.shape, dtype=torch.float64) * x.mask, "1 on every trace", kind="coefficient"

@@ -126,7 +126,8 @@ def check_signal_options(cfg) -> None:
 def _input_rows(x: EstimatorInput, rows: torch.Tensor, groups: int) -> EstimatorInput:
     """The estimator's input restricted to completions ``rows`` (flat indices), as ``groups`` equal groups."""
     pick = [t[rows] if t is not None else None for t in (x.token_rewards, x.values, x.step_rewards, x.step_ends)]
-    return EstimatorInput(x.rewards.reshape(-1)[rows].view(groups, -1), x.mask[rows], *pick)
+    outcome = x.outcome_rewards.reshape(-1)[rows].view(groups, -1) if x.outcome_rewards is not None else None
+    return EstimatorInput(x.rewards.reshape(-1)[rows].view(groups, -1), x.mask[rows], *pick, outcome)
 
 
 def ended_advantages(estimator, x: EstimatorInput, cfg, ended: torch.Tensor) -> torch.Tensor:
@@ -190,7 +191,7 @@ class SignalMaker:
         steps = self.process.step_rewards(records, mask) if self.process is not None else (None, None)
         ended = self.ended(records).view(-1, G)
         advantages = ended_advantages(
-            self.estimator, EstimatorInput(shaped, mask, token_rewards, values, *steps), cfg, ended
+            self.estimator, EstimatorInput(shaped, mask, token_rewards, values, *steps, rewards), cfg, ended
         )
         if cfg.update.mask_truncated:
             stats["truncated_left_out"] = int((~ended).sum())
