@@ -12,7 +12,9 @@ with the outcome verifier and once with the process verifier (groups of 8, 160 r
 updates per group, exact KL to the uniform start with beta 0.05, SGD lr 0.15).  Then:
 
 * filtered distillation: the outcome-trained policy is the teacher; its samples are filtered by
-  the process verifier and a fresh uniform student imitates what is kept (``--algo distill``);
+  the process verifier and a fresh uniform student imitates what is kept (``--algo distill``),
+  twice: online (32 new teacher samples every step) and on a fixed set, as the chapter does it
+  (32 samples drawn once, ``--rollout.teacher_set fixed``, 100 passes over them);
 * pass@n of uniform sampling: 1 - (1 - p)^n for the outcome and the process checks.
 
 Expected (qualitative, the chapter's lesson): the outcome reward leaves a large share on
@@ -90,9 +92,13 @@ def train_rl(kind: str, run_dir: Path, rounds: int = 160, seed: int = 2026) -> t
     return policy, equal_groups
 
 
-def distill(teacher_dir: Path, run_dir: Path, samples: int = 32, steps: int = 100, seed: int = 2027):
-    """Teacher samples, the process verifier filters, a uniform student imitates (``--algo distill``)."""
+def distill(
+    teacher_dir: Path, run_dir: Path, samples: int = 32, steps: int = 100, seed: int = 2027, teacher_set="online"
+):
+    """Teacher samples, the process verifier filters, a uniform student imitates (``--algo distill``); with
+    ``teacher_set="fixed"`` the samples are drawn once and every step is a pass over them."""
     settings = {
+        "rollout.teacher_set": teacher_set,
         "run_dir": str(run_dir),
         "seed": seed,
         "algo": "distill",
@@ -135,6 +141,15 @@ def run(rounds: int = 160) -> dict:
         student, kept = distill(tmp / "outcome" / "final", tmp / "distill")
         student_probs = [round(float(p), 4) for p in student.probs()]
         out["distill"] = {"teacher_samples": 32, "passed": kept, "student": student_probs}
+        student, kept = distill(tmp / "outcome" / "final", tmp / "distill-fixed", teacher_set="fixed")
+        rows = [json.loads(line) for line in (tmp / "distill-fixed" / "metrics.jsonl").read_text().splitlines()]
+        out["distill_fixed"] = {
+            "set": len(RecordStore(tmp / "distill-fixed" / "rollouts").read(1)),
+            "passed": kept,
+            "sampled_per_step": [row["sampled_records"] for row in rows],
+            "accepted_per_step": sorted({row["teacher_set_accepted"] for row in rows}),
+            "student": [round(float(p), 4) for p in student.probs()],
+        }
     uniform = 1.0 / len(CANDIDATES)
     out["pass_at_n_uniform"] = {
         kind: {str(n): round(pass_at_n(uniform * sum(out["rewards"][kind]), n), 4) for n in (1, 4, 8)}
@@ -163,6 +178,9 @@ def report(out: dict) -> str:
         f"policy passes outcome "
         f"{d['passed']['outcome']}, process {d['passed']['process']}; student after imitating the process-passed "
         f"ones: p(candidate 0) = {d['student'][0]:.3f}",
+        f"the same on a fixed set ({out['distill_fixed']['set']} samples drawn once, process passed "
+        f"{out['distill_fixed']['passed']['process']}, 100 passes): p(candidate 0) = "
+        f"{out['distill_fixed']['student'][0]:.3f}",
         "",
         "pass@n of uniform sampling (1 - (1-p)^n):",
     ]

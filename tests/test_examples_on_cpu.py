@@ -57,6 +57,22 @@ def test_filtered_distillation_student(four):
     assert d["student"][0] == pytest.approx(0.959, abs=0.002)  # chapter: 0.959 (only candidate 0 is kept)
 
 
+def test_filtered_distillation_on_a_fixed_set(four):
+    # the chapter's own procedure: 32 teacher samples drawn once, filtered by the process check, 100 passes
+    d = four["distill_fixed"]
+    assert d["set"] == 32 and 30 <= d["passed"]["outcome"] <= 32 and 8 <= d["passed"]["process"] <= 26
+    assert d["sampled_per_step"] == [32] + [0] * 99  # sampled at step 1 only: every later step is a pass
+    assert d["accepted_per_step"] == [d["passed"]["process"]]  # the same records, the same verdicts, each pass
+    # cross-entropy on targets that are all candidate 0, SGD lr 0.2, 100 steps from uniform: z <- z - 0.2 (p - e_0)
+    z = [0.0] * 4
+    for _ in range(100):
+        e = [2.718281828459045**v for v in z]
+        p = [v / sum(e) for v in e]
+        z = [z[k] - 0.2 * (p[k] - (k == 0)) for k in range(4)]
+    e = [2.718281828459045**v for v in z]
+    assert d["student"][0] == pytest.approx(e[0] / sum(e), abs=1e-4) == pytest.approx(0.959, abs=0.001)  # chapter
+
+
 def test_pass_at_n_of_uniform_sampling(four):
     assert four["pass_at_n_uniform"] == {
         "outcome": {"1": 0.5, "4": 0.9375, "8": 0.9961},  # 1 - 0.5^n

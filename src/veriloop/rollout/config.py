@@ -15,6 +15,7 @@ DATA_SOURCES = typing.get_args(DataSource)
 Mode = Literal["sync", "async"]
 MODES = typing.get_args(Mode)
 ToolInterpreter = Literal["warm", "fresh"]
+TeacherSet = Literal["online", "fixed"]
 
 
 @dataclass
@@ -31,6 +32,14 @@ class RolloutConfig:
         },
     )
     teacher: str = field(default="", metadata={"help": "teacher model directory for source=teacher"})
+    teacher_set: TeacherSet = field(
+        default="online",
+        metadata={
+            "help": "source teacher or initial (a frozen sampler): online samples it every step; fixed samples it "
+            "once, at step 1, keeps those records and their verdicts as teacher_set.jsonl.gz in the run directory, "
+            "and every step is one more pass over them (filtered distillation on a fixed set; classic RFT)"
+        },
+    )
     dynamic_sampling: bool = field(
         default=False, metadata={"help": "drop groups with all-equal rewards and sample more prompts (DAPO)"}
     )

@@ -387,6 +387,8 @@ class TrainConfig:
                 f"rollout.overlong_buffer ({self.rollout.overlong_buffer}) must be <= sampling.max_new_tokens "
                 f"({self.sampling.max_new_tokens}): the penalty ramps over the last tokens before the limit"
             )
+        if self.rollout.teacher_set == "fixed":
+            self._check_fixed_teacher_set()
         if self.rollout.source != "task-teacher" and self.sampling.temperature <= 0 and self.rollout.group_size > 1:
             raise ValueError("sampling.temperature must be > 0 when sampling groups (greedy groups have no variance)")
         self._check_estimator_and_objective(
@@ -410,6 +412,20 @@ class TrainConfig:
                 "verifiers`), or the reward's with --verifier"
             )
         return own
+
+    def _check_fixed_teacher_set(self) -> None:
+        """One set sampled at step 1 and passed over every step: one batch in order, nothing sampled ahead."""
+        r = self.rollout
+        if r.mode != "sync" or r.lag:
+            raise ValueError(
+                f"rollout.teacher_set fixed with rollout.mode {r.mode} and rollout.lag {r.lag}: the set is sampled "
+                "once, before step 1 learns from it; use rollout.mode sync and rollout.lag 0"
+            )
+        if r.dynamic_sampling:
+            raise ValueError(
+                "rollout.teacher_set fixed with rollout.dynamic_sampling: resampling has nothing to draw from a "
+                "fixed set; turn one of them off"
+            )
 
     def _check_thinking_budget(self) -> None:
         """sampling.max_thinking_tokens forces a marker into sampled completions: where nothing is sampled, or an

@@ -162,8 +162,13 @@ NEW_MODEL = OptionScope(
 SOURCE = OptionScope(
     "rollout source",
     "rollout.source",
-    ("rollout.teacher",),
-    {"policy": (), "initial": (), "teacher": ("rollout.teacher",), "task-teacher": ()},
+    ("rollout.teacher", "rollout.teacher_set"),
+    {
+        "policy": (),
+        "initial": ("rollout.teacher_set",),
+        "teacher": ("rollout.teacher", "rollout.teacher_set"),
+        "task-teacher": (),
+    },
 )
 
 DYNAMIC_SAMPLING = OptionScope(

@@ -176,7 +176,8 @@ class Trainer:
             return AsyncCollector(
                 cfg, self.task, self.engine, self.verifier, self.pending, self.ledger, self.state.step + 1, per_step
             )
-        return Collector(cfg, self.task, self.engine, self.verifier, self.pending, self.ledger)
+        teacher_set = Path(self.run_dir) / "teacher_set.jsonl.gz"
+        return Collector(cfg, self.task, self.engine, self.verifier, self.pending, self.ledger, teacher_set)
 
     @staticmethod
     def _load_start(cfg: TrainConfig):

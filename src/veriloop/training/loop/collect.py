@@ -7,7 +7,10 @@ them and the verifier score every record (plus DAPO's overlong ramp).  On top of
 * dynamic sampling (DAPO): keep groups whose rewards differ, sample more rounds to fill B;
 * groups holding a verdict with outcome ``error`` are dropped (no advantage from a failed check);
 * ``rollout.lag``: learn from the batch sampled ``lag`` steps earlier (the queue is checkpointed);
-* ``rollout.max_staleness``: drop groups sampled more than that many policy versions ago.
+* ``rollout.max_staleness``: drop groups sampled more than that many policy versions ago;
+* ``rollout.teacher_set fixed`` (a frozen sampler): step 1 samples and scores as usual and the records are
+  kept (``teacher_set.jsonl.gz`` in the run directory, read back on resume); every later step learns from
+  copies of the same records, so step k is the k-th pass over one fixed, verified set.
 
 Every call returns its statistics; nothing is left on the object for someone to pop.
 """
@@ -17,10 +20,13 @@ from __future__ import annotations
 import random
 import time
 from collections import deque
+from pathlib import Path
 
 import torch
 
 from veriloop.algorithms import length_cost, overlong_penalty
+from veriloop.errors import InputError
+from veriloop.io import atomic_write_jsonl, read_jsonl
 from veriloop.rollout.engine import FROZEN, build_requests
 from veriloop.rollout.records import Record, check_reward
 from veriloop.rollout.thinking import with_thinking_end
@@ -33,8 +39,11 @@ def _groups(records: list[Record], G: int) -> list[list[Record]]:
 
 
 class Collector:
-    def __init__(self, cfg, task, engine, verifier, pending: deque, ledger=None):
+    def __init__(self, cfg, task, engine, verifier, pending: deque, ledger=None, teacher_set: Path | None = None):
         self.cfg, self.task, self.engine, self.verifier = cfg, task, engine, verifier
+        # rollout.teacher_set fixed: where the set is kept, and the set once sampled (or read back on resume)
+        self.teacher_set_path = teacher_set if cfg.rollout.teacher_set == "fixed" else None
+        self.teacher_set: list[Record] | None = None
         self.pending = pending  # batches sampled ahead (rollout.lag), saved with each checkpoint
         self.ledger = ledger  # every request's records, once (rollout/ledger.py)
         # task.reasoning tool: the policy's requests run code blocks (the task's demonstrations carry their own)
@@ -64,10 +73,33 @@ class Collector:
     def sample_step(self, step: int, version: int) -> tuple[list[Record], list[Record], dict]:
         """This step's sampling: (records fit to learn from, every record sampled, statistics incl. ``times``)."""
         stats = {"times": {"generate": 0.0, "verify": 0.0}}
+        if self.teacher_set_path is not None:
+            return self.fixed_set_step(step, version, stats)
         sampled = learn = self.sample_round(step, 0, version, stats["times"])
         if self.cfg.rollout.dynamic_sampling:
             learn, sampled = self.fill_with_variance(step, sampled, version, stats)
         return self.without_verifier_errors(learn, stats), sampled, stats
+
+    def fixed_set_step(self, step: int, version: int, stats: dict) -> tuple[list[Record], list[Record], dict]:
+        """``rollout.teacher_set fixed``: the set sampled (step 1) or read back (a resumed run), then a copy of it
+        for this step; ``sampled`` holds the records only on the step that sampled them."""
+        path, sampled = self.teacher_set_path, []
+        if self.teacher_set is None and path.is_file():
+            self.teacher_set = [Record.from_json(row, f"{path}:{i}") for i, row in enumerate(read_jsonl(path), 1)]
+        if self.teacher_set is None and step > 1:  # a resumed run whose set is gone: a new one would be another run
+            raise InputError(
+                f"{path} is missing: rollout.teacher_set fixed passes over the set sampled at step 1, and this run "
+                f"resumes at step {step}; put the file back or start a new run"
+            )
+        if self.teacher_set is None:
+            sampled = self.sample_round(step, 0, version, stats["times"])
+            atomic_write_jsonl(path, (r.to_json() for r in sampled), compress=True)
+            self.teacher_set = sampled
+        records = [Record.from_json(r.to_json()) for r in self.teacher_set]  # a pass mutates nothing of the set
+        threshold = self.cfg.advantage.accept_threshold
+        stats["teacher_set_records"] = len(records)
+        stats["teacher_set_accepted"] = sum(r.reward >= threshold for r in records)
+        return self.without_verifier_errors(records, stats), sampled, stats
 
     def requests(self, step: int, round_: int, version: int):
         """A sampling round's prompts (seeded by run seed, step, round) cut into requests of fixed composition."""
