@@ -222,3 +222,53 @@ class VLLMConfig:
         check_typed(self, "vllm")
         if self.lora not in ("auto", "adapter", "merged"):
             raise ValueError(f"vllm.lora must be auto, adapter or merged, got {self.lora!r}")
+
+
+Curriculum = Literal["none", "easy-first", "hard-first"]
+
+
+@dataclass
+class SelectionConfig:
+    """Problem selection by difficulty (seed 002 s.7): a pool of training problems, each one's pass rate measured
+    with the policy's own samples, the always-solved and never-solved dropped, refreshed every N steps."""
+
+    filter: bool = field(
+        default=False,
+        metadata={
+            "help": "draw each step's prompts from a pool of training problems whose pass rate under the policy's "
+            "own samples lies strictly between selection.keep_above and selection.keep_below"
+        },
+    )
+    pool: int = field(
+        default=512,
+        metadata={"help": "training problems drawn once (seeded) into the pool, duplicates dropped", "ge": 1},
+    )
+    samples: int = field(default=8, metadata={"help": "samples per pool problem that measure its pass rate", "ge": 1})
+    keep_above: float = field(
+        default=0.0, metadata={"help": "keep a problem whose pass rate is above this (0: drop the never-solved)"}
+    )
+    keep_below: float = field(
+        default=1.0, metadata={"help": "keep a problem whose pass rate is below this (1: drop the always-solved)"}
+    )
+    refresh_every: int = field(
+        default=0,
+        metadata={
+            "help": "measure the pool again with the current policy every N steps (0: once, before step 1)",
+            "ge": 0,
+        },
+    )
+    curriculum: Curriculum = field(
+        default="none",
+        metadata={
+            "help": "order of the kept problems: none (uniform draws), easy-first or hard-first (by measured pass "
+            "rate, B a step in that order, from the start again when all were given)"
+        },
+    )
+
+    def __post_init__(self):
+        check_typed(self, "selection")
+        if not self.keep_above < self.keep_below:
+            raise ValueError(
+                f"selection.keep_above ({self.keep_above}) must be < selection.keep_below ({self.keep_below}): "
+                "a problem is kept when keep_above < pass rate < keep_below"
+            )

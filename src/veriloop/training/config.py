@@ -23,7 +23,7 @@ from veriloop.models.tiny import TinyModelConfig
 from veriloop.options import declare, dotted_defaults, refuse_unread
 from veriloop.prm.config import ProcessConfig
 from veriloop.registry import ESTIMATORS, LEARNERS, OBJECTIVES, VERIFIERS
-from veriloop.rollout.config import RayConfig, RolloutConfig, VLLMConfig
+from veriloop.rollout.config import RayConfig, RolloutConfig, SelectionConfig, VLLMConfig
 from veriloop.rollout.sampler import SamplingParams
 from veriloop.tasks.config import TaskConfig
 from veriloop.training import option_scopes
@@ -346,6 +346,7 @@ class TrainConfig:
     update: UpdateConfig = field(default_factory=UpdateConfig)
     critic: CriticConfig = field(default_factory=CriticConfig)
     process: ProcessConfig = field(default_factory=ProcessConfig)
+    selection: SelectionConfig = field(default_factory=SelectionConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)
     lora: LoraConfig = field(default_factory=LoraConfig)
     learner: LearnerConfig = field(default_factory=LearnerConfig)
@@ -389,6 +390,8 @@ class TrainConfig:
             )
         if self.rollout.teacher_set == "fixed":
             self._check_fixed_teacher_set()
+        if self.selection.filter:
+            self._check_selection()
         if self.rollout.source != "task-teacher" and self.sampling.temperature <= 0 and self.rollout.group_size > 1:
             raise ValueError("sampling.temperature must be > 0 when sampling groups (greedy groups have no variance)")
         self._check_estimator_and_objective(
@@ -412,6 +415,20 @@ class TrainConfig:
                 "verifiers`), or the reward's with --verifier"
             )
         return own
+
+    def _check_selection(self) -> None:
+        """Pass rates of the policy's own samples, measured between steps: on the policy, one batch in order."""
+        r = self.rollout
+        if r.source != "policy":
+            raise ValueError(
+                f"selection.filter with rollout.source {r.source}: the pass rates are the policy's own samples' "
+                "(seed 002 s.7); use rollout.source policy"
+            )
+        if r.mode != "sync" or r.lag:
+            raise ValueError(
+                f"selection.filter with rollout.mode {r.mode} and rollout.lag {r.lag}: the pool is measured between "
+                "steps, with the weights of the step about to sample; use rollout.mode sync and rollout.lag 0"
+            )
 
     def _check_fixed_teacher_set(self) -> None:
         """One set sampled at step 1 and passed over every step: one batch in order, nothing sampled ahead."""

@@ -198,6 +198,16 @@ TOOLS = OptionScope(
     {"cot": (), "pot": (), "tool": ("rollout.max_tool_calls", "rollout.tool_timeout_s", "rollout.tool_interpreter")},
 )
 
+SELECTION = OptionScope(
+    "problem selection",
+    "selection.filter",
+    ("selection", "-selection.filter"),
+    {"on": ("selection",), "off": ()},
+    component=lambda cfg: "on" if cfg.selection.filter else "off",
+    choose=lambda name: {"selection.filter": name == "on"},
+    when={"on": "selection.filter true", "off": "selection.filter false"},
+)
+
 SCOPES = (
     ESTIMATOR,
     OBJECTIVE,
@@ -210,6 +220,7 @@ SCOPES = (
     DYNAMIC_SAMPLING,
     PERIODIC_EVAL,
     TOOLS,
+    SELECTION,
 )
 
 # Read whatever is chosen (the selectors among them).  ``task.*`` and ``optim.*`` check their own scopes.
@@ -245,6 +256,7 @@ COMMON = (
     "rollout.group_size",
     "rollout.source",
     "rollout.dynamic_sampling",
+    "selection.filter",
     "rollout.lag",
     "rollout.max_staleness",
     "rollout.overlong_buffer",

@@ -55,6 +55,7 @@ from veriloop.training.loop.collect import AsyncCollector, Collector
 from veriloop.training.loop.critic import Critic
 from veriloop.training.loop.optim import lr_at
 from veriloop.training.loop.reference import ReferencePolicy
+from veriloop.training.loop.selection import DifficultySelector
 from veriloop.training.loop.signals import Signal, SignalMaker
 from veriloop.training.loop.token_values import TokenValueStore, token_value_rows
 from veriloop.training.recipes import RECIPES
@@ -177,7 +178,13 @@ class Trainer:
                 cfg, self.task, self.engine, self.verifier, self.pending, self.ledger, self.state.step + 1, per_step
             )
         teacher_set = Path(self.run_dir) / "teacher_set.jsonl.gz"
-        return Collector(cfg, self.task, self.engine, self.verifier, self.pending, self.ledger, teacher_set)
+        collector = Collector(cfg, self.task, self.engine, self.verifier, self.pending, self.ledger, teacher_set)
+        if cfg.selection.filter:
+            collector.selector = DifficultySelector(
+                cfg, self.task, self.engine, self.verifier, self.run_dir, collector.sampling, collector.tools
+            )
+            collector.selector.resume(self.state.step)  # a new run: clears what an aborted start left
+        return collector
 
     @staticmethod
     def _load_start(cfg: TrainConfig):
@@ -216,6 +223,8 @@ class Trainer:
                 stop = self.stop_signal or self._why_stop(step, sampled)
                 if step % cfg.checkpoint_every == 0 or step == cfg.steps or stop:
                     self.checkpoint()
+                    if self.collector.selector is not None:  # what was trained on so far, for a person to read
+                        self.collector.selector.write_coverage()
                 if stop:
                     log.info(f"stopping after step {step}: {stop}")
                     break

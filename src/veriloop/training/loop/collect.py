@@ -44,6 +44,7 @@ class Collector:
         # rollout.teacher_set fixed: where the set is kept, and the set once sampled (or read back on resume)
         self.teacher_set_path = teacher_set if cfg.rollout.teacher_set == "fixed" else None
         self.teacher_set: list[Record] | None = None
+        self.selector = None  # selection.filter: a DifficultySelector (training/loop/selection.py), set by the trainer
         self.pending = pending  # batches sampled ahead (rollout.lag), saved with each checkpoint
         self.ledger = ledger  # every request's records, once (rollout/ledger.py)
         # task.reasoning tool: the policy's requests run code blocks (the task's demonstrations carry their own)
@@ -75,6 +76,8 @@ class Collector:
         stats = {"times": {"generate": 0.0, "verify": 0.0}}
         if self.teacher_set_path is not None:
             return self.fixed_set_step(step, version, stats)
+        if self.selector is not None:  # the pool measured (or read back) for this step, and the coverage so far
+            stats.update(self.selector.before_step(step, version))
         sampled = learn = self.sample_round(step, 0, version, stats["times"])
         if self.cfg.rollout.dynamic_sampling:
             learn, sampled = self.fill_with_variance(step, sampled, version, stats)
@@ -105,7 +108,11 @@ class Collector:
         """A sampling round's prompts (seeded by run seed, step, round) cut into requests of fixed composition."""
         cfg = self.cfg
         rng = random.Random(derive_seed(cfg.seed, step, f"prompts/{round_}"))
-        problems = self.task.train_batch(cfg.rollout.prompts_per_step, rng)
+        problems = (
+            self.selector.batch(step, cfg.rollout.prompts_per_step, rng)
+            if self.selector is not None
+            else self.task.train_batch(cfg.rollout.prompts_per_step, rng)
+        )
         source = cfg.rollout.source
         version = version if source == "policy" else FROZEN
         return build_requests(

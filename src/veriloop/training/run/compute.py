@@ -13,7 +13,9 @@ not in ``prefill_tokens``.  Parts:
 * update: ``(4N + 2 trainable) x update tokens x passes`` (``update.inner_updates``: each pass reads every row);
 * reference: ``2N x update tokens`` when a reference model scores the batch (the KL, DPO);
 * old log-probs: ``2N x update tokens`` with truncated importance sampling (``loss.tis_cap``);
-* critic: ``(2 + 6 x passes) x N_critic x update tokens`` (its values at sampling time, then its passes).
+* critic: ``(2 + 6 x passes) x N_critic x update tokens`` (its values at sampling time, then its passes);
+* selection: ``2N x (sampled + prefilled tokens)`` of the samples that measured the pool's pass rates
+  (``selection.filter``), with its wall time as the phase ``select``.
 
 Test time (``test_time_compute``, in a search's ``compute.json``): per question and per strategy and budget, the
 generated tokens, PRM and verifier calls, wall seconds and generation FLOPs, beside the training ledger of the
@@ -60,9 +62,14 @@ def training_compute(
         "reference": 2 * params * update if reference else 0,
         "old_logprobs": 2 * params * update if old_logprobs else 0,
         "critic": (2 + 6 * passes) * critic_params * update,
+        "selection": 2
+        * params
+        * sum(r.get("selection_sampled_tokens", 0) + r.get("selection_prefill_tokens", 0) for r in rows),
     }
     flops = {k: v for k, v in flops.items() if v}
     wall = {phase: round(sum(r.get(f"time_{phase}_s", 0.0) for r in rows), 3) for phase in PHASES}
+    if any("time_select_s" in r for r in rows):  # selection.filter: the pool's measurements
+        wall["select"] = round(sum(r.get("time_select_s", 0.0) for r in rows), 3)
     return {
         "steps": len(rows),
         "parameters": params,
@@ -72,6 +79,11 @@ def training_compute(
         "tokens_prefilled": prefilled,
         "completions_trained": sum(r.get("update_records", 0) for r in rows),
         "tokens_trained": update,
+        **(
+            {"tokens_sampled_for_selection": sum(r.get("selection_sampled_tokens", 0) for r in rows)}
+            if any("selection_sampled_tokens" in r for r in rows)
+            else {}
+        ),
         "update_passes": passes,
         "flops": {**flops, "total": sum(flops.values())},
         "wall_seconds": {**wall, "steps": round(sum(r.get("time_step_s", 0.0) for r in rows), 3)},

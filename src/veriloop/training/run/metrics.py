@@ -21,6 +21,7 @@ TIMING_KEYS = (
     "time_verify_s",
     "time_update_s",
     "time_step_s",
+    "time_select_s",
     "tokens_per_s",
     "gen_tokens_per_s",
     "update_started_at",
