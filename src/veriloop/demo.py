@@ -95,6 +95,7 @@ GRPO_ONLY = (
     "kl",
     "critic",
     "process",
+    "selection",
     "ray",
     "vllm",
 )
