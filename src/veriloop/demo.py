@@ -81,6 +81,7 @@ GRPO_ONLY = (
     "algo",
     "reference",
     "verifier",
+    "reward_model",
     "steps",
     "max_minutes",
     "max_samples",

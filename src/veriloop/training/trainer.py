@@ -130,7 +130,7 @@ class Trainer:
         is written.  Returns the start policy."""
         cfg = self.cfg
         self.task = task or cfg.task.build()
-        self.verifier = verifier or get_verifier(cfg.verifier)
+        self.verifier = verifier or self._reward_source(cfg)
         if cfg.rollout.source == "task-teacher":
             TaskTeacherEngine.require_demonstrations(self.task)
         start = policy if policy is not None else self._load_start(cfg)
@@ -141,6 +141,15 @@ class Trainer:
         check_installed(cfg.report_to)
         ENGINES.get(cfg.rollout.engine).require(EngineSections.of(cfg))  # an install message before the run dir
         return start
+
+    @staticmethod
+    def _reward_source(cfg):
+        """The verifier, or with ``reward_model`` the reward model scoring and the verifier recorded beside it."""
+        if cfg.reward_model:
+            from veriloop.preference.verifier import PreferenceVerifier
+
+            return PreferenceVerifier(path=cfg.reward_model, audit=cfg.verifier)
+        return get_verifier(cfg.verifier)
 
     def _build_learner(self, start, estimator) -> None:
         """The registered learner strategy (it owns the critic, and the critic's optimizer: on the ranks, if any),
