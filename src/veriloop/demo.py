@@ -82,6 +82,7 @@ GRPO_ONLY = (
     "reference",
     "verifier",
     "reward_model",
+    "reward_sources",
     "steps",
     "max_minutes",
     "max_samples",

@@ -31,19 +31,21 @@ def _digest(path: Path) -> str:
 class PreferenceVerifier(Verifier):
     reads_prompts = True  # r(x, y): the trainer passes prompts= to verify_batch
 
-    def __init__(self, path: str = "", audit: str = "", batch_size: int = 64):
+    def __init__(self, path: str = "", audit: str = "", batch_size: int = 64, unaudited: bool = False):
         if not path:
             raise InputError("the preference verifier needs path=<directory written by `veriloop rm train`>")
         self.rm = load_reward_model(path)
         self.name = self.rm.meta.get("kind", "bradley-terry")
         self.version = _digest(Path(path))
         self.batch_size = batch_size
-        if not audit:
+        if not audit and not unaudited:
             # without a rule beside it, a run's accuracy would be read off r >= 1: a number that means nothing
             raise InputError("the preference verifier needs audit=<rule verifier recorded beside the reward>")
         from veriloop.verifiers import get as get_verifier
 
-        self.audit = get_verifier(audit)
+        # unaudited: a kind of data without rules (reward_sources' reward_model route); its records have no
+        # outcome component, and a step's accuracy leaves them out
+        self.audit = get_verifier(audit) if audit else None
 
     def verify(self, completion: str, reference: str, prompt: str | None = None) -> Verdict:
         return self.verify_batch([completion], [reference], None if prompt is None else [prompt])[0]
@@ -52,6 +54,10 @@ class PreferenceVerifier(Verifier):
         if prompts is None:
             raise InputError("a reward model scores r(prompt, completion): pass prompts= to verify_batch")
         rewards = self.rm.score(prompts, completions, self.batch_size)
+        if self.audit is None:
+            return [
+                Verdict(float(r), {"reward_model": float(r)}, self.tag, "reward from the reward model") for r in rewards
+            ]
         out = []
         for r, a in zip(rewards, self.audit.verify_batch(completions, references)):
             # the rule's components as they are, its outcome always there (the run's accuracy reads it)

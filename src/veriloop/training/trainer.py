@@ -55,6 +55,7 @@ from veriloop.training.loop.collect import AsyncCollector, Collector
 from veriloop.training.loop.critic import Critic
 from veriloop.training.loop.optim import lr_at
 from veriloop.training.loop.reference import ReferencePolicy
+from veriloop.training.loop.reward_sources import build_reward_sources
 from veriloop.training.loop.selection import DifficultySelector
 from veriloop.training.loop.signals import Signal, SignalMaker
 from veriloop.training.loop.token_values import TokenValueStore, token_value_rows
@@ -144,7 +145,11 @@ class Trainer:
 
     @staticmethod
     def _reward_source(cfg):
-        """The verifier, or with ``reward_model`` the reward model scoring and the verifier recorded beside it."""
+        """The verifier; with ``reward_model`` alone the reward model scoring and the verifier recorded beside it;
+        with ``reward_sources`` each data source's own (``training/loop/reward_sources.py``), the verifier for the
+        others."""
+        if cfg.reward_sources:
+            return build_reward_sources(cfg, get_verifier(cfg.verifier))
         if cfg.reward_model:
             from veriloop.preference.verifier import PreferenceVerifier
 

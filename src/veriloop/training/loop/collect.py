@@ -40,11 +40,13 @@ def _groups(records: list[Record], G: int) -> list[list[Record]]:
 
 def verify_records(verifier, records: list[Record]) -> list:
     """The verdicts of ``records``; a verifier that declares ``reads_prompts`` (a reward model: r(x, y)) is given
-    each record's prompt too."""
-    completions, references = [r.completion for r in records], [r.reference for r in records]
+    each record's prompt too, one that declares ``reads_data_sources`` (mixed rewards) each record's data source."""
+    extra = {}
     if getattr(verifier, "reads_prompts", False):
-        return verifier.verify_batch(completions, references, prompts=[r.prompt for r in records])
-    return verifier.verify_batch(completions, references)
+        extra["prompts"] = [r.prompt for r in records]
+    if getattr(verifier, "reads_data_sources", False):
+        extra["data_sources"] = [r.data_source for r in records]
+    return verifier.verify_batch([r.completion for r in records], [r.reference for r in records], **extra)
 
 
 class Collector:
