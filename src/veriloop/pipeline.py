@@ -123,6 +123,9 @@ class PipelineConfig:
                     f"{name}.run_dir and {name}.policy are set by the pipeline (--run_dir, --base); leave them"
                 )
         if set_options(self.rl_again):
+            if "rl_again" not in VARIANTS[self.variant]:
+                changed = ", ".join(f"rl_again.{k}" for k in set_options(self.rl_again))
+                raise InputError(f"{changed}: variant {self.variant} has no rl_again stage (variant r1 has)")
             final_rl_config(self, self.base, self.rl_again_steps)  # its errors now, not after four stages
         check_declared(self)
 
@@ -136,7 +139,6 @@ _R1_OPTIONS = (
     "mix_data",
     "sft_steps",
     "rl_again_steps",
-    "rl_again",
     "sft_lr",
 )
 VARIANT_SCOPE = OptionScope(
@@ -145,7 +147,12 @@ VARIANT_SCOPE = OptionScope(
     (*_R1_OPTIONS, "max_minutes"),
     {"r1": _R1_OPTIONS, "r1-zero": ("rl_steps",), "rl-long": ("max_minutes",)},
 )
-declare(PipelineConfig, [VARIANT_SCOPE], ("run_dir", "variant", "base", "seed", "threads", "eval_problems", "rl"))
+# rl_again.* is a TrainConfig of its own (checked in __post_init__: only variant r1 has that stage)
+declare(
+    PipelineConfig,
+    [VARIANT_SCOPE],
+    ("run_dir", "variant", "base", "seed", "threads", "eval_problems", "rl", "rl_again"),
+)
 
 
 def options_for(variant: str, options: dict) -> dict:
@@ -385,8 +392,11 @@ def final_rl_config(cfg: PipelineConfig, policy: str, steps: int) -> TrainConfig
     own = set_options(cfg.rl_again)
     if not own:
         return base
+    data = to_dict(base)
+    if data["verifier"] == cfg.rl.task.reward_verifier():  # rl's was its task's: resolve again for this stage's task
+        data["verifier"] = ""
     try:
-        return build_config(TrainConfig, to_dict(base), own)
+        return build_config(TrainConfig, data, own)
     except (InputError, ValueError) as e:
         raise InputError(f"rl_again.*: {e}") from None
 
