@@ -14,7 +14,7 @@ LAYERS = [
     ("models",),
     ("verifiers",),
     ("evaluation",),
-    ("prm",),
+    ("prm", "preference"),
     ("training",),
     ("search",),
     ("report",),

@@ -320,7 +320,7 @@ def test_each_task_is_built_from_exactly_the_options_it_declares():
 def test_each_objective_declares_the_loss_options_of_its_formula():
     assert set(OBJECTIVES.get("clip").reads) >= {"clip_eps_low", "clip_eps_high", "aggregation", "tis_cap"}
     assert "clip_ratio_c" in OBJECTIVES.get("dual-clip").reads and "clip_ratio_c" not in OBJECTIVES.get("clip").reads
-    assert OBJECTIVES.get("dpo").reads == ("dpo_beta",)
+    assert OBJECTIVES.get("dpo").reads == ("dpo_beta", "dpo_pairs")
     assert "tis_cap" not in OBJECTIVES.get("likelihood").reads  # no ratio, nothing to correct
     assert not any("clip" in k for k in OBJECTIVES.get("pg").reads)
 

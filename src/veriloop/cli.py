@@ -239,6 +239,22 @@ def _add_prm(sub, name: str, help_text: str) -> None:
     _add_output_options(p)
 
 
+def _add_rm(sub, name: str, help_text: str) -> None:
+    from veriloop.preference.pairs import PairsConfig
+    from veriloop.preference.train import RMTrainConfig
+
+    rm = sub.add_parser(name, help=help_text, description=help_text)
+    _add_output_options(rm)
+    rm_sub = rm.add_subparsers(dest="rm_command", required=True, metavar="RM_COMMAND", prog="veriloop rm")
+    _command(rm_sub, "pairs", PairsConfig, "preference pairs (a correct solution over a wrong one) from the policy")
+    _command(rm_sub, "train", RMTrainConfig, "train a Bradley-Terry reward model on pairs {prompt, chosen, rejected}")
+    p = rm_sub.add_parser("score", help="score JSONL rows {prompt, completion} or pairs with a reward model")
+    p.add_argument("--rm", required=True, metavar="DIR", help="reward model directory from `veriloop rm train`")
+    p.add_argument("--input", required=True, metavar="IN.jsonl")
+    p.add_argument("--output", required=True, metavar="OUT.jsonl", help="the rows with reward (pairs: both rewards)")
+    _add_output_options(p)
+
+
 def _add_completion(sub, name: str, help_text: str) -> None:
     p = sub.add_parser(
         name,
@@ -449,6 +465,24 @@ def _prm(args: argparse.Namespace, progress: bool) -> int:
     return 0
 
 
+def _rm(args: argparse.Namespace, progress: bool) -> int:
+    if args.rm_command == "pairs":
+        from veriloop.preference.pairs import PairsConfig, make_pairs
+
+        print(json.dumps(make_pairs(config_from_args(PairsConfig, args), progress=progress), indent=2))
+    elif args.rm_command == "train":
+        from veriloop.preference.train import RMTrainConfig, train_reward_model
+
+        cfg = config_from_args(RMTrainConfig, args)
+        print(json.dumps(train_reward_model(cfg, progress=progress), indent=2))
+        print(f"wrote {cfg.out} (reward with it: veriloop train --reward_model {cfg.out})")
+    else:
+        from veriloop.preference.train import score_file
+
+        print(json.dumps(score_file(args.rm, args.input, args.output), indent=2))
+    return 0
+
+
 def _options(pairs: list[str]) -> dict:
     """``KEY=VALUE`` strings -> verifier options; values read as YAML scalars (numbers, booleans)."""
     import yaml
@@ -545,6 +579,7 @@ _HANDLERS: dict[str, tuple[Callable, Callable]] = {
     "verify": (_add_verify, _verifiers),
     "audit": (_add_audit, _verifiers),
     "prm": (_add_prm, _prm),
+    "rm": (_add_rm, _rm),
     "doctor": (_add_plain, _run_doctor),
     "completion": (_add_completion, _run_completion),
 }

@@ -59,6 +59,10 @@ COMMANDS = {
     "verify": ("verifiers", "grade a JSONL file of {completion, reference} rows with a verifier"),
     "audit": ("verifiers", "false accepts and false rejects of a verifier, by part and family"),
     "prm": ("verifiers", "process reward models: label steps, train, score (veriloop prm label|train|score)"),
+    "rm": (
+        "verifiers",
+        "preference reward models (Bradley-Terry): make pairs, train, score (veriloop rm pairs|train|score)",
+    ),
     "doctor": (
         "tools",
         "what this machine offers veriloop (Python, torch, GPU, the base, disk, Ray, vLLM, peft, the "

@@ -81,6 +81,8 @@ GRPO_ONLY = (
     "algo",
     "reference",
     "verifier",
+    "reward_model",
+    "reward_sources",
     "steps",
     "max_minutes",
     "max_samples",

@@ -104,14 +104,29 @@ class PipelineConfig:
     sft_lr: float = field(default=2e-4, metadata={"help": "learning rate of the SFT stages"})
     eval_problems: int = field(default=200, metadata={"help": "held-out problems evaluated after each stage", "ge": 1})
     rl: TrainConfig = field(default_factory=TrainConfig, metadata={"help": "GRPO settings of the RL stages"})
+    rl_again: TrainConfig = field(
+        default_factory=TrainConfig,
+        metadata={
+            "help": "rl_again's own settings over rl.*'s (all-scenario RL: its task and data mix, reward_sources, "
+            "reward_model); an option set here replaces rl's for that stage alone"
+        },
+    )
 
     def __post_init__(self):
         check_typed(self)
         self.rl.task.refuse_tools("veriloop pipeline (its rejection sampling)")
         if self.variant == "rl-long" and self.max_minutes <= 0:
             raise InputError("variant rl-long needs --max_minutes (the wall time of the pipeline it is compared with)")
-        if self.rl.run_dir != TrainConfig().run_dir or self.rl.policy != TrainConfig().policy:
-            raise InputError("rl.run_dir and rl.policy are set by the pipeline (--run_dir, --base); leave them")
+        for name, section in (("rl", self.rl), ("rl_again", self.rl_again)):
+            if section.run_dir != TrainConfig().run_dir or section.policy != TrainConfig().policy:
+                raise InputError(
+                    f"{name}.run_dir and {name}.policy are set by the pipeline (--run_dir, --base); leave them"
+                )
+        if set_options(self.rl_again):
+            if "rl_again" not in VARIANTS[self.variant]:
+                changed = ", ".join(f"rl_again.{k}" for k in set_options(self.rl_again))
+                raise InputError(f"{changed}: variant {self.variant} has no rl_again stage (variant r1 has)")
+            final_rl_config(self, self.base, self.rl_again_steps)  # its errors now, not after four stages
         check_declared(self)
 
 
@@ -132,7 +147,12 @@ VARIANT_SCOPE = OptionScope(
     (*_R1_OPTIONS, "max_minutes"),
     {"r1": _R1_OPTIONS, "r1-zero": ("rl_steps",), "rl-long": ("max_minutes",)},
 )
-declare(PipelineConfig, [VARIANT_SCOPE], ("run_dir", "variant", "base", "seed", "threads", "eval_problems", "rl"))
+# rl_again.* is a TrainConfig of its own (checked in __post_init__: only variant r1 has that stage)
+declare(
+    PipelineConfig,
+    [VARIANT_SCOPE],
+    ("run_dir", "variant", "base", "seed", "threads", "eval_problems", "rl", "rl_again"),
+)
 
 
 def options_for(variant: str, options: dict) -> dict:
@@ -365,8 +385,25 @@ def _sft_from_base(cfg: PipelineConfig, root: Path, state: dict, progress: bool)
     return _train(root, "sft_from_base", _sft(cfg, cfg.sft_steps, task), progress)
 
 
+def final_rl_config(cfg: PipelineConfig, policy: str, steps: int) -> TrainConfig:
+    """The last RL stage's settings: rl.*'s, with every option set under rl_again.* in their place (seed 003 s.6
+    stage 4: the final RL stage over all scenarios, with its own data mix and reward configuration)."""
+    base = _rl(cfg, policy, steps)
+    own = set_options(cfg.rl_again)
+    if not own:
+        return base
+    data = to_dict(base)
+    if data["verifier"] == cfg.rl.task.reward_verifier():  # rl's was its task's: resolve again for this stage's task
+        data["verifier"] = ""
+    try:
+        return build_config(TrainConfig, data, own)
+    except (InputError, ValueError) as e:
+        raise InputError(f"rl_again.*: {e}") from None
+
+
 def _rl_again(cfg: PipelineConfig, root: Path, state: dict, progress: bool) -> Path:
-    return _train(root, "rl_again", _rl(cfg, state["stages"]["sft_from_base"]["model"], cfg.rl_again_steps), progress)
+    policy = state["stages"]["sft_from_base"]["model"]
+    return _train(root, "rl_again", final_rl_config(cfg, policy, cfg.rl_again_steps), progress)
 
 
 def dry_run(cfg: PipelineConfig) -> str:
@@ -381,7 +418,7 @@ def dry_run(cfg: PipelineConfig) -> str:
         "cold_start": _sft(cfg, cfg.cold_start_steps, task),
         "rl": _rl(cfg, cfg.base, rl_steps, minutes),
         "sft_from_base": _sft(cfg, cfg.sft_steps, task),
-        "rl_again": _rl(cfg, cfg.base, cfg.rl_again_steps),
+        "rl_again": final_rl_config(cfg, cfg.base, cfg.rl_again_steps),
     }
     lines = [f"veriloop pipeline --dry-run, variant {cfg.variant}: nothing is sampled or trained, no directory is made"]
     for stage in VARIANTS[cfg.variant]:

@@ -38,6 +38,8 @@ PRMAggregation = Literal["min", "prod", "last"]
 AGGREGATIONS = typing.get_args(PRMAggregation)
 PRMLoss = Literal["bce", "soft_ce", "mse"]
 PRM_LOSSES = typing.get_args(PRMLoss)
+PRMForm = Literal["head", "generative"]
+PRM_FORMS = typing.get_args(PRMForm)
 
 
 def aggregate(step_scores: list[float], how: str = "min") -> float:
@@ -99,6 +101,10 @@ class PRM(torch.nn.Module):
         logits = self.head(hidden)  # [N, L]
         return [logits[i, r] for i, r in enumerate(reads)]
 
+    def step_loss(self, sequences: list[list[int]], reads: list[list[int]], targets: torch.Tensor, loss: str):
+        """The training loss of a batch: ``prm_loss`` of the head's logits at the read positions."""
+        return prm_loss(torch.cat(self.step_logits(sequences, reads)), targets, loss)
+
     @torch.no_grad()
     def score(self, prompts: list[str], completions: list[str], batch_size: int = 64) -> list[list[float]]:
         """Step scores (probabilities) of each completion; ``[]`` for a completion without steps."""
@@ -123,8 +129,8 @@ class PRM(torch.nn.Module):
         save_file(
             {k: v.detach().contiguous() for k, v in self.head.state_dict().items()}, path / "prm_head.safetensors"
         )
-        meta = {**self.meta, **(extra or {}), "splitter": self.splitter, "prompt_template": self.prompt_template}
-        self.meta = meta
+        meta = {**self.meta, **(extra or {}), "form": "head", "splitter": self.splitter}
+        self.meta = meta = {**meta, "prompt_template": self.prompt_template}
         atomic_write_json(path / "prm.json", meta)
 
 
@@ -140,7 +146,82 @@ def load_prm(path: str | Path) -> PRM:
     except json.JSONDecodeError as e:
         raise InputError(f"{str(meta_file)!r} is not valid JSON ({e.msg})") from None
     backbone = load_policy(str(path))
-    prm = PRM(backbone, meta.get("splitter", "semicolon"), meta.get("prompt_template", ""), meta)
-    prm.head.load_state_dict(load_file(path / "prm_head.safetensors"))
+    form = meta.get("form", "head")
+    if form not in PRM_FORMS:
+        raise InputError(f"{str(meta_file)!r}: form must be one of {PRM_FORMS}, got {form!r}")
+    cls = GenerativePRM if form == "generative" else PRM
+    prm = cls(backbone, meta.get("splitter", "semicolon"), meta.get("prompt_template", ""), meta)
+    if form == "head":
+        prm.head.load_state_dict(load_file(path / "prm_head.safetensors"))
     prm.eval()
     return prm
+
+
+class GenerativePRM(PRM):
+    """Math-Shepherd's form: the step verdict is a token the LM predicts.  Two tokens, ``[GOOD]`` and ``[BAD]``,
+    join the tokenizer (the embeddings grow by two rows, each started at the old rows' mean, so the two start
+    equal: every step scores 1/2); at each step's read position the LM's own next-token logits ``z`` are read, and
+    the step's score is the LM's choice between the two, ``P(GOOD | {GOOD, BAD}) = sigmoid(z_GOOD - z_BAD)``.
+
+    Training is the cross-entropy of that choice: ``-log P(GOOD | ...)`` for a step labelled good, ``-log P(BAD |
+    ...)`` for one labelled bad, ``-(s log P(GOOD | ...) + (1 - s) log P(BAD | ...))`` for a soft label ``s``
+    (loss ``soft_ce``): the same reading at training and at scoring, as Math-Shepherd reads its ``+``/``-`` tokens.
+    Over the whole vocabulary instead (the LM taught to write the verdict unprompted), the two new rows start far
+    below the LM's likely tokens: on the built-in model that loss was still 14.0 nats after the 4 optimizer steps
+    of ``tests/test_generative_prm_on_cpu.py``'s fixture, so that is not what is trained.  No scalar head: the
+    verdict is read off the LM head (``mse`` is not defined for it)."""
+
+    TOKENS = ("[GOOD]", "[BAD]")
+
+    def __init__(self, backbone: Policy, splitter: str = "semicolon", prompt_template: str = "", meta=None):
+        super().__init__(backbone, splitter, prompt_template, meta)
+        self.head = None
+        tokenizer = backbone.tokenizer
+        missing = [t for t in self.TOKENS if t not in tokenizer.get_vocab()]
+        if missing:
+            tokenizer.add_special_tokens({"additional_special_tokens": list(missing)})
+            # new rows start at the old embeddings' mean (no random direction that a verdict would have to undo)
+            self.backbone.resize_token_embeddings(len(tokenizer), mean_resizing=False)
+            with torch.no_grad():
+                k = len(missing)
+                for weight in {id(w): w for w in self._embedding_weights()}.values():  # tied: one matrix
+                    weight[-k:] = weight[:-k].mean(0)
+        self.good_id, self.bad_id = tokenizer.convert_tokens_to_ids(list(self.TOKENS))
+
+    def _embedding_weights(self) -> list[torch.Tensor]:
+        return [self.backbone.get_input_embeddings().weight, self.backbone.get_output_embeddings().weight]
+
+    def _verdict_logits(self, sequences: list[list[int]], reads: list[list[int]]) -> list[torch.Tensor]:
+        """``[steps, 2]`` per sequence: the LM's logits of [GOOD] and [BAD] at each read position."""
+        width = max(len(s) for s in sequences)
+        ids = torch.full((len(sequences), width), self.policy.pad_id, dtype=torch.long)
+        mask = torch.zeros((len(sequences), width), dtype=torch.long)
+        for i, s in enumerate(sequences):
+            ids[i, : len(s)] = torch.tensor(s, dtype=torch.long)
+            mask[i, : len(s)] = 1
+        hidden = self.backbone.base_model(input_ids=ids, attention_mask=mask).last_hidden_state
+        head = self.backbone.get_output_embeddings()
+        pick = [self.good_id, self.bad_id]
+        rows = head.weight[pick].float()  # only the LM head's two rows: the other logits are never read
+        bias = head.bias[pick].float() if getattr(head, "bias", None) is not None else 0.0
+        return [hidden[i, r].float() @ rows.T + bias for i, r in enumerate(reads)]
+
+    def step_logits(self, sequences: list[list[int]], reads: list[list[int]]) -> list[torch.Tensor]:
+        """``z_GOOD - z_BAD`` at each read position: the logit of the LM's choice of [GOOD] over [BAD]."""
+        return [z[:, 0] - z[:, 1] for z in self._verdict_logits(sequences, reads)]
+
+    def step_loss(self, sequences: list[list[int]], reads: list[list[int]], targets: torch.Tensor, loss: str):
+        """The cross-entropy of the two-token choice (``bce`` on hard labels, ``soft_ce`` on soft ones)."""
+        if loss not in ("bce", "soft_ce"):
+            raise InputError(f"a generative PRM trains with bce or soft_ce (its verdict's cross-entropy), got {loss!r}")
+        return super().step_loss(sequences, reads, targets, loss)
+
+    def save(self, path: str | Path, extra: dict | None = None) -> None:
+        path = Path(path)
+        save_policy(self.backbone, self.tokenizer, path)
+        stale = path / "prm_head.safetensors"  # a head PRM saved here before: not this model's
+        if stale.exists():
+            stale.unlink()
+        meta = {**self.meta, **(extra or {}), "form": "generative", "splitter": self.splitter}
+        self.meta = {**meta, "prompt_template": self.prompt_template}
+        atomic_write_json(path / "prm.json", self.meta)

@@ -30,7 +30,7 @@ from veriloop.logs import progress as progress_display
 from veriloop.models.loading import load_policy
 from veriloop.options import check_declared, declare, toggled
 from veriloop.prm.metrics import roc_auc
-from veriloop.prm.model import PRM, PRMAggregation, PRMLoss, aggregate, load_prm, prm_loss
+from veriloop.prm.model import PRM, GenerativePRM, PRMAggregation, PRMForm, PRMLoss, aggregate, load_prm
 
 LabelKind = Literal["hard", "soft", "outcome"]
 LABEL_KINDS = typing.get_args(LabelKind)
@@ -62,6 +62,13 @@ class PRMTrainConfig:
     labels: LabelKind = field(
         default="hard", metadata={"help": "step targets: Math-Shepherd's hard or soft labels, or outcome (an ORM)"}
     )
+    form: PRMForm = field(
+        default="head",
+        metadata={
+            "help": "head: a scalar head on the last hidden state; generative: the LM itself predicts a [GOOD] or "
+            "[BAD] token at each step's end (Math-Shepherd's form)"
+        },
+    )
     loss: PRMLoss = field(default="bce", metadata={"help": "the PRM's loss (bce: hard or outcome labels only)"})
     cumulative: bool = field(
         default=False,
@@ -78,6 +85,8 @@ class PRMTrainConfig:
         check_typed(self)
         if self.loss == "bce" and self.labels == "soft":
             raise InputError("loss bce needs 0/1 targets: use labels hard|outcome, or loss soft_ce|mse for soft")
+        if self.form == "generative" and self.loss == "mse":
+            raise InputError("form generative trains the LM's cross-entropy: loss bce or soft_ce, not mse")
         check_declared(self)
 
 
@@ -102,6 +111,7 @@ declare(
         "val_data",
         "backbone",
         "out",
+        "form",
         "labels",
         "loss",
         "cumulative",
@@ -250,8 +260,7 @@ def fit_prm(
         rng.shuffle(order)
         for i in range(0, len(order), batch_size):
             batch = [encoded[j] for j in order[i : i + batch_size]]
-            logits = torch.cat(prm.step_logits([b[0] for b in batch], [b[1] for b in batch]))
-            value = prm_loss(logits, torch.cat([b[2] for b in batch]), loss)
+            value = prm.step_loss([b[0] for b in batch], [b[1] for b in batch], torch.cat([b[2] for b in batch]), loss)
             opt.zero_grad(set_to_none=True)
             value.backward()
             torch.nn.utils.clip_grad_norm_(params, 1.0)
@@ -277,7 +286,8 @@ def train_prm(cfg: PRMTrainConfig, progress: bool = True) -> dict:
     rows, val_rows, eval_rows = _load_label_sets(cfg)
     torch.manual_seed(cfg.seed)
     provenance = rows[0].get("provenance", {})
-    prm = PRM(load_policy(cfg.backbone), provenance.get("splitter", "semicolon"), provenance.get("prompt_template", ""))
+    cls = GenerativePRM if cfg.form == "generative" else PRM
+    prm = cls(load_policy(cfg.backbone), provenance.get("splitter", "semicolon"), provenance.get("prompt_template", ""))
     history: list[dict] = []
     best: dict = {}
     losses = fit_prm(

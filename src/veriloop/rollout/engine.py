@@ -359,6 +359,7 @@ def sampled_records(
         records.append(
             Record(
                 problem_id=p.id,
+                data_source=p.data_source,
                 group_id=request.group_id(b),
                 prompt=p.prompt,
                 reference=p.reference,
@@ -432,6 +433,7 @@ class TaskTeacherEngine(SequentialEngine):
             records.append(
                 Record(
                     problem_id=p.id,
+                    data_source=p.data_source,
                     group_id=request.group_id(i // G),
                     prompt=p.prompt,
                     reference=p.reference,

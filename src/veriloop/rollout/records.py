@@ -49,6 +49,7 @@ class Record:
     # output (its behaviour log-prob is a placeholder 0.0, and no loss, KL or advantage reads it); None: all 1
     model_mask: list[int] | None = None
     tool_calls: list[dict] | None = None  # every code block run: code, output shown, status, seconds, start, tokens
+    data_source: str = ""  # the problem's kind of data ('' = the task's one kind): what reward_sources routes by
 
     def __post_init__(self):
         if self.finish_reason not in FINISH_REASONS:

@@ -20,13 +20,16 @@ class Problem:
     """One prompt with the reference its verifier needs.
 
     ``tags`` name the classes a problem belongs to (for per-class evaluation);
-    ``id`` is stable across runs so records can be traced back to their problem.
+    ``id`` is stable across runs so records can be traced back to their problem;
+    ``data_source`` names the kind of data it comes from, which ``reward_sources`` routes to its own reward ('' =
+    the task's one kind).
     """
 
     id: str
     prompt: str
     reference: str
     tags: tuple[str, ...] = field(default_factory=tuple)
+    data_source: str = ""
 
 
 class Task(Protocol):

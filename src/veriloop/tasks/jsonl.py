@@ -1,7 +1,8 @@
 """A task read from JSONL files: one ``{"prompt": ..., "reference": ...}`` object per line.
 
-Optional fields: ``id`` (default: file name and line), ``tags`` (list of strings) and
-``completion`` (a demonstration: what ``--algo sft`` imitates on this task).
+Optional fields: ``id`` (default: file name and line), ``tags`` (list of strings),
+``completion`` (a demonstration: what ``--algo sft`` imitates on this task) and ``data_source``
+(the kind of data, as verl's rows name it: ``reward_sources`` scores each kind with its own reward).
 Train problems come from ``data``; held-out problems from ``heldout_data`` (required
 for evaluation).  A malformed row stops loading with the file, line and field named.
 """
@@ -69,10 +70,13 @@ def load_problems(path: str, demonstrations: dict | None = None, suffix: str = "
         completion = row.get("completion")
         if completion is not None and (not isinstance(completion, str) or not completion):
             raise DatasetError(f"{where}: field 'completion' must be a non-empty string, got {completion!r}")
+        source = row.get("data_source", "")
+        if not isinstance(source, str):
+            raise DatasetError(f"{where}: field 'data_source' must be a string, got {source!r}")
         pid = str(row.get("id", f"{p.name}:{lineno}"))
         if demonstrations is not None:
             demonstrations[pid] = (completion, where)
-        out.append(Problem(pid, row["prompt"] + suffix, row["reference"], tuple(tags)))
+        out.append(Problem(pid, row["prompt"] + suffix, row["reference"], tuple(tags), source))
     return out
 
 

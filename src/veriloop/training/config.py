@@ -10,6 +10,7 @@ outside the package is checked by what it declares, exactly like a built-in one.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Literal
 
 from veriloop.algorithms.advantages import StdMode
@@ -76,6 +77,14 @@ class LossConfig:
     )
     entropy_coef: float = field(default=0.0, metadata={"help": "entropy bonus weight (added to the objective)"})
     dpo_beta: float = field(default=0.1, metadata={"help": "DPO beta", "gt": 0})
+    dpo_pairs: Literal["threshold", "best-worst"] = field(
+        default="threshold",
+        metadata={
+            "help": "DPO's pairs of a group: threshold zips the accepted (reward >= advantage.accept_threshold) with "
+            "the rejected; best-worst pairs the highest reward with the lowest (one pair, where they differ: a "
+            "reward model's scores)"
+        },
+    )
     tis_cap: float = field(
         default=0.0,
         metadata={
@@ -304,6 +313,21 @@ class TrainConfig:
             "registry": VERIFIERS,
         },
     )
+    reward_model: str = field(
+        default="",
+        metadata={
+            "help": "Bradley-Terry reward model directory (`veriloop rm train`): its r(prompt, completion) is the "
+            "reward, and the verifier (--verifier or the task's) is recorded beside it, not rewarded; '' = none"
+        },
+    )
+    reward_sources: str = field(
+        default="",
+        metadata={
+            "help": "mixed rewards: DATA_SOURCE=VERIFIER,... scores each kind of row (a JSONL row's data_source) "
+            "with its own source, a verifier's name or reward_model (--reward_model, unaudited); kinds not named "
+            "are scored by --verifier; '' = one reward for every row"
+        },
+    )
     checkpoint_every: int = field(default=20, metadata={"help": "save a resumable checkpoint every N steps", "ge": 1})
     keep_checkpoints: int = field(default=2, metadata={"help": "how many recent checkpoints to keep", "ge": 1})
     save_rollouts: bool = field(default=True, metadata={"help": "write every record to rollouts/step-N.jsonl.gz"})
@@ -392,6 +416,10 @@ class TrainConfig:
             self._check_fixed_teacher_set()
         if self.selection.filter:
             self._check_selection()
+        if self.reward_model:
+            self._check_reward_model()
+        if self.reward_sources:
+            self._check_reward_sources()
         if self.rollout.source != "task-teacher" and self.sampling.temperature <= 0 and self.rollout.group_size > 1:
             raise ValueError("sampling.temperature must be > 0 when sampling groups (greedy groups have no variance)")
         self._check_estimator_and_objective(
@@ -428,6 +456,40 @@ class TrainConfig:
             raise ValueError(
                 f"selection.filter with rollout.mode {r.mode} and rollout.lag {r.lag}: the pool is measured between "
                 "steps, with the weights of the step about to sample; use rollout.mode sync and rollout.lag 0"
+            )
+
+    def _check_reward_model(self) -> None:
+        """A directory of `veriloop rm train`, and no option that reads the reward as a pass/fail."""
+        if not (Path(self.reward_model) / "rm.json").is_file():
+            raise ValueError(
+                f"reward_model {self.reward_model!r} is not a reward model directory (no rm.json; train one with "
+                "`veriloop rm train`)"
+            )
+        if self.selection.filter:
+            raise ValueError(
+                "selection.filter with reward_model: the pass rates are reward >= advantage.accept_threshold, and a "
+                "reward model's r is no pass/fail; select without reward_model, or train without selection.filter"
+            )
+
+    def _check_reward_sources(self) -> None:
+        """Each route a registered verifier or reward_model (which needs --reward_model); a reward model set but
+        routed to no kind would be read by nothing."""
+        from veriloop.training.loop.reward_sources import REWARD_MODEL, parse_reward_sources
+
+        routes = parse_reward_sources(self.reward_sources)
+        for source, name in routes.items():
+            if name == REWARD_MODEL:
+                if not self.reward_model:
+                    raise ValueError(f"reward_sources routes {source!r} to reward_model: set --reward_model DIR")
+            elif name not in VERIFIERS:
+                raise ValueError(
+                    f"reward_sources: {source}={name}: no verifier {name!r} (known: {', '.join(VERIFIERS.names())}, "
+                    f"or {REWARD_MODEL})"
+                )
+        if self.reward_model and REWARD_MODEL not in routes.values():
+            raise ValueError(
+                "reward_model is set but reward_sources routes no data source to it: name a kind with "
+                f"KIND={REWARD_MODEL}, or leave reward_sources out to reward every row with it"
             )
 
     def _check_fixed_teacher_set(self) -> None:

@@ -55,6 +55,7 @@ from veriloop.training.loop.collect import AsyncCollector, Collector
 from veriloop.training.loop.critic import Critic
 from veriloop.training.loop.optim import lr_at
 from veriloop.training.loop.reference import ReferencePolicy
+from veriloop.training.loop.reward_sources import build_reward_sources
 from veriloop.training.loop.selection import DifficultySelector
 from veriloop.training.loop.signals import Signal, SignalMaker
 from veriloop.training.loop.token_values import TokenValueStore, token_value_rows
@@ -130,7 +131,7 @@ class Trainer:
         is written.  Returns the start policy."""
         cfg = self.cfg
         self.task = task or cfg.task.build()
-        self.verifier = verifier or get_verifier(cfg.verifier)
+        self.verifier = verifier or self._reward_source(cfg)
         if cfg.rollout.source == "task-teacher":
             TaskTeacherEngine.require_demonstrations(self.task)
         start = policy if policy is not None else self._load_start(cfg)
@@ -141,6 +142,19 @@ class Trainer:
         check_installed(cfg.report_to)
         ENGINES.get(cfg.rollout.engine).require(EngineSections.of(cfg))  # an install message before the run dir
         return start
+
+    @staticmethod
+    def _reward_source(cfg):
+        """The verifier; with ``reward_model`` alone the reward model scoring and the verifier recorded beside it;
+        with ``reward_sources`` each data source's own (``training/loop/reward_sources.py``), the verifier for the
+        others."""
+        if cfg.reward_sources:
+            return build_reward_sources(cfg, get_verifier(cfg.verifier))
+        if cfg.reward_model:
+            from veriloop.preference.verifier import PreferenceVerifier
+
+            return PreferenceVerifier(path=cfg.reward_model, audit=cfg.verifier)
+        return get_verifier(cfg.verifier)
 
     def _build_learner(self, start, estimator) -> None:
         """The registered learner strategy (it owns the critic, and the critic's optimizer: on the ranks, if any),

@@ -38,6 +38,17 @@ def _groups(records: list[Record], G: int) -> list[list[Record]]:
     return [records[i : i + G] for i in range(0, len(records), G)]
 
 
+def verify_records(verifier, records: list[Record]) -> list:
+    """The verdicts of ``records``; a verifier that declares ``reads_prompts`` (a reward model: r(x, y)) is given
+    each record's prompt too, one that declares ``reads_data_sources`` (mixed rewards) each record's data source."""
+    extra = {}
+    if getattr(verifier, "reads_prompts", False):
+        extra["prompts"] = [r.prompt for r in records]
+    if getattr(verifier, "reads_data_sources", False):
+        extra["data_sources"] = [r.data_source for r in records]
+    return verifier.verify_batch([r.completion for r in records], [r.reference for r in records], **extra)
+
+
 class Collector:
     def __init__(self, cfg, task, engine, verifier, pending: deque, ledger=None, teacher_set: Path | None = None):
         self.cfg, self.task, self.engine, self.verifier = cfg, task, engine, verifier
@@ -141,7 +152,7 @@ class Collector:
     def score(self, records: list[Record]) -> None:
         """Verdicts (and the length shaping: the overlong ramp, the length cost) onto the records; a non-finite
         reward is refused."""
-        verdicts = self.verifier.verify_batch([r.completion for r in records], [r.reference for r in records])
+        verdicts = verify_records(self.verifier, records)
         now, shaping = time.time(), self.length_shaping(records)
         for i, (r, v) in enumerate(zip(records, verdicts)):
             r.reward_components, r.verifier = dict(v.components), v.version

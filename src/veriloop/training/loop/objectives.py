@@ -22,12 +22,24 @@ from veriloop.algorithms import (
 )
 
 
-def dpo_pairs(rewards: torch.Tensor, threshold: float) -> list[tuple[int, int]]:
-    """(chosen, rejected) flat indices: accepted and rejected completions of one prompt, zipped in order."""
+def dpo_pairs(rewards: torch.Tensor, threshold: float, how: str = "threshold") -> list[tuple[int, int]]:
+    """(chosen, rejected) flat indices of the ``[B, G]`` rewards' completions.
+
+    ``threshold``: a prompt's accepted (reward >= threshold) and rejected completions, zipped in order.
+    ``best-worst``: one pair a prompt, its highest reward over its lowest (the first of equals), where they differ:
+    the pair a reward model's unbounded scores give (no threshold means anything on them)."""
+    if how not in ("threshold", "best-worst"):
+        raise ValueError(f"DPO pairs are threshold or best-worst, got {how!r}")
     B, G = rewards.shape
     pairs = []
     for b in range(B):
         row = rewards[b].tolist()
+        if how == "best-worst":
+            best = max(range(G), key=lambda g: (row[g], -g))
+            worst = min(range(G), key=lambda g: (row[g], g))
+            if row[best] > row[worst]:
+                pairs.append((b * G + best, b * G + worst))
+            continue
         accepted = [b * G + g for g in range(G) if row[g] >= threshold]
         rejected = [b * G + g for g in range(G) if row[g] < threshold]
         pairs.extend(zip(accepted, rejected))
@@ -97,7 +109,7 @@ class DPO(Objective):
 
     # -log sigmoid(beta * margin) of whole-sequence log-prob sums against the reference: no per-token aggregation,
     # entropy bonus or rollout-engine correction (the reference is its KL anchor, weighted by loss.dpo_beta)
-    reads = ("dpo_beta",)
+    reads = ("dpo_beta", "dpo_pairs")
 
     def check(self, cfg) -> None:
         if cfg.advantage.estimator != "filter":
@@ -110,7 +122,7 @@ class DPO(Objective):
             )
 
     def select_rows(self, records, rewards, advantages, cfg):
-        flat_pairs = dpo_pairs(rewards, cfg.advantage.accept_threshold)
+        flat_pairs = dpo_pairs(rewards, cfg.advantage.accept_threshold, cfg.loss.dpo_pairs)
         members = sorted({i for p in flat_pairs for i in p})
         where = {row: k for k, row in enumerate(members)}
         pairs = torch.tensor([[where[a], where[b]] for a, b in flat_pairs], dtype=torch.long).view(-1, 2)

@@ -31,6 +31,7 @@ from veriloop.rollout.engine import build_requests
 from veriloop.rollout.records import RecordStore
 from veriloop.seeding import derive_seed
 from veriloop.tasks.base import Problem
+from veriloop.training.loop.collect import verify_records
 
 
 def pass_rates(records, threshold: float) -> dict[str, float]:
@@ -126,7 +127,7 @@ class DifficultySelector:
             self.tools,
         )
         records = [rec for served in self.engine.run(requests, None) for rec in served]
-        verdicts = self.verifier.verify_batch([r.completion for r in records], [r.reference for r in records])
+        verdicts = verify_records(self.verifier, records)
         now = time.time()
         for r, v in zip(records, verdicts):
             r.reward, r.reward_components, r.verifier = v.score, dict(v.components), v.version

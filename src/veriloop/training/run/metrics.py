@@ -192,7 +192,7 @@ def step_metrics(
             "reward_mean": float(rewards.mean()),
             "reward_std": float(rewards.std(unbiased=False)),
             **{f"reward_{k}": sum(v) / len(v) for k, v in sorted(components.items())},
-            "accuracy": sum(r.reward_components.get("outcome", float(r.reward >= 1.0)) for r in records) / len(records),
+            **accuracy_metrics(records),
             "zero_variance_fraction": float(zero_variance_groups(rewards).float().mean()),
             **_stats("advantage", advantages[mask.bool()]),
             "completion_len_mean": float(lengths.mean()),
@@ -205,4 +205,41 @@ def step_metrics(
         }
     )
     row.update(update)  # estimator- and loss-specific extras (value_loss, dpo_accuracy, tis_weight, ...)
+    return row
+
+
+def judged_right(record: Record) -> float | None:
+    """1/0 (or a rule's partial outcome) for a record a rule judged: its ``outcome`` component, else ``reward >= 1``;
+    None for one only a reward model scored (a ``reward_model`` component and no outcome: nothing says it is right)."""
+    components = record.reward_components
+    if "outcome" in components:
+        return components["outcome"]
+    if "reward_model" in components:
+        return None
+    return float(record.reward >= 1.0)
+
+
+def accuracy(records: list[Record]) -> float | None:
+    """The mean of ``judged_right`` over the records a rule judged; None where none was."""
+    judged = [x for x in map(judged_right, records) if x is not None]
+    return sum(judged) / len(judged) if judged else None
+
+
+def accuracy_metrics(records: list[Record]) -> dict:
+    """``accuracy`` (see ``accuracy``), and with several data sources in the step each one's ``source_<kind>_records``,
+    ``source_<kind>_reward_mean`` and ``source_<kind>_accuracy`` (kind ``task`` for rows without a data source)."""
+    row = {}
+    acc = accuracy(records)
+    if acc is not None:
+        row["accuracy"] = acc
+    kinds = sorted({r.data_source for r in records})
+    if len(kinds) > 1:
+        for kind in kinds:
+            mine = [r for r in records if r.data_source == kind]
+            name = kind or "task"
+            row[f"source_{name}_records"] = len(mine)
+            row[f"source_{name}_reward_mean"] = sum(r.reward for r in mine) / len(mine)
+            acc = accuracy(mine)
+            if acc is not None:
+                row[f"source_{name}_accuracy"] = acc
     return row

@@ -34,9 +34,15 @@ def sample_problems(task, seed: int, n: int = SAMPLE_PROBLEMS) -> list:
 def check_verifier_reads_references(verifier, verifier_name: str, task, own: str, problems: list) -> None:
     """Grade an empty completion against each distinct reference: a verifier raises ``VerifierError`` on a
     reference it cannot read (an error, never a reward)."""
-    references = list(dict.fromkeys(p.reference for p in problems))[:8]
+    distinct = list({(p.data_source, p.reference): p for p in problems}.values())[:8]
+    references = [p.reference for p in distinct]
     try:
-        verifier.verify_batch([""] * len(references), references)
+        extra = {}
+        if getattr(verifier, "reads_prompts", False):  # a reward model scores r(prompt, completion)
+            extra["prompts"] = [p.prompt for p in distinct]
+        if getattr(verifier, "reads_data_sources", False):  # mixed rewards: each kind's own verifier
+            extra["data_sources"] = [p.data_source for p in distinct]
+        verifier.verify_batch([""] * len(references), references, **extra)
     except VerifierError as e:
         hint = f"; leave --verifier out to use the task's own ({own})" if own and own != verifier_name else ""
         why = str(e)
