@@ -219,6 +219,11 @@ def test_the_reward_model_options_are_checked_before_a_run(tmp_path, trained):
         build_config(TrainConfig, {}, {"run_dir": str(tmp_path / "r"), "loss.dpo_pairs": "best-worst"})
     with pytest.raises(InputError, match="audit"):
         PreferenceVerifier(path=str(trained[0] / "rm"))
+    # the registry finds it (the package's own entry point), as it finds the prm verifier
+    from veriloop.verifiers import get
+
+    found = get("preference", path=str(trained[0] / "rm"), audit="arithmetic")
+    assert found.tag == PreferenceVerifier(path=str(trained[0] / "rm"), audit="arithmetic").tag
 
 
 def test_the_command_line_scores_pairs_and_refuses_a_bad_file(trained, tmp_path):
