@@ -101,8 +101,8 @@ def tiny_policy(tmp_path_factory):
 # `make test` runs `-n 2 --dist loadfile --no-loadscope-reorder`: each file goes whole to one worker, in the
 # order below.  Longest first (measured seconds per file, tests/file_durations.json), so that the two workers
 # finish together instead of one waiting alone on a long file that started last (longest-processing-time
-# scheduling).  A file not in the table runs after the measured ones.  VERILOOP_RECORD_TEST_DURATIONS=1 rewrites
-# the table from the session's own setup + call + teardown times.
+# scheduling).  A file not in the table runs after the measured ones.  VERILOOP_RECORD_TEST_DURATIONS=1 updates
+# the table's entries of the files the session ran from their setup + call + teardown times.
 FILE_DURATIONS = Path(__file__).with_name("file_durations.json")
 
 
@@ -128,5 +128,8 @@ def pytest_runtest_logreport(report):
 
 def pytest_sessionfinish(session, exitstatus):
     if _SPENT and not hasattr(session.config, "workerinput"):  # the controller (or a run without xdist)
-        table = {name: round(value, 1) for name, value in sorted(_SPENT.items(), key=lambda kv: -kv[1])}
+        # merged into the table: `make test` runs the vLLM files in a session of their own, after the main one
+        old = json.loads(FILE_DURATIONS.read_text()) if FILE_DURATIONS.is_file() else {}
+        spent = {**old, **{name: round(value, 1) for name, value in _SPENT.items()}}
+        table = dict(sorted(spent.items(), key=lambda kv: -kv[1]))
         FILE_DURATIONS.write_text(json.dumps(table, indent=1) + "\n")

@@ -1,6 +1,8 @@
 """The reward source ``preference``: a Bradley-Terry reward model (``veriloop rm train``) read as a verifier.
 
-``get("preference", path=DIR, audit=NAME)``, both required.  The verdict's score is the reward model's ``r(x, y)``:
+``get("preference", path=DIR, audit=NAME)``, both required (``unaudited=True`` instead of an audit: a kind of
+data without rules, as ``reward_sources`` routes one; its records carry no outcome and no accuracy).
+The verdict's score is the reward model's ``r(x, y)``:
 unbounded, and meaningful only against other completions of the same prompt (what a group-relative estimator or a
 best-worst DPO pair reads).  ``audit`` names a rule verifier run beside it and recorded, never rewarded: its
 components (``outcome``, ``format``) and its outcome kind go on the record, so the run's accuracy is the rules', and
