@@ -86,7 +86,7 @@ class PRMTrainConfig:
         if self.loss == "bce" and self.labels == "soft":
             raise InputError("loss bce needs 0/1 targets: use labels hard|outcome, or loss soft_ce|mse for soft")
         if self.form == "generative" and self.loss == "mse":
-            raise InputError("form generative trains the LM's cross-entropy: loss bce or soft_ce, not mse")
+            raise InputError("form generative trains its verdict token's cross-entropy: loss bce or soft_ce, not mse")
         check_declared(self)
 
 
