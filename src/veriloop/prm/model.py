@@ -166,10 +166,9 @@ class GenerativePRM(PRM):
     Training is the cross-entropy of that choice: ``-log P(GOOD | ...)`` for a step labelled good, ``-log P(BAD |
     ...)`` for one labelled bad, ``-(s log P(GOOD | ...) + (1 - s) log P(BAD | ...))`` for a soft label ``s``
     (loss ``soft_ce``): the same reading at training and at scoring, as Math-Shepherd reads its ``+``/``-`` tokens.
-    Over the whole vocabulary instead (the LM taught to write the verdict unprompted), the two new rows start far
-    below the LM's likely tokens: on the built-in model that loss was still 14.0 nats after the 4 optimizer steps
-    of ``tests/test_generative_prm_on_cpu.py``'s fixture, so that is not what is trained.  No scalar head: the
-    verdict is read off the LM head (``mse`` is not defined for it)."""
+    Over the whole vocabulary instead (the LM taught to write the verdict unprompted), two new rows start far below
+    the LM's likely tokens and a short training run barely lifts them, so that is not what is trained.  No scalar
+    head: the verdict is read off the LM head (``mse`` is not defined for it)."""
 
     TOKENS = ("[GOOD]", "[BAD]")
 
