@@ -24,6 +24,23 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import fmt, parse_seeds, result_args, save, silence_hub_progress  # noqa: E402
 
 
+def label_fixture_sets(root: Path, quick: bool, policy) -> dict[str, int]:
+    """The fixture's three label files under ``root`` (train, held, val ``.jsonl``); returns each one's step count."""
+    from veriloop.prm.label import LabelConfig, label_steps
+
+    n, m = (4, 2) if quick else (96, 24)
+    sets = {
+        "train": {"problems": n, "solutions": 2 if quick else 4},
+        "held": {"problems": m, "solutions": 2, "split": "heldout"},
+        "val": {"problems": m, "solutions": 2, "split": "validation"},
+    }
+    steps = {}
+    for name, c in sets.items():
+        cfg = LabelConfig(completions=2 if quick else 4, output=str(root / f"{name}.jsonl"), **c)
+        steps[name] = label_steps(cfg, progress=False, policy=policy)["steps"]
+    return steps
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--seeds", default="0,1,2", help="PRM training seeds (the labels are the fixture's, seed 0)")
@@ -34,24 +51,12 @@ def main() -> None:
     seeds = parse_seeds(a.seeds)
     silence_hub_progress()
     from veriloop.models.loading import load_policy
-    from veriloop.prm.label import LabelConfig, label_steps
     from veriloop.prm.train import PRMTrainConfig, load_labels, shuffled_step_labels, train_prm
 
     started, results = time.time(), []
     with tempfile.TemporaryDirectory(prefix="prm-controls-") as tmp:
         root, policy = Path(tmp), load_policy("builtin:base")
-        n, m = (4, 2) if a.quick else (96, 24)
-        sets = {
-            "train": {"problems": n, "solutions": 2 if a.quick else 4},
-            "held": {"problems": m, "solutions": 2, "split": "heldout"},
-            "val": {"problems": m, "solutions": 2, "split": "validation"},
-        }
-        for name, c in sets.items():
-            label_steps(
-                LabelConfig(completions=2 if a.quick else 4, output=str(root / f"{name}.jsonl"), **c),
-                progress=False,
-                policy=policy,
-            )
+        label_fixture_sets(root, a.quick, policy)
         rows = load_labels(str(root / "train.jsonl"))
         for seed in seeds:
             shuffled = root / f"shuffled-{seed}.jsonl"

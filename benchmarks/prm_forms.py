@@ -21,6 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import fmt, parse_seeds, result_args, save, silence_hub_progress, stamp_line  # noqa: E402
+from prm_controls import label_fixture_sets  # noqa: E402
 
 FORMS = ("head", "generative")
 KEYS = ("auc_vs_exact_checker", "auc_vs_hard_labels")
@@ -36,22 +37,12 @@ def main() -> None:
     seeds = parse_seeds(a.seeds)
     silence_hub_progress()
     from veriloop.models.loading import load_policy
-    from veriloop.prm.label import LabelConfig, label_steps
     from veriloop.prm.train import PRMTrainConfig, train_prm
 
     started, results = time.time(), []
     with tempfile.TemporaryDirectory(prefix="prm-forms-") as tmp:
         root, policy = Path(tmp), load_policy("builtin:base")
-        n, m = (4, 2) if a.quick else (96, 24)
-        sets = {
-            "train": {"problems": n, "solutions": 2 if a.quick else 4},
-            "held": {"problems": m, "solutions": 2, "split": "heldout"},
-            "val": {"problems": m, "solutions": 2, "split": "validation"},
-        }
-        sizes = {}
-        for name, c in sets.items():
-            cfg = LabelConfig(completions=2 if a.quick else 4, output=str(root / f"{name}.jsonl"), **c)
-            sizes[name] = label_steps(cfg, progress=False, policy=policy)["steps"]
+        sizes = label_fixture_sets(root, a.quick, policy)
         for seed in seeds:
             row: dict = {"seed": seed}
             for form in FORMS:

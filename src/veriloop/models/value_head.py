@@ -1,4 +1,5 @@
-"""A scalar head on a backbone's hidden states: the PRM's step score, the PPO critic's value."""
+"""A scalar head on a backbone's hidden states: the PRM's step score, the PPO critic's value, a reward model's r;
+and the hidden states of a right-padded batch that the PRM and the reward model read them from."""
 
 from __future__ import annotations
 
@@ -20,3 +21,15 @@ class ValueHead(torch.nn.Linear):
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
         return super().forward(hidden).squeeze(-1)
+
+
+def right_padded_hidden(model: torch.nn.Module, sequences: list[list[int]], pad_id: int) -> torch.Tensor:
+    """``[N, L, hidden]``: the causal LM ``model``'s last hidden states (its decoder's, before the LM head) of the
+    token sequences, right-padded to the longest in one pass; a sequence's positions past its end are padding."""
+    width = max(len(s) for s in sequences)
+    ids = torch.full((len(sequences), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(sequences), width), dtype=torch.long)
+    for i, s in enumerate(sequences):
+        ids[i, : len(s)] = torch.tensor(s, dtype=torch.long)
+        mask[i, : len(s)] = 1
+    return model.base_model(input_ids=ids, attention_mask=mask).last_hidden_state

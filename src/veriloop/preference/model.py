@@ -19,7 +19,7 @@ from safetensors.torch import load_file, save_file
 from veriloop.errors import InputError
 from veriloop.io import atomic_write_json
 from veriloop.models.loading import Policy, load_policy, save_policy
-from veriloop.models.value_head import ValueHead
+from veriloop.models.value_head import ValueHead, right_padded_hidden
 
 
 def bradley_terry_loss(chosen: torch.Tensor, rejected: torch.Tensor) -> torch.Tensor:
@@ -44,13 +44,7 @@ class RewardModel(torch.nn.Module):
         """``[N]`` head outputs at each sequence's last token (one right-padded pass)."""
         if any(not s for s in sequences):
             raise InputError("a reward model reads at least one token (an empty prompt and completion has none)")
-        width = max(len(s) for s in sequences)
-        ids = torch.full((len(sequences), width), self.policy.pad_id, dtype=torch.long)
-        mask = torch.zeros((len(sequences), width), dtype=torch.long)
-        for i, s in enumerate(sequences):
-            ids[i, : len(s)] = torch.tensor(s, dtype=torch.long)
-            mask[i, : len(s)] = 1
-        hidden = self.backbone.base_model(input_ids=ids, attention_mask=mask).last_hidden_state
+        hidden = right_padded_hidden(self.backbone, sequences, self.policy.pad_id)
         last = torch.tensor([len(s) - 1 for s in sequences])
         return self.head(hidden[torch.arange(len(sequences)), last])
 

@@ -31,7 +31,7 @@ from safetensors.torch import load_file, save_file
 from veriloop.errors import InputError
 from veriloop.io import atomic_write_json
 from veriloop.models.loading import Policy, load_policy, save_policy
-from veriloop.models.value_head import ValueHead
+from veriloop.models.value_head import ValueHead, right_padded_hidden
 from veriloop.prm.steps import split_steps, step_read_positions
 
 PRMAggregation = Literal["min", "prod", "last"]
@@ -91,13 +91,7 @@ class PRM(torch.nn.Module):
 
     def step_logits(self, sequences: list[list[int]], reads: list[list[int]]) -> list[torch.Tensor]:
         """Head logits at the read positions of each sequence (right-padded batch, one pass)."""
-        width = max(len(s) for s in sequences)
-        ids = torch.full((len(sequences), width), self.policy.pad_id, dtype=torch.long)
-        mask = torch.zeros((len(sequences), width), dtype=torch.long)
-        for i, s in enumerate(sequences):
-            ids[i, : len(s)] = torch.tensor(s, dtype=torch.long)
-            mask[i, : len(s)] = 1
-        hidden = self.backbone.base_model(input_ids=ids, attention_mask=mask).last_hidden_state
+        hidden = right_padded_hidden(self.backbone, sequences, self.policy.pad_id)
         logits = self.head(hidden)  # [N, L]
         return [logits[i, r] for i, r in enumerate(reads)]
 
@@ -192,13 +186,7 @@ class GenerativePRM(PRM):
 
     def _verdict_logits(self, sequences: list[list[int]], reads: list[list[int]]) -> list[torch.Tensor]:
         """``[steps, 2]`` per sequence: the LM's logits of [GOOD] and [BAD] at each read position."""
-        width = max(len(s) for s in sequences)
-        ids = torch.full((len(sequences), width), self.policy.pad_id, dtype=torch.long)
-        mask = torch.zeros((len(sequences), width), dtype=torch.long)
-        for i, s in enumerate(sequences):
-            ids[i, : len(s)] = torch.tensor(s, dtype=torch.long)
-            mask[i, : len(s)] = 1
-        hidden = self.backbone.base_model(input_ids=ids, attention_mask=mask).last_hidden_state
+        hidden = right_padded_hidden(self.backbone, sequences, self.policy.pad_id)
         head = self.backbone.get_output_embeddings()
         pick = [self.good_id, self.bad_id]
         rows = head.weight[pick].float()  # only the LM head's two rows: the other logits are never read
