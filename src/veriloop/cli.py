@@ -483,6 +483,18 @@ def _rm(args: argparse.Namespace, progress: bool) -> int:
     return 0
 
 
+def _add_judge(sub, name: str, help_text: str) -> None:
+    from veriloop.judge.cli import add_judge
+
+    add_judge(sub, name, help_text)
+
+
+def _judge(args: argparse.Namespace, progress: bool) -> int:
+    from veriloop.judge.cli import run_judge
+
+    return run_judge(args, progress)
+
+
 def _options(pairs: list[str]) -> dict:
     """``KEY=VALUE`` strings -> verifier options; values read as YAML scalars (numbers, booleans)."""
     import yaml
@@ -580,6 +592,7 @@ _HANDLERS: dict[str, tuple[Callable, Callable]] = {
     "audit": (_add_audit, _verifiers),
     "prm": (_add_prm, _prm),
     "rm": (_add_rm, _rm),
+    "judge": (_add_judge, _judge),
     "doctor": (_add_plain, _run_doctor),
     "completion": (_add_completion, _run_completion),
 }

@@ -63,6 +63,10 @@ COMMANDS = {
         "verifiers",
         "preference reward models (Bradley-Terry): make pairs, train, score (veriloop rm pairs|train|score)",
     ),
+    "judge": (
+        "verifiers",
+        "model-based judges: verdict rows from a rule, train a judge, score rows (veriloop judge data|train|score)",
+    ),
     "doctor": (
         "tools",
         "what this machine offers veriloop (Python, torch, GPU, the base, disk, Ray, vLLM, peft, the "

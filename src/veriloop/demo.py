@@ -82,6 +82,7 @@ GRPO_ONLY = (
     "reference",
     "verifier",
     "reward_model",
+    "judge",
     "reward_sources",
     "steps",
     "max_minutes",

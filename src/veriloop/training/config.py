@@ -320,12 +320,20 @@ class TrainConfig:
             "reward, and the verifier (--verifier or the task's) is recorded beside it, not rewarded; '' = none"
         },
     )
+    judge: str = field(
+        default="",
+        metadata={
+            "help": "model-based judge directory (`veriloop judge train`, or a local causal LM read with the standard "
+            "rubric): its verdict is the reward, and the verifier (--verifier or the task's) is recorded beside it, "
+            "not rewarded; '' = none"
+        },
+    )
     reward_sources: str = field(
         default="",
         metadata={
             "help": "mixed rewards: DATA_SOURCE=VERIFIER,... scores each kind of row (a JSONL row's data_source) "
-            "with its own source, a verifier's name or reward_model (--reward_model, unaudited); kinds not named "
-            "are scored by --verifier; '' = one reward for every row"
+            "with its own source, a verifier's name, reward_model (--reward_model) or judge (--judge), the last two "
+            "unaudited; kinds not named are scored by --verifier; '' = one reward for every row"
         },
     )
     checkpoint_every: int = field(default=20, metadata={"help": "save a resumable checkpoint every N steps", "ge": 1})
@@ -418,6 +426,8 @@ class TrainConfig:
             self._check_selection()
         if self.reward_model:
             self._check_reward_model()
+        if self.judge:
+            self._check_judge()
         if self.reward_sources:
             self._check_reward_sources()
         if self.rollout.source != "task-teacher" and self.sampling.temperature <= 0 and self.rollout.group_size > 1:
@@ -471,26 +481,39 @@ class TrainConfig:
                 "reward model's r is no pass/fail; select without reward_model, or train without selection.filter"
             )
 
+    def _check_judge(self) -> None:
+        """A model directory, not beside a reward model (one learned reward a row; reward_sources routes both)."""
+        if not Path(self.judge).is_dir() and not self.judge.startswith("builtin:"):
+            raise ValueError(f"judge {self.judge!r} is not a directory (train one with `veriloop judge train`)")
+        if self.reward_model and not self.reward_sources:
+            raise ValueError(
+                "judge and reward_model both set: each row has one reward; route kinds of rows to each with "
+                "reward_sources (e.g. chat=judge,prefs=reward_model), or keep one"
+            )
+
     def _check_reward_sources(self) -> None:
-        """Each route a registered verifier or reward_model (which needs --reward_model); a reward model set but
-        routed to no kind would be read by nothing."""
-        from veriloop.training.loop.reward_sources import REWARD_MODEL, parse_reward_sources
+        """Each route a registered verifier, reward_model (which needs --reward_model) or judge (--judge); a learned
+        reward set but routed to no kind would be read by nothing."""
+        from veriloop.training.loop.reward_sources import JUDGE, REWARD_MODEL, parse_reward_sources
 
         routes = parse_reward_sources(self.reward_sources)
+        needs = {REWARD_MODEL: ("reward_model", self.reward_model), JUDGE: ("judge", self.judge)}
         for source, name in routes.items():
-            if name == REWARD_MODEL:
-                if not self.reward_model:
-                    raise ValueError(f"reward_sources routes {source!r} to reward_model: set --reward_model DIR")
+            if name in needs:
+                option, value = needs[name]
+                if not value:
+                    raise ValueError(f"reward_sources routes {source!r} to {name}: set --{option} DIR")
             elif name not in VERIFIERS:
                 raise ValueError(
                     f"reward_sources: {source}={name}: no verifier {name!r} (known: {', '.join(VERIFIERS.names())}, "
-                    f"or {REWARD_MODEL})"
+                    f"{REWARD_MODEL} or {JUDGE})"
                 )
-        if self.reward_model and REWARD_MODEL not in routes.values():
-            raise ValueError(
-                "reward_model is set but reward_sources routes no data source to it: name a kind with "
-                f"KIND={REWARD_MODEL}, or leave reward_sources out to reward every row with it"
-            )
+        for name, (option, value) in needs.items():
+            if value and name not in routes.values():
+                raise ValueError(
+                    f"{option} is set but reward_sources routes no data source to it: name a kind with "
+                    f"KIND={name}, or leave reward_sources out to reward every row with it"
+                )
 
     def _check_fixed_teacher_set(self) -> None:
         """One set sampled at step 1 and passed over every step: one batch in order, nothing sampled ahead."""

@@ -236,6 +236,7 @@ COMMON = (
     "max_sampled_tokens",
     "verifier",
     "reward_model",
+    "judge",
     "reward_sources",
     "checkpoint_every",
     "keep_checkpoints",

@@ -145,7 +145,7 @@ class Trainer:
 
     @staticmethod
     def _reward_source(cfg):
-        """The verifier; with ``reward_model`` alone the reward model scoring and the verifier recorded beside it;
+        """The verifier; with ``reward_model`` (or ``judge``) alone it scoring and the verifier recorded beside it;
         with ``reward_sources`` each data source's own (``training/loop/reward_sources.py``), the verifier for the
         others."""
         if cfg.reward_sources:
@@ -154,6 +154,10 @@ class Trainer:
             from veriloop.preference.verifier import PreferenceVerifier
 
             return PreferenceVerifier(path=cfg.reward_model, audit=cfg.verifier)
+        if cfg.judge:
+            from veriloop.judge.verifier import JudgeVerifier
+
+            return JudgeVerifier(path=cfg.judge, audit=cfg.verifier)
         return get_verifier(cfg.verifier)
 
     def _build_learner(self, start, estimator) -> None:

@@ -424,7 +424,17 @@ BUILTIN_SUITES = {
     "code": code_suite,
     "arithmetic-outcome": arithmetic_suite,
     "arithmetic-process": arithmetic_suite,
+    "judge": lambda: _judge_suite(),
 }
+
+
+def _judge_suite() -> list[AuditCase]:
+    """A model-based judge's failure modes on the built-in task (``judge/audit.py``)."""
+    from veriloop.judge.audit import judge_suite
+
+    return judge_suite()
+
+
 PART_CHOICES = ("development", "heldout", "all")
 
 
@@ -482,6 +492,7 @@ def load_cases(path: str) -> list[AuditCase]:
                 "user",
                 str(path),
                 str(row.get("labelled_by", "")),
+                str(row.get("prompt", "")),
             )
         )
     return out
@@ -588,7 +599,11 @@ def _tail(text: str, n: int = 90) -> str:
 
 
 def run_audit(name: str, verifier, cases: list[AuditCase]) -> AuditReport:
-    verdicts = verifier.verify_batch([c.completion for c in cases], [c.reference for c in cases])
+    args = ([c.completion for c in cases], [c.reference for c in cases])
+    if getattr(verifier, "reads_prompts", False):  # a judge or a reward model reads the question too
+        verdicts = verifier.verify_batch(*args, prompts=[c.prompt for c in cases])
+    else:
+        verdicts = verifier.verify_batch(*args)
     groups: dict[tuple[str, str, str], list[int]] = defaultdict(lambda: [0, 0])
     by_source: dict[tuple[str, str, str], list[int]] = defaultdict(lambda: [0, 0])
     failures = []

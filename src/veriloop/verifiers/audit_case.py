@@ -16,3 +16,4 @@ class AuditCase:
     part: str = "development"  # development | heldout | user
     source: str = "generated"  # the case file's stem, "generated", "math-verify tests" or the user's file
     labelled_by: str = "reading"  # who decided ``expect``: a person reading ("reading") or math-verify's tests
+    prompt: str = ""  # the question, for a verifier that reads it (a judge); "" for those that do not

@@ -15,6 +15,7 @@ from veriloop.errors import InputError
 from veriloop.verifiers.base import Verdict
 
 REWARD_MODEL = "reward_model"  # the route to the run's --reward_model
+JUDGE = "judge"  # the route to the run's --judge
 
 
 def parse_reward_sources(text: str) -> dict[str, str]:
@@ -90,6 +91,10 @@ def build_reward_sources(cfg, default):
             from veriloop.preference.verifier import PreferenceVerifier
 
             built[source] = PreferenceVerifier(path=cfg.reward_model, unaudited=True)
+        elif name == JUDGE:
+            from veriloop.judge.verifier import JudgeVerifier
+
+            built[source] = JudgeVerifier(path=cfg.judge, unaudited=True)
         else:
             built[source] = get_verifier(name)
     return SourceRoutedReward(built, default)

@@ -210,11 +210,12 @@ def step_metrics(
 
 def judged_right(record: Record) -> float | None:
     """1/0 (or a rule's partial outcome) for a record a rule judged: its ``outcome`` component, else ``reward >= 1``;
-    None for one only a reward model scored (a ``reward_model`` component and no outcome: nothing says it is right)."""
+    None for one only a reward model or a judge scored (a ``reward_model`` or ``judge`` component and no outcome:
+    no rule says it is right)."""
     components = record.reward_components
     if "outcome" in components:
         return components["outcome"]
-    if "reward_model" in components:
+    if "reward_model" in components or "judge" in components:
         return None
     return float(record.reward >= 1.0)
 
