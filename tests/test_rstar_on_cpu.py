@@ -171,3 +171,95 @@ def test_a_missing_discriminator_is_named(tmp_path):
         run_search(cfg, progress=False)
     with pytest.raises(InputError, match="rstar_reanswer"):
         SearchConfig(strategy="rstar", rstar_reanswer=0)
+
+
+# A5 and posed sub-questions: the original question leads the policy astray (2*3=5), its restatement does not
+REPHRASE = "Restate every condition of: {question}"
+RESTATED = {
+    "Restate every condition of: 2*3+1?": {"": [("six plus one?", 0.5), ("2*3+1, six and one?", 0.5)]},
+    "six plus one?": {"": [("6+1=7;", 1.0)], "6+1=7;": [("answer=7", 1.0)]},
+    "2*3+1, six and one?": {"": [("6+1=7;", 1.0)], "6+1=7;": [("answer=7", 1.0)]},
+    "2*3+1?": {"": [("2*3=5;", 1.0)], "2*3=5;": [("5+1=6;", 1.0)], "2*3=5;5+1=6;": [("answer=6", 1.0)]},
+}
+
+
+def test_a5_restates_the_question_at_the_root_and_every_action_below_reads_the_restatement():
+    s = Strategies(ScriptedProposer(RESTATED, seed=1, per_prompt=True), None, SearchSettings(rstar_rephrase=REPHRASE))
+    cost = Cost()
+    search = RStar(s, "2*3+1?", cost)
+    root = RNode("", "", 0)
+    assert search.applicable(root) == ["A1", "A2", "A5"]  # A5 only at the root, only with a template
+    search.expand(root)
+    a5 = [c for c in root.children if c.action == "A5"]
+    # expand=4 restatements of two kinds: one node each, an empty trace, the restatement as its question
+    assert {c.question for c in a5} == {"six plus one?", "2*3+1, six and one?"} and all(c.text == "" for c in a5)
+    assert all(c.depth == 1 and not c.terminal for c in a5)
+    # the other children read the original question
+    assert {c.text for c in root.children if c.action == "A2"} == {"2*3=5;5+1=6;answer=6"}
+    assert search.applicable(a5[0]) == ["A1", "A2"]  # no second restatement below the root
+    before = cost.tokens
+    search.expand(a5[0])
+    assert {c.text for c in a5[0].children if c.action == "A2"} == {"6+1=7;answer=7"}
+    assert {c.text for c in a5[0].children if c.action == "A1"} == {"6+1=7;"}
+    assert all(c.question == a5[0].question for c in a5[0].children)  # inherited down the path
+    assert cost.tokens > before
+    # the restatement's own tokens are counted: 4 samples of "six plus one?" (13) or the other (19)
+    fresh = Cost()
+    RStar(s, "2*3+1?", fresh).expand(RNode("", "", 0))
+    assert fresh.tokens >= 4 * 13
+    # without a template there is no A5
+    assert RStar(_strategies(), "2*3+1?", Cost()).applicable(root) == ["A1", "A2"]
+
+
+def test_a_whole_rstar_search_reaches_the_restated_answer():
+    disc = ScriptedProposer({"": [("6+1=7;", 1.0)], "6+1=7;": [("answer=7", 1.0)], "2*3=5;": [("answer=7", 1.0)]})
+    s = Strategies(
+        ScriptedProposer(RESTATED, seed=1, per_prompt=True),
+        None,
+        SearchSettings(rstar_rephrase=REPHRASE),
+        discriminator=disc,
+    )
+    out = s.run("rstar", "2*3+1?", 6)
+    # the restated question's answer 7 is the one the discriminator reproduces (it never reaches 6)
+    assert out.answer == "7" and out.candidates >= 1
+
+
+POSED = "Next sub-question of {question} after [{trace}]:"
+POSED_TREE = {
+    "Next sub-question of (1+1)*2? after []:": {"": [("1+1?\nand then more", 0.5), ("one plus one?", 0.5)]},
+    "1+1?": {"": [("1+1=2;", 1.0)], "1+1=2;": [("answer=2", 1.0)]},
+    "one plus one?": {"": [("1+1=3;", 1.0)], "1+1=3;": [("answer=3", 1.0)]},
+    "(1+1)*2?": {"": [("1+1=2;", 1.0)], "1+1=2;": [("answer=4", 1.0)]},
+}
+
+
+def test_a3_poses_its_sub_questions_with_the_template_on_a_task_without_a_decomposition():
+    settings = SearchSettings(expand=4, rstar_subquestion=POSED, max_steps=6)
+    s = Strategies(ScriptedProposer(POSED_TREE, seed=2, per_prompt=True), None, settings)
+    search = RStar(s, "(1+1)*2?", Cost())
+    root = RNode("", "", 0)
+    assert search.applicable(root) == ["A1", "A2", "A3"]  # posed: no task decomposition needed
+    search.expand(root)
+    a3 = [c for c in root.children if c.action == "A3"]
+    # the first line of each posed sub-question, each distinct one answered once, its steps joined to the trace
+    assert {(c.sub_question, c.text) for c in a3} == {("1+1?", "1+1=2;"), ("one plus one?", "1+1=3;")}
+    assert all(c.sub_done == 1 for c in a3)
+    # a posed A3 may follow an A3 (the policy decides when to stop asking), and A4 re-answers it
+    assert search.applicable(a3[0]) == ["A1", "A2", "A3", "A4"]
+    # the template wins over the task's own sub-questions where both exist
+    s.sub_questions = lambda p: ["never asked?"]
+    assert RStar(s, "(1+1)*2?", Cost()).subs == []
+
+
+@pytest.mark.parametrize(
+    "option, value, message",
+    [
+        ("rstar_rephrase", "Restate it", "names no \\{question\\}"),
+        ("rstar_rephrase", "{question} {trace}", "unknown field\\(s\\) \\['trace'\\]"),
+        ("rstar_subquestion", "{question} {steps}", "unknown field\\(s\\) \\['steps'\\]"),
+        ("rstar_subquestion", "{question", "is not a template"),
+    ],
+)
+def test_the_rstar_templates_are_checked(option, value, message):
+    with pytest.raises(InputError, match=message):
+        SearchConfig(strategy="rstar", **{option: value})

@@ -95,6 +95,20 @@ class SearchConfig:
         default=_DEFAULTS.rstar_reanswer,
         metadata={"help": "rstar: samples whose majority re-answers a sub-question (action A4)", "ge": 1},
     )
+    rstar_rephrase: str = field(
+        default=_DEFAULTS.rstar_rephrase,
+        metadata={
+            "help": "rstar A5: prompt template naming {question} that asks the policy to restate the problem (at "
+            "the root); '' = no A5"
+        },
+    )
+    rstar_subquestion: str = field(
+        default=_DEFAULTS.rstar_subquestion,
+        metadata={
+            "help": "rstar A3: prompt template naming {question} and {trace} that asks the policy for the next "
+            "sub-question (any task with steps); '' = the task's own sub-questions, if it has them"
+        },
+    )
     discriminator: str = field(
         default="",
         metadata={
@@ -129,6 +143,8 @@ class SearchConfig:
                 f"sampling.max_thinking_tokens caps whole solutions (budget forcing); {stepwise} extend "
                 f"solutions step by step: use --strategy with {', '.join(WHOLE_SOLUTION_STRATEGIES)}"
             )
+        _check_template("rstar_rephrase", self.rstar_rephrase, ("question",))
+        _check_template("rstar_subquestion", self.rstar_subquestion, ("question", "trace"))
         check_declared(self)
 
     def settings(self, aggregation: str) -> SearchSettings:
@@ -153,6 +169,25 @@ class SearchConfig:
             raise InputError(f"bin_edges must be numbers separated by commas, got {self.bin_edges!r}") from None
 
 
+def _check_template(option: str, template: str, fields_: tuple[str, ...]) -> None:
+    """A prompt template names {question} and no field outside ``fields_`` (a literal brace is {{ or }})."""
+    if not template:
+        return
+    import string
+
+    try:
+        names = {name for _, name, _, _ in string.Formatter().parse(template) if name is not None}
+    except ValueError as e:
+        raise InputError(f"{option}: {template!r} is not a template ({e}; a literal brace is {{{{ or }}}})") from None
+    unknown = sorted(names - set(fields_))
+    if unknown or "question" not in names:
+        raise InputError(
+            f"{option}: a template naming {{question}}"
+            + (f" (and {{{fields_[1]}}})" if len(fields_) > 1 else "")
+            + (f"; unknown field(s) {unknown}" if unknown else "; it names no {question}")
+        )
+
+
 # The strategies' options (each registered Strategy lists those it reads): a search reads those of its set.
 STRATEGY_OPTIONS = (
     "prm",
@@ -168,6 +203,8 @@ STRATEGY_OPTIONS = (
     "revision_history",
     "revision_chains",
     "rstar_reanswer",
+    "rstar_rephrase",
+    "rstar_subquestion",
     "discriminator",
 )
 STRATEGY_SCOPE = OptionScope(

@@ -7,15 +7,21 @@ Actions, each asked of the policy with a prompt of its own for the task at hand:
 * ``A1`` propose one step: the task's prompt and the trace so far; generation stops at the step separator.
 * ``A2`` propose the remaining steps: the same prompt, generated to the end: a terminal node.
 * ``A3`` ask the next sub-question and answer it: the sub-question is posed to the policy as a problem
-  of its own (the task's prompt format), and the steps of its answer join the trace.  Needs the task to
-  decompose a problem (``sub_questions(prompt)``); the built-in arithmetic task's sub-questions are the
-  operand sub-expressions of the root operation, in the order its traces compute them.
+  of its own (the task's prompt format), and the steps of its answer join the trace.  Where the sub-questions
+  come from: a task that decomposes a problem (``sub_questions(prompt)``; the built-in arithmetic task's are the
+  operand sub-expressions of the root operation, in the order its traces compute them), or, on any task with
+  steps (GSM8K included), the policy itself, asked with ``rstar_subquestion`` (a template naming ``{question}``
+  and ``{trace}``, the steps so far): ``expand`` sub-questions are sampled (the first line of each), each
+  answered once.  The template wins over the task's decomposition where both exist.
 * ``A4`` re-answer the last sub-question: only right after A3; the sub-question's majority answer over
   ``rstar_reanswer`` samples (the seed's few-shot CoT re-answer, as self-consistency: the built-in policy
   reads no few-shot prompt).
-* ``A5`` restate the problem (only right after the root) is **not built**: it needs a policy that follows
-  an instruction to restate a problem, and neither the built-in policy (it writes traces of bare
-  expressions, which have no conditions to list) nor any policy this machine can load does.
+* ``A5`` rephrase the question: only at the root, with ``rstar_rephrase`` (a template naming ``{question}``,
+  e.g. a few-shot "list every condition of the problem" prompt): ``expand`` restatements are sampled, and
+  every action below one reads the restatement as its question (A1, A2, and A3's template) while the
+  task's own decomposition and mutual consistency read the original.  An instruction-following policy is what
+  makes a restatement worth having: the built-in policy writes bare expression traces, so on it A5 is off by
+  default (no template) and its tests check the mechanics with scripted policies.
 
 Each rollout walks from the root by UCT (``Q + c sqrt(ln N_parent / N_child)``, an unvisited child
 first), expanding a node with every action that applies (``expand`` samples each) the first time it is
@@ -57,6 +63,7 @@ class RNode(Visited):
     terminal: bool = False
     sub_done: int = 0  # sub-questions of the problem answered on the path so far
     sub_question: str | None = None  # A3 / A4 nodes: the sub-question answered last
+    question: str | None = None  # the question below an A5 node (its restatement); None: the problem's own
     parent: RNode | None = None
     children: list[RNode] = field(default_factory=list)
     expanded: bool = False
@@ -86,7 +93,8 @@ class RStar:
     def __init__(self, strategies: Strategies, prompt: str, cost: Cost):
         self.s, self.prompt, self.cost = strategies, prompt, cost
         self.settings = strategies.settings
-        self.subs = strategies.sub_questions(prompt) if strategies.sub_questions is not None else []
+        self.posed = bool(strategies.settings.rstar_subquestion)  # A3's sub-questions asked of the policy
+        self.subs = [] if self.posed or strategies.sub_questions is None else strategies.sub_questions(prompt)
         self.splitter = strategies.splitter
         self.votes: dict[str | None, int] = {}  # answer -> terminal samples that reached it (repeats counted)
         self.n_votes = 0  # sum(self.votes.values())
@@ -103,31 +111,62 @@ class RStar:
         if node.depth >= self.settings.max_steps - 1:
             return ["A2"]  # the last level: only a finished solution
         acts = ["A1", "A2"]
-        # sub-questions are answered in order from the root, before any free step (the trace stays in
-        # the order the task's traces compute them)
-        if node.sub_done < len(self.subs) and all(n.action in ("A3", "A4") for n in node.path()):
+        # sub-questions are answered in order from the root (or from a restatement), before any free step (the
+        # trace stays in the order the task's traces compute them)
+        before = all(n.action in ("A3", "A4", "A5") for n in node.path())
+        if before and (self.posed or node.sub_done < len(self.subs)):
             acts.append("A3")
         if node.action == "A3":
             acts.append("A4")
-        return acts  # A5 (restate the problem) is not built: no shipped policy follows such an instruction
+        if node.depth == 0 and self.settings.rstar_rephrase:
+            acts.append("A5")
+        return acts
+
+    def question(self, node: RNode) -> str:
+        return node.question if node.question is not None else self.prompt
+
+    def sub_questions(self, node: RNode, n: int) -> list[str]:
+        """A3's next sub-question(s) at ``node``: the task's next one, or ``n`` asked of the policy."""
+        if not self.posed:
+            return [self.subs[node.sub_done]]
+        ask = self.settings.rstar_subquestion.format(question=self.question(node), trace=node.text)
+        out = [t.strip().split("\n", 1)[0].strip() for t in self.s.proposer.complete(ask, [""], n, self.cost)]
+        return [q for q in dict.fromkeys(out) if q]  # a blank line poses nothing; a repeat once
 
     def expand(self, node: RNode) -> None:
         st, p = self.settings, self.s.proposer
         kids: list[RNode] = []
+        question = self.question(node)
         for act in self.applicable(node):
             if act == "A1":
-                ext = p.step(self.prompt, [node.text], st.expand, self.cost)
-                kids += [RNode(t, "A1", node.depth + 1, f, node.sub_done) for t, f in ext]
+                ext = p.step(question, [node.text], st.expand, self.cost)
+                kids += [RNode(t, "A1", node.depth + 1, f, node.sub_done, question=node.question) for t, f in ext]
             elif act == "A2":
-                texts = p.complete(self.prompt, [node.text], st.expand, self.cost)
-                kids += [RNode(t, "A2", node.depth + 1, True, node.sub_done) for t in texts]
+                texts = p.complete(question, [node.text], st.expand, self.cost)
+                kids += [RNode(t, "A2", node.depth + 1, True, node.sub_done, question=node.question) for t in texts]
             elif act == "A3":
-                q = self.subs[node.sub_done]
-                answers = p.complete(q, [""], st.expand, self.cost)
+                if self.posed:  # each of `expand` posed sub-questions answered once
+                    pairs = [
+                        (q, a) for q in self.sub_questions(node, st.expand) for a in p.complete(q, [""], 1, self.cost)
+                    ]
+                else:  # the task's next sub-question answered `expand` times
+                    q = self.subs[node.sub_done]
+                    pairs = [(q, a) for a in p.complete(q, [""], st.expand, self.cost)]
                 kids += [
-                    RNode(node.text + sub_steps(a, self.splitter), "A3", node.depth + 1, False, node.sub_done + 1, q)
-                    for a in answers
+                    RNode(
+                        node.text + sub_steps(a, self.splitter),
+                        "A3",
+                        node.depth + 1,
+                        False,
+                        node.sub_done + 1,
+                        q,
+                        question=node.question,
+                    )
+                    for q, a in pairs
                 ]
+            elif act == "A5":
+                restated = p.complete(st.rstar_rephrase.format(question=self.prompt), [""], st.expand, self.cost)
+                kids += [RNode("", "A5", 1, False, 0, question=t.strip()) for t in dict.fromkeys(restated) if t.strip()]
             elif act == "A4":
                 answers = p.complete(node.sub_question, [""], st.rstar_reanswer, self.cost)
                 key_of = [answer_of(a) for a in answers]
@@ -143,6 +182,7 @@ class RStar:
                         False,
                         node.sub_done,
                         node.sub_question,
+                        question=node.question,
                     )
                 )
         for k in kids:  # every terminal sample votes, repeats included
@@ -150,9 +190,9 @@ class RStar:
                 key = answer_of(k.text)
                 self.votes[key] = self.votes.get(key, 0) + 1
                 self.n_votes += 1
-        seen: dict[tuple[str, str, bool], RNode] = {}
-        for k in kids:  # one node per distinct (trace, action, terminal): a repeated sample adds no branch
-            seen.setdefault((k.text, k.action, k.terminal), k)
+        seen: dict[tuple, RNode] = {}
+        for k in kids:  # one node per distinct (trace, action, terminal, question): a repeat adds no branch
+            seen.setdefault((k.text, k.action, k.terminal, k.question), k)
         node.children = list(seen.values())
         for k in node.children:
             k.parent = node
@@ -224,5 +264,7 @@ def _rstar(self: Strategies, prompt: str, budget: int, cost: Cost) -> Outcome:
 
 # registered by veriloop/search/__init__.py; each rollout walks the tree the last ones grew: one problem per call
 RSTAR = Strategy(
-    one_problem(_rstar), batches=False, reads=("expand", "max_steps", "uct_c", "rstar_reanswer", "discriminator")
+    one_problem(_rstar),
+    batches=False,
+    reads=("expand", "max_steps", "uct_c", "rstar_reanswer", "rstar_rephrase", "rstar_subquestion", "discriminator"),
 )

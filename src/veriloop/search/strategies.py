@@ -165,6 +165,8 @@ class SearchSettings:
     revision_history: int = 4  # revision: attempts of its chain the revision model reads, at most
     revision_chains: int = 1  # revision: parallel chains sharing the budget
     rstar_reanswer: int = 4  # rstar: samples whose majority re-answers a sub-question (action A4)
+    rstar_rephrase: str = ""  # rstar A5: template naming {question} that asks for a restatement; '' = no A5
+    rstar_subquestion: str = ""  # rstar A3: template naming {question} and {trace} that asks the next sub-question
 
     def needs_scorer(self, strategy: str) -> bool:
         """Whether ``strategy`` ranks solutions or steps with a scorer (a PRM) under these settings."""
