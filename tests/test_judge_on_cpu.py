@@ -117,6 +117,19 @@ def test_failure_mode_cases_and_the_slip_by_hand():
     assert families["verdict injection"] == "reject" and families["long text, right"] == "accept"
 
 
+def test_audit_case_files_carry_the_question_a_judge_reads(tmp_path):
+    from veriloop.tasks.jsonl import DatasetError
+    from veriloop.verifiers.audit import load_cases
+
+    good = tmp_path / "cases.jsonl"
+    good.write_text('{"completion": "answer=5", "reference": "2+3", "expect": "accept", "prompt": "2+3?"}\n')
+    assert load_cases(str(good))[0].prompt == "2+3?"
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"completion": "answer=5", "reference": "2+3", "expect": "accept", "prompt": 5}\n')
+    with pytest.raises(DatasetError, match="field 'prompt' must be a string"):
+        load_cases(str(bad))
+
+
 # ------------------------------------------------------------------------------------------- a trained judge
 
 

@@ -479,6 +479,8 @@ def load_cases(path: str) -> list[AuditCase]:
         for key in ("completion", "reference", "expect"):
             if not isinstance(row.get(key), str):
                 raise DatasetError(f"{where}: field {key!r} must be a string")
+        if not isinstance(row.get("prompt", ""), str):
+            raise DatasetError(f"{where}: field 'prompt' must be a string (the question a judge reads)")
         if row["expect"] not in ("accept", "reject"):
             raise DatasetError(f"{where}: field 'expect' must be 'accept' or 'reject', got {row['expect']!r}")
         family = row.get("family", row.get("category", "user"))

@@ -38,7 +38,8 @@ class Verdict:
       of time / the check itself failed, so no judgement was made),
       ``wrong_steps`` (``arithmetic-process``: the right answer, steps that do not compute it),
       ``bad_format`` (``arithmetic-format``); for code ``pass``, ``fail``, ``crash``,
-      ``violation``, ``output_limit``.  A weighted sum reports its outcome part's (``arithmetic``:
+      ``violation``, ``output_limit``; an unaudited model-based judge's ``refused`` / ``unparseable``
+      (it gave no verdict: ``judge/grammar.py``).  A weighted sum reports its outcome part's (``arithmetic``:
       ``arithmetic-outcome``'s).  Empty for verifiers that only score.
     steps: per-step scores, for verifiers that score steps (a process reward model); else empty.
     """
