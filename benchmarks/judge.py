@@ -8,8 +8,9 @@ rule's verdict): 1500 training problems, 100 validation problems (the epoch is c
 problems (read once per judge, at the end).  For each of ``--seeds`` a judge is trained (``veriloop judge train`` at
 its defaults: the compact rubric, the built-in model fine-tuned) and its held-out agreement, false-accept and
 false-reject rates against the rule reported, then its failure-mode audit (``judge/audit.py``: 32 held-out problems x
-8 families).  Then GRPO runs ``--steps`` steps at the trainer's defaults rewarded by the first seed's judge
-(``--judge``, the rule recorded beside it), beside the same run rewarded by the rules, for each of ``--rl_seeds``: the
+8 families, and the held-out case file ``heldout/judge.jsonl``).  Then GRPO runs ``--steps`` steps at the
+trainer's defaults rewarded by the first seed's judge (``--judge``, the rule recorded beside it), beside the same run
+rewarded by the rules, for each of ``--rl_seeds``: the
 training reward, the rule's accuracy and the share of the policy's samples the judge accepts and the rule rejects
 (``reward_judge_false_accept``), over the first and the last 10 steps, and each final policy's greedy accuracy on the
 held-out split.  ``--quick``: 24/8/8 problems x 2 samples, one epoch, one seed, 2 RL steps, 16 held-out problems.
@@ -52,7 +53,7 @@ def main() -> None:
     from veriloop.judge.train import JudgeDataConfig, JudgeTrainConfig, make_verdict_rows, train_judge
     from veriloop.judge.verifier import JudgeVerifier
     from veriloop.models.loading import load_policy
-    from veriloop.verifiers.audit import run_audit
+    from veriloop.verifiers.audit import builtin_cases, run_audit
 
     started, judges, runs = time.time(), [], []
     with tempfile.TemporaryDirectory(prefix="judge-") as tmp:
@@ -63,7 +64,8 @@ def main() -> None:
             cfg = JudgeDataConfig(problems=n, samples=sizes[3], split=split, seed=seed, output=str(root / f"{split}"))
             rows[split] = make_verdict_rows(cfg, progress=False, policy=policy)
             print(f"{split}: {rows[split]['rows']} rows from {n} problems", file=sys.stderr)
-        cases = failure_mode_cases(arithmetic_items(4 if a.quick else 32))
+        # the generated failure modes (development) and the held-out case file, read once per judge
+        cases = failure_mode_cases(arithmetic_items(4 if a.quick else 32)) + builtin_cases("judge", "heldout")
         for seed in seeds:
             cfg = JudgeTrainConfig(
                 data=str(root / "train"),
@@ -81,7 +83,7 @@ def main() -> None:
                     "seed": seed,
                     "selected_epoch": s["selected_epoch"],
                     "eval": s["eval"],
-                    "audit": [{k: r[k] for k in ("category", "expect", "cases", "false")} for r in audit.rows],
+                    "audit": [{k: r[k] for k in ("part", "category", "expect", "cases", "false")} for r in audit.rows],
                 }
             )
             print(f"judge seed {seed}: held-out agreement {s['eval']['agreement']:.3f}", file=sys.stderr)
@@ -150,14 +152,16 @@ def render(results: list[dict]) -> str:
         lines += [
             f"| mean ± sd | | {col('agreement')} | {col('false_accept_rate')} | {col('false_reject_rate')} | | |",
             "",
-            "The failure-mode audit (false accepts of a `reject` family, false rejects of an `accept` one), per judge:",
+            "The failure-mode audit (false accepts of a `reject` family, false rejects of an `accept` one), per judge: "
+            "the generated families (development, `judge/audit.py`) and the held-out case file "
+            "(`heldout/judge.jsonl`, written by reading before any judge ran on it):",
             "",
-            "| family | expect | cases | false, per judge seed |",
-            "|---|---|---:|---|",
+            "| part | family | expect | cases | false, per judge seed |",
+            "|---|---|---|---:|---|",
         ]
         for i, row in enumerate(r["judges"][0]["audit"]):
             per = ", ".join(str(j["audit"][i]["false"]) for j in r["judges"])
-            lines.append(f"| {row['category']} | {row['expect']} | {row['cases']} | {per} |")
+            lines.append(f"| {row.get('part', '')} | {row['category']} | {row['expect']} | {row['cases']} | {per} |")
         w = WINDOW
         lines += [
             "",

@@ -17,7 +17,9 @@ def add_judge(sub, name: str, help_text: str) -> None:
     )
     _command(judge_sub, "data", JudgeDataConfig, "verdict rows: the policy's solutions, each with a rule's verdict")
     _command(judge_sub, "train", JudgeTrainConfig, "fine-tune a causal LM to write the rule's verdict (the judge)")
-    p = judge_sub.add_parser("score", help="judge JSONL rows {prompt, completion[, reference][, verdict]}")
+    p = judge_sub.add_parser(
+        "score", help="judge JSONL rows {prompt, completion}, each with a reference and a verdict if given"
+    )
     p.add_argument("--judge", required=True, metavar="DIR", help="judge directory, or any local causal LM")
     p.add_argument("--input", required=True, metavar="IN.jsonl")
     p.add_argument("--output", required=True, metavar="OUT.jsonl", help="the rows with judge_verdict and its output")

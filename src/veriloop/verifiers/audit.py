@@ -458,6 +458,7 @@ def builtin_cases(name: str, part: str = "all") -> list[AuditCase]:
                 p,
                 r["file"],
                 r.get("labelled_by", ""),
+                r.get("prompt", ""),
             )
             for r in part_rows(p)
             if name in r["verifiers"]

@@ -3,9 +3,10 @@
 A case is one JSON object per line: ``completion``, ``reference``, ``expect`` (``accept`` |
 ``reject``), ``family``, ``verifiers`` (the verifier names it applies to), ``labelled_by``
 (``reading``: a person read the text and decided; never a verifier's verdict) and optionally
-``note`` and ``id``.  The part is the directory.  The development part is what the answer reader
-is tuned on; the held-out part is written without running any verifier and is never edited (a file
-whose failures were studied no longer measures unseen text; docs/auditing.md lists the reads).
+``note``, ``id`` and ``prompt`` (the question, for a verifier that reads it: a judge).  The part is the
+directory.  The development part is what the answer reader is tuned on; the held-out part is written without
+running any verifier and is never edited (a file whose failures were studied no longer measures unseen text;
+docs/auditing.md lists the reads).
 
 The held-out files only grow: ``heldout/LOCK`` records the sha256 of every case line, file by
 file, in order (``FILE HASH`` per line).  ``check_lock`` says where the files depart from it (a
@@ -28,7 +29,7 @@ AUDIT_DIR = Path(__file__).resolve().parent / "data" / "audit"
 PARTS = ("development", "heldout")
 LOCK_NAME = "LOCK"
 _LOCK_HEADER = "# sha256 of every held-out case line (UTF-8, no newline), per file, in order; append only\n"
-_KEYS = {"completion", "reference", "expect", "family", "verifiers", "labelled_by", "note", "id"}
+_KEYS = {"completion", "reference", "expect", "family", "verifiers", "labelled_by", "note", "id", "prompt"}
 
 
 def part_files(part: str, root: Path = AUDIT_DIR) -> list[Path]:
@@ -51,6 +52,8 @@ def read_case_file(path: Path) -> list[dict]:
         names = row.get("verifiers")
         if not isinstance(names, list) or not names or not all(isinstance(n, str) and n for n in names):
             raise DatasetError(f"{where}: field 'verifiers' must be a non-empty list of verifier names")
+        if not isinstance(row.get("prompt", ""), str):
+            raise DatasetError(f"{where}: field 'prompt' must be a string (the question a judge reads)")
         unknown = sorted(set(row) - _KEYS)
         if unknown:
             raise DatasetError(f"{where}: unknown field(s) {unknown}; a case has {sorted(_KEYS)}")
