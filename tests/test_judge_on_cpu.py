@@ -236,6 +236,21 @@ def test_no_verdict_is_never_a_silent_zero(trained):
         alone.verify_batch(["x"], ["1"])
 
 
+def test_veriloop_verify_gives_a_judge_each_rows_question(tmp_path):
+    from veriloop.tasks.jsonl import DatasetError
+    from veriloop.verifiers.batch import verify_file
+
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text('{"completion": "2+3=5;answer=5", "reference": "2+3", "prompt": "2+3?"}\n')
+    options = {"path": "builtin:base", "unaudited": True, "rubric": "compact"}
+    summary = verify_file("judge", str(rows), str(tmp_path / "out.jsonl"), options, workers=1)
+    assert summary.outcomes == {"unparseable": 1}  # the untrained base writes no verdict line
+    assert read_jsonl(tmp_path / "out.jsonl")[0]["components"]["judge_unparseable"] == 1.0
+    rows.write_text('{"completion": "2+3=5;answer=5", "reference": "2+3"}\n')
+    with pytest.raises(DatasetError, match="rows.jsonl:1: field 'prompt' must be a string"):
+        verify_file("judge", str(rows), str(tmp_path / "out.jsonl"), options, workers=1)
+
+
 def test_the_judge_audit_counts_its_failure_modes(trained):
     root = trained[0]
     verifier = get("judge", path=str(root / "judge"), audit="arithmetic-outcome")  # the package's entry point

@@ -1,5 +1,7 @@
 """``veriloop verify``: grade a JSONL file of ``{"completion", "reference", ...}`` rows on every core.
 
+A verifier that reads the question (``reads_prompts``: a judge, a reward model) needs each row's ``prompt``.
+
 Each output row is the input row (extra columns kept) plus ``score``, ``outcome``,
 ``components``, ``verifier`` (name@version) and ``details``.  Rows are graded in chunks by a
 ``WorkerPool`` (fresh interpreters, so grading works from ``python -`` and notebooks too), each
@@ -36,15 +38,20 @@ def read_rows(path: str) -> list[dict]:
     return rows
 
 
-def grade_chunk(name: str, options: dict, chunk: list[tuple[str, str]]) -> list[dict]:
-    """Grade one chunk with the verifier ``name(**options)``, built once per process."""
+def grade_chunk(name: str, options: dict, chunk: list[tuple[str, ...]]) -> list[dict]:
+    """Grade one chunk of (completion, reference[, prompt]) with the verifier ``name(**options)``, built once per
+    process."""
     from veriloop.verifiers import get
 
     key = json.dumps([name, options], sort_keys=True, default=str)
     if key not in _VERIFIERS:
         _VERIFIERS[key] = get(name, **options)
     v = _VERIFIERS[key]
-    verdicts = v.verify_batch([c for c, _ in chunk], [r for _, r in chunk])
+    args = ([item[0] for item in chunk], [item[1] for item in chunk])
+    if getattr(v, "reads_prompts", False):  # a judge or a reward model: each row's question, third in the item
+        verdicts = v.verify_batch(*args, prompts=[item[2] for item in chunk])
+    else:
+        verdicts = v.verify_batch(*args)
     return [
         {
             "score": x.score,
@@ -59,13 +66,13 @@ def grade_chunk(name: str, options: dict, chunk: list[tuple[str, str]]) -> list[
 
 def grade_pairs(
     name: str,
-    pairs: list[tuple[str, str]],
+    pairs: list[tuple[str, ...]],
     options: dict,
     workers: int,
     chunk_size: int = 64,
     chunk_timeout: float = 3600.0,
 ) -> tuple[list[dict], float]:
-    """(one result dict per (completion, reference) pair, seconds) using ``workers`` processes."""
+    """(one result dict per (completion, reference[, prompt]) item, seconds) using ``workers`` processes."""
     chunks = [pairs[i : i + chunk_size] for i in range(0, len(pairs), chunk_size)]
     started = time.time()
     if workers == 1 or len(chunks) == 1:
@@ -111,10 +118,18 @@ def verify_file(
     from veriloop.verifiers import get
 
     options = dict(options or {})
-    get(name, **options)  # unknown name or bad options fail here, before any work
+    verifier = get(name, **options)  # unknown name or bad options fail here, before any work
     rows = read_rows(input_path)
+    items = [(r["completion"], r["reference"]) for r in rows]
+    if getattr(verifier, "reads_prompts", False):  # a judge or a reward model reads each row's question
+        for n, r in enumerate(rows, start=1):
+            if not isinstance(r.get("prompt"), str):
+                raise DatasetError(
+                    f"{input_path}:{n}: field 'prompt' must be a string: verifier {name!r} reads each row's question"
+                )
+        items = [(r["completion"], r["reference"], r["prompt"]) for r in rows]
     workers = workers if workers > 0 else (os.cpu_count() or 1)
-    graded, seconds = grade_pairs(name, [(r["completion"], r["reference"]) for r in rows], options, workers, chunk_size)
+    graded, seconds = grade_pairs(name, items, options, workers, chunk_size)
     used = 1 if len(rows) <= chunk_size else workers  # one chunk is graded in this process
     out = [{**row, **g} for row, g in zip(rows, graded)]
     atomic_write_text(Path(output_path), "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in out))
