@@ -29,13 +29,11 @@ from veriloop.judge.grammar import RUBRICS, load_rubric, verdict_text
 from veriloop.judge.model import Judge, Reading, load_judge
 from veriloop.logs import progress as progress_display
 from veriloop.models.loading import load_policy
-from veriloop.models.solutions import sample_solutions
+from veriloop.models.solutions import rule_judged_samples
 from veriloop.options import check_declared, declare, not_read_by
 from veriloop.rollout.sampler import SamplingParams
-from veriloop.tasks.base import Split, draw_problems
+from veriloop.tasks.base import Split
 from veriloop.tasks.config import TaskConfig
-from veriloop.verifiers import get as get_verifier
-from veriloop.verifiers import is_correct
 
 ROW_FIELDS = ("prompt", "completion", "reference", "verdict")
 RULE_VERDICTS = ("correct", "incorrect")
@@ -99,48 +97,26 @@ declare(
 def make_verdict_rows(cfg: JudgeDataConfig, progress: bool = True, *, policy=None, task=None) -> dict:
     """Write ``cfg.output`` and return a summary (rows, the share the rule calls correct)."""
     t0 = time.time()
-    task = task or cfg.task.build()
-    verifier = get_verifier(cfg.verifier or cfg.task.eval_verifiers()["outcome"])
-    policy = policy or load_policy(cfg.policy)
-    problems = draw_problems(task, cfg.split, cfg.problems, cfg.seed)
-    gen = torch.Generator().manual_seed(cfg.seed)
-    provenance = {
-        "policy": getattr(policy, "source", cfg.policy),
-        "verifier": verifier.tag,
-        "task": task.name,
-        "split": cfg.split,
-        "seed": cfg.seed,
-        "samples": cfg.samples,
-        "temperature": cfg.sampling.temperature,
-    }
+    samples = rule_judged_samples(cfg, policy, task)
     rows: list[dict] = []
     seen: set[tuple[str, str]] = set()
-    bar = progress_display(total=len(problems), desc="judge data", unit="problem", enabled=progress)
-    for chunk, texts, _ in sample_solutions(policy, problems, cfg.sampling, gen, cfg.samples, cfg.batch_prompts):
-        verdicts = verifier.verify_batch(texts, [chunk[j // cfg.samples].reference for j in range(len(texts))])
-        for i, p in enumerate(chunk):
-            for j in range(i * cfg.samples, (i + 1) * cfg.samples):
-                if (p.prompt, texts[j]) in seen:  # a confident policy repeats itself: each solution of a problem once
-                    continue
-                seen.add((p.prompt, texts[j]))
-                verdict = "correct" if is_correct(verdicts[j]) else "incorrect"
-                rows.append(
-                    {
-                        "prompt": p.prompt,
-                        "completion": texts[j],
-                        "reference": p.reference,
-                        "verdict": verdict,
-                        "provenance": provenance,
-                    }
-                )
-        bar.update(len(chunk))
+    bar = progress_display(total=len(samples.problems), desc="judge data", unit="problem", enabled=progress)
+    for p, texts, ok in samples.per_problem(cfg.samples):
+        for text, right in zip(texts, ok):
+            if (p.prompt, text) in seen:  # a confident policy repeats itself: each solution of a problem once
+                continue
+            seen.add((p.prompt, text))
+            verdict = "correct" if right else "incorrect"
+            row = {"prompt": p.prompt, "completion": text, "reference": p.reference, "verdict": verdict}
+            rows.append({**row, "provenance": samples.provenance})
+        bar.update(1)
     bar.close()
     atomic_write_jsonl(cfg.output, rows)
     correct = sum(r["verdict"] == "correct" for r in rows)
     return {
         "output": cfg.output,
         "rows": len(rows),
-        "problems": len(problems),
+        "problems": len(samples.problems),
         "correct_share": round(correct / len(rows), 4),
         "seconds": round(time.time() - t0, 1),
     }

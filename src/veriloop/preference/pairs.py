@@ -13,20 +13,15 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-import torch
-
 from veriloop.config import check_typed
 from veriloop.errors import InputError
 from veriloop.io import atomic_write_jsonl, read_jsonl
 from veriloop.logs import progress as progress_display
-from veriloop.models.loading import load_policy
-from veriloop.models.solutions import sample_solutions
+from veriloop.models.solutions import rule_judged_samples
 from veriloop.options import check_declared, declare, not_read_by
 from veriloop.rollout.sampler import SamplingParams
-from veriloop.tasks.base import Split, draw_problems
+from veriloop.tasks.base import Split
 from veriloop.tasks.config import TaskConfig
-from veriloop.verifiers import get as get_verifier
-from veriloop.verifiers import is_correct
 
 PAIR_FIELDS = ("prompt", "chosen", "rejected")
 
@@ -105,39 +100,23 @@ def verifier_pairs(texts: list[str], correct: list[bool]) -> list[tuple[str, str
 def make_pairs(cfg: PairsConfig, progress: bool = True, *, policy=None, task=None) -> dict:
     """Write ``cfg.output`` and return a summary (pairs, problems with a pair, the share of correct samples)."""
     t0 = time.time()
-    task = task or cfg.task.build()
-    verifier = get_verifier(cfg.verifier or cfg.task.eval_verifiers()["outcome"])
-    policy = policy or load_policy(cfg.policy)
-    problems = draw_problems(task, cfg.split, cfg.problems, cfg.seed)
-    gen = torch.Generator().manual_seed(cfg.seed)
-    provenance = {
-        "policy": getattr(policy, "source", cfg.policy),
-        "verifier": verifier.tag,
-        "task": task.name,
-        "split": cfg.split,
-        "seed": cfg.seed,
-        "samples": cfg.samples,
-        "temperature": cfg.sampling.temperature,
-    }
+    samples = rule_judged_samples(cfg, policy, task)
+    problems = samples.problems
     rows, n_correct, n_samples = [], 0, 0
     bar = progress_display(total=len(problems), desc="rm pairs", unit="problem", enabled=progress)
-    for chunk, texts, _ in sample_solutions(policy, problems, cfg.sampling, gen, cfg.samples, cfg.batch_prompts):
-        verdicts = verifier.verify_batch(texts, [chunk[j // cfg.samples].reference for j in range(len(texts))])
-        ok = [is_correct(v) for v in verdicts]
+    for p, texts, ok in samples.per_problem(cfg.samples):
         n_correct, n_samples = n_correct + sum(ok), n_samples + len(ok)
-        for i, p in enumerate(chunk):
-            span = slice(i * cfg.samples, (i + 1) * cfg.samples)
-            for chosen, rejected in verifier_pairs(texts[span], ok[span]):
-                rows.append(
-                    {
-                        "prompt": p.prompt,
-                        "chosen": chosen,
-                        "rejected": rejected,
-                        "reference": p.reference,
-                        "provenance": provenance,
-                    }
-                )
-        bar.update(len(chunk))
+        for chosen, rejected in verifier_pairs(texts, ok):
+            rows.append(
+                {
+                    "prompt": p.prompt,
+                    "chosen": chosen,
+                    "rejected": rejected,
+                    "reference": p.reference,
+                    "provenance": samples.provenance,
+                }
+            )
+        bar.update(1)
     bar.close()
     if not rows:
         raise InputError(
