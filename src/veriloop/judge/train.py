@@ -15,7 +15,6 @@ and it is not agreement.
 
 from __future__ import annotations
 
-import random
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,6 +27,7 @@ from veriloop.io import atomic_write_json, atomic_write_jsonl, read_jsonl
 from veriloop.judge.grammar import RUBRICS, load_rubric, verdict_text
 from veriloop.judge.model import Judge, Reading, load_judge
 from veriloop.logs import progress as progress_display
+from veriloop.models.fit import fit_adamw
 from veriloop.models.loading import load_policy
 from veriloop.models.solutions import rule_judged_samples
 from veriloop.options import check_declared, declare, not_read_by
@@ -227,30 +227,18 @@ def verdict_loss(judge: Judge, examples: list[tuple[list[int], int]]) -> torch.T
 def fit_judge(judge: Judge, rows: list[dict], cfg: JudgeTrainConfig, progress: bool = False, after_epoch=None):
     """AdamW on ``verdict_loss``; returns every step's loss.  ``after_epoch(epoch)`` runs after each epoch."""
     examples = [verdict_example(judge, r) for r in rows]
-    params = [p for p in judge.policy.model.parameters() if p.requires_grad]
-    opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=0.0)
-    rng = random.Random(cfg.seed)
-    steps = (len(examples) + cfg.batch_size - 1) // cfg.batch_size
-    bar = progress_display(total=cfg.epochs * steps, desc="judge train", unit="step", enabled=progress)
-    losses: list[float] = []
-    for epoch in range(1, cfg.epochs + 1):
-        judge.policy.model.train()
-        order = list(range(len(examples)))
-        rng.shuffle(order)
-        for i in range(0, len(order), cfg.batch_size):
-            value = verdict_loss(judge, [examples[j] for j in order[i : i + cfg.batch_size]])
-            opt.zero_grad(set_to_none=True)
-            value.backward()
-            torch.nn.utils.clip_grad_norm_(params, 1.0)
-            opt.step()
-            losses.append(float(value.detach()))
-            bar.set_postfix(loss=f"{sum(losses[-20:]) / len(losses[-20:]):.4f}")
-            bar.update(1)
-        judge.policy.model.eval()
-        if after_epoch is not None:
-            after_epoch(epoch)
-    bar.close()
-    return losses
+    return fit_adamw(
+        judge.policy.model,
+        examples,
+        lambda batch: verdict_loss(judge, batch),
+        epochs=cfg.epochs,
+        batch_size=cfg.batch_size,
+        lr=cfg.lr,
+        seed=cfg.seed,
+        desc="judge train",
+        progress=progress,
+        after_epoch=after_epoch,
+    )
 
 
 def train_judge(cfg: JudgeTrainConfig, progress: bool = True) -> dict:

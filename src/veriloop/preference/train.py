@@ -9,7 +9,6 @@ same is at 0.5, chance).
 
 from __future__ import annotations
 
-import random
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,7 +17,7 @@ import torch
 
 from veriloop.config import check_typed
 from veriloop.io import atomic_write_json, atomic_write_jsonl, read_jsonl
-from veriloop.logs import progress as progress_display
+from veriloop.models.fit import fit_adamw
 from veriloop.models.loading import load_policy
 from veriloop.options import check_declared, declare
 from veriloop.preference.model import RewardModel, bradley_terry_loss, load_reward_model
@@ -94,34 +93,23 @@ def fit_reward_model(
     """AdamW on the Bradley-Terry loss, ``batch_size`` pairs a step (their 2B sequences in one pass); returns every
     step's loss.  ``after_epoch(epoch)`` runs after each epoch with the model in eval mode."""
     encoded = [(rm.encode(p["prompt"], p["chosen"]), rm.encode(p["prompt"], p["rejected"])) for p in pairs]
-    params = list(rm.parameters())
-    opt = torch.optim.AdamW(params, lr=lr, weight_decay=0.0)
-    rng = random.Random(seed)
-    steps = (len(encoded) + batch_size - 1) // batch_size
-    bar = progress_display(total=epochs * steps, desc="rm train", unit="step", enabled=progress)
-    losses: list[float] = []
-    rm.train()
-    for epoch in range(1, epochs + 1):
-        order = list(range(len(encoded)))
-        rng.shuffle(order)
-        for i in range(0, len(order), batch_size):
-            batch = [encoded[j] for j in order[i : i + batch_size]]
-            r = rm.rewards([c for c, _ in batch] + [x for _, x in batch])
-            value = bradley_terry_loss(r[: len(batch)], r[len(batch) :])
-            opt.zero_grad(set_to_none=True)
-            value.backward()
-            torch.nn.utils.clip_grad_norm_(params, 1.0)
-            opt.step()
-            losses.append(float(value.detach()))
-            bar.set_postfix(loss=f"{sum(losses[-20:]) / len(losses[-20:]):.4f}")
-            bar.update(1)
-        if after_epoch is not None:
-            rm.eval()
-            after_epoch(epoch)
-            rm.train()
-    bar.close()
-    rm.eval()
-    return losses
+
+    def loss_of(batch):
+        r = rm.rewards([c for c, _ in batch] + [x for _, x in batch])
+        return bradley_terry_loss(r[: len(batch)], r[len(batch) :])
+
+    return fit_adamw(
+        rm,
+        encoded,
+        loss_of,
+        epochs=epochs,
+        batch_size=batch_size,
+        lr=lr,
+        seed=seed,
+        desc="rm train",
+        progress=progress,
+        after_epoch=after_epoch,
+    )
 
 
 def train_reward_model(cfg: RMTrainConfig, progress: bool = True) -> dict:

@@ -26,7 +26,7 @@ import torch
 from veriloop.config import check_typed
 from veriloop.errors import InputError
 from veriloop.io import atomic_write_json, atomic_write_jsonl, read_jsonl
-from veriloop.logs import progress as progress_display
+from veriloop.models.fit import fit_adamw
 from veriloop.models.loading import load_policy
 from veriloop.options import check_declared, declare, toggled
 from veriloop.prm.metrics import roc_auc
@@ -248,33 +248,22 @@ def fit_prm(
                 f"labels {len(r['steps'])}"
             )
         encoded.append((seq, reads, torch.tensor(targets(r, labels, cumulative), dtype=torch.float32)))
-    params = list(prm.parameters())
-    opt = torch.optim.AdamW(params, lr=lr, weight_decay=0.0)
-    rng = random.Random(seed)
-    steps_per_epoch = (len(encoded) + batch_size - 1) // batch_size
-    bar = progress_display(total=epochs * steps_per_epoch, desc="prm train", unit="step", enabled=progress)
-    prm.train()
-    losses = []
-    for epoch in range(1, epochs + 1):
-        order = list(range(len(encoded)))
-        rng.shuffle(order)
-        for i in range(0, len(order), batch_size):
-            batch = [encoded[j] for j in order[i : i + batch_size]]
-            value = prm.step_loss([b[0] for b in batch], [b[1] for b in batch], torch.cat([b[2] for b in batch]), loss)
-            opt.zero_grad(set_to_none=True)
-            value.backward()
-            torch.nn.utils.clip_grad_norm_(params, 1.0)
-            opt.step()
-            losses.append(float(value.detach()))
-            bar.set_postfix(loss=f"{sum(losses[-20:]) / len(losses[-20:]):.4f}")
-            bar.update(1)
-        if after_epoch is not None:
-            prm.eval()
-            after_epoch(epoch)
-            prm.train()
-    bar.close()
-    prm.eval()
-    return losses
+
+    def loss_of(batch):
+        return prm.step_loss([b[0] for b in batch], [b[1] for b in batch], torch.cat([b[2] for b in batch]), loss)
+
+    return fit_adamw(
+        prm,
+        encoded,
+        loss_of,
+        epochs=epochs,
+        batch_size=batch_size,
+        lr=lr,
+        seed=seed,
+        desc="prm train",
+        progress=progress,
+        after_epoch=after_epoch,
+    )
 
 
 def train_prm(cfg: PRMTrainConfig, progress: bool = True) -> dict:
