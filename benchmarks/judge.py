@@ -3,17 +3,17 @@ rewarded by it (the run that shows a policy exploiting it).
 
     python benchmarks/judge.py [--seeds 0,1,2] [--rl_seeds 0,1] [--steps 60] [--json F] [--quick]
 
-Verdict rows of the shipped base's own solutions (``veriloop judge data``: 4 samples a problem, each with the outcome
-rule's verdict): 1500 training problems, 100 validation problems (the epoch is chosen on their rows), 200 held-out
-problems (read once per judge, at the end).  For each of ``--seeds`` a judge is trained (``veriloop judge train`` at
-its defaults: the compact rubric, the built-in model fine-tuned) and its held-out agreement, false-accept and
-false-reject rates against the rule reported, then its failure-mode audit (``judge/audit.py``: 32 held-out problems x
-8 families, and the held-out case file ``heldout/judge.jsonl``).  Then GRPO runs ``--steps`` steps at the
-trainer's defaults rewarded by the first seed's judge (``--judge``, the rule recorded beside it), beside the same run
-rewarded by the rules, for each of ``--rl_seeds``: the
-training reward, the rule's accuracy and the share of the policy's samples the judge accepts and the rule rejects
-(``reward_judge_false_accept``), over the first and the last 10 steps, and each final policy's greedy accuracy on the
-held-out split.  ``--quick``: 24/8/8 problems x 2 samples, one epoch, one seed, 2 RL steps, 16 held-out problems.
+Verdict rows of the shipped base's own solutions (``veriloop judge data``: 4 samples a problem, each with the
+outcome rule's verdict): 1500 training problems, 100 validation problems (the epoch is chosen on their rows), 200
+held-out problems (read once per judge, at the end). For each of ``--seeds`` a judge is trained (``veriloop judge
+train`` at its defaults: the compact rubric, the built-in model fine-tuned) and its held-out agreement, false-accept
+and false-reject rates against the rule reported, then its failure-mode audit (``verifiers/judge_cases.py``: 32
+held-out problems x 8 families, and the held-out case file ``heldout/judge.jsonl``). Then GRPO runs ``--steps``
+steps at the trainer's defaults rewarded by the first seed's judge (``--judge``, the rule recorded beside it),
+beside the same run rewarded by the rules, for each of ``--rl_seeds``: the training reward, the rule's accuracy and
+the share of the policy's samples the judge accepts and the rule rejects (``reward_judge_false_accept``), over the
+first and the last 10 steps, and each final policy's greedy accuracy on the held-out split. ``--quick``: 24/8/8
+problems x 2 samples, one epoch, one seed, 2 RL steps, 16 held-out problems.
 """
 
 from __future__ import annotations
@@ -49,11 +49,11 @@ def main() -> None:
         a.seeds, a.rl_seeds, a.steps = "0", "0", 2
     seeds, rl_seeds = parse_seeds(a.seeds), parse_seeds(a.rl_seeds)
     silence_hub_progress()
-    from veriloop.judge.audit import arithmetic_items, failure_mode_cases
     from veriloop.judge.train import JudgeDataConfig, JudgeTrainConfig, make_verdict_rows, train_judge
     from veriloop.judge.verifier import JudgeVerifier
     from veriloop.models.loading import load_policy
     from veriloop.verifiers.audit import builtin_cases, run_audit
+    from veriloop.verifiers.judge_cases import arithmetic_items, failure_mode_cases
 
     started, judges, runs = time.time(), [], []
     with tempfile.TemporaryDirectory(prefix="judge-") as tmp:
@@ -153,7 +153,7 @@ def render(results: list[dict]) -> str:
             f"| mean ± sd | | {col('agreement')} | {col('false_accept_rate')} | {col('false_reject_rate')} | | |",
             "",
             "The failure-mode audit (false accepts of a `reject` family, false rejects of an `accept` one), per judge: "
-            "the generated families (development, `judge/audit.py`) and the held-out case file "
+            "the generated families (development, `verifiers/judge_cases.py`) and the held-out case file "
             "(`heldout/judge.jsonl`, written by reading before any judge ran on it):",
             "",
             "| part | family | expect | cases | false, per judge seed |",

@@ -14,7 +14,6 @@ from hypothesis import strategies as st
 from veriloop.config import ConfigError, build_config
 from veriloop.errors import InputError
 from veriloop.io import read_jsonl
-from veriloop.judge.audit import arithmetic_items, failure_mode_cases, slipped_trace
 from veriloop.judge.grammar import VERDICTS, check_rubric, load_rubric, parse_verdict, verdict_text
 from veriloop.judge.model import Judge, load_judge
 from veriloop.judge.train import (
@@ -32,6 +31,7 @@ from veriloop.training.trainer import Trainer
 from veriloop.verifiers import get
 from veriloop.verifiers.audit import run_audit
 from veriloop.verifiers.base import VerifierError
+from veriloop.verifiers.judge_cases import arithmetic_items, failure_mode_cases, slipped_trace
 
 pytestmark = pytest.mark.timeout(400)
 

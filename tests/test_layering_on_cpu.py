@@ -14,7 +14,7 @@ LAYERS = [
     ("models",),
     ("verifiers",),
     ("evaluation",),
-    ("prm", "preference"),
+    ("prm", "preference", "judge"),
     ("training",),
     ("search",),
     ("report",),

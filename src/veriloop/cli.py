@@ -486,7 +486,7 @@ def _rm(args: argparse.Namespace, progress: bool) -> int:
 def _add_judge(sub, name: str, help_text: str) -> None:
     from veriloop.judge.cli import add_judge
 
-    add_judge(sub, name, help_text)
+    add_judge(sub, name, help_text, _command, _add_output_options)
 
 
 def _judge(args: argparse.Namespace, progress: bool) -> int:

@@ -6,17 +6,17 @@ import argparse
 import json
 
 
-def add_judge(sub, name: str, help_text: str) -> None:
-    from veriloop.cli import _add_output_options, _command
+def add_judge(sub, name: str, help_text: str, command, add_output_options) -> None:
+    """``command`` and ``add_output_options`` are ``veriloop.cli``'s (given, not imported: the CLI is above)."""
     from veriloop.judge.train import JudgeDataConfig, JudgeTrainConfig
 
     judge = sub.add_parser(name, help=help_text, description=help_text)
-    _add_output_options(judge)
+    add_output_options(judge)
     judge_sub = judge.add_subparsers(
         dest="judge_command", required=True, metavar="JUDGE_COMMAND", prog="veriloop judge"
     )
-    _command(judge_sub, "data", JudgeDataConfig, "verdict rows: the policy's solutions, each with a rule's verdict")
-    _command(judge_sub, "train", JudgeTrainConfig, "fine-tune a causal LM to write the rule's verdict (the judge)")
+    command(judge_sub, "data", JudgeDataConfig, "verdict rows: the policy's solutions, each with a rule's verdict")
+    command(judge_sub, "train", JudgeTrainConfig, "fine-tune a causal LM to write the rule's verdict (the judge)")
     p = judge_sub.add_parser(
         "score", help="judge JSONL rows {prompt, completion}, each with a reference and a verdict if given"
     )
@@ -24,7 +24,7 @@ def add_judge(sub, name: str, help_text: str) -> None:
     p.add_argument("--input", required=True, metavar="IN.jsonl")
     p.add_argument("--output", required=True, metavar="OUT.jsonl", help="the rows with judge_verdict and its output")
     p.add_argument("--rubric", default="", help="standard | compact | a text file; default: the judge's own")
-    _add_output_options(p)
+    add_output_options(p)
 
 
 def run_judge(args: argparse.Namespace, progress: bool) -> int:

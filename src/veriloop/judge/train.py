@@ -23,13 +23,13 @@ import torch
 
 from veriloop.config import check_typed
 from veriloop.errors import InputError
+from veriloop.evaluation.rule_samples import rule_judged_samples
 from veriloop.io import atomic_write_json, atomic_write_jsonl, read_jsonl
 from veriloop.judge.grammar import RUBRICS, load_rubric, verdict_text
 from veriloop.judge.model import Judge, Reading, load_judge
 from veriloop.logs import progress as progress_display
 from veriloop.models.fit import fit_adamw
 from veriloop.models.loading import load_policy
-from veriloop.models.solutions import rule_judged_samples
 from veriloop.options import check_declared, declare, not_read_by
 from veriloop.rollout.sampler import SamplingParams
 from veriloop.tasks.base import Split

@@ -15,9 +15,9 @@ from dataclasses import dataclass, field
 
 from veriloop.config import check_typed
 from veriloop.errors import InputError
+from veriloop.evaluation.rule_samples import rule_judged_samples
 from veriloop.io import atomic_write_jsonl, read_jsonl
 from veriloop.logs import progress as progress_display
-from veriloop.models.solutions import rule_judged_samples
 from veriloop.options import check_declared, declare, not_read_by
 from veriloop.rollout.sampler import SamplingParams
 from veriloop.tasks.base import Split

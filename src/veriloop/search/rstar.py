@@ -134,57 +134,10 @@ class RStar:
         return [q for q in dict.fromkeys(out) if q]  # a blank line poses nothing; a repeat once
 
     def expand(self, node: RNode) -> None:
-        st, p = self.settings, self.s.proposer
+        """Every action that applies at ``node``, sampled; one child per distinct result."""
         kids: list[RNode] = []
-        question = self.question(node)
         for act in self.applicable(node):
-            if act == "A1":
-                ext = p.step(question, [node.text], st.expand, self.cost)
-                kids += [RNode(t, "A1", node.depth + 1, f, node.sub_done, question=node.question) for t, f in ext]
-            elif act == "A2":
-                texts = p.complete(question, [node.text], st.expand, self.cost)
-                kids += [RNode(t, "A2", node.depth + 1, True, node.sub_done, question=node.question) for t in texts]
-            elif act == "A3":
-                if self.posed:  # each of `expand` posed sub-questions answered once
-                    pairs = [
-                        (q, a) for q in self.sub_questions(node, st.expand) for a in p.complete(q, [""], 1, self.cost)
-                    ]
-                else:  # the task's next sub-question answered `expand` times
-                    q = self.subs[node.sub_done]
-                    pairs = [(q, a) for a in p.complete(q, [""], st.expand, self.cost)]
-                kids += [
-                    RNode(
-                        node.text + sub_steps(a, self.splitter),
-                        "A3",
-                        node.depth + 1,
-                        False,
-                        node.sub_done + 1,
-                        q,
-                        question=node.question,
-                    )
-                    for q, a in pairs
-                ]
-            elif act == "A5":
-                restated = p.complete(st.rstar_rephrase.format(question=self.prompt), [""], st.expand, self.cost)
-                kids += [RNode("", "A5", 1, False, 0, question=t.strip()) for t in dict.fromkeys(restated) if t.strip()]
-            elif act == "A4":
-                answers = p.complete(node.sub_question, [""], st.rstar_reanswer, self.cost)
-                key_of = [answer_of(a) for a in answers]
-                counted = [k for k in key_of if k is not None]
-                best = max(counted, key=counted.count) if counted else None  # ties: the first seen
-                a = answers[key_of.index(best)] if best is not None else answers[0]
-                base = node.parent.text if node.parent is not None else ""
-                kids.append(
-                    RNode(
-                        base + sub_steps(a, self.splitter),
-                        "A4",
-                        node.depth + 1,
-                        False,
-                        node.sub_done,
-                        node.sub_question,
-                        question=node.question,
-                    )
-                )
+            kids += getattr(self, f"_{act.lower()}")(node)
         for k in kids:  # every terminal sample votes, repeats included
             if k.terminal:
                 key = answer_of(k.text)
@@ -197,6 +150,41 @@ class RStar:
         for k in node.children:
             k.parent = node
         node.expanded = True
+
+    def _a1(self, node: RNode) -> list[RNode]:
+        ext = self.s.proposer.step(self.question(node), [node.text], self.settings.expand, self.cost)
+        return [RNode(t, "A1", node.depth + 1, f, node.sub_done, question=node.question) for t, f in ext]
+
+    def _a2(self, node: RNode) -> list[RNode]:
+        texts = self.s.proposer.complete(self.question(node), [node.text], self.settings.expand, self.cost)
+        return [RNode(t, "A2", node.depth + 1, True, node.sub_done, question=node.question) for t in texts]
+
+    def _a3(self, node: RNode) -> list[RNode]:
+        p, n = self.s.proposer, self.settings.expand
+        if self.posed:  # each of `expand` posed sub-questions answered once
+            pairs = [(q, a) for q in self.sub_questions(node, n) for a in p.complete(q, [""], 1, self.cost)]
+        else:  # the task's next sub-question answered `expand` times
+            q = self.subs[node.sub_done]
+            pairs = [(q, a) for a in p.complete(q, [""], n, self.cost)]
+        text = lambda a: node.text + sub_steps(a, self.splitter)  # noqa: E731
+        return [
+            RNode(text(a), "A3", node.depth + 1, False, node.sub_done + 1, q, question=node.question) for q, a in pairs
+        ]
+
+    def _a4(self, node: RNode) -> list[RNode]:
+        answers = self.s.proposer.complete(node.sub_question, [""], self.settings.rstar_reanswer, self.cost)
+        key_of = [answer_of(a) for a in answers]
+        counted = [k for k in key_of if k is not None]
+        best = max(counted, key=counted.count) if counted else None  # ties: the first seen
+        a = answers[key_of.index(best)] if best is not None else answers[0]
+        base = node.parent.text if node.parent is not None else ""
+        text = base + sub_steps(a, self.splitter)
+        return [RNode(text, "A4", node.depth + 1, False, node.sub_done, node.sub_question, question=node.question)]
+
+    def _a5(self, node: RNode) -> list[RNode]:
+        ask = self.settings.rstar_rephrase.format(question=self.prompt)
+        restated = self.s.proposer.complete(ask, [""], self.settings.expand, self.cost)
+        return [RNode("", "A5", 1, False, 0, question=t.strip()) for t in dict.fromkeys(restated) if t.strip()]
 
     def rollout(self, root: RNode) -> None:
         node = root

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from veriloop.tasks.jsonl import DatasetError, jsonl_objects
 from veriloop.verifiers.audit_case import AuditCase
 from veriloop.verifiers.base import is_correct
+from veriloop.verifiers.judge_cases import judge_suite
 
 
 def _cases(expect: str, category: str, reference: str, completions: list[str]) -> list[AuditCase]:
@@ -424,16 +425,8 @@ BUILTIN_SUITES = {
     "code": code_suite,
     "arithmetic-outcome": arithmetic_suite,
     "arithmetic-process": arithmetic_suite,
-    "judge": lambda: _judge_suite(),
+    "judge": judge_suite,  # a model-based judge's failure modes on the built-in task (judge_cases.py)
 }
-
-
-def _judge_suite() -> list[AuditCase]:
-    """A model-based judge's failure modes on the built-in task (``judge/audit.py``)."""
-    from veriloop.judge.audit import judge_suite
-
-    return judge_suite()
-
 
 PART_CHOICES = ("development", "heldout", "all")
 

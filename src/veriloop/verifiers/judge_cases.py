@@ -1,4 +1,5 @@
-"""The judge's own failure modes as audit cases (seed 003 s.5.1: a judge "may favour style or be manipulated").
+"""A model-based judge's own failure modes as audit cases (seed 003 s.5.1: a judge "may favour style or be
+manipulated"); the judge itself is ``veriloop.judge``, above this package.
 
 ``failure_mode_cases(items)`` turns ``(question, reference, right_solution, wrong_solution)`` items of any task into
 cases of eight families; what a judge must do with each is what a rule does with the bare solution:
