@@ -228,8 +228,14 @@ def test_fsdp2_equals_ddp_bit_for_bit_and_their_checkpoints_agree(tmp_path, grou
     for name, group in (("ddp", ddp_group), ("fsdp2", fsdp_group)):
         (tmp_path / name).mkdir()
         group.save(tmp_path / name)
-    sa, sb = (torch.load(tmp_path / n / "optimizer.pt", weights_only=True) for n in ("ddp", "fsdp2"))
-    assert sa["param_groups"] == sb["param_groups"] and sa["state"].keys() == sb["state"].keys()
+    assert not (tmp_path / "fsdp2" / "optimizer.pt").exists()  # fsdp2's ranks wrote shards: nothing was gathered
+    one = LocalLearner(copy.deepcopy(policy), cfg)  # the shards read whole into one process (no process group)
+    one.load(tmp_path / "fsdp2")
+    sa, sb = torch.load(tmp_path / "ddp" / "optimizer.pt", weights_only=True), one.optimizer.state_dict()
+    assert dict(one.policy.model.named_parameters()).keys() == dict(fsdp.model.named_parameters()).keys()
+    assert all(torch.equal(p, b[n]) for n, p in one.policy.model.named_parameters())
+    assert [g["params"] for g in sa["param_groups"]] == [g["params"] for g in sb["param_groups"]]
+    assert sa["state"].keys() == sb["state"].keys()
     for i, state in sa["state"].items():
         assert all(torch.equal(torch.as_tensor(v), torch.as_tensor(sb["state"][i][k])) for k, v in state.items())
 
@@ -239,8 +245,15 @@ def test_lora_ddp_trains_only_the_adapters_within_tolerance(tmp_path, groups, mo
 
     cfg, policy, _, lb = setup(tmp_path, **{"lora.r": 4, "lora.alpha": 8, "update.mini_batches": 2})
     travelled = []
-    copy_into = dist_module._copy_into
-    monkeypatch.setattr(dist_module, "_copy_into", lambda model, w: (travelled.append(set(w)), copy_into(model, w)))
+    assemble = dist_module.assemble_into
+    monkeypatch.setattr(
+        dist_module,
+        "assemble_into",
+        lambda tensors, handles, **kw: (
+            travelled.append({p.name for h in handles for p in h.pieces}),
+            assemble(tensors, handles, **kw),
+        )[1],
+    )
     one32, _, _ = local(policy, cfg, lb)
     split32, _, _ = local(policy, cfg, lb, **{"update.micro_batch_size": 1})
     two32, *_ = distributed(groups, policy, with_learner(cfg), lb)
@@ -270,15 +283,15 @@ def test_a_rank_that_dies_fails_the_next_update_naming_it(tmp_path, groups):
     cfg, policy, _, lb = setup(tmp_path)
     group = groups(copy.deepcopy(policy), with_learner(cfg, **{"learner.timeout_s": 20}))
     run(group, lb, updates=1)
-    os.kill(group.procs[1].pid, signal.SIGKILL)
-    group.procs[1].join(10)
+    os.kill(group.ranks.procs[1].pid, signal.SIGKILL)
+    group.ranks.procs[1].join(10)
     t0 = time.monotonic()
     with pytest.raises(RuntimeError, match="rank 1"):
         run(group, lb, updates=1)
     assert time.monotonic() - t0 < 10
     with pytest.raises(RuntimeError, match="closed"):
         run(group, lb, updates=1)
-    assert not any(p.is_alive() for p in group.procs)
+    assert not any(p.is_alive() for p in group.ranks.procs)
 
 
 class DiesInTheAllReduce(RankShare):
@@ -297,7 +310,7 @@ def test_a_rank_that_dies_inside_a_collective_is_named_at_once(tmp_path, groups)
     with pytest.raises(RuntimeError, match="rank 1 died during update"):
         run(group, lb, updates=1)
     assert time.monotonic() - t0 < 10  # not the collective's 30 s timeout
-    assert not any(p.is_alive() for p in group.procs)
+    assert not any(p.is_alive() for p in group.ranks.procs)
 
 
 def test_save_load_resumes_exactly(tmp_path, groups):
@@ -331,7 +344,7 @@ def test_the_registered_learners_and_a_main_without_a_file(tmp_path):
     assert FSDP2Learner.capabilities.shards_weights and not DDPLearner.capabilities.shards_weights
     assert isinstance(critic, Critic | type(None))
     code = (
-        "from veriloop.training.distributed.strategies import check_spawnable\n"
+        "from veriloop.training.distributed.groups import check_spawnable\n"
         "try:\n    check_spawnable()\nexcept RuntimeError as e:\n    print('refused:', e)"
     )
     out = subprocess.run([sys.executable, "-"], input=code, capture_output=True, text=True, timeout=60)

@@ -41,6 +41,7 @@ from veriloop.rollout.engine import (
     WeightsVersionError,
 )
 from veriloop.rollout.records import Record
+from veriloop.rollout.weight_shards import assemble_into, model_shards_digest, shards_digest
 from veriloop.seeding import derive_seed
 
 log = logging.getLogger(__name__)
@@ -111,7 +112,9 @@ class RolloutWorker:
     """The Ray actor: a ``LocalEngine`` on its own copy of the policy (``ray.remote`` is applied by ``RayEngine``).
 
     ``faults`` and ``delays`` exist for the tests: a fault SIGKILLs this process during the n-th call of a
-    kind (once per marker file, so the restarted actor does not die again); a delay sleeps before sampling.
+    kind (once per marker file, so the restarted actor does not die again); with ``"node": True`` it SIGKILLs
+    this actor's raylet first, so the whole node dies (the marker then holds that node's id); a delay sleeps
+    before sampling.
     """
 
     def __init__(self, policy, version: int, sections: EngineSections, index: int, faults=(), delays=None):
@@ -135,18 +138,27 @@ class RolloutWorker:
         named = list(weights.items())
         if fault:  # die half-way through the copy: the actor holds a mix of two versions when it is killed
             self.engine.load_weights(named[: len(named) // 2], self.engine.version)
-            os.kill(os.getpid(), signal.SIGKILL)
+            _die(fault)
         return self.engine.load_weights(named, version)
 
+    def load_shards(self, handles: list, version: int) -> str:
+        """A learner's shards (``rollout/weight_shards.py``) into this actor's weights, bucket by bucket, straight
+        from the object store; the digest of the pieces as this actor now holds them."""
+        tensors = dict(self.engine.policy.model.named_parameters())
+        assemble_into(tensors, handles)
+        self.engine.version = version
+        return model_shards_digest(tensors, [p for h in handles for p in h.pieces])
+
     def generate(self, request: RolloutRequest) -> list[Record]:
-        if self._fault("generate"):  # die while sampling: at the second decode step of this request
+        fault = self._fault("generate")
+        if fault:  # die while sampling: at the second decode step of this request
             from veriloop.rollout import sampler
 
             uniforms = sampler.RowStreams.uniforms
 
             def dying(streams, rows, step):
                 if step == 1:
-                    os.kill(os.getpid(), signal.SIGKILL)
+                    _die(fault)
                 return uniforms(streams, rows, step)
 
             sampler.RowStreams.uniforms = dying
@@ -154,16 +166,33 @@ class RolloutWorker:
             time.sleep(self.delays(request))
         return self.engine.generate(request)
 
-    def _fault(self, kind: str) -> bool:
+    def _fault(self, kind: str) -> dict | None:
+        """The fault to fire now, if any."""
         self.calls[kind] += 1
         for f in self.faults:
             if (f["worker"], f["call"], f["nth"]) == (self.index, kind, self.calls[kind]):
                 try:  # O_EXCL: exactly one incarnation fires it
                     os.close(os.open(f["marker"], os.O_CREAT | os.O_EXCL))
-                    return True
+                    return f
                 except FileExistsError:
-                    return False
-        return False
+                    return None
+        return None
+
+
+def _die(fault: dict) -> None:
+    """SIGKILL this actor; for a ``node`` fault its raylet first, as when the machine goes (no drain, no goodbye)."""
+    if fault.get("node"):
+        import ray
+
+        raylet = os.getppid()  # Ray's raylet starts its workers itself: an actor's parent is its node's raylet
+        with open(f"/proc/{raylet}/cmdline", "rb") as f:
+            program = os.path.basename(f.read().split(b"\0")[0])
+        if program != b"raylet":  # never kill a process we did not mean to
+            raise RuntimeError(f"node fault: this actor's parent (pid {raylet}) is {program!r}, not a raylet")
+        with open(fault["marker"], "w") as f:  # which node died, for the test to check where the actor came back
+            f.write(ray.get_runtime_context().get_node_id())
+        os.kill(raylet, signal.SIGKILL)
+    os.kill(os.getpid(), signal.SIGKILL)
 
 
 @dataclass(frozen=True)
@@ -277,12 +306,33 @@ class RayEngine(RegisteredEngine):
         named, expected = self.held_engine.weights_to_ship(model, self.shipping, self.dtype)
         return self.load_weights(named, version, expected=expected)
 
+    @property
+    def takes_shards(self) -> bool:
+        """Its actors load a learner's shards straight from the object store (the local engine's trainable
+        tensors; vLLM takes its own shipping, through the controller)."""
+        return self.held_engine.name == "local" and self.shipping == "trainable"
+
+    def publish_shards(self, handles: list, version: int) -> str:
+        """The learner ranks' shard handles of ``version`` to every actor (no tensor passes through the controller);
+        every actor's digest of the pieces must equal the learner's."""
+        expected = shards_digest([p for h in handles for p in h.pieces])
+        return self._load(("shards", handles), version, expected)
+
     def load_weights(self, named_tensors, version: int, expected: str | None = None) -> str:
-        ref = self.ray.put(dict(named_tensors))
+        return self._load(self.ray.put(dict(named_tensors)), version, expected)
+
+    def _loading(self, i: int, version: int):
+        """Actor ``i``'s call that loads ``version`` (full tensors from one object, or a learner's shards)."""
+        weights = self.weights[version]
+        if isinstance(weights, tuple):
+            return self.actors[i].load_shards.remote(weights[1], version)
+        return self.actors[i].load_weights.remote(weights, version)
+
+    def _load(self, weights, version: int, expected: str | None) -> str:
         # an older version stays while a request in flight names it (async: a re-issued request needs it)
         self.weights = {v: r for v, r in self.weights.items() if self.outstanding[v] > 0}
-        self.weights[version] = ref
-        loads = [a.load_weights.remote(ref, version) for a in self.actors]  # every actor loads at once
+        self.weights[version] = weights
+        loads = [self._loading(i, version) for i in range(len(self.actors))]  # every actor loads at once
         digests = [self._push(i, version, load) for i, load in enumerate(loads)]
         if expected is not None:
             for i, d in enumerate(digests):
@@ -298,7 +348,7 @@ class RayEngine(RegisteredEngine):
         """Version ``version`` onto actor ``i`` (``load``: its call already sent), again after the actor died."""
         for _ in range(self.rollout_cfg.max_request_retries + 1):
             try:
-                ref, load = load or self.actors[i].load_weights.remote(self.weights[version], version), None
+                ref, load = load or self._loading(i, version), None
                 # the load runs after the requests already queued on the actor (Ray keeps a caller's order)
                 queued = 1 + sum(self.outstanding.values())
                 digest = self._get(

@@ -254,11 +254,50 @@ class LearnerConfig:
         default=600.0,
         metadata={"help": "a collective, a rank's reply or its start running longer fails the run", "gt": 0},
     )
+    placement: Literal["processes", "ray"] = field(
+        default="processes",
+        metadata={
+            "help": "where the ranks run: processes (spawned on this machine) or ray (Ray actors placed by a "
+            "placement group, on any node of the cluster ray.address names)"
+        },
+    )
+    nodes: int = field(
+        default=1, metadata={"help": "placement ray: nodes the ranks spread over (one bundle each)", "ge": 1}
+    )
+    ranks_per_node: int = field(
+        default=0, metadata={"help": "placement ray: ranks on each node; 0 = world_size / nodes", "ge": 0}
+    )
+    node_strategy: Literal["spread", "pack"] = field(
+        default="spread",
+        metadata={"help": "placement ray: spread (each node's bundle on a different node) or pack (as few as fit)"},
+    )
+    cpus_per_rank: float = field(default=1.0, metadata={"help": "placement ray: CPUs each rank reserves", "ge": 0})
+    gpus_per_rank: float = field(
+        default=0.0, metadata={"help": "placement ray: GPUs each rank reserves (0 = 1 with nccl, else none)", "ge": 0}
+    )
+    sync_bucket_mb: float = field(
+        default=64.0,
+        metadata={
+            "help": "weights leave the ranks in buckets of at most this many MiB (the weights' own dtype); a "
+            "reader holds one bucket at a time",
+            "gt": 0,
+        },
+    )
 
     def __post_init__(self):
         check_typed(self, "learner")
         if self.strategy not in LEARNERS:
             raise ValueError(f"learner.strategy must be a registered one ({LEARNERS.choices()}), got {self.strategy!r}")
+        if self.placement == "processes" and self.nodes > 1:
+            raise ValueError(
+                f"learner.nodes={self.nodes} needs learner.placement ray (spawned ranks share one machine)"
+            )
+        per_node = self.ranks_per_node or self.world_size // self.nodes
+        if per_node * self.nodes != self.world_size:
+            raise ValueError(
+                f"learner.world_size={self.world_size} is not learner.nodes={self.nodes} x learner.ranks_per_node="
+                f"{self.ranks_per_node or 'world_size / nodes'}"
+            )
 
 
 @dataclass

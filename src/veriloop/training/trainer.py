@@ -395,7 +395,12 @@ class Trainer:
         if self.engine.version not in (FROZEN, self.state.policy_version):
             # The local engine samples from the learner's own tensors: the update already put the new weights in
             # place, so there is nothing to copy or hash; Ray actors get the trainable tensors and answer digests.
-            self.engine.publish(self.policy.model, self.state.policy_version)
+            handles = getattr(self.learner, "shard_handles", lambda: None)()
+            if handles is not None and getattr(self.engine, "takes_shards", False):
+                # Ray-placed learner ranks -> Ray rollout actors: each actor reads the ranks' buckets itself
+                self.engine.publish_shards(handles, self.state.policy_version)
+            else:
+                self.engine.publish(self.policy.model, self.state.policy_version)
 
     def validate(self, step: int) -> dict:
         """Greedy accuracy on ``eval_split`` (validation unless asked otherwise) every ``eval_every`` steps."""

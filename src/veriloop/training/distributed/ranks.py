@@ -14,11 +14,15 @@ import signal
 import socket
 import traceback
 from datetime import timedelta
+from pathlib import Path
 
 import torch
 import torch.distributed as dist
 
 from veriloop.registry import LEARNERS
+from veriloop.rollout.weight_shards import ShardHandle, file_stash, pack
+from veriloop.training.loop.sharded_checkpoint import SHARDED, load_sharded, read_weights, save_sharded
+from veriloop.training.loop.learner import load_weights
 from veriloop.training.loop.share import OneRank
 
 
@@ -125,16 +129,17 @@ def _recv(conn):
     return pickle.loads(conn.recv_bytes())
 
 
-def _join_group(rank: int, world: int, store: str, backend: str, timeout_s: float, threads: int) -> None:
-    """The rendezvous is a file (no TCP store: no port to pick or race for, nothing listening); gloo's
-    own connections go over the loopback."""
-    if "lo" in {name for _, name in socket.if_nameindex()}:
-        os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")  # gloo's own sockets on the loopback too
+def _join_group(rank: int, world: int, init_method: str, backend: str, timeout_s: float, threads: int) -> None:
+    """Join the group at ``init_method``: a file (spawned ranks: no TCP store, no port to pick or race for) or
+    ``tcp://host:port`` (Ray-placed ranks, rank 0's node).  On the loopback, gloo's own sockets stay on it."""
+    loopback = init_method.startswith("file://") or init_method.startswith("tcp://127.")
+    if loopback and "lo" in {name for _, name in socket.if_nameindex()}:
+        os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
     torch.set_num_threads(threads)
     if backend == "nccl":
-        torch.cuda.set_device(rank)
+        torch.cuda.set_device(rank % max(1, torch.cuda.device_count()))
     dist.init_process_group(
-        backend, init_method=f"file://{store}", rank=rank, world_size=world, timeout=timedelta(seconds=timeout_s)
+        backend, init_method=init_method, rank=rank, world_size=world, timeout=timedelta(seconds=timeout_s)
     )
 
 
@@ -146,8 +151,9 @@ def rank_main(rank: int, world: int, store: str, conn, backend: str, timeout_s: 
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     parent = os.getppid()
     try:
-        _join_group(rank, world, store, backend, timeout_s, threads)
+        _join_group(rank, world, f"file://{store}", backend, timeout_s, threads)
         worker = RankWorker(rank, world, *_recv(conn))
+        worker.stash = file_stash(os.path.dirname(store))  # buckets of weights: files the controller reads
         _send(conn, ("ok", None))
     except BaseException:
         _send(conn, ("error", traceback.format_exc()))
@@ -192,10 +198,14 @@ def fully_shard_model(model: torch.nn.Module, world: int) -> None:
 
 
 class RankWorker:
-    """What a rank holds (its learner and critic) and the commands it serves; rank 0 answers with results."""
+    """What a rank holds (its learner and critic) and the commands it serves.  Weights leave a rank as a
+    ``ShardHandle`` (its own rows, in buckets it stashes: rollout/weight_shards.py), checkpoints are written by the
+    ranks themselves (training/distributed/checkpoint.py): what a rank answers is statistics and handles."""
 
     def __init__(self, rank: int, world: int, policy, cfg, critic, share: type = RankShare):
-        self.rank, self.steps = rank, 0
+        self.rank, self.world, self.steps = rank, world, 0
+        self.bucket_bytes = int(cfg.learner.sync_bucket_mb * 2**20)
+        self.stash = None  # set by the host: a file per bucket (spawned ranks) or ray.put (Ray actors)
         self.sharded = LEARNERS.get(cfg.learner.strategy).capabilities.shards_weights
         if policy.device.type == "cuda":  # nccl: rank r on GPU r (the pickle brought the controller's GPU)
             policy.model.to(torch.device("cuda", torch.cuda.current_device()))
@@ -217,52 +227,51 @@ class RankWorker:
         gen.set_state(state)
         return gen
 
+    def _handle(self, named: list, replicated: bool) -> ShardHandle:
+        """This rank's pieces of ``named``: a replicated tensor travels from rank 0 only."""
+        if replicated and self.rank != 0:
+            return ShardHandle(self.rank)
+        return pack(named, self.rank, self.bucket_bytes, self.stash)
+
     def update(self, arg):
         lb, kl_beta, gen_state, lr = arg
         self.learner.set_lr(lr)
         gen, self.steps = self._gen(gen_state), 0
         stats = self.learner.update(lb, kl_beta, gen)
-        weights = self.trainable_weights()
-        return (stats, self.steps, gen.get_state(), weights) if self.rank == 0 else None
+        handle = self._handle(self.trainable(), replicated=not self.sharded)
+        return (stats, self.steps, gen.get_state(), handle) if self.rank == 0 else (None, None, None, handle)
 
     def critic_update(self, arg):
         batch, returns, old_values, gen_state = arg
         gen = self._gen(gen_state)
         stats = self.critic.update(batch, returns, old_values, gen)
-        weights = {k: v.detach().clone() for k, v in self.critic.model.state_dict().items()}
-        return (stats, gen.get_state(), weights) if self.rank == 0 else None
+        handle = self._handle(list(self.critic.model.state_dict().items()), replicated=True)
+        return (stats, gen.get_state(), handle) if self.rank == 0 else (None, None, handle)
 
-    def trainable_weights(self) -> dict:
-        model = self.learner.policy.model
-        names = [n for n, p in model.named_parameters() if p.requires_grad]
-        if not self.sharded:
-            return {n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad}
-        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+    def trainable(self) -> list:
+        return [(n, p) for n, p in self.learner.policy.model.named_parameters() if p.requires_grad]
 
-        full = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
-        return {n: full[n] for n in names} if self.rank == 0 else {}
-
-    def optimizer_state(self, _=None):
-        """The optimizer state as ``Learner.save`` writes it (parameters by index), for every strategy."""
+    def save(self, directory: str) -> None:
+        """The optimizer (and fsdp2's weights) into the checkpoint directory, from the ranks themselves."""
         learner = self.learner
-        if not self.sharded:
-            return learner.optimizer.state_dict() if self.rank == 0 else None
-        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
+        if self.sharded:
+            save_sharded(learner.policy.model, learner.optimizer, Path(directory) / SHARDED)
+        elif self.rank == 0:
+            torch.save(learner.optimizer.state_dict(), Path(directory) / "optimizer.pt")
 
-        opts = StateDictOptions(full_state_dict=True, cpu_offload=True)
-        full = get_optimizer_state_dict(learner.policy.model, learner.optimizer, options=opts)
-        return _by_index(full) if self.rank == 0 else None
-
-    def load(self, arg):
-        weights, optimizer_state = arg
-        learner = self.learner
+    def load(self, directory: str) -> None:
+        """Resume from a checkpoint whatever wrote it: fsdp2's sharded state (any world size), or ``model/`` and
+        ``optimizer.pt`` (local, ddp), each rank reading the files itself."""
+        learner, directory = self.learner, Path(directory)
+        if (directory / SHARDED).is_dir():
+            load_sharded(learner.policy.model, learner.optimizer, directory / SHARDED, distributed=self.sharded)
+            return
+        optimizer_state = torch.load(directory / "optimizer.pt", weights_only=True, map_location="cpu")
         if not self.sharded:
-            params = dict(learner.policy.model.named_parameters())
-            with torch.no_grad():
-                for name, value in weights.items():
-                    params[name].copy_(value)
+            load_weights(learner.policy, directory / "model")
             learner.optimizer.load_state_dict(optimizer_state)
-            return None
+            return
+        weights = read_weights(directory / "model", learner.policy.model)
         from torch.distributed.checkpoint.state_dict import StateDictOptions, set_state_dict
 
         names = {id(p): n for n, p in learner.policy.model.named_parameters()}
@@ -274,7 +283,6 @@ class RankWorker:
             optim_state_dict=_by_name(optimizer_state, order),
             options=StateDictOptions(full_state_dict=True, strict=False),
         )
-        return None
 
     def critic_state(self, _=None):
         return self.critic.state_dict() if self.rank == 0 else None

@@ -36,181 +36,82 @@ from __future__ import annotations
 
 import atexit
 import logging
-import os
-import pickle
-import shutil
-import sys
-import tempfile
-import time
 import weakref
 from pathlib import Path
 from typing import ClassVar
 
 import torch
 
-from veriloop.training.distributed.ranks import RankShare, _recv, rank_main
+from veriloop.rollout.weight_shards import assemble_into, covers
+from veriloop.training.distributed.groups import ProcessRanks, RayRanks
+from veriloop.training.distributed.ranks import RankShare
 from veriloop.training.loop.learner import LearnerCapabilities, load_weights
 
 log = logging.getLogger(__name__)
 
 
-def check_spawnable() -> None:
-    """Spawned ranks re-import ``__main__`` from its file: code read from ``python -`` names a file that does not
-    exist (``<stdin>``), and ranks would die at start.  A ``__main__`` without a file (``python -c``, pytest-xdist's
-    workers) is not re-imported, and the ranks' code lives in veriloop's modules."""
-    main = sys.modules.get("__main__")
-    spec, path = getattr(main, "__spec__", None), getattr(main, "__file__", None)
-    if spec is None and path is not None and not os.path.isfile(path):
-        raise RuntimeError(
-            f"learner.strategy ddp/fsdp2 spawns learner processes, which re-import __main__ from its "
-            f"file; this __main__'s file {path!r} does not exist (python -?): run a script, "
-            "`python -m` or `python -c`, or use learner.strategy local"
-        )
-
-
 class DistributedLearner:
-    """A ``Learner`` run by ``cfg.learner.world_size`` rank processes; the controller's ``policy`` (and ``critic``)
-    get the updated weights after each update (only trainable tensors travel)."""
+    """A ``Learner`` run by ``cfg.learner.world_size`` ranks (spawned processes, or Ray actors placed by a placement
+    group: ``learner.placement``); the controller's ``policy`` (and ``critic``) get the updated weights after each
+    update, assembled bucket by bucket from the ranks' shard handles (only trainable tensors travel)."""
 
     name: ClassVar[str]
     capabilities: ClassVar[LearnerCapabilities]
 
-    def __init__(self, policy, cfg, on_step=lambda: None, critic=None, *, rank_share: type = RankShare):
+    def __init__(self, policy, cfg, on_step=lambda: None, critic=None, *, rank_share: type = RankShare, faults=()):
         from veriloop.registry import OBJECTIVES
 
         self.policy, self.cfg, self.critic, self.on_step = policy, cfg, critic, on_step
         self.rank_share = rank_share  # each rank's share and collectives (a test substitutes a wrong one)
         self.objective = OBJECTIVES.get(cfg.loss.policy_loss)
-        self.lr, self.procs, self.conns, self.closed = cfg.optim.lr, [], [], False
-        self._start_group()
+        self.lr, self.handles, self.sync_bytes = cfg.optim.lr, [], 0
+        payload = (self.policy, self.cfg, self.critic, self.rank_share)
+        group = RayRanks if cfg.learner.placement == "ray" else ProcessRanks
+        self.ranks = group(cfg, self.device, faults=faults)
+        self.ranks.start_group(payload)
         atexit.register(_close_ref, weakref.ref(self))
-
-    def _start(self) -> None:
-        import multiprocessing
-
-        check_spawnable()
-        lc, ctx = self.cfg.learner, multiprocessing.get_context("spawn")
-        world, self.store_dir = lc.world_size, tempfile.mkdtemp(prefix="veriloop-learner-")
-        store = os.path.join(self.store_dir, "rendezvous")
-        backend = lc.backend if lc.backend != "auto" else ("nccl" if self.device.type == "cuda" else "gloo")
-        threads = max(1, self.cfg.threads or torch.get_num_threads() // world)
-        # one pickle: the critic's optimizer keeps its parameters
-        payload = pickle.dumps((self.policy, self.cfg, self.critic, self.rank_share))
-        for rank in range(world):
-            mine, theirs = ctx.Pipe()
-            proc = ctx.Process(
-                target=rank_main,
-                args=(rank, world, store, theirs, backend, lc.timeout_s, threads),
-                daemon=True,
-                name=f"veriloop-learner-rank{rank}",
-            )
-            proc.start()
-            theirs.close()
-            self.procs.append(proc)
-            self.conns.append(mine)
-        for conn in self.conns:
-            try:
-                conn.send_bytes(payload)
-            except OSError:
-                pass  # the rank failed to join: its error (or death) is the answer below
-        self._replies("start")
-
-    def _start_group(self) -> None:
-        """Start the ranks; a group that fails to form is started once more (a rendezvous on a busy machine's
-        loopback can be refused), with a warning; a second failure raises."""
-        try:
-            self._start()
-        except RuntimeError as e:
-            log.warning(f"learner group failed to start, starting it once more: {e}")
-            self.procs, self.conns, self.closed = [], [], False
-            self._start()
 
     @property
     def device(self) -> torch.device:
         return getattr(self.policy, "device", torch.device("cpu"))
 
-    # ------------------------------------------------------------------ messaging
+    @property
+    def closed(self) -> bool:
+        return self.ranks.closed
 
-    def _call(self, cmd: str, arg=None):
-        """Send ``cmd`` to every rank; rank 0's answer."""
-        if self.closed:
-            raise RuntimeError(f"learner group is closed (after a failure or close()); cannot run {cmd}")
-        data = pickle.dumps((cmd, arg))
-        for rank, conn in enumerate(self.conns):
-            try:
-                conn.send_bytes(data)
-            except OSError as e:
-                self._fail(f"learner rank {rank} cannot take {cmd} ({e}){self._deaths()}")
-        return self._replies(cmd)[0]
-
-    def _replies(self, cmd: str) -> list:
-        """Every rank's answer to ``cmd``, taken as they come; the first error, death or the deadline fails."""
-        deadline, answers = time.monotonic() + self.cfg.learner.timeout_s, {}
-        while len(answers) < len(self.conns):
-            for rank, conn in enumerate(self.conns):
-                if rank not in answers and conn.poll(0.05):
-                    answers[rank] = self._answer(rank, cmd)
-            dead = [r for r, p in enumerate(self.procs) if r not in answers and not p.is_alive()]
-            for rank in dead:  # a rank that died after sending its error: read it first
-                if not self.conns[rank].poll(0):
-                    self._fail(f"learner rank {rank} died during {cmd} (exit code {self.procs[rank].exitcode})")
-                answers[rank] = self._answer(rank, cmd)
-            if time.monotonic() > deadline:
-                late = [r for r in range(len(self.conns)) if r not in answers]
-                self._fail(
-                    f"learner rank(s) {late} did not answer {cmd} within learner.timeout_s="
-                    f"{self.cfg.learner.timeout_s}s"
-                )
-        return [answers[r] for r in range(len(self.conns))]
-
-    def _answer(self, rank: int, cmd: str):
-        try:
-            status, value = _recv(self.conns[rank])
-        except (EOFError, OSError):
-            self._fail(f"learner rank {rank} died during {cmd}{self._deaths()}")
-        if status == "error":
-            dead = self._died_within(2.0, besides=rank)  # a broken collective is often the echo of another rank's death
-            if dead is not None:
-                self._fail(
-                    f"learner rank {dead} died during {cmd} (exit code {self.procs[dead].exitcode}); "
-                    f"rank {rank} then failed:\n{value}"
-                )
-            self._fail(f"learner rank {rank} failed during {cmd}:\n{value}")
-        return value
-
-    def _died_within(self, seconds: float, besides: int) -> int | None:
-        """The first rank but ``besides`` found dead within ``seconds`` (None if they all stay alive)."""
-        deadline = time.monotonic() + seconds
-        while True:
-            dead = [r for r, p in enumerate(self.procs) if r != besides and not p.is_alive() and p.exitcode != 0]
-            if dead or time.monotonic() > deadline:
-                return dead[0] if dead else None
-            time.sleep(0.05)
-
-    def _deaths(self) -> str:
-        dead = [(r, p.exitcode) for r, p in enumerate(self.procs) if not p.is_alive()]
-        return "".join(f"; rank {r} exited with code {code}" for r, code in dead)
-
-    def _fail(self, message: str):
-        self.close()
-        raise RuntimeError(message)
+    def _call(self, cmd: str, arg=None) -> list:
+        return self.ranks.call(cmd, arg)
 
     # ------------------------------------------------------------------ the learner's interface
 
     def update(self, lb, kl_beta: float, seed_generator: torch.Generator) -> dict:
-        stats, steps, gen_state, weights = self._call("update", (lb, kl_beta, seed_generator.get_state(), self.lr))
-        _copy_into(self.policy.model, weights)
+        answers = self._call("update", (lb, kl_beta, seed_generator.get_state(), self.lr))
+        stats, steps, gen_state, _ = answers[0]
+        self.handles = [a[3] for a in answers]  # this version's shards: what the rollout engines load
+        self.sync_bytes = self._assemble(self.policy.model, self.handles, trainable=True)
         seed_generator.set_state(gen_state)  # the critic's draws continue where the learner's ended
         for _ in range(steps):
             self.on_step()
         return stats
 
+    def _assemble(self, model: torch.nn.Module, handles: list, trainable: bool) -> int:
+        """The controller's copy from the ranks' handles, bucket by bucket (its peak: one bucket over its weights)."""
+        if trainable:
+            tensors = {n: p for n, p in model.named_parameters() if p.requires_grad}
+        else:
+            tensors = dict(model.state_dict())
+        covers(tensors, handles, list(tensors))
+        return assemble_into(tensors, handles, remove=self.ranks.files)
+
+    def shard_handles(self) -> list | None:
+        """The last update's shard handles where a Ray actor can read them (Ray-placed ranks), else None."""
+        return self.handles if self.handles and not self.ranks.files else None
+
     def critic_update(self, batch, returns, old_values, seed_generator: torch.Generator) -> dict:
-        stats, gen_state, weights = self._call(
+        stats, gen_state, handle = self._call(
             "critic_update", (batch, returns, old_values, seed_generator.get_state())
-        )
-        with torch.no_grad():
-            self.critic.model.load_state_dict(weights)
+        )[0]
+        self._assemble(self.critic.model, [handle], trainable=False)
         seed_generator.set_state(gen_state)
         return stats
 
@@ -221,46 +122,29 @@ class DistributedLearner:
         return list(self.policy.model.state_dict().items())
 
     def save(self, directory: Path) -> None:
-        """``Learner.save``'s files: ``model/`` from the controller's policy, ``optimizer.pt`` (parameters by
-        index, whatever the strategy: a checkpoint resumes under local, ddp or fsdp2)."""
+        """``model/`` from the controller's policy; the optimizer from the ranks themselves: ``optimizer.pt`` (ddp,
+        rank 0) or ``sharded/`` (fsdp2: every rank its shards of weights and moments, torch.distributed.checkpoint)."""
         self.policy.save(directory / "model")
-        torch.save(self._call("optimizer_state"), directory / "optimizer.pt")
+        self._call("save", str(directory))
 
     def load(self, directory: Path) -> None:
+        """Each rank reads the checkpoint itself (any strategy wrote it; fsdp2's shards at any world size)."""
         load_weights(self.policy, directory / "model")
-        state = torch.load(directory / "optimizer.pt", weights_only=True, map_location="cpu")
-        self._call("load", (_trainable(self.policy.model), state))
+        self._call("load", str(directory))
 
     def critic_state_dict(self) -> dict:
         """The critic's model and optimizer (the optimizer lives on the ranks)."""
-        return self._call("critic_state")
+        return self._call("critic_state")[0]
 
     def load_critic_state_dict(self, state: dict) -> None:
         self.critic.model.load_state_dict(state["model"])
         self._call("load_critic_state", state)
 
     def close(self) -> None:
-        """Stop the ranks (join with a deadline, then kill); safe to call twice."""
-        if self.closed:
-            return
-        self.closed = True
-        for conn in self.conns:
-            try:
-                conn.send_bytes(pickle.dumps(("close", None)))
-            except OSError:
-                pass
-        deadline = time.monotonic() + 5.0
-        for proc in self.procs:
-            proc.join(max(0.0, deadline - time.monotonic()))
-            if proc.is_alive():
-                proc.kill()
-                proc.join(5.0)
-        for conn in self.conns:
-            conn.close()
-        shutil.rmtree(getattr(self, "store_dir", ""), ignore_errors=True)
+        self.ranks.close()
 
     def __del__(self):
-        if getattr(self, "procs", None):
+        if getattr(self, "ranks", None) is not None:
             self.close()
 
 
@@ -268,17 +152,6 @@ def _close_ref(ref) -> None:
     learner = ref()
     if learner is not None:
         learner.close()
-
-
-def _trainable(model: torch.nn.Module) -> dict:
-    return {n: p.detach() for n, p in model.named_parameters() if p.requires_grad}
-
-
-def _copy_into(model: torch.nn.Module, weights: dict) -> None:
-    params = dict(model.named_parameters())
-    with torch.no_grad():
-        for name, value in weights.items():
-            params[name].copy_(value)
 
 
 class DDPLearner(DistributedLearner):

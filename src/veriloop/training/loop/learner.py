@@ -217,7 +217,12 @@ class LocalLearner:
 
     def load(self, directory: Path) -> None:
         """Resume from ``save``'s files: the weights of ``model/`` (a LoRA run's: its adapter) and the
-        optimizer's moments and step."""
+        optimizer's moments and step; or an fsdp2 run's ``sharded/`` (weights and moments, any world size)."""
+        from veriloop.training.loop.sharded_checkpoint import SHARDED, load_sharded
+
+        if (directory / SHARDED).is_dir():  # an fsdp2 run's shards, read whole into this one process
+            load_sharded(self.policy.model, self.optimizer, directory / SHARDED, distributed=False)
+            return
         load_weights(self.policy, directory / "model")
         state = torch.load(directory / "optimizer.pt", weights_only=True, map_location=self.device)
         self.optimizer.load_state_dict(state)

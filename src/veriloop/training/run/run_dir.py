@@ -61,6 +61,17 @@ SAFE_TO_CHANGE = {
     "rollout.request_timeout_s": "how long a request may run before the run fails",
     "learner.timeout_s": "how long a collective may run before the run fails",
     "ray.timeout_s": "how long starting and stopping Ray may take",
+    # where the learner runs: the same update, its gradient sums in another order (a resume on a smaller cluster)
+    "learner.strategy": "where the update runs (local, ddp, fsdp2: the last bits of later steps may differ)",
+    "learner.world_size": "how many ranks (the last bits of later steps may differ)",
+    "learner.placement": "where the ranks run",
+    "learner.nodes": "how many nodes the ranks spread over",
+    "learner.ranks_per_node": "how many ranks on each node",
+    "learner.node_strategy": "how the ranks' bundles are placed",
+    "learner.cpus_per_rank": "what each rank reserves",
+    "learner.gpus_per_rank": "what each rank reserves",
+    "learner.sync_bucket_mb": "how the weights travel (the same bytes arrive)",
+    "ray.address": "which cluster",
 }
 
 

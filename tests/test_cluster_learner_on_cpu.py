@@ -1,0 +1,157 @@
+"""learner.placement ray: learner ranks as Ray actors across the nodes of a simulated cluster (ray.cluster_utils).
+
+Two nodes x one fsdp2 rank give the one-process update within the float32 noise bound (and the spawned fsdp2
+group's result bit for bit: the same ranks, placed elsewhere); each rank ships only its own rows, through Ray's
+object store, and the controller assembles them bucket by bucket.  Every test has a wall-clock bound and the
+cluster binds to 127.0.0.1 only.
+"""
+
+import copy
+
+import pytest
+import test_distributed_learner_on_cpu as single
+import torch
+
+from veriloop.rollout.ray_cluster import simulated_cluster
+from veriloop.rollout.weight_shards import shards_digest
+from veriloop.training.distributed.strategies import DistributedLearner
+
+pytestmark = pytest.mark.timeout(240)
+RAY = {"learner.placement": "ray", "learner.nodes": 2, "learner.strategy": "fsdp2", "learner.timeout_s": 60}
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    """A head with no CPU for ranks and two nodes of one CPU each: a spread placement must use both."""
+    with simulated_cluster([1, 1], head_cpus=0) as sim:
+        yield sim
+
+
+@pytest.fixture
+def groups(cluster):
+    started = []
+
+    def start(policy, cfg, critic=None, **kw):
+        started.append(DistributedLearner(policy, cfg, critic=critic, **kw))
+        return started[-1]
+
+    yield start
+    for learner in started:
+        learner.close()
+
+
+def test_two_nodes_of_one_fsdp2_rank_give_the_one_process_update(tmp_path, groups, cluster):
+    cfg, policy, _, lb = single.setup(tmp_path, **{"update.mini_batches": 2, "optim.grad_clip": 0.0})
+    one32, _, stats32 = single.local(policy, cfg, lb)
+    split32, _, _ = single.local(policy, cfg, lb, **{"update.micro_batch_size": 1})
+    spawned, *_ = single.distributed(groups, policy, single.with_learner(cfg, **{"learner.strategy": "fsdp2"}), lb)
+    placed, _, stats, group = single.distributed(groups, policy, single.with_learner(cfg, **RAY), lb)
+    nodes = {node_id for node_id, _, _ in group.ranks.nodes}
+    assert len(nodes) == 2 and all(ip == "127.0.0.1" for _, ip, _ in group.ranks.nodes)
+    assert cluster.nodes[0].node_id not in nodes  # the head has no CPU: the ranks sit on the two nodes
+    noise = single.noise_of(one32.model, split32.model)
+    assert single.max_diff(placed.model, one32.model) <= 10 * noise
+    a, b = placed.model.state_dict(), spawned.model.state_dict()
+    assert all(torch.equal(a[k], b[k]) for k in a)  # the same ranks, placed on other nodes: the same bits
+    assert [s["loss"] for s in stats] == pytest.approx([s["loss"] for s in stats32], rel=1e-5)
+    # each rank sent its own rows only, as object-store references; together they cover every row once
+    import ray
+
+    trainable = {n: p for n, p in placed.model.named_parameters() if p.requires_grad}
+    assert [h.rank for h in group.handles] == [0, 1]
+    assert all(isinstance(b.ref, ray.ObjectRef) for h in group.handles for b in h.buckets)
+    rows = {n: sum(p.rows for h in group.handles for p in h.pieces if p.name == n) for n in trainable}
+    assert rows == {n: t.shape[0] for n, t in trainable.items()}
+    assert all(0 < h.nbytes < sum(t.nbytes for t in trainable.values()) for h in group.handles)
+    pieces = [p for h in group.handles for p in h.pieces]
+    from veriloop.rollout.weight_shards import model_shards_digest
+
+    assert model_shards_digest(trainable, pieces) == shards_digest(pieces)
+
+
+def test_a_placement_the_cluster_cannot_hold_is_named(tmp_path, cluster):
+    cfg, policy, _, _ = single.setup(tmp_path)
+    cfg = single.with_learner(cfg, **{**RAY, "learner.nodes": 3, "learner.world_size": 3, "learner.timeout_s": 5})
+    with pytest.raises(RuntimeError, match="no room for 3 bundle"):
+        DistributedLearner(copy.deepcopy(policy), cfg)
+
+
+# ---------------------------------------------------------------------- whole runs: sync to engines, a rank killed
+
+RUN = {
+    "policy": "builtin:init",
+    "model.hidden_size": 32,
+    "model.intermediate_size": 64,
+    "model.num_layers": 2,
+    "model.num_heads": 2,
+    "steps": 4,
+    "checkpoint_every": 1,
+    "verifier": "test-digit-share",
+    "rollout.prompts_per_step": 3,
+    "rollout.group_size": 3,
+    "sampling.max_new_tokens": 8,
+    "update.micro_batch_size": 3,
+    "update.mask_truncated": False,
+    "optim.lr": 1e-2,
+    "optim.grad_clip": 0.0,
+    "task.arithmetic.heldout_size": 6,
+    "eval_every": 0,
+    "learner.strategy": "fsdp2",
+    "learner.world_size": 2,
+    "learner.timeout_s": 60,
+}
+
+
+def train(run_dir, resume=False, **over):
+    from veriloop.config import build_config
+    from veriloop.training.config import TrainConfig
+    from veriloop.training.trainer import Trainer
+
+    cfg = build_config(TrainConfig, {}, {**RUN, "run_dir": str(run_dir), **over})
+    trainer = Trainer(cfg, progress=False, resume=resume)
+    try:
+        trainer.train()
+    finally:
+        trainer.close()
+    return {k: v.clone() for k, v in trainer.policy.model.state_dict().items()}
+
+
+def test_ray_ranks_feed_ray_engines_their_shards(tmp_path, cluster, monkeypatch):
+    """The rollout actor loads each version from the ranks' buckets (its digest checked against the learner's): the
+    run samples and trains exactly as the spawned fsdp2 group that ships whole tensors through the controller."""
+    from veriloop.rollout.ray_engine import RayEngine
+
+    engines = {"rollout.engine": "ray", "rollout.workers": 1, "ray.cpus_per_worker": 0}
+    want = train(tmp_path / "spawned", **engines)
+    pushed = []
+    publish = RayEngine.publish_shards
+    monkeypatch.setattr(RayEngine, "publish_shards", lambda self, h, v: (pushed.append(v), publish(self, h, v))[1])
+    got = train(tmp_path / "placed", **engines, **RAY)
+    assert len(pushed) == 4 and pushed == sorted(set(pushed))  # every step's version: rank -> object store -> actor
+    assert all(torch.equal(got[k], want[k]) for k in want)
+    a, b = (sorted((tmp_path / n / "rollouts").glob("*")) for n in ("spawned", "placed"))
+    assert [p.name for p in a] == [p.name for p in b]
+
+
+def test_a_learner_node_that_dies_stops_the_run_which_resumes_from_its_shards(tmp_path, cluster, monkeypatch):
+    """Rank 1's node dies (its raylet killed) during step 3's update: the run stops naming the rank and its node;
+    `--resume` on a cluster with a fresh node continues from step 2's sharded checkpoint and ends with the weights
+    of a run that was never interrupted (bit for bit: the same world size, on this machine's torch build)."""
+    from veriloop.training.distributed import groups
+
+    want = train(tmp_path / "whole")  # spawned ranks, never killed
+    start = groups.RayRanks.__init__
+    kill = ({"rank": 1, "cmd": "update", "nth": 3, "node": True},)
+    monkeypatch.setattr(
+        groups.RayRanks, "__init__", lambda self, cfg, device, faults=(): start(self, cfg, device, kill)
+    )
+    with pytest.raises(RuntimeError, match=r"learner rank 1 on node 127\.0\.0\.1 \(\w+\), pid \d+ died during update"):
+        train(tmp_path / "killed", **RAY)
+    monkeypatch.setattr(groups.RayRanks, "__init__", start)
+    checkpoints = sorted(p.name for p in (tmp_path / "killed" / "checkpoints").iterdir())
+    assert (
+        checkpoints[-1] == "step-000002" and (tmp_path / "killed" / "checkpoints" / "step-000002" / "sharded").is_dir()
+    )
+    cluster.add_node(1)  # a replacement for the dead node
+    got = train(tmp_path / "killed", resume=True, **RAY)
+    assert all(torch.equal(got[k], want[k]) for k in want)
