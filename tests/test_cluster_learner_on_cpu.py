@@ -133,6 +133,57 @@ def test_ray_ranks_feed_ray_engines_their_shards(tmp_path, cluster, monkeypatch)
     assert [p.name for p in a] == [p.name for p in b]
 
 
+def test_colocated_engines_share_the_ranks_bundles_and_hand_their_memory_over(tmp_path, cluster):
+    """ray.layout colocated: rollout actor i sits in rank i's bundle (its node); each step the actors release their
+    weights before the ranks update and load the next version from the ranks' shards after, never sampling in
+    between; the run equals the separate layout's (the spawned group's) bit for bit."""
+    from veriloop.config import build_config
+    from veriloop.training.config import TrainConfig
+    from veriloop.training.trainer import Trainer
+
+    layout = {"rollout.engine": "ray", "rollout.workers": 2, "ray.cpus_per_worker": 0}
+    want = train(tmp_path / "separate", **layout, **{"steps": 3})
+    cfg = build_config(
+        TrainConfig, {}, {**RUN, **RAY, **layout, "steps": 3, "ray.layout": "colocated", "run_dir": str(tmp_path / "c")}
+    )
+    trainer, seen = Trainer(cfg, progress=False), {}
+    close = trainer.close
+
+    def read_then_close():  # the run closes its actors when it ends: read where they ran and what they did first
+        import ray
+
+        if not seen:
+            seen["engine_nodes"] = ray.get([a.node.remote() for a in trainer.engine.actors])
+            seen["rank_nodes"] = [n for n, *_ in trainer.learner.ranks.nodes]
+            seen["rank_events"] = ray.get([a.events.remote() for a in trainer.learner.ranks.actors])
+            seen["actor_events"] = trainer.engine.events()
+        close()
+
+    trainer.close = read_then_close
+    try:
+        trainer.train()
+    finally:
+        trainer.close()
+    got = {k: v.clone() for k, v in trainer.policy.model.state_dict().items()}
+    engine_nodes, rank_events, actor_events = seen["engine_nodes"], seen["rank_events"], seen["actor_events"]
+    assert engine_nodes == seen["rank_nodes"]  # actor i on rank i's node
+    updates = [
+        (s, e)
+        for (n1, s), (n2, e) in zip(rank_events[0], rank_events[0][1:])
+        if (n1, n2) == ("update start", "update end")
+    ]
+    assert len(updates) == 3
+    for events in actor_events:
+        # per step: sample (one request or more) with the version held, release, (the ranks update), load the next
+        runs = [e for i, e in enumerate(events) if i == 0 or e[0] != events[i - 1][0] or e[0] != "generate"]
+        assert [e[0] for e in runs] == ["generate", "release", "load"] * 3, [e[0] for e in events]
+        for (start, end), release, load in zip(updates, runs[1::3], runs[2::3]):
+            assert release[2] < start and end < load[2]  # released before the update began, reloaded after it ended
+            assert release[3] < load[3]  # the trainable weights were freed in between
+        assert [e[1] for e in runs[0::3]] == [e[1] for e in runs[1::3]]  # sampled with the version it released
+    assert all(torch.equal(got[k], want[k]) for k in want)
+
+
 def test_a_learner_node_that_dies_stops_the_run_which_resumes_from_its_shards(tmp_path, cluster, monkeypatch):
     """Rank 1's node dies (its raylet killed) during step 3's update: the run stops naming the rank and its node;
     `--resume` on a cluster with a fresh node continues from step 2's sharded checkpoint and ends with the weights

@@ -352,3 +352,53 @@ def test_the_registered_learners_and_a_main_without_a_file(tmp_path):
     # python -c (and pytest-xdist's workers) has no __main__ file: spawn does not re-import it, nothing to refuse
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0 and "refused" not in out.stdout, out.stdout + out.stderr
+
+
+def test_fsdp2_checkpoints_are_shards_that_resume_and_export(tmp_path, groups):
+    """fsdp2's ranks write torch.distributed.checkpoint shards (no optimizer.pt, nothing gathered); the group resumed
+    from them repeats the uninterrupted update bit for bit; one process resumed from them (another world size) within
+    float rounding; `veriloop export` writes the full model from the shards alone."""
+    cfg, policy, _, lb = setup(tmp_path, **{"update.mini_batches": 2, **ADAMW})
+    start = copy.deepcopy(policy)
+    group = groups(start, with_learner(cfg, **{"learner.strategy": "fsdp2"}))
+    run(group, lb, updates=1, seed=1)
+    ckpt = tmp_path / "ckpt"
+    ckpt.mkdir()
+    group.save(ckpt)
+    assert (ckpt / "sharded" / ".metadata").is_file() and not (ckpt / "optimizer.pt").exists()
+    after_first = {k: v.clone() for k, v in start.model.state_dict().items()}
+    want = run(group, lb, updates=1, seed=2)
+    uninterrupted = {k: v.clone() for k, v in start.model.state_dict().items()}
+    for p in start.model.parameters():  # the controller's copy spoiled: the ranks must read the shards
+        p.data.add_(1.0)
+    group.load(ckpt)
+    assert all(torch.equal(v, after_first[k]) for k, v in start.model.state_dict().items())
+    assert run(group, lb, updates=1, seed=2) == want
+    assert all(torch.equal(v, uninterrupted[k]) for k, v in start.model.state_dict().items())
+    one = LocalLearner(copy.deepcopy(policy), cfg)
+    one.load(ckpt)
+    run(one, lb, updates=1, seed=2)
+    assert max((one.policy.model.state_dict()[k] - v).abs().max() for k, v in uninterrupted.items()) < 1e-5
+    # the export reads the shards, not model/: spoil model/'s weights first
+    from safetensors.torch import load_file, save_file
+
+    weights = next((ckpt / "model").glob("*.safetensors"))
+    save_file({k: v + 1.0 for k, v in load_file(weights).items()}, weights, metadata={"format": "pt"})
+    out = subprocess.run(
+        [sys.executable, "-m", "veriloop.cli", "export", str(ckpt), "--out", str(tmp_path / "hf")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stderr
+    from veriloop.models.loading import load_policy
+
+    exported = load_policy(str(tmp_path / "hf")).model.state_dict()
+    assert all(torch.equal(exported[k], after_first[k]) for k in after_first if k in exported)
+    out = subprocess.run(
+        [sys.executable, "-m", "veriloop.cli", "export", str(tmp_path), "--out", str(tmp_path / "x")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 2 and "no sharded/" in out.stderr

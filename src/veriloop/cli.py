@@ -304,6 +304,25 @@ def _run_compare(args: argparse.Namespace, progress: bool) -> int:
     return 0
 
 
+def _add_export(sub, name: str, help_text: str) -> None:
+    p = sub.add_parser(name, help=help_text, description=help_text)
+    p.add_argument("checkpoint", metavar="CHECKPOINT", help="a run's checkpoints/step-N directory")
+    p.add_argument("--out", required=True, metavar="DIR", help="the save_pretrained directory to write")
+    _add_output_options(p)
+
+
+def _run_export(args: argparse.Namespace, progress: bool) -> int:
+    from pathlib import Path
+
+    from veriloop.training.loop.sharded_checkpoint import export_full
+
+    try:
+        print(export_full(Path(args.checkpoint), Path(args.out)))
+    except (FileNotFoundError, ValueError) as e:
+        raise InputError(str(e)) from None
+    return 0
+
+
 def _run_completion(args: argparse.Namespace, progress: bool) -> int:
     import shtab
 
@@ -584,6 +603,7 @@ _HANDLERS: dict[str, tuple[Callable, Callable]] = {
     "eval": (_configured("veriloop.evaluation.run", "EvalRunConfig"), _run_training),
     "report": (_add_report, _report),
     "compare": (_add_compare, _run_compare),
+    "export": (_add_export, _run_export),
     "search": (_configured("veriloop.search.run", "SearchConfig", None, _add_search_dry_run), _search),
     "allocate": (_configured("veriloop.search.allocate", "AllocateConfig"), _search),
     "revision-pairs": (_configured("veriloop.search.revision", "RevisionPairsConfig"), _search),

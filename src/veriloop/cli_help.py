@@ -49,6 +49,7 @@ COMMANDS = {
         "directory, or --serve it on 127.0.0.1 for a long run",
     ),
     "compare": ("evaluate", "several runs' curves overlaid and their config differences: compare.html"),
+    "export": ("train", "a checkpoint's full model as a Hugging Face directory (from an fsdp2 run's shards)"),
     "search": ("search", "test-time strategies at several budgets: summary.json, table, plot"),
     "allocate": (
         "search",

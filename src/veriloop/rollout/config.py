@@ -186,6 +186,15 @@ class RayConfig:
         },
     )
 
+    layout: Literal["separate", "colocated"] = field(
+        default="separate",
+        metadata={
+            "help": "separate: rollout actors on resources of their own; colocated: each actor in a learner rank's "
+            "bundle (learner.placement ray), its weights released while the learner updates and reloaded from the "
+            "ranks' shards after"
+        },
+    )
+
     def __post_init__(self):
         check_typed(self, "ray")
 

@@ -4,7 +4,7 @@ Each simulated node is its own raylet with its own logical CPUs and a custom res
 so a test (or a benchmark) can place actors on a node, kill that node's raylet, and watch the run go on.  Every
 process binds to 127.0.0.1: the head starts without a dashboard, and Ray's "which address am I" is answered with
 the loopback (``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0`` and its constant, read once at import) while the cluster
-starts and the driver connects.  What real nodes need instead is in the guide (docs/guide/cluster.md).
+starts and the driver connects.  What real nodes need instead is in the guide (docs/guides/cluster.md).
 """
 
 from __future__ import annotations

@@ -125,7 +125,13 @@ class RolloutWorker:
         # the registered engine ray.worker_engine names, in this actor's process
         self.engine = ENGINES.get(sections.ray.worker_engine).build(policy, version, sections)
         self.index, self.faults, self.delays = index, faults, delays
+        self.released, self.timeline = None, []  # colocated layout: the freed tensors; every event, in order
         self.calls: Counter = Counter()
+
+    def node(self) -> str:
+        import ray
+
+        return ray.get_runtime_context().get_node_id()
 
     def ping(self) -> tuple[int, int]:
         return os.getpid(), self.engine.version
@@ -143,13 +149,48 @@ class RolloutWorker:
 
     def load_shards(self, handles: list, version: int) -> str:
         """A learner's shards (``rollout/weight_shards.py``) into this actor's weights, bucket by bucket, straight
-        from the object store; the digest of the pieces as this actor now holds them."""
+        from the object store; the digest of the pieces as this actor now holds them.  A released actor (colocated
+        layout) takes its memory back first: the shards refill every tensor it freed."""
+        if self.released is not None:
+            with torch.no_grad():
+                for p, (shape, dtype, device) in self.released.items():
+                    p.data = torch.empty(shape, dtype=dtype, device=device)
+            self.released = None
         tensors = dict(self.engine.policy.model.named_parameters())
         assemble_into(tensors, handles)
         self.engine.version = version
+        self.timeline.append(("load", version, time.time(), self.held_bytes()))
         return model_shards_digest(tensors, [p for h in handles for p in h.pieces])
 
+    def release(self) -> int:
+        """Colocated layout: free the trainable weights (the tensors a sync refills) while the learner updates on
+        the same resources; the bytes freed.  Until the next ``load_shards`` this actor refuses to sample."""
+        model = self.engine.policy.model
+        freed = {p: (tuple(p.shape), p.dtype, p.device) for p in model.parameters() if p.requires_grad}
+        nbytes = sum(p.nbytes for p in freed)
+        with torch.no_grad():
+            for p in freed:
+                p.data = torch.empty(0, dtype=p.dtype, device=p.device)
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()  # hand the freed blocks back to the device, not to torch's cache
+        self.released = freed
+        self.timeline.append(("release", self.engine.version, time.time(), self.held_bytes()))
+        return nbytes
+
+    def held_bytes(self) -> int:
+        return sum(p.nbytes for p in self.engine.policy.model.parameters())
+
+    def events(self) -> list:
+        """(event, version, wall time, weight bytes held) of every sample, release and load: the handover's record."""
+        return list(self.timeline)
+
     def generate(self, request: RolloutRequest) -> list[Record]:
+        if self.released is not None:  # never sample with weights that were handed over (an anchor's silent failure)
+            raise WeightsVersionError(
+                f"rollout worker {self.index} released its weights for the learner; request {request.request_id} "
+                "came before the next version was loaded"
+            )
+        self.timeline.append(("generate", request.weights_version, time.time(), self.held_bytes()))
         fault = self._fault("generate")
         if fault:  # die while sampling: at the second decode step of this request
             from veriloop.rollout import sampler
@@ -275,20 +316,31 @@ class RayEngine(RegisteredEngine):
         # options: the tests' fault and delay schedules
         return cls(policy, version, sections.rollout, sections.ray, sections.threads, vllm_cfg=sections.vllm, **options)
 
-    def __init__(self, policy, version: int, rollout_cfg, ray_cfg, threads: int, faults=(), delays=None, vllm_cfg=None):
+    def __init__(
+        self,
+        policy,
+        version: int,
+        rollout_cfg,
+        ray_cfg,
+        threads: int,
+        faults=(),
+        delays=None,
+        vllm_cfg=None,
+        placement=None,
+    ):
         ray = self.ray = require_ray()
         self.rollout_cfg, self.ray_cfg, self.version = rollout_cfg, ray_cfg, version
         self.held_engine = ENGINES.get(ray_cfg.worker_engine)  # the registered engine each actor holds
         self.dtype = next(policy.model.parameters()).dtype
         self.started_cluster = connect(ray_cfg, rollout_cfg.workers)
-        actor = ray.remote(RolloutWorker).options(
-            max_restarts=-1, max_task_retries=0, num_cpus=ray_cfg.cpus_per_worker, num_gpus=ray_cfg.gpus_per_worker
-        )
+        actor = ray.remote(RolloutWorker)
+        self.placement = placement  # colocated: (the learner's placement group, its bundles)
         policy_ref = self.policy_ref = ray.put(policy)  # kept alive: a restarted actor is built from it
         threads = ray_cfg.worker_threads or threads or torch.get_num_threads()
         sections = EngineSections(rollout_cfg, ray_cfg, vllm_cfg, threads)
         self.actors = [
-            actor.remote(policy_ref, version, sections, i, tuple(faults), delays) for i in range(rollout_cfg.workers)
+            self._placed(actor, i).remote(policy_ref, version, sections, i, tuple(faults), delays)
+            for i in range(rollout_cfg.workers)
         ]
         self.weights = {}  # version -> ObjectRef of its trainable tensors (while a request in flight names it)
         self.outstanding: Counter = Counter()  # weights version -> requests in flight naming it
@@ -297,6 +349,32 @@ class RayEngine(RegisteredEngine):
         # what a weight push carries (vLLM actors: full, merged or adapter, as the first actor decided)
         self.shipping = self._get(self.actors[0].shipping.remote(), ray_cfg.timeout_s, "starting")
         self.restarts = 0
+
+    def _placed(self, actor, i: int):
+        """Actor ``i``: anywhere (separate layout), or in bundle ``i mod bundles`` of the learner's placement group."""
+        ray_cfg, placed = self.ray_cfg, {}
+        if self.placement is not None:
+            from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+            pg, bundles = self.placement
+            placed = {
+                "scheduling_strategy": PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=i % bundles)
+            }
+        return actor.options(
+            max_restarts=-1,
+            max_task_retries=0,
+            num_cpus=ray_cfg.cpus_per_worker,
+            num_gpus=ray_cfg.gpus_per_worker,
+            **placed,
+        )
+
+    def release(self) -> int:
+        """Colocated layout: every actor frees its trainable weights before the learner updates; the bytes freed.
+        Requests in flight finish first (Ray runs an actor's calls in order)."""
+        return sum(self._get([a.release.remote() for a in self.actors], self.ray_cfg.timeout_s, "releasing weights"))
+
+    def events(self) -> list[list]:
+        return self._get([a.events.remote() for a in self.actors], self.ray_cfg.timeout_s, "reading events")
 
     # ------------------------------------------------------------------ weights
 
@@ -392,7 +470,9 @@ class RayEngine(RegisteredEngine):
             self.outstanding[t.request.weights_version] -= 1
             try:
                 out[k] = self._get(t.ref, self.rollout_cfg.request_timeout_s, f"request {t.request.request_id}")
-            except self._actor_died() as e:
+            except self._actor_died() + (self.ray.exceptions.ObjectLostError,) as e:
+                # ObjectLostError: the request finished, but its records sat on a node that died before they were
+                # read; issued again they come back the same (same seeds, same weights)
                 if ledger is not None:
                     ledger.event("failed", t.request, t.worker, t.attempt, error=type(e).__name__)
                 if t.attempt >= self.rollout_cfg.max_request_retries:

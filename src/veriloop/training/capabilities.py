@@ -100,6 +100,24 @@ def check_learner(cfg) -> None:
         raise ValueError(f"lora.r > 0: learner strategy {learner.name!r} does not train LoRA adapters")
 
 
+def check_layout(cfg) -> None:
+    """ray.layout colocated: the engines share the learner ranks' bundles, so they take turns (no sampling ahead)."""
+    if cfg.ray.layout != "colocated":
+        return
+    needs = {
+        "learner.placement ray (the ranks' placement group holds the engines)": cfg.learner.placement == "ray",
+        "rollout.engine ray": cfg.rollout.engine == "ray",
+        "ray.worker_engine local (vLLM's sleep mode is not wired yet)": cfg.ray.worker_engine == "local",
+        "rollout.lag 0 and rollout.mode sync (an engine cannot sample while the learner holds its memory)": (
+            cfg.rollout.lag == 0 and cfg.rollout.mode == "sync"
+        ),
+    }
+    missing = [need for need, ok in needs.items() if not ok]
+    if missing:
+        raise ValueError(f"ray.layout colocated needs {'; '.join(missing)}")
+
+
 def check_capabilities(cfg) -> None:
     check_engine(cfg)
     check_learner(cfg)
+    check_layout(cfg)

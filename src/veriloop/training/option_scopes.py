@@ -131,7 +131,18 @@ ENGINE = OptionScope(
 LEARNER = OptionScope(
     "learner strategy",
     "learner.strategy",
-    ("learner.world_size", "learner.backend", "learner.timeout_s"),
+    (
+        "learner.world_size",
+        "learner.backend",
+        "learner.timeout_s",
+        "learner.placement",
+        "learner.nodes",
+        "learner.ranks_per_node",
+        "learner.node_strategy",
+        "learner.cpus_per_rank",
+        "learner.gpus_per_rank",
+        "learner.sync_bucket_mb",
+    ),
     # the rank options belong to the strategies that declare ranks (a plugin's included)
     lambda name: ("learner",) if LEARNERS.get(name).capabilities.distributed else (),
     choices=LEARNERS.names,

@@ -377,6 +377,8 @@ class Trainer:
         lb, gen = signal.batch, torch.Generator().manual_seed(derive_seed(self.cfg.seed, step, "minibatches"))
         has_critic = self.learner.critic is not None
         critic_warmup = has_critic and step <= self.cfg.critic.warmup_steps  # only the critic learns
+        if self.cfg.ray.layout == "colocated" and not critic_warmup:
+            self.engine.release()  # the engines hand their memory to the learner; the sync after refills it
         stats = {} if critic_warmup else self.learner.update(lb, self.kl_control.beta, gen)
         if has_critic:
             stats.update(self.learner.critic_update(lb.batch, lb.returns, lb.old_values, gen))
@@ -437,6 +439,8 @@ class Trainer:
             policy, version = (self.reference.policy if shared else start.frozen_copy()), FROZEN
         else:
             policy, version = self.policy, self.state.policy_version
+        if cfg.ray.layout == "colocated":  # the rollout actors go into the learner ranks' bundles
+            options = {**options, "placement": self.learner.ranks.placement()}
         # the registered engine rollout.engine names (options: the tests' fault and delay schedules)
         return ENGINES.get(cfg.rollout.engine).build(policy, version, EngineSections.of(cfg), **options)
 

@@ -202,7 +202,7 @@ class RankActor:
 
     def __init__(self, rank: int, world: int, backend: str, timeout_s: float, threads: int, faults=()):
         self.rank, self.world, self.backend, self.timeout_s, self.threads = rank, world, backend, timeout_s, threads
-        self.faults, self.calls, self.worker = faults, {}, None
+        self.faults, self.calls, self.worker, self.timeline = faults, {}, None, []
 
     def where(self) -> tuple[str, str, int]:
         """(node id, node IP, pid)."""
@@ -231,7 +231,15 @@ class RankActor:
 
     def call(self, cmd: str, arg):
         self._fault(cmd)
-        return getattr(self.worker, cmd)(arg)
+        self.timeline.append((f"{cmd} start", time.time()))
+        try:
+            return getattr(self.worker, cmd)(arg)
+        finally:
+            self.timeline.append((f"{cmd} end", time.time()))
+
+    def events(self) -> list:
+        """(event, wall time) of every command served: the colocated layout's handover is checked against them."""
+        return list(self.timeline)
 
     def _fault(self, cmd: str) -> None:
         """For the tests: die (the actor, or its whole node's raylet) at the n-th call of a command."""
@@ -265,8 +273,17 @@ class RayRanks(RankGroup):
         lc = self.lc
         per_node = lc.ranks_per_node or lc.world_size // lc.nodes
         gpus = lc.gpus_per_rank if self.backend != "nccl" else max(lc.gpus_per_rank, 1.0)
-        bundle = {"CPU": lc.cpus_per_rank * per_node, **({"GPU": gpus * per_node} if gpus else {})}
+        cpus, gpus = lc.cpus_per_rank * per_node, gpus * per_node
+        if self.cfg.ray.layout == "colocated":  # each bundle also holds its node's share of the rollout actors
+            engines = -(-self.cfg.rollout.workers // lc.nodes)
+            cpus += engines * self.cfg.ray.cpus_per_worker
+            gpus += engines * self.cfg.ray.gpus_per_worker
+        bundle = {"CPU": cpus, **({"GPU": gpus} if gpus else {})}
         return [dict(bundle) for _ in range(lc.nodes)], per_node
+
+    def placement(self) -> tuple:
+        """(placement group, bundles): where colocated rollout actors go (actor i in bundle i mod bundles)."""
+        return self.pg, self.lc.nodes
 
     def start_group(self, payload) -> None:
         import dataclasses

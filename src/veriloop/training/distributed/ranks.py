@@ -21,8 +21,8 @@ import torch.distributed as dist
 
 from veriloop.registry import LEARNERS
 from veriloop.rollout.weight_shards import ShardHandle, file_stash, pack
-from veriloop.training.loop.sharded_checkpoint import SHARDED, load_sharded, read_weights, save_sharded
 from veriloop.training.loop.learner import load_weights
+from veriloop.training.loop.sharded_checkpoint import SHARDED, load_sharded, read_weights, save_sharded
 from veriloop.training.loop.share import OneRank
 
 
