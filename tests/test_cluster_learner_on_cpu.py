@@ -95,14 +95,20 @@ RUN = {
     "optim.lr": 1e-2,
     "optim.grad_clip": 0.0,
     "task.arithmetic.heldout_size": 6,
-    "eval_every": 0,
     "learner.strategy": "fsdp2",
     "learner.world_size": 2,
     "learner.timeout_s": 60,
+    "rollout.engine": "ray",
+    "rollout.workers": 2,
+    "ray.cpus_per_worker": 0,
+    "eval_every": 2,
+    "eval_problems": 4,
+    "kl.beta": 0.0,
 }
 
 
-def train(run_dir, resume=False, **over):
+def trained(run_dir, resume=False, **over):
+    """A finished (and closed) trainer."""
     from veriloop.config import build_config
     from veriloop.training.config import TrainConfig
     from veriloop.training.trainer import Trainer
@@ -113,27 +119,54 @@ def train(run_dir, resume=False, **over):
         trainer.train()
     finally:
         trainer.close()
+    return trainer
+
+
+def train(run_dir, resume=False, **over) -> dict:
+    """The controller's weights at the end of a run."""
+    trainer = trained(run_dir, resume, **over)
     return {k: v.clone() for k, v in trainer.policy.model.state_dict().items()}
 
 
-def test_ray_ranks_feed_ray_engines_their_shards(tmp_path, cluster, monkeypatch):
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory, cluster):
+    """The run every whole-run test must equal: fsdp2 on 2 spawned ranks (whole tensors to the rollout actor through
+    the controller, which keeps a copy), 4 steps, validation at steps 2 and 4."""
+    return trained(tmp_path_factory.mktemp("reference") / "run")
+
+
+def weights(trainer) -> dict:
+    return {k: v.clone() for k, v in trainer.policy.model.state_dict().items()}
+
+
+def validation(trainer) -> list[dict]:
+    """Every validation figure (accuracy, truncation rate) by step."""
+    return [{k: v for k, v in r.items() if k.startswith("validation_")} for r in trainer.metrics.rows]
+
+
+def final_weights(run_dir) -> dict:
+    from veriloop.models.loading import load_policy
+
+    return load_policy(str(run_dir / "final")).model.state_dict()
+
+
+def test_ray_ranks_feed_ray_engines_their_shards(tmp_path, reference, monkeypatch):
     """The rollout actor loads each version from the ranks' buckets (its digest checked against the learner's): the
-    run samples and trains exactly as the spawned fsdp2 group that ships whole tensors through the controller."""
+    run samples, trains and validates exactly as the spawned fsdp2 group that ships whole tensors through the
+    controller."""
     from veriloop.rollout.ray_engine import RayEngine
 
-    engines = {"rollout.engine": "ray", "rollout.workers": 1, "ray.cpus_per_worker": 0}
-    want = train(tmp_path / "spawned", **engines)
     pushed = []
     publish = RayEngine.publish_shards
     monkeypatch.setattr(RayEngine, "publish_shards", lambda self, h, v: (pushed.append(v), publish(self, h, v))[1])
-    got = train(tmp_path / "placed", **engines, **RAY)
+    placed = trained(tmp_path / "placed", **RAY)
     assert len(pushed) == 4 and pushed == sorted(set(pushed))  # every step's version: rank -> object store -> actor
+    want, got = weights(reference), weights(placed)
     assert all(torch.equal(got[k], want[k]) for k in want)
-    a, b = (sorted((tmp_path / n / "rollouts").glob("*")) for n in ("spawned", "placed"))
-    assert [p.name for p in a] == [p.name for p in b]
+    assert validation(placed) == validation(reference)
 
 
-def test_colocated_engines_share_the_ranks_bundles_and_hand_their_memory_over(tmp_path, cluster):
+def test_colocated_engines_share_the_ranks_bundles_and_hand_their_memory_over(tmp_path, reference):
     """ray.layout colocated: rollout actor i sits in rank i's bundle (its node); each step the actors release their
     weights before the ranks update and load the next version from the ranks' shards after, never sampling in
     between; the run equals the separate layout's (the spawned group's) bit for bit."""
@@ -141,11 +174,9 @@ def test_colocated_engines_share_the_ranks_bundles_and_hand_their_memory_over(tm
     from veriloop.training.config import TrainConfig
     from veriloop.training.trainer import Trainer
 
-    layout = {"rollout.engine": "ray", "rollout.workers": 2, "ray.cpus_per_worker": 0}
-    want = train(tmp_path / "separate", **layout, **{"steps": 3})
-    cfg = build_config(
-        TrainConfig, {}, {**RUN, **RAY, **layout, "steps": 3, "ray.layout": "colocated", "run_dir": str(tmp_path / "c")}
-    )
+    want = weights(reference)  # the separate layout's run
+    layout = {"ray.layout": "colocated"}
+    cfg = build_config(TrainConfig, {}, {**RUN, **RAY, **layout, "run_dir": str(tmp_path / "c")})
     trainer, seen = Trainer(cfg, progress=False), {}
     close = trainer.close
 
@@ -172,11 +203,11 @@ def test_colocated_engines_share_the_ranks_bundles_and_hand_their_memory_over(tm
         for (n1, s), (n2, e) in zip(rank_events[0], rank_events[0][1:])
         if (n1, n2) == ("update start", "update end")
     ]
-    assert len(updates) == 3
+    assert len(updates) == 4
     for events in actor_events:
         # per step: sample (one request or more) with the version held, release, (the ranks update), load the next
         runs = [e for i, e in enumerate(events) if i == 0 or e[0] != events[i - 1][0] or e[0] != "generate"]
-        assert [e[0] for e in runs] == ["generate", "release", "load"] * 3, [e[0] for e in events]
+        assert [e[0] for e in runs][:12] == ["generate", "release", "load"] * 4, [e[0] for e in events]
         for (start, end), release, load in zip(updates, runs[1::3], runs[2::3]):
             assert release[2] < start and end < load[2]  # released before the update began, reloaded after it ended
             assert release[3] < load[3]  # the trainable weights were freed in between
@@ -184,13 +215,32 @@ def test_colocated_engines_share_the_ranks_bundles_and_hand_their_memory_over(tm
     assert all(torch.equal(got[k], want[k]) for k in want)
 
 
-def test_a_learner_node_that_dies_stops_the_run_which_resumes_from_its_shards(tmp_path, cluster, monkeypatch):
+def test_a_controller_without_weights_trains_the_same_run(tmp_path, reference):
+    """learner.controller_weights none: the controller frees its copy once the actors hold theirs; the actors load
+    every version from the ranks' shards, validation runs on actor 0, checkpoints hold shards and a model/ without
+    weights, final/ is exported from shards.  The run equals the one with a controller copy (final weights and
+    validation accuracy), and a resume (from shards, the actors fed from the ranks) continues it exactly."""
+    bare = trained(tmp_path / "bare", **RAY, **{"learner.controller_weights": "none", "steps": 2})
+    assert sum(p.numel() for p in bare.policy.model.parameters()) == 0  # nothing held on the controller
+    step2 = tmp_path / "bare" / "checkpoints" / "step-000002"
+    assert (step2 / "sharded" / ".metadata").is_file() and not list((step2 / "model").glob("*.safetensors"))
+    bare = trained(tmp_path / "bare", True, **RAY, **{"learner.controller_weights": "none"})
+    want, got = final_weights(reference.run_dir), final_weights(tmp_path / "bare")
+    assert want.keys() == got.keys() and all(torch.equal(got[k], want[k]) for k in want)
+    curve = validation(reference)
+    assert validation(bare) == curve and [bool(c) for c in curve] == [False, True, False, True]
+    assert "validation_truncation_rate" in curve[1]
+
+
+def test_a_learner_node_that_dies_stops_the_run_which_resumes_from_its_shards(
+    tmp_path, cluster, reference, monkeypatch
+):
     """Rank 1's node dies (its raylet killed) during step 3's update: the run stops naming the rank and its node;
     `--resume` on a cluster with a fresh node continues from step 2's sharded checkpoint and ends with the weights
     of a run that was never interrupted (bit for bit: the same world size, on this machine's torch build)."""
     from veriloop.training.distributed import groups
 
-    want = train(tmp_path / "whole")  # spawned ranks, never killed
+    want = weights(reference)  # spawned ranks, never killed
     start = groups.RayRanks.__init__
     kill = ({"rank": 1, "cmd": "update", "nth": 3, "node": True},)
     monkeypatch.setattr(

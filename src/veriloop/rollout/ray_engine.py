@@ -41,7 +41,13 @@ from veriloop.rollout.engine import (
     WeightsVersionError,
 )
 from veriloop.rollout.records import Record
-from veriloop.rollout.weight_shards import assemble_into, model_shards_digest, shards_digest
+from veriloop.rollout.weight_shards import (
+    assemble_into,
+    model_shards_digest,
+    release_weights,
+    shards_digest,
+    take_back,
+)
 from veriloop.seeding import derive_seed
 
 log = logging.getLogger(__name__)
@@ -152,9 +158,7 @@ class RolloutWorker:
         from the object store; the digest of the pieces as this actor now holds them.  A released actor (colocated
         layout) takes its memory back first: the shards refill every tensor it freed."""
         if self.released is not None:
-            with torch.no_grad():
-                for p, (shape, dtype, device) in self.released.items():
-                    p.data = torch.empty(shape, dtype=dtype, device=device)
+            take_back(self.released)
             self.released = None
         tensors = dict(self.engine.policy.model.named_parameters())
         assemble_into(tensors, handles)
@@ -165,17 +169,18 @@ class RolloutWorker:
     def release(self) -> int:
         """Colocated layout: free the trainable weights (the tensors a sync refills) while the learner updates on
         the same resources; the bytes freed.  Until the next ``load_shards`` this actor refuses to sample."""
-        model = self.engine.policy.model
-        freed = {p: (tuple(p.shape), p.dtype, p.device) for p in model.parameters() if p.requires_grad}
-        nbytes = sum(p.nbytes for p in freed)
-        with torch.no_grad():
-            for p in freed:
-                p.data = torch.empty(0, dtype=p.dtype, device=p.device)
-        if torch.cuda.is_available():
-            torch.cuda.empty_cache()  # hand the freed blocks back to the device, not to torch's cache
-        self.released = freed
+        before = self.held_bytes()
+        self.released = release_weights(self.engine.policy.model)
+        nbytes = before - self.held_bytes()
         self.timeline.append(("release", self.engine.version, time.time(), self.held_bytes()))
         return nbytes
+
+    def apply(self, fn):
+        """``fn(policy)`` on this actor's policy (the version it holds): the controller's greedy validation when
+        it keeps no copy of the weights (learner.controller_weights none)."""
+        if self.released is not None:
+            raise WeightsVersionError(f"rollout worker {self.index} released its weights; nothing to evaluate")
+        return fn(self.engine.policy)
 
     def held_bytes(self) -> int:
         return sum(p.nbytes for p in self.engine.policy.model.parameters())
@@ -372,6 +377,10 @@ class RayEngine(RegisteredEngine):
         """Colocated layout: every actor frees its trainable weights before the learner updates; the bytes freed.
         Requests in flight finish first (Ray runs an actor's calls in order)."""
         return sum(self._get([a.release.remote() for a in self.actors], self.ray_cfg.timeout_s, "releasing weights"))
+
+    def apply(self, fn, timeout_s: float):
+        """``fn(policy)`` on actor 0's policy (the version it holds), within ``timeout_s``."""
+        return self._get(self.actors[0].apply.remote(fn), timeout_s, "running on rollout worker 0")
 
     def events(self) -> list[list]:
         return self._get([a.events.remote() for a in self.actors], self.ray_cfg.timeout_s, "reading events")

@@ -137,15 +137,31 @@ def file_stash(directory: str) -> Callable[[torch.Tensor], str]:
     return stash
 
 
+def ray_stash(flat: torch.Tensor):
+    """A stash for ranks that are Ray actors: the bucket into the object store as a numpy array (read back as a
+    zero-copy view of the shared store; a torch tensor would be copied out, twice its size, measured); a dtype
+    numpy lacks (bfloat16) travels as the integers of its width."""
+    import ray
+
+    if flat.dtype == torch.bfloat16:
+        flat = flat.view(torch.int16)
+    return ray.put(flat.numpy())
+
+
 def fetch(bucket: Bucket, remove: bool = False) -> torch.Tensor:
     if isinstance(bucket.ref, str):
         flat = torch.load(bucket.ref, weights_only=True, mmap=True)
         if remove:
             os.unlink(bucket.ref)  # the mapping stays readable until dropped
         return flat
+    import warnings
+
     import ray
 
-    return ray.get(bucket.ref)
+    with warnings.catch_warnings():  # a read-only view of the shared store: only ever read (copied from)
+        warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
+        flat = torch.from_numpy(ray.get(bucket.ref))
+    return flat.view(getattr(torch, bucket.dtype))
 
 
 def assemble_into(tensors: dict[str, torch.Tensor], handles: list[ShardHandle], remove: bool = False) -> int:
@@ -159,8 +175,9 @@ def assemble_into(tensors: dict[str, torch.Tensor], handles: list[ShardHandle], 
                     if p.name not in tensors:
                         raise KeyError(f"weights sync: the learner sent {p.name!r}, which this model does not have")
                     target = tensors[p.name]
-                    piece = flat[p.start : p.start + p.numel].view(p.local_shape)
-                    (target[p.row : p.row + p.rows] if p.shape else target).copy_(piece)
+                    (target[p.row : p.row + p.rows] if p.shape else target).copy_(
+                        flat[p.start : p.start + p.numel].view(p.local_shape)
+                    )  # no name for the view: it would keep this bucket alive while the next one is fetched
                 read += bucket.nbytes
                 del flat
     return read
@@ -193,3 +210,22 @@ def covers(tensors: dict[str, torch.Tensor], handles: list[ShardHandle], names: 
         want = tensors[name].shape[0] if tensors[name].dim() else 1
         if rows.get(name, 0) != want:
             raise RuntimeError(f"weights sync: {name} arrived with {rows.get(name, 0)} of its {want} rows")
+
+
+def release_weights(model: torch.nn.Module) -> dict:
+    """Free ``model``'s trainable tensors (each left an empty tensor of its dtype and device); what
+    ``take_back`` needs to make room for them again: {parameter: (shape, dtype, device)}."""
+    freed = {p: (tuple(p.shape), p.dtype, p.device) for p in model.parameters() if p.requires_grad}
+    with torch.no_grad():
+        for p in freed:
+            p.data = torch.empty(0, dtype=p.dtype, device=p.device)
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()  # hand the freed blocks back to the device, not to torch's cache
+    return freed
+
+
+def take_back(freed: dict) -> None:
+    """Room again for the tensors ``release_weights`` freed (uninitialised: a sync fills them)."""
+    with torch.no_grad():
+        for p, (shape, dtype, device) in freed.items():
+            p.data = torch.empty(shape, dtype=dtype, device=device)

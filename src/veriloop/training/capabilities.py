@@ -117,7 +117,36 @@ def check_layout(cfg) -> None:
         raise ValueError(f"ray.layout colocated needs {'; '.join(missing)}")
 
 
+def check_controller_weights(cfg) -> None:
+    """learner.controller_weights none: nothing on the controller may need the policy's weights."""
+    if cfg.learner.controller_weights != "none":
+        return
+    from veriloop.registry import ESTIMATORS, OBJECTIVES
+
+    needs = {
+        "learner.placement ray": cfg.learner.placement == "ray",
+        "a learner strategy that shards the weights (fsdp2)": LEARNERS.get(
+            cfg.learner.strategy
+        ).capabilities.shards_weights,
+        "rollout.engine ray with ray.worker_engine local (the actors hold the weights and sample)": (
+            cfg.rollout.engine == "ray" and cfg.ray.worker_engine == "local"
+        ),
+        "rollout.source policy": cfg.rollout.source == "policy",
+        "lora.r 0": not cfg.lora.enabled,
+        "kl.beta 0 (the reference's log-probs are taken on the controller)": cfg.kl.beta == 0,
+        "no truncated importance sampling that recomputes log-probs on the controller (loss.tis_cap 0)": not (
+            cfg.loss.tis_cap > 0 and OBJECTIVES.get(cfg.loss.policy_loss).needs_behavior
+        ),
+        "an advantage estimator without a process reward model": not ESTIMATORS.get(cfg.advantage.estimator).needs_prm,
+        "an advantage estimator without a critic": not ESTIMATORS.get(cfg.advantage.estimator).needs_critic,
+    }
+    missing = [need for need, ok in needs.items() if not ok]
+    if missing:
+        raise ValueError(f"learner.controller_weights none needs {'; '.join(missing)}")
+
+
 def check_capabilities(cfg) -> None:
     check_engine(cfg)
     check_learner(cfg)
     check_layout(cfg)
+    check_controller_weights(cfg)

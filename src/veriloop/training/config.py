@@ -284,6 +284,15 @@ class LearnerConfig:
         },
     )
 
+    controller_weights: Literal["full", "none"] = field(
+        default="full",
+        metadata={
+            "help": "full: the controller keeps a copy of the policy, filled bucket by bucket after each update; "
+            "none (learner.placement ray, fsdp2, rollout.engine ray): the weights live only on the ranks and the "
+            "rollout actors; validation runs on rollout actor 0, checkpoints hold shards, final/ is exported from them"
+        },
+    )
+
     def __post_init__(self):
         check_typed(self, "learner")
         if self.strategy not in LEARNERS:

@@ -142,6 +142,7 @@ LEARNER = OptionScope(
         "learner.cpus_per_rank",
         "learner.gpus_per_rank",
         "learner.sync_bucket_mb",
+        "learner.controller_weights",
     ),
     # the rank options belong to the strategies that declare ranks (a plugin's included)
     lambda name: ("learner",) if LEARNERS.get(name).capabilities.distributed else (),

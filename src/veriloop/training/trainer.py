@@ -22,6 +22,7 @@ methods is configuration (``training/recipes.py``).  Conventions:
 from __future__ import annotations
 
 import copy
+import functools
 import logging
 import os
 import shutil
@@ -57,6 +58,7 @@ from veriloop.training.loop.optim import lr_at
 from veriloop.training.loop.reference import ReferencePolicy
 from veriloop.training.loop.reward_sources import build_reward_sources
 from veriloop.training.loop.selection import DifficultySelector
+from veriloop.training.loop.sharded_checkpoint import export_full
 from veriloop.training.loop.signals import Signal, SignalMaker
 from veriloop.training.loop.token_values import TokenValueStore, token_value_rows
 from veriloop.training.recipes import RECIPES
@@ -114,6 +116,9 @@ class Trainer:
         if checkpoint:
             self._restore(checkpoint)
         self.engine = self._engine(start, engine_options or {})
+        self.param_counts = parameter_counts(self.policy.model)  # (before a copy the controller does not keep goes)
+        if cfg.learner.controller_weights == "none":
+            self._hand_weights_to_ranks(resumed=bool(checkpoint))
         # rollout.lag with an engine of its own weights: this step is sampled while the learner updates
         self.pipelined = samples_while_updating(cfg)
         self.sampling_thread = ThreadPoolExecutor(1, "veriloop-sampling") if self.pipelined else None
@@ -408,14 +413,17 @@ class Trainer:
         """Greedy accuracy on ``eval_split`` (validation unless asked otherwise) every ``eval_every`` steps."""
         if not self.cfg.eval_every or (step % self.cfg.eval_every and step != self.cfg.steps):
             return {}
-        return validation_metrics(
-            self.policy,
-            self.task,
-            self.cfg.task.eval_verifiers(),
-            self.cfg.eval_problems,
-            self.cfg.eval_split,
-            self.collector.tools,
+        measure = functools.partial(
+            validation_metrics,
+            task=self.task,
+            verifiers=self.cfg.task.eval_verifiers(),
+            max_problems=self.cfg.eval_problems,
+            split=self.cfg.eval_split,
+            tools=self.collector.tools,
         )
+        if self.cfg.learner.controller_weights == "none":  # the weights are on the actors: measure there
+            return self.engine.apply(measure, self.cfg.learner.timeout_s)
+        return measure(self.policy)
 
     # ------------------------------------------------------------------ the parts a test may call alone
 
@@ -443,6 +451,13 @@ class Trainer:
             options = {**options, "placement": self.learner.ranks.placement()}
         # the registered engine rollout.engine names (options: the tests' fault and delay schedules)
         return ENGINES.get(cfg.rollout.engine).build(policy, version, EngineSections.of(cfg), **options)
+
+    def _hand_weights_to_ranks(self, resumed: bool) -> None:
+        """learner.controller_weights none: the rollout actors hold the weights the ranks hold (a resumed run's come
+        from the checkpoint's shards, not the start the actors were built from), then the controller frees its copy."""
+        if resumed:
+            self.engine.publish_shards(self.learner.current_handles(), self.state.policy_version)
+        self.learner.release_copy()
 
     def _restore(self, checkpoint: Path) -> None:
         reference = self.reference.policy if self.reference is not None else None
@@ -483,7 +498,7 @@ class Trainer:
 
     def compute_ledger(self) -> dict:
         """This run's training compute so far (``training/run/compute.py``)."""
-        params, trainable = parameter_counts(self.policy.model)
+        params, trainable = self.param_counts
         critic = self.learner.critic
         return training_compute(
             self.metrics.rows,
@@ -512,6 +527,22 @@ class Trainer:
             config=to_dict(self.cfg),
         )
 
+    def _save_model(self, target: Path) -> None:
+        """The model a user deploys (LoRA: merged, with the adapter in adapter/); with no controller copy, exported
+        from shards the ranks write for it (the controller holds the full weights only while it writes them)."""
+        if self.cfg.learner.controller_weights == "full":
+            return self.policy.save_merged(target)
+        shards = self.run_dir / ".final.shards"
+        shutil.rmtree(shards, ignore_errors=True)
+        shards.mkdir()
+        try:
+            self.learner.save(shards)
+            if target.exists():
+                shutil.rmtree(target)
+            export_full(shards, target)
+        finally:
+            shutil.rmtree(shards, ignore_errors=True)
+
     def save_final(self) -> None:
         """``final/`` (and ``export`` if set): the model, with how it was made beside it."""
         made_by = RECIPES[self.cfg.algo].made_by
@@ -532,7 +563,7 @@ class Trainer:
         for target in [building] + ([Path(self.cfg.export)] if self.cfg.export else []):
             if target == building and building.exists():
                 shutil.rmtree(building)
-            self.policy.save_merged(target)  # LoRA: the merged model, and the adapter in adapter/
+            self._save_model(target)
             atomic_write_json(target / f"{made_by.replace(' ', '_')}.json", made)
             if target == building:
                 replace_dir(building, self.run_dir / "final")

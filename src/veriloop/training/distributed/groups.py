@@ -221,13 +221,12 @@ class RankActor:
             return s.getsockname()[1]
 
     def start(self, init_method: str, payload) -> None:
-        import ray
-
+        from veriloop.rollout.weight_shards import ray_stash
         from veriloop.training.distributed.ranks import RankWorker, _join_group
 
         _join_group(self.rank, self.world, init_method, self.backend, self.timeout_s, self.threads)
         self.worker = RankWorker(self.rank, self.world, *payload)
-        self.worker.stash = ray.put  # the object is owned by this actor: it lives while the rank does
+        self.worker.stash = ray_stash  # the object is owned by this actor: it lives while the rank does
 
     def call(self, cmd: str, arg):
         self._fault(cmd)

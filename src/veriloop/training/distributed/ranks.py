@@ -248,6 +248,10 @@ class RankWorker:
         handle = self._handle(list(self.critic.model.state_dict().items()), replicated=True)
         return (stats, gen.get_state(), handle) if self.rank == 0 else (None, None, handle)
 
+    def handles(self, _=None) -> ShardHandle:
+        """This rank's shards of the weights it holds now."""
+        return self._handle(self.trainable(), replicated=not self.sharded)
+
     def trainable(self) -> list:
         return [(n, p) for n, p in self.learner.policy.model.named_parameters() if p.requires_grad]
 

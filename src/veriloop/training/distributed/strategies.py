@@ -42,10 +42,11 @@ from typing import ClassVar
 
 import torch
 
-from veriloop.rollout.weight_shards import assemble_into, covers
+from veriloop.rollout.weight_shards import assemble_into, covers, release_weights
 from veriloop.training.distributed.groups import ProcessRanks, RayRanks
 from veriloop.training.distributed.ranks import RankShare
 from veriloop.training.loop.learner import LearnerCapabilities, load_weights
+from veriloop.training.loop.sharded_checkpoint import save_skeleton
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +66,7 @@ class DistributedLearner:
         self.rank_share = rank_share  # each rank's share and collectives (a test substitutes a wrong one)
         self.objective = OBJECTIVES.get(cfg.loss.policy_loss)
         self.lr, self.handles, self.sync_bytes = cfg.optim.lr, [], 0
+        self.keeps_copy = cfg.learner.controller_weights == "full"  # none: the weights live on the ranks only
         payload = (self.policy, self.cfg, self.critic, self.rank_share)
         group = RayRanks if cfg.learner.placement == "ray" else ProcessRanks
         self.ranks = group(cfg, self.device, faults=faults)
@@ -88,7 +90,8 @@ class DistributedLearner:
         answers = self._call("update", (lb, kl_beta, seed_generator.get_state(), self.lr))
         stats, steps, gen_state, _ = answers[0]
         self.handles = [a[3] for a in answers]  # this version's shards: what the rollout engines load
-        self.sync_bytes = self._assemble(self.policy.model, self.handles, trainable=True)
+        if self.keeps_copy:
+            self.sync_bytes = self._assemble(self.policy.model, self.handles, trainable=True)
         seed_generator.set_state(gen_state)  # the critic's draws continue where the learner's ended
         for _ in range(steps):
             self.on_step()
@@ -124,13 +127,27 @@ class DistributedLearner:
     def save(self, directory: Path) -> None:
         """``model/`` from the controller's policy; the optimizer from the ranks themselves: ``optimizer.pt`` (ddp,
         rank 0) or ``sharded/`` (fsdp2: every rank its shards of weights and moments, torch.distributed.checkpoint)."""
-        self.policy.save(directory / "model")
+        if self.keeps_copy:
+            self.policy.save(directory / "model")
+        else:  # the config and tokenizer only: the weights are the shards (`veriloop export` makes them whole)
+            save_skeleton(self.policy, directory / "model")
         self._call("save", str(directory))
 
     def load(self, directory: Path) -> None:
         """Each rank reads the checkpoint itself (any strategy wrote it; fsdp2's shards at any world size)."""
-        load_weights(self.policy, directory / "model")
+        if self.keeps_copy:
+            load_weights(self.policy, directory / "model")
         self._call("load", str(directory))
+
+    def release_copy(self) -> None:
+        """learner.controller_weights none: free the controller's copy (once the rollout actors hold theirs)."""
+        if not self.keeps_copy:
+            release_weights(self.policy.model)
+
+    def current_handles(self) -> list:
+        """The ranks' shards of the weights they hold now (a resumed run's first push to the engines)."""
+        self.handles = self._call("handles")
+        return self.shard_handles() or []
 
     def critic_state_dict(self) -> dict:
         """The critic's model and optimizer (the optimizer lives on the ranks)."""

@@ -80,6 +80,31 @@ def sharded_model_state(path: Path) -> dict:
     return {key.removeprefix("model."): t for key, t in state.items()}
 
 
+SKELETON = "weights.json"  # in a model/ without weights: where they are
+
+
+def save_skeleton(policy, directory: Path) -> None:
+    """A ``model/`` with the config and tokenizer only (learner.controller_weights none: the weights are shards)."""
+    from veriloop.io import atomic_write_json
+
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    policy.model.config.save_pretrained(directory)
+    policy.tokenizer.save_pretrained(directory)
+    atomic_write_json(directory / SKELETON, {"weights": f"../{SHARDED}", "export": "veriloop export CHECKPOINT"})
+
+
+def _skeleton_policy(model_dir: Path):
+    """A model from a skeleton's config (weights uninitialised: the shards fill them) and its tokenizer."""
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+    from veriloop.models.loading import Policy
+
+    config = AutoConfig.from_pretrained(model_dir, local_files_only=True)
+    model = AutoModelForCausalLM.from_config(config, dtype=getattr(config, "dtype", None) or torch.float32)
+    return Policy(model, AutoTokenizer.from_pretrained(model_dir, local_files_only=True), str(model_dir))
+
+
 def export_full(checkpoint: Path, out: Path) -> Path:
     """A ``save_pretrained`` directory of the full model from a checkpoint's shards (config and tokenizer from its
     ``model/``, the weights from ``sharded/``)."""
@@ -88,7 +113,8 @@ def export_full(checkpoint: Path, out: Path) -> Path:
     checkpoint, out = Path(checkpoint), Path(out)
     if not (checkpoint / SHARDED).is_dir():
         raise FileNotFoundError(f"{checkpoint}: no {SHARDED}/ (a checkpoint an fsdp2 learner wrote)")
-    policy = load_policy(str(checkpoint / "model"))
+    model_dir = checkpoint / "model"
+    policy = _skeleton_policy(model_dir) if (model_dir / SKELETON).is_file() else load_policy(str(model_dir))
     weights = sharded_model_state(checkpoint / SHARDED)
     missing = [n for n, p in policy.model.named_parameters() if p.requires_grad and n not in weights]
     if missing:
