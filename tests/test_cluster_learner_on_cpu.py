@@ -69,6 +69,19 @@ def test_two_nodes_of_one_fsdp2_rank_give_the_one_process_update(tmp_path, group
     assert model_shards_digest(trainable, pieces) == shards_digest(pieces)
 
 
+def test_buckets_cross_the_object_store_in_any_dtype(cluster):
+    """A bucket goes into the object store as a numpy array (read back without a copy); bfloat16, which numpy lacks,
+    as the int16 of its bits: every dtype comes back bit for bit."""
+    from veriloop.rollout.weight_shards import assemble_into, pack, ray_stash
+
+    named = [("w16", torch.randn(5, 3).to(torch.bfloat16)), ("w32", torch.randn(4)), ("h", torch.randn(2, 2).half())]
+    handle = pack(named, 0, 1 << 20, ray_stash)
+    assert [b.dtype for b in handle.buckets] == ["bfloat16", "float32", "float16"]
+    targets = {n: torch.zeros_like(t) for n, t in named}
+    assemble_into(targets, [handle])
+    assert all(torch.equal(targets[n], t) for n, t in named)
+
+
 def test_a_placement_the_cluster_cannot_hold_is_named(tmp_path, cluster):
     cfg, policy, _, _ = single.setup(tmp_path)
     cfg = single.with_learner(cfg, **{**RAY, "learner.nodes": 3, "learner.world_size": 3, "learner.timeout_s": 5})

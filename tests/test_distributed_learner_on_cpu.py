@@ -402,3 +402,24 @@ def test_fsdp2_checkpoints_are_shards_that_resume_and_export(tmp_path, groups):
         timeout=120,
     )
     assert out.returncode == 2 and "no sharded/" in out.stderr
+
+
+def test_the_critic_is_written_and_read_by_the_ranks(tmp_path, groups):
+    """PPO's critic in a checkpoint: rank 0 writes critic.pt itself and every rank reads it (nothing through the
+    pipes); resumed, the group repeats the uninterrupted update of policy and critic bit for bit."""
+    cfg, policy, critic, lb = setup(tmp_path, **{"advantage.estimator": "gae", "update.mini_batches": 2, **ADAMW})
+    start, start_critic = copy.deepcopy(policy), copy.deepcopy(critic)
+    group = groups(start, with_learner(cfg, **{"advantage.estimator": "gae"}), start_critic)
+    run(group, lb, group.critic_update, updates=1, seed=1)
+    ckpt = tmp_path / "ckpt"
+    ckpt.mkdir()
+    group.save(ckpt)
+    assert (ckpt / "critic.pt").is_file()
+    want = run(group, lb, group.critic_update, updates=1, seed=2)
+    uninterrupted = {k: v.clone() for k, v in start_critic.model.state_dict().items()}
+    group.load(ckpt)
+    from veriloop.training.run.checkpoint import _load_data
+
+    group.load_critic_state_dict(_load_data(ckpt / "critic.pt"))
+    assert run(group, lb, group.critic_update, updates=1, seed=2) == want
+    assert all(torch.equal(v, uninterrupted[k]) for k, v in start_critic.model.state_dict().items())

@@ -200,7 +200,8 @@ def fully_shard_model(model: torch.nn.Module, world: int) -> None:
 class RankWorker:
     """What a rank holds (its learner and critic) and the commands it serves.  Weights leave a rank as a
     ``ShardHandle`` (its own rows, in buckets it stashes: rollout/weight_shards.py), checkpoints are written by the
-    ranks themselves (training/distributed/checkpoint.py): what a rank answers is statistics and handles."""
+    ranks themselves (training/loop/sharded_checkpoint.py, optimizer.pt, critic.pt): what a rank answers is
+    statistics and handles."""
 
     def __init__(self, rank: int, world: int, policy, cfg, critic, share: type = RankShare):
         self.rank, self.world, self.steps = rank, world, 0
@@ -262,11 +263,15 @@ class RankWorker:
             save_sharded(learner.policy.model, learner.optimizer, Path(directory) / SHARDED)
         elif self.rank == 0:
             torch.save(learner.optimizer.state_dict(), Path(directory) / "optimizer.pt")
+        if self.critic is not None and self.rank == 0:  # ddp-style: every rank holds the whole critic
+            torch.save(self.critic.state_dict(), Path(directory) / "critic.pt")
 
     def load(self, directory: str) -> None:
         """Resume from a checkpoint whatever wrote it: fsdp2's sharded state (any world size), or ``model/`` and
         ``optimizer.pt`` (local, ddp), each rank reading the files itself."""
         learner, directory = self.learner, Path(directory)
+        if self.critic is not None:
+            self.critic.load_state_dict(torch.load(directory / "critic.pt", weights_only=True, map_location="cpu"))
         if (directory / SHARDED).is_dir():
             load_sharded(learner.policy.model, learner.optimizer, directory / SHARDED, distributed=self.sharded)
             return
@@ -287,12 +292,6 @@ class RankWorker:
             optim_state_dict=_by_name(optimizer_state, order),
             options=StateDictOptions(full_state_dict=True, strict=False),
         )
-
-    def critic_state(self, _=None):
-        return self.critic.state_dict() if self.rank == 0 else None
-
-    def load_critic_state(self, state) -> None:
-        self.critic.load_state_dict(state)
 
 
 def _by_index(full: dict) -> dict:

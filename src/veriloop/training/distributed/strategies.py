@@ -149,13 +149,9 @@ class DistributedLearner:
         self.handles = self._call("handles")
         return self.shard_handles() or []
 
-    def critic_state_dict(self) -> dict:
-        """The critic's model and optimizer (the optimizer lives on the ranks)."""
-        return self._call("critic_state")[0]
-
     def load_critic_state_dict(self, state: dict) -> None:
+        """The controller's copy of the critic (the ranks read ``critic.pt`` themselves in ``load``)."""
         self.critic.model.load_state_dict(state["model"])
-        self._call("load_critic_state", state)
 
     def close(self) -> None:
         self.ranks.close()

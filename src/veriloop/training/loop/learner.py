@@ -77,8 +77,6 @@ class Learner(Protocol):
 
     def critic_update(self, batch, returns, old_values, seed_generator: torch.Generator) -> dict: ...
 
-    def critic_state_dict(self) -> dict: ...
-
     def load_critic_state_dict(self, state: dict) -> None: ...
 
     def set_lr(self, lr: float) -> None: ...
@@ -211,9 +209,12 @@ class LocalLearner:
         return list(self.policy.model.state_dict().items())
 
     def save(self, directory: Path) -> None:
-        """The learner's state in a checkpoint: ``model/`` (safetensors) and ``optimizer.pt``."""
+        """The learner's state in a checkpoint: ``model/`` (safetensors), ``optimizer.pt``, and ``critic.pt`` (the
+        critic's model and optimizer) where there is a critic."""
         self.policy.save(directory / "model")
         torch.save(self.optimizer.state_dict(), directory / "optimizer.pt")
+        if self.critic is not None:
+            torch.save(self.critic_state_dict(), directory / "critic.pt")
 
     def load(self, directory: Path) -> None:
         """Resume from ``save``'s files: the weights of ``model/`` (a LoRA run's: its adapter) and the

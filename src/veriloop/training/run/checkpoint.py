@@ -205,10 +205,8 @@ def save_checkpoint(
     if tmp.exists():
         shutil.rmtree(tmp)
     tmp.mkdir(parents=True)
-    learner.save(tmp)
+    learner.save(tmp)  # and critic.pt, the critic's model and optimizer, where the run has one: the learner owns them
     torch.save({"torch": torch.get_rng_state(), "python": random.getstate()}, tmp / "rng.pt")
-    if learner.critic is not None:  # the critic's model and optimizer: the learner owns them
-        torch.save(learner.critic_state_dict(), tmp / "critic.pt")
     if reference is not None:
         reference.save(tmp / "reference")
     if pending:
