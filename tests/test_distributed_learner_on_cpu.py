@@ -313,63 +313,26 @@ def test_a_rank_that_dies_inside_a_collective_is_named_at_once(tmp_path, groups)
     assert not any(p.is_alive() for p in group.ranks.procs)
 
 
-def test_save_load_resumes_exactly(tmp_path, groups):
-    """A group resumed from its save() repeats the uninterrupted update bit for bit; a 1-process learner
-    resumed from the same checkpoint gives it up to float rounding (same files as Learner.save)."""
+@pytest.mark.parametrize(
+    "strategy,writes,not_written", [("ddp", "optimizer.pt", "sharded"), ("fsdp2", "sharded/.metadata", "optimizer.pt")]
+)
+def test_save_load_resumes_exactly(tmp_path, groups, strategy, writes, not_written):
+    """The ranks write the checkpoint themselves: ddp's rank 0 its optimizer.pt, fsdp2's ranks
+    torch.distributed.checkpoint shards (nothing gathered).  A group resumed from it repeats the uninterrupted update
+    bit for bit (the controller's copy spoiled first: the ranks read the files); a 1-process learner resumed from the
+    same checkpoint (another world size) gives it up to float rounding; fsdp2's shards export a full model."""
     cfg, policy, _, lb = setup(tmp_path, **{"update.mini_batches": 2, **ADAMW})
-    dcfg = with_learner(cfg)
     start = copy.deepcopy(policy)
-    group = groups(start, dcfg)
+    group = groups(start, with_learner(cfg, **{"learner.strategy": strategy}))
     run(group, lb, updates=1, seed=1)
     ckpt = tmp_path / "ckpt"
     ckpt.mkdir()
     group.save(ckpt)
+    assert (ckpt / writes).is_file() and not (ckpt / not_written).exists()
     after_first = {k: v.clone() for k, v in start.model.state_dict().items()}
     want = run(group, lb, updates=1, seed=2)
     uninterrupted = {k: v.clone() for k, v in start.model.state_dict().items()}
-    group.load(ckpt)
-    assert all(torch.equal(v, after_first[k]) for k, v in start.model.state_dict().items())
-    assert run(group, lb, updates=1, seed=2) == want
-    assert all(torch.equal(v, uninterrupted[k]) for k, v in start.model.state_dict().items())
-    one = LocalLearner(copy.deepcopy(policy), cfg)
-    one.load(ckpt)
-    run(one, lb, updates=1, seed=2)
-    assert max((one.policy.model.state_dict()[k] - v).abs().max() for k, v in uninterrupted.items()) < 1e-5
-
-
-def test_the_registered_learners_and_a_main_without_a_file(tmp_path):
-    cfg, policy, critic, _ = setup(tmp_path)
-    assert type(LEARNERS.get(cfg.learner.strategy)(policy, cfg)) is LocalLearner  # the strategy names the class
-    assert (LEARNERS.get("ddp"), LEARNERS.get("fsdp2")) == (DDPLearner, FSDP2Learner)
-    assert FSDP2Learner.capabilities.shards_weights and not DDPLearner.capabilities.shards_weights
-    assert isinstance(critic, Critic | type(None))
-    code = (
-        "from veriloop.training.distributed.groups import check_spawnable\n"
-        "try:\n    check_spawnable()\nexcept RuntimeError as e:\n    print('refused:', e)"
-    )
-    out = subprocess.run([sys.executable, "-"], input=code, capture_output=True, text=True, timeout=60)
-    assert "refused:" in out.stdout and "python -" in out.stdout
-    # python -c (and pytest-xdist's workers) has no __main__ file: spawn does not re-import it, nothing to refuse
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
-    assert out.returncode == 0 and "refused" not in out.stdout, out.stdout + out.stderr
-
-
-def test_fsdp2_checkpoints_are_shards_that_resume_and_export(tmp_path, groups):
-    """fsdp2's ranks write torch.distributed.checkpoint shards (no optimizer.pt, nothing gathered); the group resumed
-    from them repeats the uninterrupted update bit for bit; one process resumed from them (another world size) within
-    float rounding; `veriloop export` writes the full model from the shards alone."""
-    cfg, policy, _, lb = setup(tmp_path, **{"update.mini_batches": 2, **ADAMW})
-    start = copy.deepcopy(policy)
-    group = groups(start, with_learner(cfg, **{"learner.strategy": "fsdp2"}))
-    run(group, lb, updates=1, seed=1)
-    ckpt = tmp_path / "ckpt"
-    ckpt.mkdir()
-    group.save(ckpt)
-    assert (ckpt / "sharded" / ".metadata").is_file() and not (ckpt / "optimizer.pt").exists()
-    after_first = {k: v.clone() for k, v in start.model.state_dict().items()}
-    want = run(group, lb, updates=1, seed=2)
-    uninterrupted = {k: v.clone() for k, v in start.model.state_dict().items()}
-    for p in start.model.parameters():  # the controller's copy spoiled: the ranks must read the shards
+    for p in start.model.parameters():
         p.data.add_(1.0)
     group.load(ckpt)
     assert all(torch.equal(v, after_first[k]) for k, v in start.model.state_dict().items())
@@ -379,6 +342,12 @@ def test_fsdp2_checkpoints_are_shards_that_resume_and_export(tmp_path, groups):
     one.load(ckpt)
     run(one, lb, updates=1, seed=2)
     assert max((one.policy.model.state_dict()[k] - v).abs().max() for k, v in uninterrupted.items()) < 1e-5
+    if strategy == "fsdp2":
+        exports_from_shards(ckpt, after_first, tmp_path)
+
+
+def exports_from_shards(ckpt, after_first: dict, tmp_path) -> None:
+    """`veriloop export` writes the full model from a checkpoint's shards alone."""
     # the export reads the shards, not model/: spoil model/'s weights first
     from safetensors.torch import load_file, save_file
 
@@ -402,6 +371,23 @@ def test_fsdp2_checkpoints_are_shards_that_resume_and_export(tmp_path, groups):
         timeout=120,
     )
     assert out.returncode == 2 and "no sharded/" in out.stderr
+
+
+def test_the_registered_learners_and_a_main_without_a_file(tmp_path):
+    cfg, policy, critic, _ = setup(tmp_path)
+    assert type(LEARNERS.get(cfg.learner.strategy)(policy, cfg)) is LocalLearner  # the strategy names the class
+    assert (LEARNERS.get("ddp"), LEARNERS.get("fsdp2")) == (DDPLearner, FSDP2Learner)
+    assert FSDP2Learner.capabilities.shards_weights and not DDPLearner.capabilities.shards_weights
+    assert isinstance(critic, Critic | type(None))
+    code = (
+        "from veriloop.training.distributed.groups import check_spawnable\n"
+        "try:\n    check_spawnable()\nexcept RuntimeError as e:\n    print('refused:', e)"
+    )
+    out = subprocess.run([sys.executable, "-"], input=code, capture_output=True, text=True, timeout=60)
+    assert "refused:" in out.stdout and "python -" in out.stdout
+    # python -c (and pytest-xdist's workers) has no __main__ file: spawn does not re-import it, nothing to refuse
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and "refused" not in out.stdout, out.stdout + out.stderr
 
 
 def test_the_critic_is_written_and_read_by_the_ranks(tmp_path, groups):
