@@ -197,7 +197,7 @@ def full_copy(model, handles: list, trainable: bool) -> int:
 
 def measured_worker():
     """``RolloutWorker`` with a measured ``load_shards`` (made here: Ray ships a class of ``__main__`` by value)."""
-    from veriloop.rollout.ray_engine import RolloutWorker
+    from veriloop.rollout.ray_worker import RolloutWorker
 
     class MeasuredWorker(RolloutWorker):
         def measured_load(self, handles: list, version: int):

@@ -65,3 +65,16 @@ def test_unknown_names_are_input_errors_and_still_key_errors():
     assert isinstance(caught.value, KeyError) and isinstance(caught.value, InputError)
     assert isinstance(caught.value, ValueError)
     assert str(caught.value).startswith("unknown verifier 'no-such-verifier'")  # not quoted as KeyError quotes
+
+
+def test_a_rank_or_node_that_died_is_named_with_how_to_resume_and_exits_5(rows, tmp_path, capsys, monkeypatch):
+    """Neither the input nor a bug: the message names the rank and node, says how to continue, no traceback."""
+    from veriloop.errors import ClusterFailure
+
+    def died(*args, **kwargs):
+        raise ClusterFailure("learner rank 1 on node 10.0.0.7 (ab12cd34ef56), pid 4242 died during update")
+
+    monkeypatch.setattr(cli, "_run", died)
+    assert _verify(rows, tmp_path, "--verifier", "gsm8k") == cli.EXIT_CLUSTER == 5
+    err = capsys.readouterr().err
+    assert "learner rank 1 on node 10.0.0.7" in err and "--resume RUN_DIR" in err and "Traceback" not in err

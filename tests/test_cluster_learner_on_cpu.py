@@ -259,7 +259,11 @@ def test_a_learner_node_that_dies_stops_the_run_which_resumes_from_its_shards(
     monkeypatch.setattr(
         groups.RayRanks, "__init__", lambda self, cfg, device, faults=(): start(self, cfg, device, kill)
     )
-    with pytest.raises(RuntimeError, match=r"learner rank 1 on node 127\.0\.0\.1 \(\w+\), pid \d+ died during update"):
+    from veriloop.errors import ClusterFailure
+
+    with pytest.raises(
+        ClusterFailure, match=r"learner rank 1 on node 127\.0\.0\.1 \(\w+\), pid \d+ died during update"
+    ):
         train(tmp_path / "killed", **RAY)
     monkeypatch.setattr(groups.RayRanks, "__init__", start)
     checkpoints = sorted(p.name for p in (tmp_path / "killed" / "checkpoints").iterdir())

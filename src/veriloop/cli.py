@@ -7,7 +7,8 @@ Every command takes ``--config FILE.yaml`` and one ``--section.field VALUE`` fla
 Exit status 2: the input is wrong (``InputError``, a config error, a missing file), said in one
 line; 1: anything else escaping a command, a bug in veriloop, shown with its traceback (``audit``
 also exits 1 when it finds false accepts or rejects); 3: ``doctor`` found a missing part; 4: a training run
-stopped on a NaN or an infinity (its step and tensor named: ``training/run/alarms.py``); 130: interrupted.
+stopped on a NaN or an infinity (its step and tensor named: ``training/run/alarms.py``); 5: a learner rank or its
+node died (``ClusterFailure``: which one is named; the checkpoints are kept for ``--resume``); 130: interrupted.
 """
 
 from __future__ import annotations
@@ -26,12 +27,17 @@ from contextlib import contextmanager
 from veriloop import __version__, logs
 from veriloop.cli_help import COMMANDS, EPILOG, INTRO, USAGE, _listing
 from veriloop.config import ConfigError, add_arguments, config_from_args
-from veriloop.errors import InputError
+from veriloop.errors import ClusterFailure, InputError
 from veriloop.training.run.alarms import NonFiniteError
 
 EXIT_BUG = 1
 EXIT_USAGE = 2
 EXIT_NON_FINITE = 4
+EXIT_CLUSTER = 5
+CLUSTER_FAILURE_HINT = (
+    "the checkpoints written so far are kept: `veriloop train --resume RUN_DIR` continues from the last one (on the "
+    "same cluster with the node replaced, or a smaller one: docs/guides/cluster.md)"
+)
 log = logging.getLogger("veriloop.cli")  # not __name__: `python -m veriloop.cli` runs it as __main__
 
 
@@ -663,6 +669,9 @@ def _main(argv: list[str]) -> int:
         except NonFiniteError as e:
             print(f"veriloop {args.command}: {e}", file=sys.stderr)
             return EXIT_NON_FINITE
+        except ClusterFailure as e:  # a rank or a node died: not the input, not a bug; the checkpoints are kept
+            print(f"veriloop {args.command}: stopped: {e}\n{CLUSTER_FAILURE_HINT}", file=sys.stderr)
+            return EXIT_CLUSTER
         except KeyboardInterrupt:
             print(f"veriloop {args.command}: interrupted; checkpoints written so far are kept", file=sys.stderr)
             return 130

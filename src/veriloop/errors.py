@@ -1,4 +1,4 @@
-"""Errors that mean the user's input is wrong, as opposed to a bug in veriloop."""
+"""Errors that mean the user's input is wrong, or that a part of a run elsewhere died, as opposed to a bug."""
 
 from __future__ import annotations
 
@@ -19,3 +19,9 @@ class UnknownNameError(InputError, KeyError):
 
     def __str__(self) -> str:  # KeyError's would quote the message
         return str(self.args[0]) if self.args else ""
+
+
+class ClusterFailure(RuntimeError):
+    """A part of the run in other processes or on other machines died or stopped answering (a learner rank, its
+    node): not the input, not a bug in veriloop.  The message names the rank (and node); the run's checkpoints are
+    kept, and ``veriloop train --resume RUN_DIR`` continues from the last one.  A RuntimeError too."""

@@ -25,6 +25,7 @@ import time
 
 import torch
 
+from veriloop.errors import ClusterFailure
 from veriloop.training.distributed.ranks import _recv, rank_main
 
 log = logging.getLogger(__name__)
@@ -55,9 +56,11 @@ class RankGroup:
         self.backend = lc.backend if lc.backend != "auto" else ("nccl" if device.type == "cuda" else "gloo")
         self.threads = max(1, cfg.threads or torch.get_num_threads() // lc.world_size)
 
-    def _fail(self, message: str):
+    def _fail(self, message: str, bug: bool = False):
+        """Close the group and raise: ``ClusterFailure`` for a rank that died or stopped answering, a plain
+        ``RuntimeError`` (with the rank's traceback in ``message``) for one that raised."""
         self.close()
-        raise RuntimeError(message)
+        raise (RuntimeError if bug else ClusterFailure)(message)
 
 
 class ProcessRanks(RankGroup):
@@ -155,7 +158,7 @@ class ProcessRanks(RankGroup):
                     f"learner rank {dead} died during {cmd} (exit code {self.procs[dead].exitcode}); "
                     f"rank {rank} then failed:\n{value}"
                 )
-            self._fail(f"learner rank {rank} failed during {cmd}:\n{value}")
+            self._fail(f"learner rank {rank} failed during {cmd}:\n{value}", bug=True)
         return value
 
     def _died_within(self, seconds: float, besides: int) -> int | None:
@@ -171,9 +174,11 @@ class ProcessRanks(RankGroup):
         dead = [(r, p.exitcode) for r, p in enumerate(self.procs) if not p.is_alive()]
         return "".join(f"; rank {r} exited with code {code}" for r, code in dead)
 
-    def _fail(self, message: str):
+    def _fail(self, message: str, bug: bool = False):
+        """Close the group and raise: ``ClusterFailure`` for a rank that died or stopped answering, a plain
+        ``RuntimeError`` (with the rank's traceback in ``message``) for one that raised."""
         self.close()
-        raise RuntimeError(message)
+        raise (RuntimeError if bug else ClusterFailure)(message)
 
     def close(self) -> None:
         """Stop the ranks (join with a deadline, then kill); safe to call twice."""
@@ -358,7 +363,7 @@ class RayRanks(RankGroup):
             except ray.exceptions.RayActorError as e:
                 self._fail(f"learner rank {rank}{self._where(rank)} died during {cmd}: {type(e).__name__}")
             except ray.exceptions.RayTaskError as e:
-                self._fail(f"learner rank {rank}{self._where(rank)} failed during {cmd}:\n{e}")
+                self._fail(f"learner rank {rank}{self._where(rank)} failed during {cmd}:\n{e}", bug=True)
         return [answers[i] for i in range(len(refs))]
 
     def close(self) -> None:
