@@ -2,8 +2,9 @@
 
 Two nodes x one fsdp2 rank give the one-process update within the float32 noise bound (and the spawned fsdp2
 group's result bit for bit: the same ranks, placed elsewhere); each rank ships only its own rows, through Ray's
-object store, and the controller assembles them bucket by bucket.  Every test has a wall-clock bound and the
-cluster binds to 127.0.0.1 only.
+object store, and the controller assembles them bucket by bucket.  Whole runs (4 steps, Ray rollout actors) against
+one reference run: the colocated layout, and a learner node that dies under a controller without weights, then
+resumes.  Every test has a wall-clock bound and the cluster binds to 127.0.0.1 only.
 """
 
 import copy
@@ -135,12 +136,6 @@ def trained(run_dir, resume=False, **over):
     return trainer
 
 
-def train(run_dir, resume=False, **over) -> dict:
-    """The controller's weights at the end of a run."""
-    trainer = trained(run_dir, resume, **over)
-    return {k: v.clone() for k, v in trainer.policy.model.state_dict().items()}
-
-
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory, cluster):
     """The run every whole-run test must equal: fsdp2 on 2 spawned ranks (whole tensors to the rollout actor through
@@ -163,29 +158,19 @@ def final_weights(run_dir) -> dict:
     return load_policy(str(run_dir / "final")).model.state_dict()
 
 
-def test_ray_ranks_feed_ray_engines_their_shards(tmp_path, reference, monkeypatch):
-    """The rollout actor loads each version from the ranks' buckets (its digest checked against the learner's): the
-    run samples, trains and validates exactly as the spawned fsdp2 group that ships whole tensors through the
-    controller."""
+def test_colocated_engines_share_the_ranks_bundles_and_hand_their_memory_over(tmp_path, reference, monkeypatch):
+    """ray.layout colocated: rollout actor i sits in rank i's bundle (its node); each step the actors release their
+    weights before the ranks update and load the next version from the ranks' buckets after (their digest checked
+    against the learner's), never sampling in between.  The run samples, trains and validates exactly as the
+    reference, whose spawned fsdp2 group ships whole tensors through the controller to actors of their own."""
+    from veriloop.config import build_config
     from veriloop.rollout.ray_engine import RayEngine
+    from veriloop.training.config import TrainConfig
+    from veriloop.training.trainer import Trainer
 
     pushed = []
     publish = RayEngine.publish_shards
     monkeypatch.setattr(RayEngine, "publish_shards", lambda self, h, v: (pushed.append(v), publish(self, h, v))[1])
-    placed = trained(tmp_path / "placed", **RAY)
-    assert len(pushed) == 4 and pushed == sorted(set(pushed))  # every step's version: rank -> object store -> actor
-    want, got = weights(reference), weights(placed)
-    assert all(torch.equal(got[k], want[k]) for k in want)
-    assert validation(placed) == validation(reference)
-
-
-def test_colocated_engines_share_the_ranks_bundles_and_hand_their_memory_over(tmp_path, reference):
-    """ray.layout colocated: rollout actor i sits in rank i's bundle (its node); each step the actors release their
-    weights before the ranks update and load the next version from the ranks' shards after, never sampling in
-    between; the run equals the separate layout's (the spawned group's) bit for bit."""
-    from veriloop.config import build_config
-    from veriloop.training.config import TrainConfig
-    from veriloop.training.trainer import Trainer
 
     want = weights(reference)  # the separate layout's run
     layout = {"ray.layout": "colocated"}
@@ -225,51 +210,48 @@ def test_colocated_engines_share_the_ranks_bundles_and_hand_their_memory_over(tm
             assert release[2] < start and end < load[2]  # released before the update began, reloaded after it ended
             assert release[3] < load[3]  # the trainable weights were freed in between
         assert [e[1] for e in runs[0::3]] == [e[1] for e in runs[1::3]]  # sampled with the version it released
+    assert len(pushed) == 4 and pushed == sorted(set(pushed))  # every step's version: rank -> object store -> actor
     assert all(torch.equal(got[k], want[k]) for k in want)
+    assert validation(trainer) == validation(reference)
 
 
-def test_a_controller_without_weights_trains_the_same_run(tmp_path, reference):
-    """learner.controller_weights none: the controller frees its copy once the actors hold theirs; the actors load
-    every version from the ranks' shards, validation runs on actor 0, checkpoints hold shards and a model/ without
-    weights, final/ is exported from shards.  The run equals the one with a controller copy (final weights and
-    validation accuracy), and a resume (from shards, the actors fed from the ranks) continues it exactly."""
-    bare = trained(tmp_path / "bare", **RAY, **{"learner.controller_weights": "none", "steps": 2})
-    assert sum(p.numel() for p in bare.policy.model.parameters()) == 0  # nothing held on the controller
-    step2 = tmp_path / "bare" / "checkpoints" / "step-000002"
-    assert (step2 / "sharded" / ".metadata").is_file() and not list((step2 / "model").glob("*.safetensors"))
-    bare = trained(tmp_path / "bare", True, **RAY, **{"learner.controller_weights": "none"})
-    want, got = final_weights(reference.run_dir), final_weights(tmp_path / "bare")
-    assert want.keys() == got.keys() and all(torch.equal(got[k], want[k]) for k in want)
-    curve = validation(reference)
-    assert validation(bare) == curve and [bool(c) for c in curve] == [False, True, False, True]
-    assert "validation_truncation_rate" in curve[1]
-
-
-def test_a_learner_node_that_dies_stops_the_run_which_resumes_from_its_shards(
+def test_a_learner_node_dies_under_a_controller_without_weights_and_the_run_resumes_from_shards(
     tmp_path, cluster, reference, monkeypatch
 ):
-    """Rank 1's node dies (its raylet killed) during step 3's update: the run stops naming the rank and its node;
-    `--resume` on a cluster with a fresh node continues from step 2's sharded checkpoint and ends with the weights
-    of a run that was never interrupted (bit for bit: the same world size, on this machine's torch build)."""
+    """learner.controller_weights none, and rank 1's node dies (its raylet killed) during step 3's update.
+
+    Until then the controller holds no weights: the actors load every version from the ranks' shards, validation
+    runs on actor 0, checkpoints hold shards and a model/ without weights.  The node's death stops the run at once,
+    naming the rank and its node (ClusterFailure).  `--resume` on the cluster with a fresh node continues from step
+    2's shards (the actors fed from the ranks) and ends exactly as the reference, which kept a copy and was never
+    interrupted: final/ (exported from shards) bit for bit, every validation figure (same world size, this torch)."""
+    from veriloop.errors import ClusterFailure
     from veriloop.training.distributed import groups
 
-    want = weights(reference)  # spawned ranks, never killed
+    bare = {**RAY, "learner.controller_weights": "none"}
     start = groups.RayRanks.__init__
     kill = ({"rank": 1, "cmd": "update", "nth": 3, "node": True},)
     monkeypatch.setattr(
         groups.RayRanks, "__init__", lambda self, cfg, device, faults=(): start(self, cfg, device, kill)
     )
-    from veriloop.errors import ClusterFailure
-
     with pytest.raises(
         ClusterFailure, match=r"learner rank 1 on node 127\.0\.0\.1 \(\w+\), pid \d+ died during update"
     ):
-        train(tmp_path / "killed", **RAY)
+        trained(tmp_path / "bare", **bare)
     monkeypatch.setattr(groups.RayRanks, "__init__", start)
-    checkpoints = sorted(p.name for p in (tmp_path / "killed" / "checkpoints").iterdir())
-    assert (
-        checkpoints[-1] == "step-000002" and (tmp_path / "killed" / "checkpoints" / "step-000002" / "sharded").is_dir()
-    )
+    import ray
+
+    # a clean stop: the group's placement group removed, its surviving rank gone with it (nothing left holding CPUs)
+    assert {pg["state"] for pg in ray.util.placement_group_table().values()} <= {"REMOVED"}
+    checkpoints = tmp_path / "bare" / "checkpoints"
+    assert sorted(p.name for p in checkpoints.iterdir())[-1] == "step-000002"
+    step2 = checkpoints / "step-000002"
+    assert (step2 / "sharded" / ".metadata").is_file() and not list((step2 / "model").glob("*.safetensors"))
     cluster.add_node(1)  # a replacement for the dead node
-    got = train(tmp_path / "killed", resume=True, **RAY)
-    assert all(torch.equal(got[k], want[k]) for k in want)
+    resumed = trained(tmp_path / "bare", True, **bare)
+    assert sum(p.numel() for p in resumed.policy.model.parameters()) == 0  # nothing held on the controller
+    want, got = final_weights(reference.run_dir), final_weights(tmp_path / "bare")
+    assert want.keys() == got.keys() and all(torch.equal(got[k], want[k]) for k in want)
+    curve = validation(reference)
+    assert validation(resumed) == curve and [bool(c) for c in curve] == [False, True, False, True]
+    assert "validation_truncation_rate" in curve[1]
