@@ -1,9 +1,9 @@
 """The rank side of ``learner.strategy`` ddp | fsdp2: each rank's share of a mini-batch and its collectives.
 
 ``RankShare`` (a ``OneRank``, training/loop/share.py: the identity for one process) is rank r of W: the
-rows ``mb[r::W]``, the gradient sum, the all-reduced statistics.  ``rank_main`` is the process
-``DistributedLearner`` (``strategies.py``) spawns: it joins the group, builds a ``RankWorker`` (a ``Learner``,
-and the critic, on its copy of the policy) and answers commands.
+rows ``mb[r::W]``, the gradient sum, the all-reduced statistics.  ``rank_main`` is the process ``ProcessRanks``
+(``groups.py``) spawns: it joins the group, builds a ``RankWorker`` (a ``Learner``, and the critic, on its copy of
+the policy) and answers commands; a Ray-placed rank (``groups.RankActor``) holds the same ``RankWorker``.
 """
 
 from __future__ import annotations

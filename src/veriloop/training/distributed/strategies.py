@@ -1,10 +1,12 @@
 """The learner as one torch.distributed group of ``learner.world_size`` ranks (``learner.strategy`` ddp | fsdp2).
 
-The controller keeps its own policy (it samples, evaluates and saves from it); ``DistributedLearner``
-has the interface the trainer uses from ``Learner`` and sends each update to W rank processes that
-veriloop spawns (``multiprocessing`` "spawn"; one process group that meets through a file, no TCP
-store or port; gloo on the CPU, its sockets on the loopback, nccl on GPUs, rank r on GPU r).  Exact by
-construction:
+``DistributedLearner`` has the interface the trainer uses from ``Learner`` and sends each update to W ranks
+(``groups.py``): processes veriloop spawns on this machine (one process group that meets through a file, no TCP
+store or port), or Ray actors a placement group puts on the nodes of a cluster (``learner.placement ray``; a TCP
+rendezvous on rank 0's node); gloo on the CPU, nccl on GPUs.  The weights come back as each rank's own rows in
+buckets (``rollout/weight_shards.py``), which the controller copies into its policy one bucket at a time, or, with
+``learner.controller_weights none``, leaves to the Ray rollout actors (the controller then holds no copy).  Exact
+by construction:
 
 * every rank holds the whole learning batch and draws the same mini-batch order from the controller's
   generator state; rank r takes the rows ``mb[r::W]`` of each mini-batch (strided: shares differ by
@@ -23,12 +25,13 @@ construction:
 Results differ from one process only by the order of floating-point sums (measured on the tiny model:
 <= 1.2e-7 in float32, one rounding of the largest weight; ~1e-17 in float64); fsdp2 at 2 ranks equals
 ddp at 2 ranks bit for bit (with gradient clipping off: the sharded norm is summed in another order).
-Checkpoints are ``Learner.save``'s files (``optimizer.pt`` indexed by parameter, fsdp2's full state
-converted), so a run resumes under local, ddp or fsdp2 whatever wrote it.  Tested on CPU (gloo), also
-bfloat16 (float32 masters) with ddp; nccl and gradient checkpointing with fsdp2 are untested.  The
-critic (PPO) trains on the ranks too, always ddp-style (its backbone is not sharded).  Every wait has a deadline
-(``learner.timeout_s``): a rank that dies, fails or hangs raises a ``RuntimeError`` naming the rank
-and the command, and the group is closed.  Each rank uses ``cfg.threads`` threads when set, else
+Checkpoints are written by the ranks themselves: ddp's rank 0 its ``optimizer.pt`` (indexed by parameter, as
+``Learner.save``), fsdp2's ranks ``torch.distributed.checkpoint`` shards (``loop/sharded_checkpoint.py``), rank 0
+the critic's ``critic.pt``; a run resumes under local, ddp or fsdp2, at any world size, whatever wrote it.  Tested
+on CPU (gloo), also bfloat16 (float32 masters) with ddp; nccl and gradient checkpointing with fsdp2 are untested.
+The critic (PPO) trains on the ranks too, always ddp-style (its backbone is not sharded).  Every wait has a
+deadline (``learner.timeout_s``): a rank that dies or hangs raises a ``ClusterFailure`` naming the rank (and its
+node), one that raises a ``RuntimeError`` with its traceback, and the group is closed.  Each rank uses ``cfg.threads`` threads when set, else
 ``torch.get_num_threads() // W`` (at least 1): W ranks together use the cores one process would.
 """
 
