@@ -31,8 +31,9 @@ the critic's ``critic.pt``; a run resumes under local, ddp or fsdp2, at any worl
 on CPU (gloo), also bfloat16 (float32 masters) with ddp; nccl and gradient checkpointing with fsdp2 are untested.
 The critic (PPO) trains on the ranks too, always ddp-style (its backbone is not sharded).  Every wait has a
 deadline (``learner.timeout_s``): a rank that dies or hangs raises a ``ClusterFailure`` naming the rank (and its
-node), one that raises a ``RuntimeError`` with its traceback, and the group is closed.  Each rank uses ``cfg.threads`` threads when set, else
-``torch.get_num_threads() // W`` (at least 1): W ranks together use the cores one process would.
+node), one that raises a ``RuntimeError`` with its traceback, and the group is closed.  Each rank uses
+``cfg.threads`` threads when set, else ``torch.get_num_threads() // W`` (at least 1): W ranks together use the
+cores one process would.
 """
 
 from __future__ import annotations
