@@ -1,10 +1,11 @@
 """A Ray cluster of several nodes on one machine, the way Ray tests its own clusters (``ray.cluster_utils.Cluster``).
 
 Each simulated node is its own raylet with its own logical CPUs and a custom resource ``node<i>`` that marks it,
-so a test (or a benchmark) can place actors on a node, kill that node's raylet, and watch the run go on.  Every
-process binds to 127.0.0.1: the head starts without a dashboard, and Ray's "which address am I" is answered with
-the loopback (``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0`` and its constant, read once at import) while the cluster
-starts and the driver connects.  What real nodes need instead is in the guide (docs/guides/cluster.md).
+so a test (or a benchmark) can place actors on a node, kill that node's raylet (the actors' fault hooks do), and
+watch the run go on.  Every process binds to 127.0.0.1: the head starts without a dashboard, and Ray's "which
+address am I" is answered with the loopback (``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0`` and its constant, read once
+at import) while the cluster starts and the driver connects.  What real nodes need instead is in the guide
+(docs/guides/cluster.md).
 """
 
 from __future__ import annotations
@@ -57,12 +58,6 @@ class SimulatedCluster:
         self.nodes.append(node)
         self.cluster.wait_for_nodes()
         return i
-
-    def kill_node(self, i: int) -> None:
-        """Kill node ``i``'s raylet (no graceful drain: as when a machine dies)."""
-        if i == 0:
-            raise ValueError("node 0 is the head, which holds the driver's connection; kill a worker node")
-        self.cluster.remove_node(self.nodes[i], allow_graceful=False)
 
 
 @contextlib.contextmanager

@@ -69,7 +69,7 @@ class DistributedLearner:
         self.policy, self.cfg, self.critic, self.on_step = policy, cfg, critic, on_step
         self.rank_share = rank_share  # each rank's share and collectives (a test substitutes a wrong one)
         self.objective = OBJECTIVES.get(cfg.loss.policy_loss)
-        self.lr, self.handles, self.sync_bytes = cfg.optim.lr, [], 0
+        self.lr, self.handles = cfg.optim.lr, []
         self.keeps_copy = cfg.learner.controller_weights == "full"  # none: the weights live on the ranks only
         payload = (self.policy, self.cfg, self.critic, self.rank_share)
         group = RayRanks if cfg.learner.placement == "ray" else ProcessRanks
@@ -95,7 +95,7 @@ class DistributedLearner:
         stats, steps, gen_state, _ = answers[0]
         self.handles = [a[3] for a in answers]  # this version's shards: what the rollout engines load
         if self.keeps_copy:
-            self.sync_bytes = self._assemble(self.policy.model, self.handles, trainable=True)
+            self._assemble(self.policy.model, self.handles, trainable=True)
         seed_generator.set_state(gen_state)  # the critic's draws continue where the learner's ended
         for _ in range(steps):
             self.on_step()
